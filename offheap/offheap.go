@@ -1,0 +1,228 @@
+// Package offheap allocates memory outside the Go heap for RDMA registration.
+//
+// An RNIC reads and writes registered memory behind the Go runtime's back, so
+// that memory must never move, must never be freed by the garbage collector,
+// and must not be a Go pointer handed to C (cgo's rules). Blocks come from
+// mmap: anonymous for private use, or backed by a memfd when another process
+// (the krcored daemon, a conformance helper) must map the same pages.
+//
+// Every live Block is recorded, so a provider can check that a buffer it is
+// asked to register is off-heap (Find) and a proxy can learn which memfd and
+// offset back a slice.
+package offheap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotOffHeap reports a buffer that does not lie inside a live Block.
+var ErrNotOffHeap = errors.New("offheap: buffer is not inside an off-heap block")
+
+// ErrClosed reports use of a Block after Close.
+var ErrClosed = errors.New("offheap: block is closed")
+
+// ErrPinned reports a Close of a block that is still registered with an RNIC.
+var ErrPinned = errors.New("offheap: block is pinned by a registration")
+
+// Block is one mmap'd range of memory.
+type Block struct {
+	buf  []byte
+	fd   int // memfd, or -1 for anonymous memory
+	name string
+	pins int // registrations holding the block mapped; guarded by liveMu
+}
+
+var (
+	liveMu sync.RWMutex
+	live   []*Block // sorted by base address
+)
+
+// Alloc maps size bytes of private, zeroed, page-aligned memory.
+func Alloc(size int) (*Block, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("offheap: alloc %d bytes: size must be positive", size)
+	}
+	buf, err := unix.Mmap(-1, 0, pageRound(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("offheap: mmap %d bytes: %w", size, err)
+	}
+	return track(&Block{buf: buf[:size:size], fd: -1}), nil
+}
+
+// AllocShared maps size bytes backed by a new memfd called name, so the same
+// pages can be mapped by another process through FD (SCM_RIGHTS or
+// /proc/PID/fd/N) and Open.
+func AllocShared(name string, size int) (*Block, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("offheap: alloc shared %q %d bytes: size must be positive", name, size)
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("offheap: memfd_create %q: %w", name, err)
+	}
+	if err := unix.Ftruncate(fd, int64(pageRound(size))); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("offheap: size memfd %q to %d: %w", name, size, err)
+	}
+	b, err := mapShared(fd, size)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	b.name = name
+	return b, nil
+}
+
+// Open maps size bytes of an existing memfd (or any shareable file). The
+// Block takes ownership of fd and closes it with the Block.
+func Open(fd int, size int) (*Block, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("offheap: open fd %d: size %d must be positive", fd, size)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("offheap: open fd %d: %w", fd, err)
+	}
+	if st.Size < int64(size) {
+		return nil, fmt.Errorf("offheap: open fd %d: file has %d bytes, want %d", fd, st.Size, size)
+	}
+	return mapShared(fd, size)
+}
+
+// OpenFile maps size bytes of the file at path (e.g. /proc/PID/fd/N).
+func OpenFile(path string, size int) (*Block, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("offheap: %w", err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("offheap: dup %s: %w", path, err)
+	}
+	b, err := Open(fd, size)
+	if err != nil {
+		unix.Close(fd)
+	}
+	return b, err
+}
+
+func mapShared(fd, size int) (*Block, error) {
+	buf, err := unix.Mmap(fd, 0, pageRound(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("offheap: mmap memfd %d (%d bytes): %w", fd, size, err)
+	}
+	return track(&Block{buf: buf[:size:size], fd: fd}), nil
+}
+
+func pageRound(n int) int {
+	p := os.Getpagesize()
+	return (n + p - 1) &^ (p - 1)
+}
+
+func track(b *Block) *Block {
+	liveMu.Lock()
+	defer liveMu.Unlock()
+	i := sort.Search(len(live), func(i int) bool { return live[i].base() >= b.base() })
+	live = append(live, nil)
+	copy(live[i+1:], live[i:])
+	live[i] = b
+	return b
+}
+
+func (b *Block) base() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b.buf))) }
+
+// Bytes returns the block's memory. The slice is valid until Close.
+func (b *Block) Bytes() []byte { return b.buf }
+
+// Len returns the block's size in bytes.
+func (b *Block) Len() int { return len(b.buf) }
+
+// FD returns the memfd behind a shared block, or -1 for private memory.
+func (b *Block) FD() int { return b.fd }
+
+// Close unmaps the block (and closes its memfd). Any slice of it becomes
+// invalid: the caller must have deregistered it from every RNIC first.
+func (b *Block) Close() error {
+	liveMu.Lock()
+	i := sort.Search(len(live), func(i int) bool { return live[i].base() >= b.base() })
+	if i == len(live) || live[i] != b {
+		liveMu.Unlock()
+		return ErrClosed
+	}
+	if b.pins > 0 {
+		liveMu.Unlock()
+		return fmt.Errorf("%w (%d registrations)", ErrPinned, b.pins)
+	}
+	live = append(live[:i], live[i+1:]...)
+	liveMu.Unlock()
+
+	err := unix.Munmap(b.buf[:pageRound(len(b.buf))])
+	if b.fd >= 0 {
+		if cerr := unix.Close(b.fd); err == nil {
+			err = cerr
+		}
+	}
+	b.buf = nil
+	if err != nil {
+		return fmt.Errorf("offheap: unmap: %w", err)
+	}
+	return nil
+}
+
+// Find returns the live Block that holds all of buf and buf's offset in it.
+// It fails with ErrNotOffHeap for Go heap memory, stack memory, or a buffer
+// that straddles blocks.
+func Find(buf []byte) (*Block, int, error) {
+	if len(buf) == 0 {
+		return nil, 0, fmt.Errorf("%w: empty buffer", ErrNotOffHeap)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	liveMu.RLock()
+	defer liveMu.RUnlock()
+	i := sort.Search(len(live), func(i int) bool { return live[i].base() > p }) - 1
+	if i < 0 {
+		return nil, 0, ErrNotOffHeap
+	}
+	b := live[i]
+	off := int(p - b.base())
+	if off+len(buf) > len(b.buf) {
+		return nil, 0, ErrNotOffHeap
+	}
+	return b, off, nil
+}
+
+// Pin keeps the block holding buf mapped until the returned unpin is called:
+// Close fails with ErrPinned meanwhile. A software RNIC pins what it
+// registers, because unmapping memory it may still copy into would crash the
+// process where real hardware would merely keep writing pinned pages.
+func Pin(buf []byte) (unpin func(), err error) {
+	b, _, err := Find(buf)
+	if err != nil {
+		return nil, err
+	}
+	liveMu.Lock()
+	b.pins++
+	liveMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			liveMu.Lock()
+			b.pins--
+			liveMu.Unlock()
+		})
+	}, nil
+}
+
+// Addr returns the virtual address of buf's first byte, the address an RNIC
+// uses for it in scatter/gather entries and remote operations.
+func Addr(buf []byte) uint64 {
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+}
