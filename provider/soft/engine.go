@@ -1,0 +1,480 @@
+package soft
+
+import (
+	"encoding/binary"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// flagDC marks a request from a DCI, so a responder can NAK an unknown DCT
+// number instead of dropping the request as it does for RC.
+const flagDC = 1 << 2
+
+// pump transmits the send queue in order. Whoever finds the pump idle runs
+// it; other posters only enqueue. On the in-memory wire a request's
+// response is handled inside send, so a post often completes before
+// PostSend returns.
+func (q *qp) pump() {
+	q.mu.Lock()
+	if q.pumping {
+		q.mu.Unlock()
+		return
+	}
+	q.pumping = true
+	for {
+		lk, idx, ok := q.next()
+		if !ok {
+			break
+		}
+		q.mu.Unlock()
+		lk.send(&q.out)
+		q.out.release()
+		q.mu.Lock()
+		if q.typ == verbs.UD || q.typ == verbs.UC {
+			// Unreliable: done once it is on the wire.
+			if q.done == idx && q.sent > idx && q.state == verbs.StateRTS {
+				q.complete(&q.sq[idx%uint64(len(q.sq))], idx, verbs.Success, q.out.rlen)
+			}
+		}
+	}
+	q.pumping = false
+	q.mu.Unlock()
+}
+
+// next prepares the next request for the wire in q.out and returns the link
+// to send it on; q.mu is held. A request that fails local checks completes
+// here with its error.
+func (q *qp) next() (link, uint64, bool) {
+	for q.state == verbs.StateRTS && !q.rnrWait && q.sent < q.posted && !q.destroyed {
+		idx := q.sent
+		w := &q.sq[idx%uint64(len(q.sq))]
+		if q.typ == verbs.DCI && q.done < idx && q.sq[(idx-1)%uint64(len(q.sq))].dest != w.dest {
+			return nil, 0, false // a DCI serves one target at a time
+		}
+		if w.sentAt == 0 {
+			w.sentAt = q.node.now()
+		}
+		lk := q.route(w)
+		if lk == nil {
+			if q.done == idx {
+				q.deadline.Store(w.sentAt + int64(q.timeout))
+			}
+			return nil, 0, false
+		}
+		if st := q.build(w); st != verbs.Success {
+			q.out.release()
+			q.complete(w, idx, st, 0)
+			continue
+		}
+		q.sent++
+		if q.done == idx {
+			q.armDeadline()
+		}
+		return lk, idx, true
+	}
+	return nil, 0, false
+}
+
+// route finds the link a request travels on; nil while none is up yet.
+func (q *qp) route(w *wqe) link {
+	switch q.typ {
+	case verbs.RC, verbs.UC:
+		if q.link == nil {
+			q.link = q.node.route(q.dest.Addr, q)
+		}
+		return q.link
+	}
+	return q.node.route(w.dest, q)
+}
+
+// build fills q.out with w's request, checking the local side: SGEs inside
+// this PD's MRs with the access the operation needs, and lengths.
+func (q *qp) build(w *wqe) verbs.Status {
+	wr := &w.wr
+	f := &q.out
+	*f = frame{typ: frameRequest, op: wr.Op, srcQPN: q.num, psn: w.psn, segs: f.segs[:0], held: f.held[:0]}
+	switch q.typ {
+	case verbs.RC, verbs.UC:
+		f.dstQPN = q.dest.QPN
+	case verbs.UD:
+		f.dstQPN, f.rkey = wr.RemoteQPN, wr.QKey
+	case verbs.DCI:
+		f.dstQPN, f.dckey, f.flags = wr.RemoteQPN, wr.DCKey, flagDC
+	}
+	if wr.Op.HasImm() {
+		f.flags |= flagImm
+		f.imm = wr.Imm
+	}
+	if wr.Flags&verbs.Solicited != 0 {
+		f.flags |= flagSolicited
+	}
+	if wr.Op != verbs.OpSend && wr.Op != verbs.OpSendImm {
+		f.raddr, f.rkey = wr.RemoteAddr, wr.RKey
+	}
+	total := wr.Len()
+	switch {
+	case uint32(total) > q.node.attr.MaxMsgSize:
+		return verbs.LocLenErr
+	case q.typ == verbs.UD && total > q.mtu:
+		return verbs.LocLenErr
+	}
+	switch wr.Op {
+	case verbs.OpRead:
+		f.rlen = uint32(total)
+		return q.checkLocal(wr.SGL, verbs.AccessLocalWrite)
+	case verbs.OpCompareSwap, verbs.OpFetchAdd:
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return verbs.LocLenErr
+		}
+		f.rlen, f.cmp, f.swap = 8, wr.CompareAdd, wr.Swap
+		return q.checkLocal(wr.SGL, verbs.AccessLocalWrite)
+	}
+	f.rlen = uint32(total)
+	if wr.Flags&verbs.Inline != 0 {
+		if len(w.inline) > 0 {
+			f.segs = append(f.segs, w.inline)
+		}
+		return verbs.Success
+	}
+	for _, s := range wr.SGL {
+		m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(s.Length), 0)
+		if !ok {
+			return verbs.LocProtErr
+		}
+		f.held = append(f.held, m)
+		if len(b) > 0 {
+			f.segs = append(f.segs, b)
+		}
+	}
+	return verbs.Success
+}
+
+// checkLocal checks that a READ's or atomic's landing SGEs are valid now,
+// as hardware does when it fetches the WQE.
+func (q *qp) checkLocal(sgl []verbs.SGE, need verbs.Access) verbs.Status {
+	for _, s := range sgl {
+		m, _, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(s.Length), need)
+		if !ok {
+			return verbs.LocProtErr
+		}
+		m.done()
+	}
+	return verbs.Success
+}
+
+// release drops the MR holds a frame's payload took.
+func (f *frame) release() {
+	for i, m := range f.held {
+		m.done()
+		f.held[i] = nil
+	}
+	f.held = f.held[:0]
+}
+
+// onResponse matches a response to the oldest transmitted request.
+func (q *qp) onResponse(f *frame, r io.Reader) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.done >= q.sent || q.typ == verbs.UD || q.typ == verbs.UC {
+		return // stale: the QP was flushed or reset meanwhile
+	}
+	idx := q.done
+	w := &q.sq[idx%uint64(len(q.sq))]
+	if f.psn != w.psn {
+		return
+	}
+	switch f.syn {
+	case synAck:
+		st, n := q.land(w, f, r)
+		q.complete(w, idx, st, n)
+	case synRNR:
+		q.backOff(w, idx, time.Duration(f.imm)*time.Microsecond)
+	default:
+		q.complete(w, idx, synStatus[f.syn], 0)
+	}
+}
+
+// synStatus maps NAK syndromes to the requester's completion status.
+var synStatus = [numSyndromes]verbs.Status{
+	synAck: verbs.Success, synRNR: verbs.RNRRetryExcErr, synAccess: verbs.RemAccessErr,
+	synInvalid: verbs.RemInvReqErr, synRemoteOp: verbs.RemOpErr,
+	synDCKey: verbs.RemAccessErr, synNoDCT: verbs.RemInvReqErr,
+}
+
+// land places a READ's data or an atomic's original value in the
+// requester's SGEs.
+func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
+	switch w.wr.Op {
+	case verbs.OpRead:
+		if f.plen != uint32(w.wr.Len()) {
+			return verbs.BadRespErr, 0
+		}
+		for _, s := range w.wr.SGL {
+			m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(s.Length), verbs.AccessLocalWrite)
+			if !ok {
+				return verbs.LocProtErr, 0
+			}
+			_, err := io.ReadFull(r, b)
+			m.done()
+			if err != nil {
+				return verbs.BadRespErr, 0
+			}
+		}
+		return verbs.Success, f.plen
+	case verbs.OpCompareSwap, verbs.OpFetchAdd:
+		s := w.wr.SGL[0]
+		m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, 8, verbs.AccessLocalWrite)
+		if !ok {
+			return verbs.LocProtErr, 0
+		}
+		binary.LittleEndian.PutUint64(b, f.cmp)
+		m.done()
+		return verbs.Success, 8
+	}
+	return verbs.Success, f.rlen
+}
+
+// backOff handles an RNR NAK: wait the responder's timer, then go back to
+// the NAKed request and resend from there, or fail once retries run out.
+func (q *qp) backOff(w *wqe, idx uint64, delay time.Duration) {
+	if q.rnrRetry < 7 {
+		if q.rnrLeft == 0 {
+			q.complete(w, idx, verbs.RNRRetryExcErr, 0)
+			return
+		}
+		q.rnrLeft--
+	}
+	q.sent = idx
+	q.rnrWait = true
+	q.deadline.Store(0)
+	if q.rnrTimerT != nil {
+		q.rnrTimerT.Stop()
+	}
+	q.rnrTimerT = time.AfterFunc(delay, func() {
+		q.mu.Lock()
+		q.rnrWait = false
+		q.mu.Unlock()
+		q.pump()
+	})
+}
+
+// framePool recycles response frames.
+var framePool = sync.Pool{New: func() any { return new(frame) }}
+
+// serve executes a request on this node, the target, and answers it.
+func (n *Node) serve(lk link, f *frame, r io.Reader) {
+	q := n.lookupQP(f.dstQPN)
+	resp := framePool.Get().(*frame)
+	*resp = frame{typ: frameResponse, dstQPN: f.srcQPN, srcQPN: f.dstQPN, psn: f.psn, segs: resp.segs[:0], held: resp.held[:0]}
+	reply := false
+	if q == nil {
+		// Hardware drops packets for unknown QPs; a DC request to an
+		// unknown DCT number is NAKed so the initiator can refetch.
+		if f.flags&flagDC != 0 {
+			resp.syn, reply = synNoDCT, true
+		}
+	} else {
+		q.mu.Lock()
+		reply = q.execute(lk, f, r, resp)
+		q.mu.Unlock()
+	}
+	if reply {
+		lk.send(resp)
+	}
+	resp.release()
+	resp.segs = resp.segs[:0]
+	framePool.Put(resp)
+}
+
+func (n *Node) lookupQP(num uint32) *qp {
+	n.qpMu.RLock()
+	q := n.qps[num]
+	n.qpMu.RUnlock()
+	return q
+}
+
+// execute checks and performs one request on target QP q (q.mu held),
+// filling resp. It reports whether resp is to be sent: unreliable
+// transports never answer, and requests out of sequence are dropped.
+func (q *qp) execute(lk link, f *frame, r io.Reader, resp *frame) bool {
+	if q.destroyed {
+		return false
+	}
+	switch q.typ {
+	case verbs.RC, verbs.UC:
+		if (q.state != verbs.StateRTR && q.state != verbs.StateRTS) || q.dest.QPN != f.srcQPN || q.dest.Addr != lk.peer() || f.psn != q.rqPSN {
+			return false
+		}
+	case verbs.DCT:
+		if q.state != verbs.StateRTR || f.flags&flagDC == 0 {
+			return false
+		}
+		if f.dckey != q.dcKey {
+			resp.syn = synDCKey
+			return true
+		}
+	case verbs.UD:
+		if (q.state != verbs.StateRTR && q.state != verbs.StateRTS) || f.rkey != q.qkey || !f.op.IsSend() {
+			return false
+		}
+	default:
+		return false
+	}
+	resp.syn = q.perform(lk, f, r, resp)
+	if resp.syn == synAck && (q.typ == verbs.RC || q.typ == verbs.UC) {
+		q.rqPSN = (q.rqPSN + 1) & psnMask
+	}
+	return q.typ == verbs.RC || q.typ == verbs.DCT
+}
+
+// perform carries out a checked request and returns its syndrome.
+func (q *qp) perform(lk link, f *frame, r io.Reader, resp *frame) uint8 {
+	if f.op.IsSend() || f.op == verbs.OpWriteImm {
+		if f.op == verbs.OpWriteImm {
+			if syn := q.remoteWrite(f, r); syn != synAck {
+				return syn
+			}
+		}
+		return q.receive(lk, f, r, resp)
+	}
+	switch f.op {
+	case verbs.OpWrite:
+		return q.remoteWrite(f, r)
+	case verbs.OpRead:
+		if q.access&verbs.AccessRemoteRead == 0 {
+			return synAccess
+		}
+		m, b, ok := q.node.acquire(f.rkey, q.pd, f.raddr, uint64(f.rlen), verbs.AccessRemoteRead)
+		if !ok {
+			return synAccess
+		}
+		resp.held = append(resp.held, m)
+		if len(b) > 0 {
+			resp.segs = append(resp.segs, b)
+		}
+		return synAck
+	case verbs.OpCompareSwap, verbs.OpFetchAdd:
+		if f.raddr%8 != 0 {
+			return synInvalid
+		}
+		if q.access&verbs.AccessRemoteAtomic == 0 {
+			return synAccess
+		}
+		m, b, ok := q.node.acquire(f.rkey, q.pd, f.raddr, 8, verbs.AccessRemoteAtomic)
+		if !ok {
+			return synAccess
+		}
+		resp.cmp = atomic64(b, f)
+		m.done()
+		return synAck
+	}
+	return synInvalid
+}
+
+// remoteWrite lands a WRITE's payload in the target MR.
+func (q *qp) remoteWrite(f *frame, r io.Reader) uint8 {
+	if q.access&verbs.AccessRemoteWrite == 0 {
+		return synAccess
+	}
+	if f.plen == 0 {
+		return synAck
+	}
+	m, b, ok := q.node.acquire(f.rkey, q.pd, f.raddr, uint64(f.plen), verbs.AccessRemoteWrite)
+	if !ok {
+		return synAccess
+	}
+	_, err := io.ReadFull(r, b)
+	m.done()
+	if err != nil {
+		return synRemoteOp
+	}
+	return synAck
+}
+
+// receive consumes a posted receive for a SEND or WRITE_WITH_IMM and
+// completes it on the receive CQ.
+func (q *qp) receive(lk link, f *frame, r io.Reader, resp *frame) uint8 {
+	var sglBuf [4]verbs.SGE
+	id, sgl, ok := q.takeRecv(sglBuf[:0])
+	if !ok {
+		resp.imm = uint32(q.rnrTimer / time.Microsecond)
+		return synRNR
+	}
+	wc := verbs.WC{ID: id, QPN: q.num, Op: verbs.WCRecv, ByteLen: f.plen, Imm: f.imm, HasImm: f.flags&flagImm != 0}
+	st, syn := verbs.Success, uint8(synAck)
+	if f.op == verbs.OpWriteImm {
+		wc.Op = verbs.WCRecvWriteImm
+	} else {
+		st, syn = q.scatterRecv(sgl, f, r, &wc)
+	}
+	wc.Status = st
+	if st != verbs.Success {
+		wc.Op = 0
+	}
+	q.rcq.push(cqe{wc: wc})
+	if st != verbs.Success && q.typ != verbs.UD && q.typ != verbs.DCT {
+		q.failLocked(verbs.WRFlushErr, q.done, false)
+	}
+	return syn
+}
+
+// grhLen is the Global Routing Header a UD receive buffer starts with.
+const grhLen = 40
+
+// scatterRecv copies a SEND's payload into a receive's SGEs.
+func (q *qp) scatterRecv(sgl []verbs.SGE, f *frame, r io.Reader, wc *verbs.WC) (verbs.Status, uint8) {
+	skip := 0
+	if q.typ == verbs.UD {
+		skip = grhLen
+		wc.ByteLen += grhLen
+		wc.SrcQPN = f.srcQPN
+	}
+	room := 0
+	for _, s := range sgl {
+		room += int(s.Length)
+	}
+	if room < int(f.plen)+skip {
+		return verbs.LocLenErr, synInvalid
+	}
+	left := int(f.plen) + skip
+	for _, s := range sgl {
+		k := min(int(s.Length), left)
+		if k == 0 {
+			break
+		}
+		m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(k), verbs.AccessLocalWrite)
+		if !ok {
+			return verbs.LocProtErr, synRemoteOp
+		}
+		g := min(skip, k)
+		clear(b[:g])
+		skip -= g
+		_, err := io.ReadFull(r, b[g:])
+		m.done()
+		if err != nil {
+			return verbs.LocLenErr, synRemoteOp
+		}
+		left -= k
+	}
+	return verbs.Success, synAck
+}
+
+// atomic64 performs CAS or FAA on 8 aligned bytes of registered memory.
+// Values are native (little-endian) uint64s.
+func atomic64(b []byte, f *frame) uint64 {
+	p := (*uint64)(unsafe.Pointer(unsafe.SliceData(b)))
+	if f.op == verbs.OpFetchAdd {
+		return atomic.AddUint64(p, f.cmp) - f.cmp
+	}
+	for {
+		old := atomic.LoadUint64(p)
+		if old != f.cmp || atomic.CompareAndSwapUint64(p, old, f.swap) {
+			return old
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package soft
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// Node is one software RNIC: a verbs.Device on one fabric address.
+type Node struct {
+	fab   *Fabric
+	cfg   Config
+	addr  string
+	attr  verbs.DeviceAttr
+	mtu   int
+	keys  *keySource
+	start time.Time
+
+	closed atomic.Bool
+	stop   chan struct{}
+	wg     sync.WaitGroup // goroutines the node owns: listener, links, sweeper
+
+	mu     sync.Mutex // guards the counts below
+	counts struct{ pd, cq, mr, qp, srq int }
+
+	mrMu sync.RWMutex
+	mrs  map[uint32]*mr // by key (lkey == rkey)
+
+	qpMu    sync.RWMutex
+	qps     map[uint32]*qp
+	nextQPN uint32
+
+	mem     memLinks
+	ln      net.Listener
+	linkMu  sync.Mutex
+	tcp     map[string]*tcpLink // by peer address
+	accepts map[net.Conn]struct{}
+}
+
+func newNode(fab *Fabric, cfg Config) (*Node, error) {
+	if cfg.RetryTimeout <= 0 {
+		cfg.RetryTimeout = DefaultRetryTimeout
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = cfg.RetryTimeout
+	}
+	if cfg.MTU <= 0 {
+		cfg.MTU = DefaultMTU
+	}
+	n := &Node{
+		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr), mtu: cfg.MTU, keys: newKeySource(),
+		start: time.Now(), stop: make(chan struct{}),
+		mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
+		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}),
+	}
+	// QPNs are 24 bits; start somewhere random so numbers from a restarted
+	// node do not alias the old one's.
+	n.nextQPN = uint32(n.keys.next()%(1<<23)) + 0x100
+	switch {
+	case cfg.Listen != "":
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("soft: listen %s: %w", cfg.Listen, err)
+		}
+		n.ln, n.addr = ln, ln.Addr().String()
+		n.wg.Add(1)
+		go n.acceptLoop()
+	case cfg.Name != "":
+		n.addr = "mem:" + cfg.Name
+	default:
+		n.addr = fmt.Sprintf("mem:node%d", nodeSeq.Add(1))
+	}
+	n.wg.Add(1)
+	go n.sweepLoop()
+	return n, nil
+}
+
+func mergeAttr(o verbs.DeviceAttr) verbs.DeviceAttr {
+	a := defaultAttr
+	pick := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	pick(&a.MaxQP, o.MaxQP)
+	pick(&a.MaxQPWR, o.MaxQPWR)
+	pick(&a.MaxSGE, o.MaxSGE)
+	pick(&a.MaxCQ, o.MaxCQ)
+	pick(&a.MaxCQE, o.MaxCQE)
+	pick(&a.MaxMR, o.MaxMR)
+	pick(&a.MaxPD, o.MaxPD)
+	pick(&a.MaxSRQ, o.MaxSRQ)
+	pick(&a.MaxSRQWR, o.MaxSRQWR)
+	pick(&a.MaxInline, o.MaxInline)
+	if o.MaxMRSize > 0 {
+		a.MaxMRSize = o.MaxMRSize
+	}
+	if o.MaxMsgSize > 0 && o.MaxMsgSize < a.MaxMsgSize {
+		a.MaxMsgSize = o.MaxMsgSize
+	}
+	return a
+}
+
+// Addr is the node's fabric address ("mem:NAME" or "HOST:PORT").
+func (n *Node) Addr() string { return n.addr }
+
+// Name is the node's fabric address.
+func (n *Node) Name() string { return n.addr }
+
+// Attr reports the device limits.
+func (n *Node) Attr() verbs.DeviceAttr { return n.attr }
+
+// Port reports the node's single port.
+func (n *Node) Port() verbs.PortAttr {
+	return verbs.PortAttr{Num: 1, Active: !n.closed.Load(), MTU: n.mtu, Addr: n.addr}
+}
+
+// Close stops the node: its listener and links close, every QP moves to
+// ERR (flushing its work), and every later call fails with ErrClosed.
+func (n *Node) Close() error {
+	if n.closed.Swap(true) {
+		return errNodeClosed
+	}
+	n.fab.remove(n)
+	close(n.stop)
+	if n.ln != nil {
+		n.ln.Close()
+	}
+	n.closeLinks()
+	n.qpMu.RLock()
+	qps := make([]*qp, 0, len(n.qps))
+	for _, q := range n.qps {
+		qps = append(qps, q)
+	}
+	n.qpMu.RUnlock()
+	for _, q := range qps {
+		q.fail(verbs.WRFlushErr)
+	}
+	n.wg.Wait()
+	return nil
+}
+
+// Stats counts a node's live objects, for leak checks.
+type Stats struct {
+	PDs, CQs, MRs, QPs, SRQs, Links int
+}
+
+// Stats reports the node's live objects.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	s := Stats{PDs: n.counts.pd, CQs: n.counts.cq, MRs: n.counts.mr, QPs: n.counts.qp, SRQs: n.counts.srq}
+	n.mu.Unlock()
+	n.linkMu.Lock()
+	s.Links = len(n.tcp)
+	n.linkMu.Unlock()
+	return s
+}
+
+// reserve counts one more object of a kind against its limit.
+func (n *Node) reserve(count *int, limit int, what string) error {
+	if err := n.checkOpen(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if *count >= limit {
+		return fmt.Errorf("soft: %d %ss already: %w", *count, what, verbs.ErrLimit)
+	}
+	*count++
+	return nil
+}
+
+func (n *Node) release(count *int) {
+	n.mu.Lock()
+	*count--
+	n.mu.Unlock()
+}
+
+// sweepLoop fails requests whose response is overdue: the hardware retry
+// timer, which is what turns a dead link or a missing peer QP into
+// RETRY_EXC_ERR instead of a hang.
+func (n *Node) sweepLoop() {
+	defer n.wg.Done()
+	period := n.cfg.RetryTimeout / 8
+	period = min(max(period, time.Millisecond), 100*time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var qps []*qp
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		now := n.now()
+		qps = qps[:0]
+		n.qpMu.RLock()
+		for _, q := range n.qps {
+			if d := q.deadline.Load(); d != 0 && d < now {
+				qps = append(qps, q)
+			}
+		}
+		n.qpMu.RUnlock()
+		for _, q := range qps {
+			q.expire(now)
+		}
+	}
+}
+
+// now is monotonic nanoseconds since the node started.
+func (n *Node) now() int64 { return int64(time.Since(n.start)) + 1 }

@@ -1,0 +1,527 @@
+package soft
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// psnMask keeps PSNs to their 24 wire bits.
+const psnMask = 1<<24 - 1
+
+// wqe is a send work request as the send queue holds it: the caller's
+// request copied, so the caller may reuse its slices once PostSend returns.
+type wqe struct {
+	wr       verbs.SendWR
+	sgl      []verbs.SGE // wr.SGL's storage, reused slot to slot
+	inline   []byte
+	psn      uint32
+	signaled bool
+	sentAt   int64
+	dest     string // DCI/UD destination address
+}
+
+// rwqe is a receive work request.
+type rwqe struct {
+	id  uint64
+	sgl []verbs.SGE
+}
+
+// qp is a queue pair. One mutex guards both its requester state (the send
+// queue) and its responder state (expected PSN, receive queue). It is never
+// held while a frame is handed to a link, so two QPs sending to each other
+// over the in-memory wire cannot deadlock.
+type qp struct {
+	node    *Node
+	pd      *pd
+	typ     verbs.QPType
+	num     uint32
+	scq     *cq
+	rcq     *cq
+	srq     *srq
+	cap     verbs.QPCap
+	sigAll  bool
+	dcKey   uint64
+	initPSN uint32
+
+	deadline atomic.Int64  // when the oldest outstanding request expires; 0 if none
+	tail     atomic.Uint64 // send queue slots below tail are free (retired by Poll)
+
+	mu       sync.Mutex
+	state    verbs.QPState
+	access   verbs.Access
+	qkey     uint32
+	dest     verbs.Endpoint
+	mtu      int
+	rnrTimer time.Duration // this QP's receiver-not-ready back-off, sent in RNR NAKs
+	timeout  time.Duration // how long a request may wait for its response
+	rnrRetry int
+	rnrLeft  int
+	nextPSN  uint32 // PSN of the next request posted
+	rqPSN    uint32 // PSN the responder expects next
+
+	sq                  []wqe
+	done, sent, posted  uint64 // completed <= transmitted <= posted
+	pumping             bool // a goroutine is transmitting the send queue
+	out                 frame    // the request being transmitted (pump only)
+	rnrTimerT           *time.Timer
+	rnrWait             bool // the head is waiting out an RNR back-off
+	link                link // RC/UC: the link to the connected peer
+	rq                  []rwqe
+	rqHead, rqN         int
+	destroyed           bool
+}
+
+// CreateQP creates a QP in RESET.
+func (p *pd) CreateQP(init verbs.QPInit) (verbs.QP, error) {
+	n := p.node
+	q, err := n.newQP(p, init)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.reserve(&n.counts.qp, n.attr.MaxQP, "QP"); err != nil {
+		return nil, err
+	}
+	if err := p.use(); err != nil {
+		n.release(&n.counts.qp)
+		return nil, err
+	}
+	q.scq.users.Add(1)
+	q.rcq.users.Add(1)
+	if q.srq != nil {
+		q.srq.users.Add(1)
+	}
+	n.qpMu.Lock()
+	for {
+		n.nextQPN = (n.nextQPN + 1) & psnMask
+		if _, taken := n.qps[n.nextQPN]; !taken && n.nextQPN > 1 {
+			break
+		}
+	}
+	q.num = n.nextQPN
+	n.qps[q.num] = q
+	n.qpMu.Unlock()
+	return q, nil
+}
+
+// newQP validates init and builds the QP.
+func (n *Node) newQP(p *pd, init verbs.QPInit) (*qp, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("soft: create %s QP: "+format, append([]any{init.Type}, a...)...)
+	}
+	switch init.Type {
+	case verbs.RC, verbs.UC, verbs.UD, verbs.DCI, verbs.DCT:
+	default:
+		return nil, bad("unknown type: %w", verbs.ErrInvalid)
+	}
+	scq, ok1 := init.SendCQ.(*cq)
+	rcq, ok2 := init.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq.node != n || rcq.node != n {
+		return nil, bad("send and receive CQs must be this node's: %w", verbs.ErrInvalid)
+	}
+	var s *srq
+	if init.SRQ != nil {
+		var ok bool
+		if s, ok = init.SRQ.(*srq); !ok || s.pd.node != n {
+			return nil, bad("SRQ must be this node's: %w", verbs.ErrInvalid)
+		}
+	}
+	if init.Type == verbs.DCT && s == nil {
+		return nil, bad("a DCT needs an SRQ: %w", verbs.ErrInvalid)
+	}
+	c := init.Cap
+	a := n.attr
+	if c.MaxSendWR > a.MaxQPWR || c.MaxRecvWR > a.MaxQPWR || c.MaxSendSGE > a.MaxSGE || c.MaxRecvSGE > a.MaxSGE || c.MaxInline > a.MaxInline {
+		return nil, bad("capabilities %+v exceed the device's: %w", c, verbs.ErrLimit)
+	}
+	if c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInline < 0 {
+		return nil, bad("negative capabilities %+v: %w", c, verbs.ErrInvalid)
+	}
+	c.MaxSendWR, c.MaxSendSGE = max(c.MaxSendWR, 1), max(c.MaxSendSGE, 1)
+	c.MaxRecvWR, c.MaxRecvSGE = max(c.MaxRecvWR, 1), max(c.MaxRecvSGE, 1)
+	if init.Type == verbs.DCT {
+		c.MaxSendWR = 0
+	}
+	q := &qp{
+		node: n, pd: p, typ: init.Type, scq: scq, rcq: rcq, srq: s, cap: c,
+		sigAll: init.SignalAll, dcKey: init.DCKey, initPSN: uint32(n.keys.next()) & psnMask,
+		sq: make([]wqe, c.MaxSendWR),
+	}
+	if s == nil && init.Type != verbs.DCI {
+		q.rq = make([]rwqe, c.MaxRecvWR)
+	}
+	return q, nil
+}
+
+func (q *qp) Num() uint32         { return q.num }
+func (q *qp) Type() verbs.QPType { return q.typ }
+
+func (q *qp) State() verbs.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+func (q *qp) Endpoint() verbs.Endpoint {
+	return verbs.Endpoint{Addr: q.node.addr, QPN: q.num, PSN: q.initPSN}
+}
+
+// Close destroys the QP; outstanding work is dropped without completions.
+func (q *qp) Close() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return fmt.Errorf("soft: destroy QP %d: %w", q.num, verbs.ErrClosed)
+	}
+	q.destroyed = true
+	q.state = verbs.StateErr
+	q.resetQueues()
+	q.mu.Unlock()
+	n := q.node
+	n.qpMu.Lock()
+	delete(n.qps, q.num)
+	n.qpMu.Unlock()
+	q.scq.users.Add(-1)
+	q.rcq.users.Add(-1)
+	if q.srq != nil {
+		q.srq.users.Add(-1)
+	}
+	q.pd.refs.Add(-1)
+	n.release(&n.counts.qp)
+	return nil
+}
+
+// resetQueues empties both queues without completions; q.mu is held.
+func (q *qp) resetQueues() {
+	clear(q.sq)
+	q.done, q.sent, q.posted = 0, 0, 0
+	q.tail.Store(0)
+	q.deadline.Store(0)
+	q.rnrWait = false
+	if q.rnrTimerT != nil {
+		q.rnrTimerT.Stop()
+	}
+	q.link = nil
+	clear(q.rq)
+	q.rqHead, q.rqN = 0, 0
+}
+
+// Modify applies a state transition.
+func (q *qp) Modify(a verbs.QPAttr) error {
+	if err := q.node.checkOpen(); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("soft: modify QP %d: %w", q.num, verbs.ErrClosed)
+	}
+	from, to := q.state, a.State
+	bad := func(why string, err error) error {
+		return fmt.Errorf("soft: modify %s QP %d %s->%s: %s: %w", q.typ, q.num, from, to, why, err)
+	}
+	switch {
+	case to == verbs.StateReset:
+		q.resetQueues()
+		q.state = verbs.StateReset
+		return nil
+	case to == verbs.StateErr:
+		q.failLocked(verbs.WRFlushErr, 0, false)
+		return nil
+	case to == verbs.StateInit && (from == verbs.StateReset || from == verbs.StateInit):
+		if a.Access&^verbs.AccessAll != 0 {
+			return bad("unknown access flags", verbs.ErrInvalid)
+		}
+		q.access, q.qkey = a.Access, a.QKey
+	case to == verbs.StateRTR && from == verbs.StateInit:
+		if err := q.toRTR(a); err != nil {
+			return bad(err.Error(), verbs.ErrInvalid)
+		}
+	case to == verbs.StateRTS && (from == verbs.StateRTR || from == verbs.StateRTS) && q.typ != verbs.DCT:
+		q.toRTS(a)
+	default:
+		return bad("transition not allowed", verbs.ErrQPState)
+	}
+	q.state = to
+	return nil
+}
+
+func (q *qp) toRTR(a verbs.QPAttr) error {
+	if q.typ == verbs.RC || q.typ == verbs.UC {
+		if a.Dest.Addr == "" || a.Dest.QPN == 0 {
+			return fmt.Errorf("%s needs Dest with Addr and QPN", q.typ)
+		}
+		q.dest = a.Dest
+		q.rqPSN = a.Dest.PSN & psnMask
+	}
+	q.mtu = q.node.mtu
+	if a.MTU > 0 {
+		q.mtu = min(a.MTU, q.node.mtu)
+	}
+	q.rnrTimer = DefaultRNRTimer
+	if a.MinRNRTimer > 0 {
+		q.rnrTimer = a.MinRNRTimer
+	}
+	return nil
+}
+
+func (q *qp) toRTS(a verbs.QPAttr) {
+	q.nextPSN = a.SQPSN & psnMask
+	q.timeout = q.node.cfg.RetryTimeout
+	if a.Timeout > 0 {
+		q.timeout = a.Timeout * time.Duration(min(max(a.RetryCount, 0), 7)+1)
+	}
+	q.rnrRetry = min(max(a.RNRRetry, 0), 7)
+	q.rnrLeft = q.rnrRetry
+}
+
+// PostSend queues send work requests and starts transmitting them.
+func (q *qp) PostSend(wrs []verbs.SendWR) (int, error) {
+	if err := q.node.checkOpen(); err != nil {
+		return 0, err
+	}
+	q.mu.Lock()
+	for i := range wrs {
+		if err := q.enqueue(&wrs[i]); err != nil {
+			q.mu.Unlock()
+			if i > 0 {
+				q.pump()
+			}
+			return i, err
+		}
+	}
+	flush := q.state == verbs.StateErr
+	q.mu.Unlock()
+	if flush {
+		q.fail(verbs.WRFlushErr)
+	} else {
+		q.pump()
+	}
+	return len(wrs), nil
+}
+
+// enqueue checks one request the way a driver's post_send does and copies
+// it into the send queue; q.mu is held.
+func (q *qp) enqueue(wr *verbs.SendWR) error {
+	bad := func(err error, format string, a ...any) error {
+		return fmt.Errorf("soft: post %s on %s QP %d: %s: %w", wr.Op, q.typ, q.num, fmt.Sprintf(format, a...), err)
+	}
+	switch {
+	case q.destroyed:
+		return bad(verbs.ErrClosed, "QP destroyed")
+	case q.state != verbs.StateRTS && q.state != verbs.StateErr:
+		return bad(verbs.ErrQPState, "QP is %s, not RTS", q.state)
+	case !q.typ.Supports(wr.Op):
+		return bad(verbs.ErrInvalid, "opcode not valid for the transport")
+	case len(wr.SGL) > q.cap.MaxSendSGE:
+		return bad(verbs.ErrLimit, "%d SGEs, max %d", len(wr.SGL), q.cap.MaxSendSGE)
+	case q.posted-q.tail.Load() >= uint64(len(q.sq)):
+		return bad(verbs.ErrQueueFull, "%d requests outstanding", len(q.sq))
+	}
+	var dest string
+	if q.typ == verbs.UD || q.typ == verbs.DCI {
+		h, ok := wr.AH.(*ah)
+		if !ok || h.dead.Load() || h.pd.node != q.node {
+			return bad(verbs.ErrInvalid, "needs a live address handle of this node")
+		}
+		dest = h.dest.Addr
+	}
+	w := &q.sq[q.posted%uint64(len(q.sq))]
+	if wr.Flags&verbs.Inline != 0 {
+		if err := q.copyInline(w, wr); err != nil {
+			return bad(err, "inline data")
+		}
+	} else {
+		w.inline = w.inline[:0]
+	}
+	w.wr = *wr
+	w.wr.AH = nil // the destination address is kept; the handle may close
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.wr.SGL = w.sgl
+	w.signaled = q.sigAll || wr.Flags&verbs.Signaled != 0
+	w.sentAt = 0
+	w.dest = dest
+	w.psn = q.nextPSN
+	q.nextPSN = (q.nextPSN + 1) & psnMask
+	q.posted++
+	return nil
+}
+
+// copyInline gathers an inline send's data now, as the CPU does on
+// hardware: the SGEs' memory may be reused once PostSend returns.
+func (q *qp) copyInline(w *wqe, wr *verbs.SendWR) error {
+	total := wr.Len()
+	if total > q.cap.MaxInline {
+		return fmt.Errorf("%d bytes, max %d: %w", total, q.cap.MaxInline, verbs.ErrLimit)
+	}
+	if wr.Op != verbs.OpSend && wr.Op != verbs.OpSendImm && wr.Op != verbs.OpWrite && wr.Op != verbs.OpWriteImm {
+		return verbs.ErrInvalid
+	}
+	w.inline = w.inline[:0]
+	for _, s := range wr.SGL {
+		b, err := offheap.Slice(s.Addr, int(s.Length))
+		if err != nil {
+			return fmt.Errorf("%w: %w", verbs.ErrInvalid, err)
+		}
+		w.inline = append(w.inline, b...)
+	}
+	return nil
+}
+
+// retire frees send queue slots up to and including idx: called by Poll for
+// each send completion it returns, as mlx5 advances its SQ tail.
+func (q *qp) retire(idx uint64) {
+	for {
+		t := q.tail.Load()
+		if idx+1 <= t || q.tail.CompareAndSwap(t, idx+1) {
+			return
+		}
+	}
+}
+
+// complete reports the head-most outstanding send request's outcome; q.mu
+// is held. A failure moves the QP to ERR and flushes everything behind it.
+func (q *qp) complete(w *wqe, idx uint64, st verbs.Status, byteLen uint32) {
+	if st != verbs.Success {
+		q.failLocked(st, idx, true)
+		return
+	}
+	q.done = idx + 1
+	q.rnrLeft = q.rnrRetry
+	if w.signaled {
+		q.pushSend(w, idx, verbs.Success, byteLen)
+	}
+	q.armDeadline()
+}
+
+// pushSend queues a send completion; a CQ overrun errors the QP.
+func (q *qp) pushSend(w *wqe, idx uint64, st verbs.Status, byteLen uint32) bool {
+	wc := verbs.WC{ID: w.wr.ID, Status: st, QPN: q.num, ByteLen: byteLen}
+	if st == verbs.Success {
+		wc.Op = verbs.CompletionOf(w.wr.Op)
+	}
+	if !q.scq.push(cqe{wc: wc, q: q, sqIdx: idx}) {
+		q.state = verbs.StateErr
+		return false
+	}
+	return true
+}
+
+// armDeadline sets when the oldest transmitted request times out; q.mu is
+// held.
+func (q *qp) armDeadline() {
+	if q.done == q.sent || q.rnrWait {
+		q.deadline.Store(0)
+		return
+	}
+	w := &q.sq[q.done%uint64(len(q.sq))]
+	q.deadline.Store(w.sentAt + int64(q.timeout))
+}
+
+// fail moves the QP to ERR with every outstanding request completing st
+// (WR_FLUSH_ERR when the QP is merely flushed).
+func (q *qp) fail(st verbs.Status) {
+	q.mu.Lock()
+	q.failLocked(st, q.done, false)
+	q.mu.Unlock()
+}
+
+// failLocked errors the QP. If culprit, the request at idx completes with st
+// and the rest with WR_FLUSH_ERR; otherwise all complete with st.
+func (q *qp) failLocked(st verbs.Status, idx uint64, culprit bool) {
+	if q.destroyed {
+		return
+	}
+	q.state = verbs.StateErr
+	q.rnrWait = false
+	q.deadline.Store(0)
+	for i := q.done; i < q.posted; i++ {
+		s := verbs.WRFlushErr
+		if !culprit || i == idx {
+			s = st
+		}
+		if culprit && i < idx {
+			s = verbs.Success // completed before the culprit (UC/UD never wait)
+		}
+		w := &q.sq[i%uint64(len(q.sq))]
+		if s != verbs.Success || w.signaled {
+			q.pushSend(w, i, s, 0)
+		}
+	}
+	q.done, q.sent = q.posted, q.posted
+	q.flushRecvs()
+}
+
+// flushRecvs completes every posted receive with WR_FLUSH_ERR; q.mu held.
+func (q *qp) flushRecvs() {
+	for ; q.rqN > 0; q.rqN-- {
+		r := &q.rq[q.rqHead]
+		q.rcq.push(cqe{wc: verbs.WC{ID: r.id, Status: verbs.WRFlushErr, Op: verbs.WCRecv, QPN: q.num}})
+		q.rqHead = (q.rqHead + 1) % len(q.rq)
+	}
+}
+
+// expire fails the QP if its oldest request is still unanswered at now: the
+// retry count is exhausted.
+func (q *qp) expire(now int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if d := q.deadline.Load(); d == 0 || d >= now || q.done == q.posted {
+		return
+	}
+	w := &q.sq[q.done%uint64(len(q.sq))]
+	q.complete(w, q.done, verbs.RetryExcErr, 0)
+}
+
+// PostRecv queues receive buffers.
+func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	if err := q.node.checkOpen(); err != nil {
+		return 0, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		bad := func(err error, format string, a ...any) error {
+			return fmt.Errorf("soft: post receive on %s QP %d: %s: %w", q.typ, q.num, fmt.Sprintf(format, a...), err)
+		}
+		switch {
+		case q.destroyed:
+			return i, bad(verbs.ErrClosed, "QP destroyed")
+		case q.rq == nil:
+			return i, bad(verbs.ErrInvalid, "QP has no receive queue (SRQ or DCI)")
+		case q.state == verbs.StateReset:
+			return i, bad(verbs.ErrQPState, "QP is RESET")
+		case len(wrs[i].SGL) > q.cap.MaxRecvSGE:
+			return i, bad(verbs.ErrLimit, "%d SGEs, max %d", len(wrs[i].SGL), q.cap.MaxRecvSGE)
+		case q.rqN == len(q.rq):
+			return i, bad(verbs.ErrQueueFull, "%d receives posted", q.rqN)
+		}
+		r := &q.rq[(q.rqHead+q.rqN)%len(q.rq)]
+		r.id = wrs[i].ID
+		r.sgl = append(r.sgl[:0], wrs[i].SGL...)
+		q.rqN++
+		if q.state == verbs.StateErr {
+			q.flushRecvs()
+		}
+	}
+	return len(wrs), nil
+}
+
+// takeRecv removes the oldest posted receive, from the SRQ if the QP has
+// one, appending its SGEs to sgl; q.mu is held.
+func (q *qp) takeRecv(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
+	if q.srq != nil {
+		return q.srq.take(sgl)
+	}
+	if q.rqN == 0 {
+		return 0, sgl, false
+	}
+	r := &q.rq[q.rqHead]
+	q.rqHead = (q.rqHead + 1) % len(q.rq)
+	q.rqN--
+	return r.id, append(sgl, r.sgl...), true
+}

@@ -1,0 +1,239 @@
+// Package soft is krcore's pure-Go software RNIC: the default provider, the
+// one every test runs on, and the one users without RDMA hardware run.
+//
+// Each Node is one RNIC on one fabric address. Nodes in one process that
+// share a Fabric talk over an in-memory wire: a request is carried out in the
+// poster's goroutine, so an 8 B READ costs a few hundred nanoseconds. Nodes in
+// different processes or hosts talk over TCP, one link per node pair with all
+// QPs multiplexed on it.
+//
+// The RNIC behaves like hardware where KRCore's problems come from:
+//
+//   - the target checks rkey, bounds, access flags and PD on every remote
+//     operation; a violation completes the request with REM_ACCESS_ERR, moves
+//     the requester QP to ERR and flushes its later requests (WR_FLUSH_ERR);
+//   - posting to a full send queue or a QP not in RTS fails; send queue slots
+//     are freed only when a later signaled completion is polled (as mlx5);
+//   - RC is in order and exactly once; a SEND without a posted receive is
+//     retried after the receiver's RNR timer and fails with RNR_RETRY_EXC_ERR;
+//   - one-sided operations never run application code on the target;
+//   - atomics need 8-byte aligned remote addresses (REM_INV_REQ_ERR);
+//   - UD messages are limited to the MTU and arrive after a 40-byte GRH;
+//   - a DCI reaches any DCT given node address, DCT number and access key;
+//   - RC needs the remote QP created and in RTR with matching PSNs: requests
+//     to anything else are dropped, and the requester fails with
+//     RETRY_EXC_ERR after its retry timeout, as it does when a link dies.
+//
+// # Wire protocol
+//
+// A TCP link starts with a hello from each side (the dialer's first) carrying
+// the protocol version (currently 1) and the node's fabric address; a peer on
+// another version is refused. Every frame is a 4-byte big-endian length
+// followed by a 64-byte header and a payload:
+//
+//	off size field
+//	  0    1 type: 1 request, 2 response, 3 hello, 4 hello-ack
+//	  1    1 opcode (request: verbs.Opcode)
+//	  2    1 syndrome (response: 0 ACK, 1 RNR NAK, 2 access NAK,
+//	         3 invalid-request NAK, 4 remote-operation NAK, 5 DC key NAK,
+//	         6 no-such-DCT NAK)
+//	  3    1 flags: 1 immediate present, 2 solicited
+//	  4    4 destination QPN
+//	  8    4 source QPN
+//	 12    4 PSN (one per message)
+//	 16    4 rkey (UD: qkey)
+//	 20    8 remote address
+//	 28    8 compare/add (response: original atomic value)
+//	 36    8 swap
+//	 44    4 immediate data
+//	 48    4 READ length
+//	 52    8 DC access key
+//	 60    4 reserved, zero
+//	 64      payload: SEND/WRITE data, READ response data
+//
+// Requests on one QP carry consecutive PSNs; the responder executes only the
+// PSN it expects and drops the rest, so after an RNR NAK the requester goes
+// back to the NAKed message and resends (go-back-N), which keeps RC exactly
+// once. Responses return in request order. A malformed frame closes the link.
+package soft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	crand "crypto/rand"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultRetryTimeout = 2 * time.Second
+	DefaultRNRTimer     = 200 * time.Microsecond
+	DefaultMTU          = 4096
+)
+
+// Config configures a Node.
+type Config struct {
+	// Name names an in-memory node ("mem:NAME" is its address); ignored
+	// when Listen is set. Empty picks a unique name.
+	Name string
+	// Listen, if set, makes the node reachable over TCP at this address
+	// ("127.0.0.1:0" picks a port). Its address is then the bound one.
+	Listen string
+	// RetryTimeout bounds how long a request waits for its response (a dead
+	// link, a peer QP that does not exist) before RETRY_EXC_ERR, when the
+	// QP's own Timeout*RetryCount is not set. Default DefaultRetryTimeout.
+	RetryTimeout time.Duration
+	// DialTimeout bounds one TCP connect; default RetryTimeout.
+	DialTimeout time.Duration
+	// Attr overrides the device limits; zero fields keep the defaults.
+	Attr verbs.DeviceAttr
+	// MTU is the port MTU; default DefaultMTU.
+	MTU int
+}
+
+// defaultAttr is what a soft RNIC can do.
+var defaultAttr = verbs.DeviceAttr{
+	MaxQP: 1 << 18, MaxQPWR: 1 << 14, MaxSGE: 16, MaxCQ: 1 << 16, MaxCQE: 1 << 20,
+	MaxMR: 1 << 20, MaxMRSize: 1 << 40, MaxPD: 1 << 16, MaxSRQ: 1 << 14, MaxSRQWR: 1 << 14,
+	MaxInline: 256, MaxMsgSize: maxPayload, AtomicCap: true, DCSupported: true, SRQSupported: true,
+}
+
+// Fabric is an in-process network of nodes joined by an in-memory wire.
+type Fabric struct {
+	mu    sync.RWMutex
+	nodes map[string]*Node
+}
+
+// NewFabric returns an empty in-memory fabric.
+func NewFabric() *Fabric { return &Fabric{nodes: make(map[string]*Node)} }
+
+// DefaultFabric is the fabric Provider uses when none is given.
+var DefaultFabric = NewFabric()
+
+var nodeSeq atomic.Uint64
+
+// NewNode starts a node on the fabric. If cfg.Listen is set it is also
+// reachable over TCP; in-process peers on the fabric still use memory.
+func (fab *Fabric) NewNode(cfg Config) (*Node, error) {
+	n, err := newNode(fab, cfg)
+	if err != nil {
+		return nil, err
+	}
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if _, dup := fab.nodes[n.addr]; dup {
+		n.Close()
+		return nil, fmt.Errorf("soft: node address %s already on the fabric: %w", n.addr, verbs.ErrInvalid)
+	}
+	fab.nodes[n.addr] = n
+	return n, nil
+}
+
+func (fab *Fabric) lookup(addr string) *Node {
+	if fab == nil {
+		return nil
+	}
+	fab.mu.RLock()
+	defer fab.mu.RUnlock()
+	return fab.nodes[addr]
+}
+
+func (fab *Fabric) remove(n *Node) {
+	if fab == nil {
+		return
+	}
+	fab.mu.Lock()
+	if fab.nodes[n.addr] == n {
+		delete(fab.nodes, n.addr)
+	}
+	fab.mu.Unlock()
+}
+
+// NewNode starts a node on no in-memory fabric: every peer is reached over
+// TCP. Set cfg.Listen for peers to reach it.
+func NewNode(cfg Config) (*Node, error) { return newNode(nil, cfg) }
+
+// Provider opens soft nodes as verbs devices: Open(ctx, name) starts a node
+// named name on Fabric (DefaultFabric if nil) with Config as a template.
+type Provider struct {
+	Fabric *Fabric
+	Config Config
+}
+
+// Name returns "soft".
+func (p *Provider) Name() string { return "soft" }
+
+// Devices lists the nodes on the provider's fabric.
+func (p *Provider) Devices() ([]string, error) {
+	fab := p.fabric()
+	fab.mu.RLock()
+	defer fab.mu.RUnlock()
+	names := make([]string, 0, len(fab.nodes))
+	for a := range fab.nodes {
+		names = append(names, a)
+	}
+	return names, nil
+}
+
+// Open starts a new node. name is its in-memory name, or with a ':' a TCP
+// listen address.
+func (p *Provider) Open(ctx context.Context, name string) (verbs.Device, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg := p.Config
+	if strings.Contains(name, ":") {
+		cfg.Listen = name
+	} else {
+		cfg.Name = name
+	}
+	return p.fabric().NewNode(cfg)
+}
+
+func (p *Provider) fabric() *Fabric {
+	if p.Fabric == nil {
+		return DefaultFabric
+	}
+	return p.Fabric
+}
+
+// keySource makes unpredictable keys: a ChaCha8 stream seeded from the
+// operating system, so a peer cannot guess an rkey from the ones it saw.
+type keySource struct {
+	mu  sync.Mutex
+	rng *rand.ChaCha8
+}
+
+func newKeySource() *keySource {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic("soft: no entropy for keys: " + err.Error()) // crypto/rand never fails on Linux
+	}
+	return &keySource{rng: rand.NewChaCha8(seed)}
+}
+
+func (k *keySource) next() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.rng.Uint64()
+}
+
+var errNodeClosed = fmt.Errorf("soft: node closed: %w", verbs.ErrClosed)
+
+// checkOpen returns ErrClosed once the node is closed.
+func (n *Node) checkOpen() error {
+	if n.closed.Load() {
+		return errNodeClosed
+	}
+	return nil
+}
+
+var errNilArg = errors.New("nil argument")

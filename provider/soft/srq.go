@@ -1,0 +1,88 @@
+package soft
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// srq is a shared receive queue.
+type srq struct {
+	pd     *pd
+	maxSGE int
+	users  atomic.Int32
+
+	mu     sync.Mutex
+	ring   []rwqe
+	head   int
+	n      int
+	closed bool
+}
+
+// CreateSRQ creates a shared receive queue.
+func (p *pd) CreateSRQ(init verbs.SRQInit) (verbs.SRQ, error) {
+	n := p.node
+	if init.MaxWR <= 0 || init.MaxWR > n.attr.MaxSRQWR || init.MaxSGE < 0 || init.MaxSGE > n.attr.MaxSGE {
+		return nil, fmt.Errorf("soft: create SRQ %+v (max %d WRs, %d SGEs): %w", init, n.attr.MaxSRQWR, n.attr.MaxSGE, verbs.ErrLimit)
+	}
+	if err := n.reserve(&n.counts.srq, n.attr.MaxSRQ, "SRQ"); err != nil {
+		return nil, err
+	}
+	if err := p.use(); err != nil {
+		n.release(&n.counts.srq)
+		return nil, err
+	}
+	return &srq{pd: p, maxSGE: max(init.MaxSGE, 1), ring: make([]rwqe, init.MaxWR)}, nil
+}
+
+func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	if err := s.pd.node.checkOpen(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range wrs {
+		switch {
+		case s.closed:
+			return i, fmt.Errorf("soft: post SRQ receive: %w", verbs.ErrClosed)
+		case len(wrs[i].SGL) > s.maxSGE:
+			return i, fmt.Errorf("soft: post SRQ receive with %d SGEs, max %d: %w", len(wrs[i].SGL), s.maxSGE, verbs.ErrLimit)
+		case s.n == len(s.ring):
+			return i, fmt.Errorf("soft: post SRQ receive: %d posted: %w", s.n, verbs.ErrQueueFull)
+		}
+		r := &s.ring[(s.head+s.n)%len(s.ring)]
+		r.id = wrs[i].ID
+		r.sgl = append(r.sgl[:0], wrs[i].SGL...)
+		s.n++
+	}
+	return len(wrs), nil
+}
+
+func (s *srq) take(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 || s.closed {
+		return 0, sgl, false
+	}
+	r := &s.ring[s.head]
+	s.head = (s.head + 1) % len(s.ring)
+	s.n--
+	return r.id, append(sgl, r.sgl...), true
+}
+
+func (s *srq) Close() error {
+	if u := s.users.Load(); u > 0 {
+		return fmt.Errorf("soft: destroy SRQ used by %d QPs: %w", u, verbs.ErrBusy)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("soft: destroy SRQ: %w", verbs.ErrClosed)
+	}
+	s.closed = true
+	s.pd.refs.Add(-1)
+	s.pd.node.release(&s.pd.node.counts.srq)
+	return nil
+}
