@@ -30,7 +30,7 @@ type cq struct {
 	overrun bool
 	closed  bool
 	waiters int
-	bell    chan struct{} // closed to wake Wait callers
+	bell    chan struct{} // a token for one Wait caller; it passes it on
 }
 
 // CreateCQ creates a completion queue of cqe entries.
@@ -41,7 +41,7 @@ func (n *Node) CreateCQ(entries int) (verbs.CQ, error) {
 	if err := n.reserve(&n.counts.cq, n.attr.MaxCQ, "CQ"); err != nil {
 		return nil, err
 	}
-	return &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{})}, nil
+	return &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{}, 1)}, nil
 }
 
 func (c *cq) Cap() int { return len(c.ring) }
@@ -68,11 +68,13 @@ func (c *cq) push(e cqe) bool {
 	return true
 }
 
-// wake rings the bell for Wait callers; c.mu is held.
+// wake hands a Wait caller the token; c.mu is held.
 func (c *cq) wake() {
 	if c.waiters > 0 {
-		close(c.bell)
-		c.bell = make(chan struct{})
+		select {
+		case c.bell <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -139,14 +141,16 @@ func (c *cq) Wait(ctx context.Context) error {
 			return c.idleErr()
 		}
 		c.waiters++
-		bell := c.bell
 		c.mu.Unlock()
 		select {
-		case <-bell:
+		case <-c.bell:
 		case <-ctx.Done():
 		}
 		c.mu.Lock()
 		c.waiters--
+		if c.n > 0 || c.overrun || c.closed {
+			c.wake() // pass the token to the next waiter
+		}
 		c.mu.Unlock()
 		if err := ctx.Err(); err != nil && c.ready.Load() == 0 {
 			return err

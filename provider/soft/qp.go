@@ -64,16 +64,16 @@ type qp struct {
 	nextPSN  uint32 // PSN of the next request posted
 	rqPSN    uint32 // PSN the responder expects next
 
-	sq                  []wqe
-	done, sent, posted  uint64 // completed <= transmitted <= posted
-	pumping             bool // a goroutine is transmitting the send queue
-	out                 frame    // the request being transmitted (pump only)
-	rnrTimerT           *time.Timer
-	rnrWait             bool // the head is waiting out an RNR back-off
-	link                link // RC/UC: the link to the connected peer
-	rq                  []rwqe
-	rqHead, rqN         int
-	destroyed           bool
+	sq                 []wqe
+	done, sent, posted uint64 // completed <= transmitted <= posted
+	pumping            bool   // a goroutine is transmitting the send queue
+	out                frame  // the request being transmitted (pump only)
+	rnrTimerT          *time.Timer
+	rnrWait            bool // the head is waiting out an RNR back-off
+	link               link // RC/UC: the link to the connected peer
+	rq                 []rwqe
+	rqHead, rqN        int
+	destroyed          bool
 }
 
 // CreateQP creates a QP in RESET.
@@ -157,7 +157,7 @@ func (n *Node) newQP(p *pd, init verbs.QPInit) (*qp, error) {
 	return q, nil
 }
 
-func (q *qp) Num() uint32         { return q.num }
+func (q *qp) Num() uint32        { return q.num }
 func (q *qp) Type() verbs.QPType { return q.typ }
 
 func (q *qp) State() verbs.QPState {

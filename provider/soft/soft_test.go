@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -161,7 +162,7 @@ func TestReadWriteAtomicSend(t *testing.T) {
 }
 
 func BenchmarkRead8(b *testing.B) {
-	for _, name := range []string{"mem", "tcp"} {
+	for _, name := range []string{"mem", "tcp", "tcpwait", "tcpyield"} {
 		b.Run(name, func(b *testing.B) {
 			var a, c *soft.Node
 			if name == "mem" {
@@ -184,6 +185,11 @@ func BenchmarkRead8(b *testing.B) {
 					b.Fatal(err)
 				}
 				for {
+					if name == "tcpwait" {
+						x.cq.Wait(context.Background())
+					} else if name == "tcpyield" {
+						runtime.Gosched()
+					}
 					n, err := x.cq.Poll(wc[:])
 					if err != nil {
 						b.Fatal(err)

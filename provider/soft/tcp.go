@@ -27,10 +27,14 @@ type tcpLink struct {
 
 	dead atomic.Bool
 
-	wmu     sync.Mutex
-	hdr     [4 + headerLen]byte
-	scratch [][]byte
+	wmu  sync.Mutex
+	wbuf []byte      // header plus small payloads, written in one call
+	bufs net.Buffers // header plus large payload segments, for writev
 }
+
+// copyLimit is the payload size up to which a frame is copied into one
+// buffer: cheaper than writev's per-segment cost for small messages.
+const copyLimit = 4096
 
 func (l *tcpLink) peer() string { return l.addr }
 
@@ -42,14 +46,22 @@ func (l *tcpLink) send(f *frame) {
 	}
 	plen := f.payloadLen()
 	l.wmu.Lock()
-	f.putHeader(l.hdr[:], plen)
+	if cap(l.wbuf) < 4+headerLen+copyLimit {
+		l.wbuf = make([]byte, 4+headerLen, 4+headerLen+copyLimit)
+	}
+	hdr := l.wbuf[:4+headerLen]
+	f.putHeader(hdr, plen)
 	var err error
-	if plen == 0 {
-		_, err = l.conn.Write(l.hdr[:])
+	if plen <= copyLimit {
+		b := hdr
+		for _, s := range f.segs {
+			b = append(b, s...)
+		}
+		_, err = l.conn.Write(b)
 	} else {
-		bufs := net.Buffers(append(append(l.scratch[:0], l.hdr[:]), f.segs...))
-		_, err = bufs.WriteTo(l.conn)
-		clear(l.scratch[:cap(l.scratch)])
+		l.bufs = append(append(l.bufs[:0], hdr), f.segs...)
+		_, err = l.bufs.WriteTo(l.conn)
+		l.bufs = l.bufs[:0:cap(l.bufs)]
 	}
 	l.wmu.Unlock()
 	if err != nil {
@@ -258,6 +270,7 @@ func (n *Node) readLoop(l *tcpLink, conn net.Conn) {
 	br := bufio.NewReaderSize(conn, 256<<10)
 	var hdr [4 + headerLen]byte
 	var f frame
+	lr := &io.LimitedReader{R: br}
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return
@@ -265,10 +278,10 @@ func (n *Node) readLoop(l *tcpLink, conn net.Conn) {
 		if err := decodeHeader(hdr[:], &f); err != nil || (f.typ != frameRequest && f.typ != frameResponse) {
 			return // a malformed frame ends the link
 		}
-		lr := io.LimitedReader{R: br, N: int64(f.plen)}
-		n.receive(l, &f, &lr)
+		lr.N = int64(f.plen)
+		n.receive(l, &f, lr)
 		if lr.N > 0 {
-			if _, err := io.CopyN(io.Discard, &lr, lr.N); err != nil {
+			if _, err := io.CopyN(io.Discard, lr, lr.N); err != nil {
 				return
 			}
 		}

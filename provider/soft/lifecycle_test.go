@@ -1,0 +1,145 @@
+package soft_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestNoLeaks registers and deregisters 10,000 MRs and creates and destroys
+// 10,000 QPs: the heap must not grow and the node must count nothing live.
+func TestNoLeaks(t *testing.T) {
+	n, err := soft.NewFabric().NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	pd, _ := n.AllocPD()
+	cq, _ := n.CreateCQ(16)
+	blk, err := offheap.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blk.Close()
+	churn := func() {
+		for i := 0; i < 10000; i++ {
+			mr, err := pd.RegMR(blk.Bytes()[i%1000:], verbs.AccessAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			qp, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := qp.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	churn() // warm up maps and pools
+	before := heapInUse()
+	churn()
+	after := heapInUse()
+	t.Logf("heap before %d B, after %d B (10,000 MRs and 10,000 QPs)", before, after)
+	if after > before+256<<10 {
+		t.Errorf("heap grew by %d B", after-before)
+	}
+	if s := n.Stats(); s.MRs != 0 || s.QPs != 0 {
+		t.Errorf("live objects after churn: %+v", s)
+	}
+	cq.Close()
+	if err := pd.Close(); err != nil {
+		t.Errorf("PD close after churn: %v", err)
+	}
+}
+
+// TestDeadPeerRetryExceeded: requests to a node that has gone fail with
+// RETRY_EXC_ERR within the retry timeout, over both wires.
+func TestDeadPeerRetryExceeded(t *testing.T) {
+	for name, mk := range pairs(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t)
+			x, y := connectPair(t, a, b, 4096)
+			b.Close()
+			start := time.Now()
+			wr := verbs.SendWR{ID: 1, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+			if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			wc := waitWC(t, x.cq)
+			if !errors.Is(wc.Err(), verbs.RetryExcErr) {
+				t.Fatalf("got %+v, want RETRY_EXC_ERR", wc)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("took %v; retry timeout is 200ms", d)
+			}
+		})
+	}
+}
+
+// TestBlackHolePeer: a peer whose TCP link is up but that never answers
+// (a hung process) fails requests in flight with RETRY_EXC_ERR.
+func TestBlackHolePeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			go func() { // accept the hello, answer it, then swallow everything
+				buf := make([]byte, 4096)
+				c.Read(buf)
+				ack := make([]byte, 4+64+2)
+				binary.BigEndian.PutUint32(ack, 64+2)
+				ack[4] = 4                             // hello-ack, syndrome 0: accepted
+				binary.BigEndian.PutUint16(ack[68:], 1) // protocol version
+				c.Write(ack)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	x := newSide(t, a, 4096)
+	if err := verbs.Connect(x.qp, verbs.Endpoint{Addr: ln.Addr().String(), QPN: 99}, verbs.Path{}); err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: 4096, RKey: 1}
+	start := time.Now()
+	x.qp.PostSend([]verbs.SendWR{wr})
+	wc := waitWC(t, x.cq)
+	if !errors.Is(wc.Err(), verbs.RetryExcErr) || time.Since(start) > 2*time.Second {
+		t.Fatalf("got %+v after %v, want RETRY_EXC_ERR within the timeout", wc, time.Since(start))
+	}
+}
