@@ -226,3 +226,25 @@ func Pin(buf []byte) (unpin func(), err error) {
 func Addr(buf []byte) uint64 {
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 }
+
+// Slice returns the live off-heap memory at virtual address addr, n bytes
+// long: how a CPU-side copy (an inline send) reads memory named only by its
+// address without trusting that address.
+func Slice(addr uint64, n int) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: negative length %d", ErrNotOffHeap, n)
+	}
+	liveMu.RLock()
+	defer liveMu.RUnlock()
+	p := uintptr(addr)
+	i := sort.Search(len(live), func(i int) bool { return live[i].base() > p }) - 1
+	if i < 0 {
+		return nil, ErrNotOffHeap
+	}
+	b := live[i]
+	off := int(p - b.base())
+	if off+n > len(b.buf) || off+n < off {
+		return nil, ErrNotOffHeap
+	}
+	return b.buf[off : off+n : off+n], nil
+}

@@ -1,0 +1,76 @@
+package offheap_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/krcore/krcore/offheap"
+)
+
+func TestFindAndPin(t *testing.T) {
+	b, err := offheap.Alloc(10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := offheap.Find(make([]byte, 8)); !errors.Is(err, offheap.ErrNotOffHeap) {
+		t.Errorf("heap slice: got %v, want ErrNotOffHeap", err)
+	}
+	blk, off, err := offheap.Find(b.Bytes()[100:200])
+	if err != nil || blk != b || off != 100 {
+		t.Fatalf("Find: %v %d %v", blk, off, err)
+	}
+	s, err := offheap.Slice(offheap.Addr(b.Bytes()[5:]), 10)
+	if err != nil || &s[0] != &b.Bytes()[5] {
+		t.Fatalf("Slice: %v", err)
+	}
+	if _, err := offheap.Slice(offheap.Addr(b.Bytes()[9999:]), 2); !errors.Is(err, offheap.ErrNotOffHeap) {
+		t.Errorf("Slice past the end: got %v", err)
+	}
+	unpin, err := offheap.Pin(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); !errors.Is(err, offheap.ErrPinned) {
+		t.Errorf("Close while pinned: got %v, want ErrPinned", err)
+	}
+	unpin()
+	unpin() // idempotent
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); !errors.Is(err, offheap.ErrClosed) {
+		t.Errorf("second Close: got %v", err)
+	}
+	if _, err := offheap.Alloc(0); err == nil {
+		t.Error("Alloc(0) succeeded")
+	}
+}
+
+func TestSharedMapsSamePages(t *testing.T) {
+	a, err := offheap.AllocShared("test", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := offheap.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), a.FD()), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	copy(a.Bytes(), "shared")
+	if string(b.Bytes()[:6]) != "shared" {
+		t.Fatalf("second mapping sees %q", b.Bytes()[:6])
+	}
+}
+
+func ExampleAlloc() {
+	blk, err := offheap.Alloc(1 << 20)
+	if err != nil {
+		panic(err)
+	}
+	defer blk.Close()
+	fmt.Println(len(blk.Bytes()), blk.FD())
+	// Output: 1048576 -1
+}
