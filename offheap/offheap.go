@@ -34,6 +34,7 @@ var ErrPinned = errors.New("offheap: block is pinned by a registration")
 // Block is one mmap'd range of memory.
 type Block struct {
 	buf  []byte
+	full []byte // the whole page-rounded mapping, for munmap
 	fd   int // memfd, or -1 for anonymous memory
 	name string
 	pins int // registrations holding the block mapped; guarded by liveMu
@@ -53,7 +54,7 @@ func Alloc(size int) (*Block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("offheap: mmap %d bytes: %w", size, err)
 	}
-	return track(&Block{buf: buf[:size:size], fd: -1}), nil
+	return track(&Block{buf: buf[:size:size], full: buf, fd: -1}), nil
 }
 
 // AllocShared maps size bytes backed by a new memfd called name, so the same
@@ -119,7 +120,7 @@ func mapShared(fd, size int) (*Block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("offheap: mmap memfd %d (%d bytes): %w", fd, size, err)
 	}
-	return track(&Block{buf: buf[:size:size], fd: fd}), nil
+	return track(&Block{buf: buf[:size:size], full: buf, fd: fd}), nil
 }
 
 func pageRound(n int) int {
@@ -164,13 +165,13 @@ func (b *Block) Close() error {
 	live = append(live[:i], live[i+1:]...)
 	liveMu.Unlock()
 
-	err := unix.Munmap(b.buf[:pageRound(len(b.buf))])
+	err := unix.Munmap(b.full)
 	if b.fd >= 0 {
 		if cerr := unix.Close(b.fd); err == nil {
 			err = cerr
 		}
 	}
-	b.buf = nil
+	b.buf, b.full = nil, nil
 	if err != nil {
 		return fmt.Errorf("offheap: unmap: %w", err)
 	}
