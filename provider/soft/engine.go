@@ -104,7 +104,7 @@ func (q *qp) build(w *wqe) verbs.Status {
 	case verbs.UD:
 		f.dstQPN, f.rkey = wr.RemoteQPN, wr.QKey
 	case verbs.DCI:
-		f.dstQPN, f.dckey, f.flags = wr.RemoteQPN, wr.DCKey, flagDC
+		f.dstQPN, f.dckey, f.flags, f.gen = wr.RemoteQPN, wr.DCKey, flagDC, q.gen
 	}
 	if wr.Op.HasImm() {
 		f.flags |= flagImm
@@ -318,6 +318,14 @@ func (q *qp) execute(lk link, f *frame, r io.Reader, resp *frame) bool {
 			resp.syn = synDCKey
 			return true
 		}
+		c, ok := q.dcInSequence(lk.peer(), f)
+		if !ok {
+			return false
+		}
+		if resp.syn = q.perform(lk, f, r, resp); resp.syn == synAck {
+			c.expect = (c.expect + 1) & psnMask
+		}
+		return true
 	case verbs.UD:
 		if (q.state != verbs.StateRTR && q.state != verbs.StateRTS) || f.rkey != q.qkey || !f.op.IsSend() {
 			return false

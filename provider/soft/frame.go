@@ -65,6 +65,7 @@ type frame struct {
 	imm    uint32
 	rlen   uint32 // READ length, atomic length
 	dckey  uint64
+	gen    uint32   // DCI incarnation: a DCT sequences each (node, DCI, gen)
 	segs   [][]byte // outbound payload
 	plen   uint32   // payload length (decoded frames)
 	held   []*mr    // MRs the outbound payload points into
@@ -95,7 +96,7 @@ func (f *frame) putHeader(b []byte, plen int) {
 	binary.BigEndian.PutUint32(h[44:], f.imm)
 	binary.BigEndian.PutUint32(h[48:], f.rlen)
 	binary.BigEndian.PutUint64(h[52:], f.dckey)
-	clear(h[60:64])
+	binary.BigEndian.PutUint32(h[60:], f.gen)
 }
 
 // decodeHeader parses the 4-byte length and fixed header in b and checks
@@ -122,6 +123,7 @@ func decodeHeader(b []byte, f *frame) error {
 		imm:    binary.BigEndian.Uint32(h[44:]),
 		rlen:   binary.BigEndian.Uint32(h[48:]),
 		dckey:  binary.BigEndian.Uint64(h[52:]),
+		gen:    binary.BigEndian.Uint32(h[60:]),
 		plen:   n - headerLen,
 	}
 	switch f.typ {

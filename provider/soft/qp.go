@@ -63,6 +63,8 @@ type qp struct {
 	rnrLeft  int
 	nextPSN  uint32 // PSN of the next request posted
 	rqPSN    uint32 // PSN the responder expects next
+	gen      uint32 // DCI: this incarnation's generation
+	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
 
 	sq                 []wqe
 	done, sent, posted uint64 // completed <= transmitted <= posted
@@ -208,6 +210,38 @@ func (q *qp) resetQueues() {
 	q.link = nil
 	clear(q.rq)
 	q.rqHead, q.rqN = 0, 0
+	q.dcSeq = nil
+}
+
+// dcSource names one DCI incarnation sending to a DCT.
+type dcSource struct {
+	addr string
+	qpn  uint32
+}
+
+// dcConn is a DCT's sequencing state for one initiator.
+type dcConn struct {
+	gen    uint32
+	expect uint32
+}
+
+// maxDCSources bounds a DCT's sequencing table; past it the table starts
+// over, which only costs initiators a fresh start.
+const maxDCSources = 1 << 14
+
+// dcInSequence reports whether a DCI request is the next one expected from
+// its sender, starting a new sequence for a new generation; q.mu is held.
+func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
+	src := dcSource{peer, f.srcQPN}
+	c := q.dcSeq[src]
+	if c == nil || c.gen != f.gen {
+		if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
+			q.dcSeq = make(map[dcSource]*dcConn)
+		}
+		c = &dcConn{gen: f.gen, expect: f.psn}
+		q.dcSeq[src] = c
+	}
+	return c, c.expect == f.psn
 }
 
 // Modify applies a state transition.
@@ -270,6 +304,9 @@ func (q *qp) toRTR(a verbs.QPAttr) error {
 }
 
 func (q *qp) toRTS(a verbs.QPAttr) {
+	if q.state == verbs.StateRTR {
+		q.gen = uint32(q.node.keys.next())
+	}
 	q.nextPSN = a.SQPSN & psnMask
 	q.timeout = q.node.cfg.RetryTimeout
 	if a.Timeout > 0 {

@@ -48,13 +48,16 @@
 //	 44    4 immediate data
 //	 48    4 READ length
 //	 52    8 DC access key
-//	 60    4 reserved, zero
+//	 60    4 DCI generation (new each time a DCI reaches RTS)
 //	 64      payload: SEND/WRITE data, READ response data
 //
 // Requests on one QP carry consecutive PSNs; the responder executes only the
 // PSN it expects and drops the rest, so after an RNR NAK the requester goes
 // back to the NAKed message and resends (go-back-N), which keeps RC exactly
-// once. Responses return in request order. A malformed frame closes the link.
+// once. A DCT sequences each initiator the same way: the first request of a
+// DCI generation sets the PSN it expects from that DCI, as the DC connect
+// packet does on hardware, so a request pipelined behind a failed one is
+// never executed. Responses return in request order. A malformed frame closes the link.
 package soft
 
 import (
