@@ -35,7 +35,7 @@ var ErrPinned = errors.New("offheap: block is pinned by a registration")
 type Block struct {
 	buf  []byte
 	full []byte // the whole page-rounded mapping, for munmap
-	fd   int // memfd, or -1 for anonymous memory
+	fd   int    // memfd, or -1 for anonymous memory
 	name string
 	pins int // registrations holding the block mapped; guarded by liveMu
 }

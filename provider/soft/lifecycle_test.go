@@ -115,7 +115,7 @@ func TestBlackHolePeer(t *testing.T) {
 				c.Read(buf)
 				ack := make([]byte, 4+64+2)
 				binary.BigEndian.PutUint32(ack, 64+2)
-				ack[4] = 4                             // hello-ack, syndrome 0: accepted
+				ack[4] = 4                              // hello-ack, syndrome 0: accepted
 				binary.BigEndian.PutUint16(ack[68:], 1) // protocol version
 				c.Write(ack)
 				for {

@@ -61,9 +61,9 @@ type qp struct {
 	timeout  time.Duration // how long a request may wait for its response
 	rnrRetry int
 	rnrLeft  int
-	nextPSN  uint32 // PSN of the next request posted
-	rqPSN    uint32 // PSN the responder expects next
-	gen      uint32 // DCI: this incarnation's generation
+	nextPSN  uint32               // PSN of the next request posted
+	rqPSN    uint32               // PSN the responder expects next
+	gen      uint32               // DCI: this incarnation's generation
 	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
 
 	sq                 []wqe
