@@ -158,9 +158,9 @@ func (b *Block) Close() error {
 		liveMu.Unlock()
 		return ErrClosed
 	}
-	if b.pins > 0 {
+	if pins := b.pins; pins > 0 {
 		liveMu.Unlock()
-		return fmt.Errorf("%w (%d registrations)", ErrPinned, b.pins)
+		return fmt.Errorf("%w (%d registrations)", ErrPinned, pins)
 	}
 	live = append(live[:i], live[i+1:]...)
 	liveMu.Unlock()

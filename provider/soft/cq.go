@@ -41,7 +41,11 @@ func (n *Node) CreateCQ(entries int) (verbs.CQ, error) {
 	if err := n.reserve(&n.counts.cq, n.attr.MaxCQ, "CQ"); err != nil {
 		return nil, err
 	}
-	return &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{}, 1)}, nil
+	c := &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{}, 1)}
+	n.mu.Lock()
+	n.cqs[c] = struct{}{}
+	n.mu.Unlock()
+	return c, nil
 }
 
 func (c *cq) Cap() int { return len(c.ring) }
@@ -123,6 +127,8 @@ func (c *cq) idleErr() error {
 		return errCQOverrun
 	case c.closed:
 		return fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
+	case c.node.closed.Load():
+		return errNodeClosed
 	}
 	return nil
 }
@@ -133,7 +139,7 @@ func (c *cq) Wait(ctx context.Context) error {
 			return nil
 		}
 		c.mu.Lock()
-		if c.n > 0 || c.overrun || c.closed {
+		if c.n > 0 || c.overrun || c.closed || c.node.closed.Load() {
 			c.mu.Unlock()
 			if c.n > 0 {
 				return nil
@@ -148,7 +154,7 @@ func (c *cq) Wait(ctx context.Context) error {
 		}
 		c.mu.Lock()
 		c.waiters--
-		if c.n > 0 || c.overrun || c.closed {
+		if c.n > 0 || c.overrun || c.closed || c.node.closed.Load() {
 			c.wake() // pass the token to the next waiter
 		}
 		c.mu.Unlock()
@@ -170,5 +176,15 @@ func (c *cq) Close() error {
 	c.closed = true
 	c.wake()
 	c.node.release(&c.node.counts.cq)
+	c.node.mu.Lock()
+	delete(c.node.cqs, c)
+	c.node.mu.Unlock()
 	return nil
+}
+
+// wakeAll wakes every waiter, for a closing node.
+func (c *cq) wakeAll() {
+	c.mu.Lock()
+	c.wake()
+	c.mu.Unlock()
 }

@@ -15,6 +15,11 @@ import (
 // number instead of dropping the request as it does for RC.
 const flagDC = 1 << 2
 
+// flagDCConnect marks a DCI request sent with nothing else in flight: like
+// hardware's DC connect, it (re)starts the target's sequencing of this
+// initiator, which may have talked to other targets meanwhile.
+const flagDCConnect = 1 << 3
+
 // pump transmits the send queue in order. Whoever finds the pump idle runs
 // it; other posters only enqueue. On the in-memory wire a request's
 // response is handled inside send, so a post often completes before
@@ -70,6 +75,9 @@ func (q *qp) next() (link, uint64, bool) {
 			q.out.release()
 			q.complete(w, idx, st, 0)
 			continue
+		}
+		if q.typ == verbs.DCI && q.done == idx {
+			q.out.flags |= flagDCConnect
 		}
 		q.sent++
 		if q.done == idx {

@@ -78,6 +78,9 @@ func (n *Node) route(addr string, q *qp) link {
 	if l != nil && !l.to.closed.Load() {
 		return l
 	}
+	if addr == n.addr {
+		return n.memLinkTo(n) // loopback never leaves the NIC
+	}
 	if peer := n.fab.lookup(addr); peer != nil {
 		return n.memLinkTo(peer)
 	}

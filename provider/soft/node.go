@@ -24,8 +24,9 @@ type Node struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup // goroutines the node owns: listener, links, sweeper
 
-	mu     sync.Mutex // guards the counts below
+	mu     sync.Mutex // guards the counts and cqs below
 	counts struct{ pd, cq, mr, qp, srq int }
+	cqs    map[*cq]struct{}
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*mr // by key (lkey == rkey)
@@ -54,7 +55,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 	n := &Node{
 		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr), mtu: cfg.MTU, keys: newKeySource(),
 		start: time.Now(), stop: make(chan struct{}),
-		mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
+		cqs: make(map[*cq]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
 		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}),
 	}
 	// QPNs are 24 bits; start somewhere random so numbers from a restarted
@@ -139,6 +140,15 @@ func (n *Node) Close() error {
 	n.qpMu.RUnlock()
 	for _, q := range qps {
 		q.fail(verbs.WRFlushErr)
+	}
+	n.mu.Lock()
+	cqs := make([]*cq, 0, len(n.cqs))
+	for c := range n.cqs {
+		cqs = append(cqs, c)
+	}
+	n.mu.Unlock()
+	for _, c := range cqs {
+		c.wakeAll()
 	}
 	n.wg.Wait()
 	return nil

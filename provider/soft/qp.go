@@ -234,7 +234,7 @@ const maxDCSources = 1 << 14
 func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
 	src := dcSource{peer, f.srcQPN}
 	c := q.dcSeq[src]
-	if c == nil || c.gen != f.gen {
+	if c == nil || c.gen != f.gen || f.flags&flagDCConnect != 0 {
 		if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
 			q.dcSeq = make(map[dcSource]*dcConn)
 		}

@@ -37,7 +37,8 @@
 //	  2    1 syndrome (response: 0 ACK, 1 RNR NAK, 2 access NAK,
 //	         3 invalid-request NAK, 4 remote-operation NAK, 5 DC key NAK,
 //	         6 no-such-DCT NAK)
-//	  3    1 flags: 1 immediate present, 2 solicited
+//	  3    1 flags: 1 immediate present, 2 solicited, 4 from a DCI,
+//	         8 DC connect
 //	  4    4 destination QPN
 //	  8    4 source QPN
 //	 12    4 PSN (one per message)
@@ -54,10 +55,10 @@
 // Requests on one QP carry consecutive PSNs; the responder executes only the
 // PSN it expects and drops the rest, so after an RNR NAK the requester goes
 // back to the NAKed message and resends (go-back-N), which keeps RC exactly
-// once. A DCT sequences each initiator the same way: the first request of a
-// DCI generation sets the PSN it expects from that DCI, as the DC connect
-// packet does on hardware, so a request pipelined behind a failed one is
-// never executed. Responses return in request order. A malformed frame closes the link.
+// once. A DCT sequences each initiator the same way: a DCI request sent with
+// nothing else in flight carries flag 8 (connect) and sets the PSN the DCT
+// expects from that DCI, as the DC connect packet does on hardware, so a
+// request pipelined behind a failed one is never executed. Responses return in request order. A malformed frame closes the link.
 package soft
 
 import (
