@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// protocolVersion is the control protocol's version; both sides must agree.
+const protocolVersion = 1
+
+// Control operations. The client sends one request at a time and reads the
+// reply; the server never speaks first. Strict request/reply keeps the
+// protocol deadlock-free and lets each side bound every read.
+const (
+	opHello       = "hello"       // -> node address
+	opSetup       = "setup"       // client QP endpoint + test -> server endpoint + MR
+	opRun         = "run"         // two-sided tests: server plays its part, replies when done
+	opTeardown    = "teardown"    // server frees the test's resources
+	opConnCreate  = "conn-create" // connect test: server creates, connects, reports phase times
+	opConnClose   = "conn-close"  // connect test: server frees one connection
+	opRaw         = "raw"         // server opens a TCP listener for the baseline
+	opRawDone     = "raw-done"    // server closes the baseline connection
+	opBye         = "bye"         // end of session
+	maxFrameBytes = 1 << 20       // no control message is anywhere near this
+)
+
+// mrInfo is what the peer needs to name a memory region remotely.
+type mrInfo struct {
+	Addr uint64 `json:"addr"`
+	RKey uint32 `json:"rkey"`
+	Len  int    `json:"len"`
+}
+
+// msg is every control message; unused fields stay empty. One struct keeps
+// the protocol readable in a packet capture and in logs (it is JSON).
+type msg struct {
+	Op  string `json:"op"`
+	Err string `json:"err,omitempty"` // set in a reply: the request failed
+
+	Version int    `json:"version,omitempty"`
+	Node    string `json:"node,omitempty"` // fabric address of the sender's soft RNIC
+	Fabric  string `json:"fabric,omitempty"`
+
+	Test    string  `json:"test,omitempty"`
+	Mode    string  `json:"mode,omitempty"`
+	MaxSize int     `json:"max_size,omitempty"`
+	TxDepth int     `json:"tx_depth,omitempty"`
+	RxDepth int     `json:"rx_depth,omitempty"`
+	Inline  int     `json:"inline,omitempty"`
+	EP      []byte  `json:"ep,omitempty"` // verbs.Endpoint.MarshalBinary
+	MR      *mrInfo `json:"mr,omitempty"`
+
+	Size  int `json:"size,omitempty"`
+	Total int `json:"total,omitempty"` // operations the server takes part in
+
+	// Connect test: how long the server spent creating and connecting, and
+	// the value its MR holds, which the client's first READ must see.
+	CreateNS int64  `json:"create_ns,omitempty"`
+	ModifyNS int64  `json:"modify_ns,omitempty"`
+	Token    uint64 `json:"token,omitempty"`
+
+	Port int `json:"port,omitempty"` // raw: the baseline listener's port
+}
+
+// ctrl is one end of the control connection.
+type ctrl struct {
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+	stop func() bool // undoes the context.AfterFunc that closes conn
+}
+
+// newCtrl wraps conn; cancelling ctx closes it, which unblocks any read.
+func newCtrl(ctx context.Context, conn net.Conn) *ctrl {
+	c := &ctrl{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
+	c.stop = context.AfterFunc(ctx, func() { conn.Close() })
+	return c
+}
+
+func (c *ctrl) Close() error {
+	c.stop()
+	return c.conn.Close()
+}
+
+// send writes one message (a JSON line) within timeout.
+func (c *ctrl) send(m *msg, timeout time.Duration) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("control: encode %s: %w", m.Op, err)
+	}
+	if err := c.conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	c.w.Write(b)
+	c.w.WriteByte('\n')
+	if err := c.w.Flush(); err != nil {
+		return fmt.Errorf("control: send %s to %s: %w", m.Op, c.conn.RemoteAddr(), err)
+	}
+	return nil
+}
+
+// errPeerClosed reports the peer closing the control connection.
+var errPeerClosed = errors.New("control connection closed by peer")
+
+// recv reads one message within timeout.
+func (c *ctrl) recv(timeout time.Duration) (*msg, error) {
+	if err := c.conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	line, err := c.readLine()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("control: %w", errPeerClosed)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, fmt.Errorf("control: peer %s silent for %v: %w", c.conn.RemoteAddr(), timeout, err)
+		}
+		return nil, fmt.Errorf("control: read from %s: %w", c.conn.RemoteAddr(), err)
+	}
+	m := &msg{}
+	if err := json.Unmarshal(line, m); err != nil {
+		return nil, fmt.Errorf("control: malformed message from %s: %w", c.conn.RemoteAddr(), err)
+	}
+	return m, nil
+}
+
+// readLine reads up to '\n', refusing lines longer than maxFrameBytes so a
+// confused peer cannot make us buffer without bound.
+func (c *ctrl) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := c.r.ReadSlice('\n')
+		line = append(line, frag...)
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) > 0 && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if len(line) > maxFrameBytes {
+			return nil, fmt.Errorf("message longer than %d bytes", maxFrameBytes)
+		}
+	}
+}
+
+// remoteError is an error the peer reported in a reply.
+type remoteError struct{ op, text string }
+
+func (e *remoteError) Error() string { return fmt.Sprintf("server failed %s: %s", e.op, e.text) }
+
+// call sends a request and reads its reply, turning a reply's Err into an
+// error.
+func (c *ctrl) call(m *msg, timeout time.Duration) (*msg, error) {
+	if err := c.send(m, timeout); err != nil {
+		return nil, err
+	}
+	return c.reply(m.Op, timeout)
+}
+
+// reply reads the reply to a request op sent earlier.
+func (c *ctrl) reply(op string, timeout time.Duration) (*msg, error) {
+	r, err := c.recv(timeout)
+	if err != nil {
+		return nil, err
+	}
+	if r.Err != "" {
+		return nil, &remoteError{op: op, text: r.Err}
+	}
+	if r.Op != op {
+		return nil, fmt.Errorf("control: got reply %q to request %q", r.Op, op)
+	}
+	return r, nil
+}
+
+// marshalEP encodes a QP's endpoint for the wire.
+func marshalEP(qp verbs.QP) ([]byte, error) {
+	b, err := qp.Endpoint().MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("encode endpoint of QP %d: %w", qp.Num(), err)
+	}
+	return b, nil
+}
+
+// unmarshalEP decodes a peer's endpoint.
+func unmarshalEP(b []byte) (verbs.Endpoint, error) {
+	var ep verbs.Endpoint
+	if err := ep.UnmarshalBinary(b); err != nil {
+		return ep, fmt.Errorf("peer endpoint: %w", err)
+	}
+	return ep, nil
+}

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// listenPrefix starts the line a server prints once it accepts clients;
+// the demo reads the address from it.
+const listenPrefix = "krbench server listening on "
+
+// runServer serves clients one at a time until ctx ends (SIGINT), or after
+// the first client with -once.
+func runServer(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.bind, strconv.Itoa(cfg.port)))
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s%s\n", listenPrefix, ln.Addr())
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "krbench server: "+format+"\n", a...) }
+	return serve(ctx, cfg, tcpFabric{listen: cfg.fabricAddr}, ln, cfg.once, logf)
+}
+
+// serve accepts control connections on ln and runs one session at a time;
+// a client arriving while another is served is told the server is busy,
+// because two benchmarks sharing two cores would measure each other.
+func serve(ctx context.Context, cfg *config, fab fabric, ln net.Listener, once bool, logf func(string, ...any)) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+
+	conns := make(chan net.Conn)
+	acceptErr := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				close(conns)
+				return
+			}
+			conns <- c
+		}
+	}()
+
+	var done chan error // non-nil while a session runs
+	var sessionErr error
+	for {
+		select {
+		case c, ok := <-conns:
+			if !ok {
+				if done != nil {
+					sessionErr = <-done
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("server: accept: %w", <-acceptErr)
+			}
+			if done != nil {
+				go refuse(c, cfg.timeout)
+				continue
+			}
+			logf("client %s connected", c.RemoteAddr())
+			done = make(chan error, 1)
+			go func() { done <- serveSession(ctx, cfg, fab, c, logf) }()
+		case sessionErr = <-done:
+			done = nil
+			if sessionErr != nil {
+				logf("session ended: %v", sessionErr)
+			} else {
+				logf("session ended")
+			}
+			if once {
+				return sessionErr
+			}
+		}
+	}
+}
+
+// refuse tells a second client the server is busy.
+func refuse(c net.Conn, timeout time.Duration) {
+	defer c.Close()
+	ctl := newCtrl(context.Background(), c)
+	ctl.send(&msg{Op: opHello, Err: "server busy with another client; try again later"}, timeout)
+}
+
+// session is the server's state for one client.
+type session struct {
+	ctx  context.Context
+	cfg  *config
+	fab  fabric
+	ctl  *ctrl
+	logf func(string, ...any)
+
+	dev  verbs.Device
+	ep   *endpoint      // the current test's objects
+	conn *endpoint      // the connect test's current connection
+	cbuf *offheap.Block // the connect test's MR memory, allocated once
+
+	rawLn   net.Listener
+	rawWG   sync.WaitGroup
+	rawMu   sync.Mutex
+	rawConn net.Conn
+}
+
+// serveSession answers one client's requests until it says bye, goes away,
+// or ctx ends.
+func serveSession(ctx context.Context, cfg *config, fab fabric, conn net.Conn, logf func(string, ...any)) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &session{ctx: ctx, cfg: cfg, fab: fab, ctl: newCtrl(ctx, conn), logf: logf}
+	defer func() {
+		if cerr := s.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	for {
+		m, err := s.ctl.recv(cfg.idle)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // shutting down
+			}
+			return err
+		}
+		reply, herr := s.handle(m)
+		if herr != nil {
+			logf("%s: %v", m.Op, herr)
+			reply = &msg{Op: m.Op, Err: herr.Error()}
+		}
+		if err := s.ctl.send(reply, cfg.timeout); err != nil {
+			return err
+		}
+		if m.Op == opBye {
+			return nil
+		}
+	}
+}
+
+// Limits on what a client may ask of the server: it allocates memory and
+// queues on the client's say-so.
+const (
+	maxDepth = 8192
+)
+
+func (s *session) handle(m *msg) (*msg, error) {
+	if m.Op != opHello && m.Op != opBye && s.dev == nil {
+		return nil, fmt.Errorf("%s before hello", m.Op)
+	}
+	switch m.Op {
+	case opHello:
+		if m.Version != protocolVersion {
+			return nil, fmt.Errorf("client speaks control protocol %d, server %d: use the same krbench on both sides", m.Version, protocolVersion)
+		}
+		if m.Fabric != s.fab.placement() {
+			return nil, fmt.Errorf("client wants a %s fabric, this server runs %s", m.Fabric, s.fab.placement())
+		}
+		if s.dev == nil {
+			dev, err := s.fab.newNode("server")
+			if err != nil {
+				return nil, err
+			}
+			s.dev = dev
+		}
+		return &msg{Op: opHello, Version: protocolVersion, Node: s.dev.Port().Addr, Fabric: s.fab.placement()}, nil
+
+	case opSetup:
+		if err := s.closeEP(); err != nil {
+			return nil, err
+		}
+		if m.MaxSize < 1 || m.MaxSize > maxSize || m.TxDepth < 1 || m.TxDepth > maxDepth || m.RxDepth < 0 || m.RxDepth > maxDepth {
+			return nil, fmt.Errorf("setup: size %d (max %d) or depths %d/%d (max %d) out of range", m.MaxSize, maxSize, m.TxDepth, m.RxDepth, maxDepth)
+		}
+		remote, err := unmarshalEP(m.EP)
+		if err != nil {
+			return nil, err
+		}
+		// The server sends only in the SEND tests (echoes), and receives
+		// only there; its QP is otherwise a pure responder.
+		sh := qpShape{sendDepth: m.TxDepth, recvDepth: 1, inline: m.Inline}
+		if m.Test == testSend {
+			sh.recvDepth = m.RxDepth
+		}
+		ep, err := newEndpoint(s.dev, nil, m.MaxSize, sh)
+		if err != nil {
+			return nil, err
+		}
+		s.ep = ep
+		if err := ep.connect(remote); err != nil {
+			return nil, err
+		}
+		if m.Test == testSend {
+			// Before replying: the client may SEND as soon as it has our
+			// endpoint, and an RC SEND needs a posted receive. (A QP takes
+			// receives from INIT on; Connect has passed it.)
+			if err := ep.postRecvs(m.RxDepth); err != nil {
+				return nil, err
+			}
+		}
+		b, err := marshalEP(ep.qp)
+		if err != nil {
+			return nil, err
+		}
+		return &msg{Op: opSetup, EP: b, MR: ep.info()}, nil
+
+	case opRun:
+		if s.ep == nil {
+			return nil, errors.New("run before setup")
+		}
+		if m.Size < 1 || m.Size > s.ep.mr.Len() || m.Total < 1 {
+			return nil, fmt.Errorf("run: size %d (MR %d B) or count %d out of range", m.Size, s.ep.mr.Len(), m.Total)
+		}
+		ctx, stop := s.watchPeer()
+		defer stop()
+		p := newPoller(ctx, s.ep.cq, s.cfg.spinFor(s.fab.placement()), s.cfg.timeout, s.fab.placement())
+		defer p.close()
+		var err error
+		switch {
+		case m.Test == testSend && m.Mode == modeLat:
+			err = s.ep.echo(p, m.Size, m.Total)
+		case m.Test == testSend && m.Mode == modeBW:
+			err = s.ep.sink(p, m.Total)
+		default:
+			err = fmt.Errorf("run: the server takes no part in %s %s", m.Test, m.Mode)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &msg{Op: opRun}, nil
+
+	case opTeardown:
+		return &msg{Op: opTeardown}, s.closeEP()
+
+	case opConnCreate:
+		return s.connCreate(m)
+
+	case opConnClose:
+		err := s.closeConn()
+		return &msg{Op: opConnClose}, err
+
+	case opRaw:
+		return s.rawOpen()
+
+	case opRawDone:
+		return &msg{Op: opRawDone}, s.rawClose()
+
+	case opBye:
+		return &msg{Op: opBye}, nil
+	}
+	return nil, fmt.Errorf("unknown request %q", m.Op)
+}
+
+// watchPeer returns a context that ends when the client hangs up during a
+// run, so a client killed mid-test frees the server at once instead of
+// after -timeout. The client sends nothing while a run lasts, so a read
+// that returns means the connection ended. stop ends the watch and must
+// be called before the next request is read.
+func (s *session) watchPeer() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := s.ctl.r.Peek(1)
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			cancel()
+		}
+	}()
+	return ctx, func() {
+		// A deadline in the past wakes the watcher's read; recv sets a
+		// fresh deadline for the next request.
+		s.ctl.conn.SetReadDeadline(time.Now())
+		<-done
+		cancel()
+	}
+}
+
+// connSize is the connect test's MR: enough for the proving READ.
+const connSize = 4096
+
+// connCreate is the server's part of one timed connection: create PD, CQ,
+// QP and MR, connect the QP to the client's, and say how long each took so
+// the client can split the round trip into phases.
+func (s *session) connCreate(m *msg) (*msg, error) {
+	if err := s.closeConn(); err != nil {
+		return nil, err
+	}
+	remote, err := unmarshalEP(m.EP)
+	if err != nil {
+		return nil, err
+	}
+	if s.cbuf == nil {
+		if s.cbuf, err = allocBuf(connSize); err != nil {
+			return nil, err
+		}
+	}
+	// The value the client's first READ must find: it proves the READ
+	// reached this connection's MR, not stale memory.
+	binary.LittleEndian.PutUint64(s.cbuf.Bytes(), m.Token)
+
+	t0 := time.Now()
+	ep, err := newEndpoint(s.dev, s.cbuf, connSize, qpShape{sendDepth: 4, recvDepth: 1})
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	s.conn = ep
+	if err := ep.connect(remote); err != nil {
+		return nil, err
+	}
+	t2 := time.Now()
+	b, err := marshalEP(ep.qp)
+	if err != nil {
+		return nil, err
+	}
+	return &msg{Op: opConnCreate, EP: b, MR: ep.info(), CreateNS: int64(t1.Sub(t0)), ModifyNS: int64(t2.Sub(t1))}, nil
+}
+
+func (s *session) closeEP() error {
+	if s.ep == nil {
+		return nil
+	}
+	err := s.ep.close()
+	s.ep = nil
+	return err
+}
+
+func (s *session) closeConn() error {
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.close()
+	s.conn = nil
+	return err
+}
+
+// close releases everything the session made.
+func (s *session) close() error {
+	errs := []error{s.rawClose(), s.closeEP(), s.closeConn()}
+	if s.cbuf != nil {
+		errs = append(errs, s.cbuf.Close())
+	}
+	if s.dev != nil {
+		errs = append(errs, s.dev.Close())
+	}
+	s.ctl.Close()
+	return errors.Join(errs...)
+}

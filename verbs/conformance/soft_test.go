@@ -1,0 +1,58 @@
+package conformance_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+	"github.com/krcore/krcore/verbs/conformance"
+)
+
+// retryTimeout keeps the link-death tests short.
+const retryTimeout = 200 * time.Millisecond
+
+// killNode breaks the link for good by stopping b's RNIC: a then hears
+// nothing from it, as when a cable or host dies. (Node.BreakLinks would
+// let later requests dial a new TCP link.)
+func killNode(_, b verbs.Device) error { return b.(*soft.Node).Close() }
+
+// TestSoftMem runs the suite on two soft nodes joined by the in-memory
+// wire.
+func TestSoftMem(t *testing.T) {
+	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
+		fab := soft.NewFabric()
+		return newNode(t, fab, soft.Config{}), newNode(t, fab, soft.Config{})
+	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode})
+}
+
+// TestSoftTCP runs the suite on two soft nodes that reach each other only
+// over TCP on loopback, as nodes in two processes do.
+func TestSoftTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("TCP run skipped in -short mode")
+	}
+	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
+		cfg := soft.Config{Listen: "127.0.0.1:0"}
+		return newNode(t, nil, cfg), newNode(t, nil, cfg)
+	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode})
+}
+
+// newNode starts a soft node on fab, or on no fabric (TCP only) if nil.
+func newNode(t testing.TB, fab *soft.Fabric, cfg soft.Config) *soft.Node {
+	t.Helper()
+	cfg.RetryTimeout = retryTimeout
+	var (
+		n   *soft.Node
+		err error
+	)
+	if fab != nil {
+		n, err = fab.NewNode(cfg)
+	} else {
+		n, err = soft.NewNode(cfg)
+	}
+	if err != nil {
+		t.Fatalf("soft node: %v", err)
+	}
+	return n
+}
