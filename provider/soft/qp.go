@@ -50,6 +50,7 @@ type qp struct {
 
 	deadline atomic.Int64  // when the oldest outstanding request expires; 0 if none
 	tail     atomic.Uint64 // send queue slots below tail are free (retired by Poll)
+	sqGen    atomic.Uint64 // send queue incarnation: bumped by every reset
 
 	mu       sync.Mutex
 	state    verbs.QPState
@@ -201,6 +202,7 @@ func (q *qp) Close() error {
 func (q *qp) resetQueues() {
 	clear(q.sq)
 	q.done, q.sent, q.posted = 0, 0, 0
+	q.sqGen.Add(1)
 	q.tail.Store(0)
 	q.deadline.Store(0)
 	q.rnrWait = false
@@ -409,9 +411,21 @@ func (q *qp) copyInline(w *wqe, wr *verbs.SendWR) error {
 	return nil
 }
 
-// retire frees send queue slots up to and including idx: called by Poll for
-// each send completion it returns, as mlx5 advances its SQ tail.
-func (q *qp) retire(idx uint64) {
+// sqIdxBits holds a send queue index in a completion's retirement tag; the
+// bits above hold the queue's incarnation.
+const sqIdxBits = 40
+
+// retireTag names send queue slot idx of the current incarnation.
+func (q *qp) retireTag(idx uint64) uint64 { return q.sqGen.Load()<<sqIdxBits | idx }
+
+// retire frees send queue slots up to and including the tagged one: called
+// by Poll for each send completion it returns, as mlx5 advances its SQ
+// tail. Completions from before a reset free nothing.
+func (q *qp) retire(tag uint64) {
+	if tag>>sqIdxBits != q.sqGen.Load()&(1<<(64-sqIdxBits)-1) {
+		return
+	}
+	idx := tag & (1<<sqIdxBits - 1)
 	for {
 		t := q.tail.Load()
 		if idx+1 <= t || q.tail.CompareAndSwap(t, idx+1) {
@@ -441,7 +455,7 @@ func (q *qp) pushSend(w *wqe, idx uint64, st verbs.Status, byteLen uint32) bool 
 	if st == verbs.Success {
 		wc.Op = verbs.CompletionOf(w.wr.Op)
 	}
-	if !q.scq.push(cqe{wc: wc, q: q, sqIdx: idx}) {
+	if !q.scq.push(cqe{wc: wc, q: q, sqIdx: q.retireTag(idx)}) {
 		q.state = verbs.StateErr
 		return false
 	}

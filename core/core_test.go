@@ -1,0 +1,443 @@
+package core_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+func start(t *testing.T, nodes int, rc core.Config) *cluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rc.Path.Timeout == 0 {
+		rc.Path = verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
+	}
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// serve exports a region of size bytes on rt as name.
+func serve(t *testing.T, rt *core.Runtime, name string, size int) *core.MR {
+	t.Helper()
+	mr, err := rt.RegMR(size, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Export(name, mr, 0, size, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	return mr
+}
+
+func mustQueue(t *testing.T, rt *core.Runtime, node core.NodeID, opts ...core.ConnectOption) *core.Queue {
+	t.Helper()
+	q, err := rt.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(ctx(t), node, opts...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+func pop1(t *testing.T, q *core.Queue) core.Completion {
+	t.Helper()
+	var out [1]core.Completion
+	if _, err := q.PopWait(ctx(t), out[:]); err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
+func TestOneSided(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	remote := serve(t, b, "data", 4096)
+	copy(remote.Bytes()[100:], "from b")
+	q := mustQueue(t, a, 2)
+	g, err := a.Region(ctx(t), 2, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := a.RegMR(4096, verbs.AccessAll)
+	reqs := []core.Request{
+		{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 6), Remote: g.At(100)},
+		{ID: 2, Op: verbs.OpWrite, Local: local.Range(0, 6), Remote: g.At(200)},
+		{ID: 3, Op: verbs.OpFetchAdd, Local: local.Range(8, 8), Remote: g.At(512), Compare: 5},
+		{ID: 4, Op: verbs.OpCompareSwap, Local: local.Range(16, 8), Remote: g.At(512), Compare: 5, Swap: 9},
+	}
+	if _, err := q.Push(ctx(t), true, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		if wc := pop1(t, q); wc.ID != uint64(i+1) || wc.Status != verbs.Success {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if string(local.Bytes()[:6]) != "from b" || string(remote.Bytes()[200:206]) != "from b" {
+		t.Fatal("READ or WRITE did not move the data")
+	}
+	if binary.LittleEndian.Uint64(remote.Bytes()[512:]) != 9 || binary.LittleEndian.Uint64(local.Bytes()[16:]) != 5 {
+		t.Fatal("atomics wrong")
+	}
+	if _, err := a.Region(ctx(t), 2, "nope"); !errors.Is(err, core.ErrNoRegion) {
+		t.Fatalf("unknown region: %v", err)
+	}
+}
+
+func TestTwoSided(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	srv, _ := b.Queue()
+	defer srv.Close()
+	if err := srv.Bind(7); err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := b.RegMR(4096, verbs.AccessLocalWrite)
+	srv.PushRecv(buf.Range(0, 64), buf.Range(64, 64))
+	cli := mustQueue(t, a, 2, core.ToPort(7))
+	if err := cli.Bind(8); err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
+	copy(msg.Bytes(), "ping")
+	cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
+	if wc := pop1(t, cli); wc.Status != verbs.Success {
+		t.Fatalf("send: %+v", wc)
+	}
+	var m [1]core.Message
+	if _, err := srv.PopMsgsWait(ctx(t), m[:]); err != nil {
+		t.Fatal(err)
+	}
+	got := m[0]
+	if got.From != 1 || got.Port != 8 || got.Len != 4 || !got.HasImm || got.Imm != 42 || got.Buf == nil || string(buf.Bytes()[:4]) != "ping" {
+		t.Fatalf("message %+v %q", got, buf.Bytes()[:4])
+	}
+	if err := srv.Bind(9); !errors.Is(err, core.ErrPortInUse) {
+		t.Errorf("second bind: %v", err)
+	}
+	other, _ := b.Queue()
+	defer other.Close()
+	if err := other.Bind(7); !errors.Is(err, core.ErrPortInUse) {
+		t.Errorf("port taken twice: %v", err)
+	}
+}
+
+// TestSharedQPIsolation: 64 VQs in 8 goroutines share one DCI; each sees
+// exactly its own completions, in order.
+func TestSharedQPIsolation(t *testing.T) {
+	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: 8})
+	a, b := c.Node(1), c.Node(2)
+	remote := serve(t, b, "ctr", 64*8)
+	g, err := a.Region(ctx(t), 2, "ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vqs, perVQ = 64, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, vqs)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for v := w; v < vqs; v += 8 {
+				errs <- runVQ(t, a, g, v, perVQ)
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for v := 0; v < vqs; v++ {
+		if n := binary.LittleEndian.Uint64(remote.Bytes()[v*8:]); n != perVQ {
+			t.Errorf("VQ %d counter %d, want %d", v, n, perVQ)
+		}
+	}
+}
+
+// runVQ pushes n FAAs (every third unsignaled) on its own counter and checks
+// it gets back exactly the signaled ones, in order.
+func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
+	q, err := rt.Queue()
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.Connect(ctx(t), g.Node); err != nil {
+		return err
+	}
+	local, _ := rt.RegMR(8*n, verbs.AccessAll)
+	defer rt.Deregister(local)
+	var want []uint64
+	out := make([]core.Completion, 16)
+	check := func(k int) error {
+		for _, wc := range out[:k] {
+			if len(want) == 0 || wc.ID != want[0] || wc.Status != verbs.Success {
+				return fmt.Errorf("VQ %d: got completion %#x %s, want %#x", v, wc.ID, wc.Status, want)
+			}
+			want = want[1:]
+		}
+		return nil
+	}
+	for i := 0; i < n; i++ {
+		id := uint64(v)<<32 | uint64(i)
+		r := core.Request{ID: id, Op: verbs.OpFetchAdd, Local: local.Range(8*i, 8), Remote: g.At(uint64(8 * v)), Compare: 1, Unsignaled: i%3 == 1 && i != n-1}
+		if !r.Unsignaled {
+			want = append(want, id)
+		}
+		for {
+			_, err := q.Push(ctx(t), false, r)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, core.ErrNoCredit) {
+				return fmt.Errorf("VQ %d push %d: %w", v, i, err)
+			}
+			k, err := q.PopWait(ctx(t), out) // a full queue: make room
+			if err != nil {
+				return fmt.Errorf("VQ %d: %w %s", v, err, core.DebugState(q))
+			}
+			if err := check(k); err != nil {
+				return err
+			}
+		}
+	}
+	for len(want) > 0 {
+		k, err := q.PopWait(ctx(t), out)
+		if err != nil {
+			return fmt.Errorf("VQ %d: %w (%d completions missing) %s", v, err, len(want), core.DebugState(q))
+		}
+		if err := check(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestMalformedNeighbours: VQs pushing random malformed requests share the
+// QP with VQs doing correct work; the correct ones never fail.
+func TestMalformedNeighbours(t *testing.T) {
+	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+	a, b := c.Node(1), c.Node(2)
+	serve(t, b, "ctr", 4096)
+	g, _ := a.Region(ctx(t), 2, "ctr")
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			fuzzVQ(t, a, g, seed, stop)
+		}(uint64(i))
+	}
+	errs := make(chan error, 8)
+	var good sync.WaitGroup
+	for v := 0; v < 8; v++ {
+		good.Add(1)
+		go func(v int) {
+			defer good.Done()
+			errs <- runVQ(t, a, g, v, 300)
+		}(v)
+	}
+	good.Wait()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if a.Stats().Refusals == 0 {
+		t.Error("no request was refused: the fuzzer did not fuzz")
+	}
+}
+
+// fuzzVQ pushes random, mostly malformed requests until stop.
+func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop chan struct{}) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	q, _ := rt.Queue()
+	defer q.Close()
+	q.Connect(ctx(t), g.Node)
+	mine, _ := rt.RegMR(256, verbs.AccessAll)
+	ro, _ := rt.RegMR(256, 0)
+	ops := []verbs.Opcode{0, 99, verbs.OpRead, verbs.OpWrite, verbs.OpFetchAdd, verbs.OpCompareSwap, verbs.OpSend, verbs.OpWriteImm}
+	out := make([]core.Completion, 32)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		mr := []*core.MR{mine, ro, nil}[r.IntN(3)]
+		req := core.Request{Op: ops[r.IntN(len(ops))], Local: core.Local{MR: mr, Off: r.IntN(300) - 20, Len: r.IntN(300)},
+			Remote: g.At(uint64(r.IntN(5000))), Compare: 1}
+		if r.IntN(4) == 0 {
+			req.Remote.Region = nil
+		}
+		if _, err := q.Push(ctx(t), false, req); err != nil && !errors.Is(err, core.ErrNoCredit) {
+			t.Errorf("fuzzer push: %v", err)
+			return
+		}
+		q.Pop(out)
+	}
+}
+
+// TestRevokedRegion: a region deregistered mid-traffic fails only the VQs
+// that touch it; the shared QP recovers and the rest carry on.
+func TestRevokedRegion(t *testing.T) {
+	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+	a, b := c.Node(1), c.Node(2)
+	serve(t, b, "keep", 4096)
+	doomed := serve(t, b, "doomed", 4096)
+	keep, _ := a.Region(ctx(t), 2, "keep")
+	gone, _ := a.Region(ctx(t), 2, "doomed")
+	victim := mustQueue(t, a, 2)
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	read := func(q *core.Queue, g *core.Region) core.Completion {
+		q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
+		return pop1(t, q)
+	}
+	if wc := read(victim, gone); wc.Status != verbs.Success {
+		t.Fatalf("before revoke: %+v", wc)
+	}
+	errs := make(chan error, 4)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for v := 0; v < 4; v++ {
+		wg.Add(1)
+		go func(v int) {
+			defer wg.Done()
+			q, _ := a.Queue()
+			defer q.Close()
+			q.Connect(ctx(t), 2)
+			mine, _ := a.RegMR(8, verbs.AccessAll)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mine.Range(0, 8), Remote: keep.At(8)})
+				if wc := pop1(t, q); wc.Status != verbs.Success {
+					errs <- fmt.Errorf("innocent VQ %d: %+v", v, wc)
+					return
+				}
+			}
+		}(v)
+	}
+	b.Deregister(doomed)
+	if wc := read(victim, gone); wc.Status != verbs.RemAccessErr {
+		t.Errorf("after revoke: %+v, want REM_ACCESS_ERR", wc)
+	}
+	if wc := read(victim, keep); wc.Status != verbs.Success {
+		t.Errorf("victim's next request: %+v", wc)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if a.Stats().Recoveries == 0 {
+		t.Error("no recovery counted")
+	}
+}
+
+// TestPeerKilled: VQs to a dead node fail within the timeout; nothing hangs
+// and VQs to other nodes are unaffected.
+func TestPeerKilled(t *testing.T) {
+	c := start(t, 3, core.Config{DCIs: 1, RCPeers: -1})
+	a := c.Node(1)
+	serve(t, c.Node(2), "r", 64)
+	serve(t, c.Node(3), "r", 64)
+	g2, _ := a.Region(ctx(t), 2, "r")
+	g3, _ := a.Region(ctx(t), 3, "r")
+	q2, q3 := mustQueue(t, a, 2), mustQueue(t, a, 3)
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	c.Node(3).Close()
+	c.Devices[2].Close()
+	start := time.Now()
+	q3.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)})
+	q2.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: g2.At(0)})
+	if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
+		t.Errorf("dead peer: %+v", wc)
+	}
+	if wc := pop1(t, q2); wc.Status != verbs.Success {
+		t.Errorf("live peer: %+v", wc)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+// TestChurnDCtoRC: traffic hot enough to build RC QPs while the budget
+// forces evictions back to DC; under -race, no request is lost or
+// reordered.
+func TestChurnDCtoRC(t *testing.T) {
+	c := start(t, 4, core.Config{DCIs: 2, RCPeers: 1, HotOps: 50, HotWindow: 2 * time.Millisecond, ColdWindows: 3})
+	a := c.Node(1)
+	var gs []*core.Region
+	for n := core.NodeID(2); n <= 4; n++ {
+		serve(t, c.Node(n), "ctr", 64*8)
+		g, err := a.Region(ctx(t), n, "ctr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for v := 0; v < 12; v++ {
+		wg.Add(1)
+		go func(v int) {
+			defer wg.Done()
+			for round := 0; round < 3; round++ {
+				if err := runVQ(t, a, gs[(v+round)%3], v, 400); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(v)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	s := a.Stats()
+	t.Logf("stats: %+v", s)
+	if s.RCBuilt == 0 {
+		t.Error("no RC QP was built")
+	}
+}

@@ -1,0 +1,41 @@
+// Package core is the KRCore runtime: a node-level layer that shares a small
+// set of RDMA queue pairs among every goroutine (and, through krcored, every
+// process) on the node, and connects to any other node in microseconds.
+//
+// # Model
+//
+// A Runtime owns one device and everything shared on the node: a DC target
+// (DCT) registered in the MetaServer, a pool of DC initiators (DCIs, one per
+// core by default), an RC pool keyed by peer, the virtual-queue table and a
+// meta cache. Users work with virtual queues (Queue): each behaves like one
+// private RC QP (its requests complete in order, it sees only its own
+// completions, with verbs' status names) while the runtime multiplexes all
+// VQs onto the shared QPs.
+//
+// Connect costs no handshake: the peer's DC target (address, DCT number, DC
+// key) comes from the meta cache (warm) or one RDMA READ of the MetaServer
+// (cold). Traffic starts on the VQ's DCI; when a peer is hot the runtime
+// builds an RC QP to it in the background and moves its VQs over once their
+// DC requests have drained, so nothing is lost or reordered; under the
+// per-node budget (K QPs for each of N peers) cold RC QPs go back to DC.
+//
+// # Protection
+//
+// A shared QP is fragile: one bad request moves it to the error state and
+// flushes everyone's work. The runtime therefore checks every request
+// before it reaches a shared QP (local range inside the caller's MR with the
+// needed access, remote range inside a granted region with its access,
+// opcode valid for the connection, sizes and alignment) and refuses it with
+// an error completion to that VQ only. Per-VQ credits bound what a VQ may
+// have outstanding, and physical QPs are signaled often enough that their
+// send queues never fill. A QP that errors anyway (a region revoked, a peer
+// gone) is reset and reconnected: only the culprit's requests fail, every
+// other VQ's requests are reposted in order.
+//
+// # Completions
+//
+// There are no background pollers: Pop and PopWait poll the node's single
+// completion queue themselves and dispatch what they find to every VQ
+// (wr_id carries the VQ). A waiter spins briefly, then sleeps; one sleeper
+// at a time waits on the completion queue for everyone.
+package core

@@ -1,0 +1,238 @@
+package core
+
+import (
+	"encoding/binary"
+	"sync"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// hdrLen is the header the runtime puts before every two-sided message:
+// sender node (8), sender port (4), user immediate (4).
+const hdrLen = 16
+
+// rec is one request on a physical QP, kept until it completes so it can be
+// reposted if another VQ's request breaks the QP.
+type rec struct {
+	q        *Queue
+	seq      uint64 // the VQ's sequence number
+	op       verbs.Opcode
+	signaled bool // the user asked for a completion
+	target   *target
+	local    verbs.SGE
+	hasLocal bool
+	raddr    uint64
+	rkey     uint32
+	imm      uint32
+	cmp      uint64
+	swap     uint64
+	dstPort  uint32
+	msgImm   bool // a user SEND_WITH_IMM: imm travels in the header
+}
+
+// pqp is a physical QP shared by many VQs: a DCI of the pool, or an RC QP
+// to one peer. Requests are posted in order; wr_id carries the VQ id and
+// the physical sequence number, and a completion retires every earlier
+// request (unsignaled ones included) because the QP completes in order.
+type pqp struct {
+	rt *Runtime
+	qp verbs.QP
+	rc *peer // the peer of an RC QP; nil for a DCI
+	// remoteQPN is the peer's end of an RC QP.
+	remoteQPN uint32
+	depth     int
+	hdr       *MR // depth header slots for two-sided messages
+
+	mu          sync.Mutex
+	recs        []rec // in flight, ring of depth
+	base        uint64
+	n           int
+	next        uint64 // sequence number of the next post
+	backlog     []rec  // waiting for a free slot or for recovery
+	sinceSignal int
+	broken      bool // recovering: everything waits in the backlog
+	dead        bool
+	destroyed   bool
+	// An evicted RC QP closes when both ends have drained.
+	localDrained, remoteDrained bool
+	wrs                         []verbs.SendWR // scratch for posting
+	sges                        []verbs.SGE    // scratch SGEs, two per request at most
+}
+
+func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
+	hdr, err := rt.RegMR(depth*hdrLen, verbs.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	return &pqp{rt: rt, qp: qp, rc: rc, depth: depth, hdr: hdr, recs: make([]rec, depth),
+		wrs: make([]verbs.SendWR, 0, depth), sges: make([]verbs.SGE, 0, 2*depth)}, nil
+}
+
+// post queues records and posts what fits in the send queue. It returns
+// the records it could not take because the QP is gone for good; the
+// caller fails them (it may hold their VQ's lock, which post never takes).
+func (p *pqp) post(rs []rec) []rec {
+	p.mu.Lock()
+	if p.dead && p.rc != nil && len(rs) > 0 {
+		// An RC QP evicted while a VQ was choosing it: DC still works.
+		p.mu.Unlock()
+		d := p.rt.dcis
+		return d[int(rs[0].q.id)%len(d)].post(rs)
+	}
+	p.backlog = append(p.backlog, rs...)
+	lost := p.drainLocked()
+	p.mu.Unlock()
+	return lost
+}
+
+// drainLocked posts backlog records while the send queue has room. It
+// returns records it could not post because the QP is gone.
+func (p *pqp) drainLocked() []rec {
+	if p.dead {
+		lost := p.backlog
+		p.backlog = nil
+		return lost
+	}
+	if p.broken || len(p.backlog) == 0 {
+		return nil
+	}
+	k := min(len(p.backlog), p.depth-p.n)
+	if k == 0 {
+		return nil
+	}
+	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
+	for i := 0; i < k; i++ {
+		r := p.backlog[i]
+		seq := p.next
+		p.next++
+		p.recs[(seq)%uint64(p.depth)] = r
+		p.n++
+		p.wrs = append(p.wrs, p.wr(&r, seq, i == k-1))
+	}
+	p.backlog = append(p.backlog[:0], p.backlog[k:]...)
+	if _, err := p.qp.PostSend(p.wrs); err != nil {
+		// The QP refused (it broke meanwhile); the records stay in flight
+		// and complete through recovery when the error completion arrives.
+		p.rt.count(&p.rt.stats.postErrors)
+		p.rt.log.Debug("post refused", "qpn", p.qp.Num(), "err", err)
+	}
+	return nil
+}
+
+// wr builds the work request for record r at physical sequence seq. The
+// last request of every posting is signaled, whatever its VQ asked: an
+// unsignaled request completes only when a later signaled one does, and
+// nothing may follow it (the VQ may be waiting to switch routes).
+func (p *pqp) wr(r *rec, seq uint64, last bool) verbs.SendWR {
+	wr := verbs.SendWR{
+		ID: uint64(r.q.id)<<32 | seq&0xffffffff, Op: r.op, RemoteAddr: r.raddr, RKey: r.rkey,
+		Imm: r.imm, CompareAdd: r.cmp, Swap: r.swap,
+	}
+	start := len(p.sges)
+	p.sinceSignal++
+	if r.signaled || last || p.sinceSignal >= p.depth/2 {
+		wr.Flags |= verbs.Signaled
+		p.sinceSignal = 0
+	}
+	if r.op.IsSend() {
+		slot := int(seq%uint64(p.depth)) * hdrLen
+		h := p.hdr.Bytes()[slot : slot+hdrLen]
+		binary.LittleEndian.PutUint64(h, p.rt.node)
+		binary.LittleEndian.PutUint32(h[8:], r.q.port.Load())
+		binary.LittleEndian.PutUint32(h[12:], r.imm)
+		wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
+		if r.msgImm {
+			wr.Imm |= portHasImm
+		}
+		p.sges = append(p.sges, p.hdr.Range(slot, hdrLen).sge())
+	}
+	if r.hasLocal {
+		p.sges = append(p.sges, r.local)
+	}
+	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
+	if p.rc == nil {
+		t := r.target
+		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
+	}
+	return wr
+}
+
+// portHasImm flags, in a message's immediate, that the user's immediate in
+// the header is meaningful.
+const portHasImm = 1 << 31
+
+// finished is a VQ request's outcome, reported after the pqp lock is
+// released (a VQ's lock is never taken under a pqp's).
+type finished struct {
+	q      *Queue
+	seq    uint64
+	status verbs.Status
+	n      uint32
+}
+
+// complete handles a completion of this QP. It returns the requests that
+// finished; a failed one starts recovery.
+func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seq, ok := p.seqOf(wc.ID)
+	if !ok {
+		return out // stale: from before a recovery
+	}
+	for p.base < seq {
+		out = p.retire(out, verbs.Success, 0)
+	}
+	if wc.Status == verbs.Success {
+		out = p.retire(out, verbs.Success, wc.ByteLen)
+		if len(p.backlog) > 0 {
+			out = appendLost(out, p.drainLocked())
+		}
+		return out
+	}
+	return p.failLocked(wc.Status, out)
+}
+
+func appendLost(out []finished, lost []rec) []finished {
+	for _, r := range lost {
+		out = append(out, finished{q: r.q, seq: r.seq, status: verbs.WRFlushErr})
+	}
+	return out
+}
+
+// seqOf recovers the full physical sequence number from a wr_id's low 32
+// bits, if it names a request in flight.
+func (p *pqp) seqOf(id uint64) (uint64, bool) {
+	d := uint32(id) - uint32(p.base)
+	if int(d) >= p.n || p.n == 0 {
+		return 0, false
+	}
+	return p.base + uint64(d), true
+}
+
+// retire removes the oldest in-flight record with the given outcome.
+func (p *pqp) retire(out []finished, st verbs.Status, n uint32) []finished {
+	r := &p.recs[p.base%uint64(p.depth)]
+	out = append(out, finished{q: r.q, seq: r.seq, status: st, n: n})
+	*r = rec{}
+	p.base++
+	p.n--
+	return out
+}
+
+// failLocked handles an error completion of the oldest request in flight,
+// the culprit. Everything behind it was flushed by the NIC; the records
+// leave the ring (so their flush completions are ignored as stale) and a
+// recovery goroutine decides their fate and repairs the QP.
+func (p *pqp) failLocked(st verbs.Status, out []finished) []finished {
+	culprit := p.recs[p.base%uint64(p.depth)]
+	rest := make([]rec, 0, p.n-1)
+	for i := 1; i < p.n; i++ {
+		rest = append(rest, p.recs[(p.base+uint64(i))%uint64(p.depth)])
+	}
+	clear(p.recs)
+	p.base, p.n = p.next, 0
+	p.broken = true
+	p.rt.count(&p.rt.stats.recoveries)
+	p.rt.goRecover(p, culprit, st, rest)
+	return out
+}

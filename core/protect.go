@@ -1,0 +1,118 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// ErrRefused marks a request the runtime refused before it reached a shared
+// QP. The request still completes, in order, with the status the hardware
+// would have given a private QP, and only its own VQ sees it.
+var ErrRefused = errors.New("core: request refused")
+
+// limits are the checks' parameters, from the device.
+type limits struct {
+	maxMsg uint64
+}
+
+// refusal is why a request was refused: the completion status and a
+// message for logs and counters.
+type refusal struct {
+	status verbs.Status
+	why    string
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%s: %s (%s)", ErrRefused, r.why, r.status)
+}
+
+func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.status} }
+
+// check is the protection every request passes before it may touch a shared
+// QP: the opcode must be valid and make sense for how the VQ is connected,
+// the local range must lie inside the caller's own MR with the access the
+// operation needs, the remote range inside a region the caller was granted,
+// with its access, and sizes and alignment must hold. It is pure: the
+// decision depends only on its arguments.
+func check(r *Request, twoSided bool, lim limits) *refusal {
+	refuse := func(st verbs.Status, format string, a ...any) *refusal {
+		return &refusal{status: st, why: fmt.Sprintf(format, a...)}
+	}
+	if !r.Op.Valid() {
+		return refuse(verbs.LocQPOpErr, "unknown opcode %d", r.Op)
+	}
+	if ref := checkLocal(r, lim); ref != nil {
+		return ref
+	}
+	if r.Op.IsSend() {
+		if !twoSided {
+			return refuse(verbs.LocQPOpErr, "%s on a VQ connected without a port", r.Op)
+		}
+		return nil
+	}
+	return checkRemote(r)
+}
+
+// checkLocal checks the request's local buffer.
+func checkLocal(r *Request, lim limits) *refusal {
+	l := &r.Local
+	n := uint64(l.Len)
+	switch {
+	case l.Len < 0 || l.Off < 0:
+		return &refusal{verbs.LocLenErr, fmt.Sprintf("negative local range off %d len %d", l.Off, l.Len)}
+	case n > lim.maxMsg:
+		return &refusal{verbs.LocLenErr, fmt.Sprintf("%d bytes exceed the %d-byte message limit", n, lim.maxMsg)}
+	case n == 0 && (r.Op == verbs.OpRead || r.Op.IsAtomic()):
+		return &refusal{verbs.LocLenErr, fmt.Sprintf("%s needs a local buffer", r.Op)}
+	case n == 0:
+		return nil
+	case l.MR == nil:
+		return &refusal{verbs.LocProtErr, "no local MR"}
+	case !l.MR.live():
+		return &refusal{verbs.LocProtErr, "local MR deregistered"}
+	case uint64(l.Off) > uint64(l.MR.Len()) || n > uint64(l.MR.Len())-uint64(l.Off):
+		return &refusal{verbs.LocProtErr, fmt.Sprintf("local range [%d,+%d) outside the %d-byte MR", l.Off, n, l.MR.Len())}
+	}
+	writes := r.Op == verbs.OpRead || r.Op.IsAtomic()
+	if writes && l.MR.access&verbs.AccessLocalWrite == 0 {
+		return &refusal{verbs.LocProtErr, fmt.Sprintf("%s lands in an MR without LOCAL_WRITE", r.Op)}
+	}
+	if r.Op.IsAtomic() && n != 8 {
+		return &refusal{verbs.LocLenErr, fmt.Sprintf("atomic on %d bytes, want 8", n)}
+	}
+	return nil
+}
+
+// checkRemote checks a one-sided request's remote range against its region.
+func checkRemote(r *Request) *refusal {
+	g := r.Remote.Region
+	if g == nil {
+		return &refusal{verbs.RemInvReqErr, fmt.Sprintf("%s without a remote region", r.Op)}
+	}
+	n := uint64(r.Local.Len)
+	if r.Op.IsAtomic() {
+		n = 8
+	}
+	off := r.Remote.Off
+	if off > g.Len || n > g.Len-off {
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("remote range [%d,+%d) outside region %q of %d bytes", off, n, g.Name, g.Len)}
+	}
+	var need verbs.Access
+	switch {
+	case r.Op == verbs.OpRead:
+		need = verbs.AccessRemoteRead
+	case r.Op.IsAtomic():
+		need = verbs.AccessRemoteAtomic
+		if (g.Addr+off)%8 != 0 {
+			return &refusal{verbs.RemInvReqErr, fmt.Sprintf("atomic at misaligned remote offset %d", off)}
+		}
+	default:
+		need = verbs.AccessRemoteWrite
+	}
+	if g.Access&need != need {
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("%s on region %q granted only %s", r.Op, g.Name, g.Access)}
+	}
+	return nil
+}

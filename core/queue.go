@@ -1,0 +1,337 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// entry is a request a VQ has accepted and not yet retired.
+type entry struct {
+	id       uint64
+	op       verbs.Opcode
+	signaled bool
+	done     bool
+	status   verbs.Status
+	n        uint32
+}
+
+// Queue is a virtual queue: to its user it behaves like one private RC QP
+// (requests complete in order, each VQ sees only its own completions, with
+// verbs' status names) while the runtime carries its requests on QPs shared
+// with every other VQ of the node.
+//
+// A Queue is safe for use by several goroutines.
+type Queue struct {
+	rt     *Runtime
+	id     uint32
+	port   atomic.Uint32 // the port bound, 0 if none
+	notify chan struct{}
+
+	mu       sync.Mutex
+	peer     *peer
+	dstPort  uint32
+	toPort   bool // connected to a port: SEND allowed
+	route    *pqp // the physical QP requests currently go to
+	ents     []entry
+	head     int    // index of the oldest entry in ents
+	n        int    // entries in ents
+	seq      uint64 // sequence number of ents[head]
+	inflight int    // requests posted to a physical QP and not finished
+	held     []rec  // requests waiting for a route switch
+	credits  int
+	batch    []rec // scratch for Push
+	msgs     inbox
+	closed   bool
+}
+
+// completionDepth is how many credits' worth of completions a VQ holds
+// before its user pops them; past it Push waits (or fails) as when out of
+// credit.
+const completionDepth = 4
+
+// Queue makes a virtual queue.
+func (rt *Runtime) Queue() (*Queue, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return nil, fmt.Errorf("core: queue: %w", ErrClosed)
+	}
+	for {
+		rt.nextQ++
+		if _, taken := rt.queues[rt.nextQ]; !taken && rt.nextQ != 0 {
+			break
+		}
+	}
+	q := &Queue{rt: rt, id: rt.nextQ, notify: make(chan struct{}, 1), credits: rt.cfg.Credits,
+		ents: make([]entry, completionDepth*rt.cfg.Credits)}
+	rt.queues[q.id] = q
+	return q, nil
+}
+
+// ConnectOption modifies Connect.
+type ConnectOption func(*Queue)
+
+// ToPort connects the queue to a two-sided port on the node, for SEND.
+func ToPort(port uint32) ConnectOption {
+	return func(q *Queue) { q.dstPort, q.toPort = port, true }
+}
+
+// Connect points the queue at a node. It costs a cached lookup when the
+// node is known (warm) and one RDMA READ of the MetaServer when it is not
+// (cold): no handshake with the node itself.
+func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption) error {
+	p, err := q.rt.peerFor(ctx, node)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("core: connect: %w", ErrClosed)
+	}
+	if q.n > 0 && q.peer != p {
+		return fmt.Errorf("core: connect queue with %d requests outstanding to another node: %w", q.n, verbs.ErrBusy)
+	}
+	q.peer, q.dstPort, q.toPort = p, 0, false
+	for _, o := range opts {
+		o(q)
+	}
+	q.rt.count(&q.rt.stats.connects)
+	return nil
+}
+
+// Push submits requests in order. Malformed requests are refused before
+// they reach a shared QP and complete with an error status in their place.
+// Each request in flight holds one of the queue's credits until it
+// completes. With no credit left (or 4 credits' worth of completions not
+// popped) Push returns ErrNoCredit, with how many requests it accepted,
+// unless wait is true: then it waits until requests complete (or are
+// popped), or ctx ends.
+func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.usable(); err != nil {
+		return 0, err
+	}
+	batch := q.batch[:0]
+	defer func() { clear(batch); q.batch = batch[:0] }()
+	for i := range reqs {
+		for q.full() {
+			q.postLocked(batch)
+			batch = batch[:0]
+			if !wait {
+				return i, fmt.Errorf("core: push: %d outstanding: %w", q.rt.cfg.Credits, ErrNoCredit)
+			}
+			if err := q.waitCredit(ctx); err != nil {
+				return i, err
+			}
+		}
+		if r, ok := q.accept(&reqs[i]); ok {
+			batch = append(batch, r)
+		}
+	}
+	q.postLocked(batch)
+	return len(reqs), nil
+}
+
+// full reports that the queue may accept no request now: all its credits
+// are in flight, or its completions wait to be popped; q.mu held.
+func (q *Queue) full() bool { return q.credits == 0 || q.n == len(q.ents) }
+
+func (q *Queue) usable() error {
+	switch {
+	case q.closed:
+		return fmt.Errorf("core: queue: %w", ErrClosed)
+	case q.peer == nil:
+		return ErrNotConnected
+	}
+	return nil
+}
+
+// waitCredit releases q.mu until a credit returns; q.mu is held.
+func (q *Queue) waitCredit(ctx context.Context) error {
+	q.mu.Unlock()
+	err := q.rt.wait(ctx, q, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.reap()
+		return !q.full() || q.closed
+	})
+	q.mu.Lock()
+	if err == nil {
+		err = q.usable()
+	}
+	return err
+}
+
+// accept checks a request, takes a credit and records an entry for it. It
+// returns the record to post unless the request was refused.
+func (q *Queue) accept(r *Request) (rec, bool) {
+	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
+	seq := q.seq + uint64(q.n)
+	q.ents[(q.head+q.n)%len(q.ents)] = e
+	q.n++
+	q.credits--
+	if ref := check(r, q.toPort, q.rt.lim); ref != nil {
+		q.rt.count(&q.rt.stats.refusals)
+		q.credits++
+		q.finishLocked(seq, ref.status, 0)
+		return rec{}, false
+	}
+	q.peer.touch()
+	x := rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
+	if r.Local.Len > 0 {
+		x.local, x.hasLocal = r.Local.sge(), true
+	}
+	if r.Op.IsSend() {
+		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
+	} else {
+		x.raddr, x.rkey = r.Remote.Region.Addr+r.Remote.Off, r.Remote.Region.rkey
+	}
+	return x, true
+}
+
+// postLocked sends records to the queue's route, switching routes only when
+// nothing is in flight so requests never overtake each other; q.mu held.
+func (q *Queue) postLocked(batch []rec) {
+	if len(batch) == 0 && len(q.held) == 0 {
+		return
+	}
+	want := q.peer.routeFor(q)
+	if want != q.route {
+		if q.inflight > 0 {
+			q.held = append(q.held, batch...)
+			return
+		}
+		if q.route != nil {
+			q.rt.count(&q.rt.stats.migrations)
+		}
+		q.route = want
+	}
+	if len(q.held) > 0 {
+		batch = append(q.held, batch...)
+		q.held = nil
+	}
+	t := q.peer.target()
+	for i := range batch {
+		batch[i].target = t
+	}
+	q.inflight += len(batch)
+	for _, r := range want.post(batch) {
+		q.inflight--
+		q.credits++
+		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
+	}
+}
+
+// finish records a physical outcome; called by the poller.
+func (q *Queue) finish(seq uint64, st verbs.Status, n uint32) {
+	q.mu.Lock()
+	q.inflight--
+	q.credits++
+	q.finishLocked(seq, st, n)
+	if q.inflight == 0 && len(q.held) > 0 {
+		q.postLocked(nil)
+	}
+	q.mu.Unlock()
+}
+
+// finishLocked marks entry seq done and wakes a waiting Pop; q.mu held.
+func (q *Queue) finishLocked(seq uint64, st verbs.Status, n uint32) {
+	i := int(seq - q.seq)
+	if i < 0 || i >= q.n {
+		return
+	}
+	e := &q.ents[(q.head+i)%len(q.ents)]
+	e.done, e.status, e.n = true, st, n
+	q.rt.kick(q)
+}
+
+// reap retires unsignaled successes at the head, returning their credits;
+// q.mu held.
+func (q *Queue) reap() {
+	for q.n > 0 {
+		e := &q.ents[q.head]
+		if !e.done || e.signaled || e.status != verbs.Success {
+			return
+		}
+		q.pop()
+	}
+}
+
+func (q *Queue) pop() entry {
+	e := q.ents[q.head]
+	q.head = (q.head + 1) % len(q.ents)
+	q.n--
+	q.seq++
+	return e
+}
+
+// Pop moves finished requests' completions into out, in push order, and
+// returns how many. It never blocks: it polls the node's completion queue
+// itself, so a spinning caller needs no other goroutine.
+func (q *Queue) Pop(out []Completion) int {
+	if n := q.popReady(out); n > 0 {
+		return n
+	}
+	q.rt.poll()
+	return q.popReady(out)
+}
+
+func (q *Queue) popReady(out []Completion) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := 0
+	for k < len(out) && q.n > 0 && q.ents[q.head].done {
+		e := q.pop()
+		if e.signaled || e.status != verbs.Success {
+			out[k] = Completion{ID: e.id, Op: e.op, Status: e.status, Len: int(e.n)}
+			k++
+		}
+	}
+	return k
+}
+
+// PopWait is Pop that waits for at least one completion, spinning briefly
+// and then sleeping, until ctx ends.
+func (q *Queue) PopWait(ctx context.Context, out []Completion) (int, error) {
+	var n int
+	err := q.rt.wait(ctx, q, func() bool {
+		n = q.popReady(out)
+		return n > 0
+	})
+	return n, err
+}
+
+// Outstanding is the number of requests pushed and not yet retired.
+func (q *Queue) Outstanding() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// Close releases the queue: it unbinds its port, and requests still in
+// flight complete unseen.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("core: queue: %w", ErrClosed)
+	}
+	q.closed = true
+	q.mu.Unlock()
+	q.Unbind()
+	rt := q.rt
+	rt.mu.Lock()
+	delete(rt.queues, q.id)
+	rt.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}

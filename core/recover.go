@@ -1,0 +1,139 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// goRecover runs recovery of a broken physical QP in a goroutine the
+// runtime owns; after Close the records simply fail.
+func (rt *Runtime) goRecover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
+	select {
+	case <-rt.stop:
+		rt.wg.Add(1)
+		go func() {
+			defer rt.wg.Done()
+			rt.failRecs(append([]rec{culprit}, rest...), verbs.WRFlushErr)
+		}()
+		return
+	default:
+	}
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		rt.recover(p, culprit, st, rest)
+	}()
+}
+
+// recover decides the fate of the requests a QP error caught and repairs
+// the QP. Only the culprit's VQ sees an error: the culprit completes with
+// the error status and that VQ's requests behind it with WR_FLUSH_ERR (as
+// on a private QP), while every other VQ's requests are reposted in their
+// order, so they never notice. Two cases are not the culprit's fault: a DC
+// target that was stale (the node restarted) is refetched and the request
+// reposted; and a peer that stopped answering fails every request to it at
+// once rather than one retry timeout at a time.
+func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
+	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
+	defer cancel()
+	rt.log.Debug("recovering physical QP", "qpn", p.qp.Num(), "rc", p.rc != nil, "status", st, "requests", 1+len(rest))
+	blamed := true
+	if p.rc == nil && (st == verbs.RemAccessErr || st == verbs.RemInvReqErr) {
+		if changed, err := culprit.target.peer.refresh(ctx); err == nil && changed {
+			blamed = false
+		}
+	}
+	deadPeer := (*peer)(nil)
+	if st == verbs.RetryExcErr {
+		deadPeer = culprit.target.peer
+		rt.meta.Invalidate(deadPeer.node)
+	}
+	var fin []finished
+	var repost []rec
+	if blamed {
+		fin = append(fin, finished{q: culprit.q, seq: culprit.seq, status: st})
+	} else {
+		repost = append(repost, culprit)
+	}
+	for _, r := range rest {
+		switch {
+		case blamed && r.q == culprit.q:
+			fin = append(fin, finished{q: r.q, seq: r.seq, status: verbs.WRFlushErr})
+		case deadPeer != nil && r.target.peer == deadPeer:
+			fin = append(fin, finished{q: r.q, seq: r.seq, status: verbs.RetryExcErr})
+		default:
+			repost = append(repost, r)
+		}
+	}
+	rt.repair(p, repost)
+	for _, f := range fin {
+		f.q.finish(f.seq, f.status, 0)
+	}
+}
+
+// repair brings a DCI back (RESET, then ready again: DC needs no peer for
+// that) and reposts; a broken RC QP is dropped and its requests move to
+// their VQs' DCIs.
+func (rt *Runtime) repair(p *pqp, repost []rec) {
+	if p.rc != nil {
+		p.rc.dropRC(p)
+		p.mu.Lock()
+		repost = append(repost, p.backlog...)
+		p.backlog = nil
+		p.dead = true
+		p.mu.Unlock()
+		for _, r := range repost {
+			rt.failRecs(rt.dcis[int(r.q.id)%len(rt.dcis)].post([]rec{r}), verbs.WRFlushErr)
+		}
+		rt.retire(p)
+		return
+	}
+	err := p.qp.Modify(verbs.QPAttr{State: verbs.StateReset})
+	if err == nil {
+		err = verbs.Ready(p.qp, rt.cfg.Path)
+	}
+	p.mu.Lock()
+	if err != nil {
+		rt.log.Error("DCI recovery failed", "qpn", p.qp.Num(), "err", err)
+		p.dead = true
+	}
+	p.backlog = append(repost, p.backlog...)
+	p.broken = false
+	lost := p.drainLocked()
+	p.mu.Unlock()
+	rt.failRecs(lost, verbs.WRFlushErr)
+}
+
+// retryTimeout bounds recovery's own remote work (a MetaServer READ).
+func (rt *Runtime) retryTimeout() time.Duration {
+	if t := rt.cfg.Path.Timeout; t > 0 {
+		return 8 * t
+	}
+	return 2 * time.Second
+}
+
+// destroy releases a physical QP for good. Anything still on it fails
+// with WR_FLUSH_ERR (only at teardown does anything remain).
+func (p *pqp) destroy() {
+	p.mu.Lock()
+	if p.destroyed {
+		p.mu.Unlock()
+		return
+	}
+	p.dead, p.destroyed = true, true
+	lost := p.backlog
+	p.backlog = nil
+	for ; p.n > 0; p.n-- {
+		lost = append(lost, p.recs[p.base%uint64(p.depth)])
+		p.recs[p.base%uint64(p.depth)] = rec{}
+		p.base++
+	}
+	qp := p.qp
+	p.mu.Unlock()
+	p.rt.failRecs(lost, verbs.WRFlushErr)
+	p.rt.removePQP(p)
+	qp.Close()
+	p.rt.Deregister(p.hdr)
+}

@@ -1,0 +1,180 @@
+package core
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// receiver owns the receive buffers every port shares: one SRQ serves the
+// DCT and every RC QP, and messages are copied from its slots to the bound
+// queue's posted buffers.
+type receiver struct {
+	rt   *Runtime
+	mr   *MR
+	slot int
+}
+
+func newReceiver(rt *Runtime) (*receiver, error) {
+	slot := hdrLen + rt.cfg.MaxMessage
+	mr, err := rt.RegMR(slot*rt.cfg.RecvSlots, verbs.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	r := &receiver{rt: rt, mr: mr, slot: slot}
+	for i := 0; i < rt.cfg.RecvSlots; i++ {
+		if err := r.repost(i); err != nil {
+			rt.Deregister(mr)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *receiver) repost(i int) error {
+	wr := verbs.RecvWR{ID: recvBit | uint64(i), SGL: []verbs.SGE{r.mr.Range(i*r.slot, r.slot).sge()}}
+	_, err := r.rt.srq.PostRecv([]verbs.RecvWR{wr})
+	return err
+}
+
+// onWC delivers a received message to the queue bound to its port.
+func (r *receiver) onWC(wc *verbs.WC) {
+	i := int(wc.ID &^ recvBit)
+	defer r.repost(i)
+	if wc.Status != verbs.Success || wc.ByteLen < hdrLen {
+		return
+	}
+	b := r.mr.Bytes()[i*r.slot : i*r.slot+int(wc.ByteLen)]
+	m := Message{
+		From: binary.LittleEndian.Uint64(b), Port: binary.LittleEndian.Uint32(b[8:]),
+		Imm: binary.LittleEndian.Uint32(b[12:]), HasImm: wc.Imm&portHasImm != 0,
+	}
+	port := wc.Imm &^ portHasImm
+	r.rt.mu.Lock()
+	q := r.rt.ports[port]
+	r.rt.mu.Unlock()
+	if q == nil || !q.deliver(m, b[hdrLen:]) {
+		r.rt.count(&r.rt.stats.dropped)
+	}
+}
+
+func (r *receiver) close() { r.rt.Deregister(r.mr) }
+
+// maxInbox bounds the messages a port holds that arrived before a buffer
+// was posted for them; past it messages are dropped (and counted).
+const maxInbox = 4096
+
+// inbox is a bound queue's receive side.
+type inbox struct {
+	bufs  []Local   // posted receive buffers, in order
+	ready []Message // received, not yet popped
+}
+
+// deliver places a message in the oldest posted buffer, or keeps a copy.
+func (q *Queue) deliver(m Message, data []byte) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	in := &q.msgs
+	m.Len = len(data)
+	switch {
+	case q.closed:
+		return false
+	case len(in.bufs) > 0:
+		buf := in.bufs[0]
+		in.bufs = in.bufs[1:]
+		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
+		if n < len(data) {
+			m.Status, m.Len = verbs.LocLenErr, n
+		}
+		m.Buf = &buf
+	case len(in.ready) < maxInbox:
+		m.Data = append([]byte(nil), data...)
+	default:
+		return false
+	}
+	in.ready = append(in.ready, m)
+	q.rt.kick(q)
+	return true
+}
+
+// Bind makes the queue receive the messages sent to port on this node.
+// Port 0 is the runtime's own.
+func (q *Queue) Bind(port uint32) error {
+	if port == 0 || port&portHasImm != 0 {
+		return fmt.Errorf("core: bind port %d: reserved: %w", port, verbs.ErrInvalid)
+	}
+	return q.rt.bind(q, port)
+}
+
+func (rt *Runtime) bind(q *Queue, port uint32) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if _, taken := rt.ports[port]; taken {
+		return fmt.Errorf("core: bind port %d: %w", port, ErrPortInUse)
+	}
+	if !q.port.CompareAndSwap(0, port) {
+		return fmt.Errorf("core: queue already bound to port %d: %w", q.port.Load(), ErrPortInUse)
+	}
+	rt.ports[port] = q
+	return nil
+}
+
+// Unbind stops the queue receiving; messages already received stay.
+func (q *Queue) Unbind() {
+	port := q.port.Swap(0)
+	if port == 0 {
+		return
+	}
+	q.rt.mu.Lock()
+	if q.rt.ports[port] == q {
+		delete(q.rt.ports, port)
+	}
+	q.rt.mu.Unlock()
+}
+
+// PushRecv posts buffers that messages to the bound port land in, in order.
+func (q *Queue) PushRecv(bufs ...Local) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("core: push receive: %w", ErrClosed)
+	}
+	for i, b := range bufs {
+		if b.MR == nil || !b.MR.live() || b.Off < 0 || b.Len <= 0 || b.Off+b.Len > b.MR.Len() || b.MR.access&verbs.AccessLocalWrite == 0 {
+			return fmt.Errorf("core: push receive buffer %d: not inside a live MR with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
+		}
+	}
+	q.msgs.bufs = append(q.msgs.bufs, bufs...)
+	return nil
+}
+
+// PopMsgs moves received messages into out and returns how many. It never
+// blocks.
+func (q *Queue) PopMsgs(out []Message) int {
+	if n := q.popMsgs(out); n > 0 {
+		return n
+	}
+	q.rt.poll()
+	return q.popMsgs(out)
+}
+
+func (q *Queue) popMsgs(out []Message) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := copy(out, q.msgs.ready)
+	clear(q.msgs.ready[:n])
+	q.msgs.ready = q.msgs.ready[n:]
+	return n
+}
+
+// PopMsgsWait is PopMsgs that waits for at least one message.
+func (q *Queue) PopMsgsWait(ctx context.Context, out []Message) (int, error) {
+	var n int
+	err := q.rt.wait(ctx, q, func() bool {
+		n = q.popMsgs(out)
+		return n > 0
+	})
+	return n, err
+}

@@ -1,0 +1,430 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Sentinel errors.
+var (
+	// ErrClosed: the runtime or queue was closed.
+	ErrClosed = errors.New("core: closed")
+	// ErrNotConnected: the queue is not connected to a node.
+	ErrNotConnected = errors.New("core: queue not connected")
+	// ErrNoCredit: the queue has as many requests outstanding as its
+	// credits allow (and was not asked to wait).
+	ErrNoCredit = errors.New("core: no credit: too many requests outstanding")
+	// ErrPortInUse: another queue is bound to the port.
+	ErrPortInUse = errors.New("core: port in use")
+	// ErrNoRegion: the node exports no region of that name.
+	ErrNoRegion = errors.New("core: no such region")
+	// ErrUnreachable: the node is not registered or cannot be reached.
+	ErrUnreachable = errors.New("core: node unreachable")
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// Device is the RNIC the runtime shares. The runtime does not close it.
+	Device verbs.Device
+	// Node is this node's cluster-wide id (non-zero).
+	Node NodeID
+	// Meta lists the MetaServers. Empty starts an embedded MetaServer on
+	// Device (see Runtime.MetaInfo), the default for one node or an
+	// in-process cluster.
+	Meta []meta.Info
+	// DCIs is the size of the DC initiator pool; default one per core.
+	DCIs int
+	// Depth is each physical QP's send queue depth; default 256.
+	Depth int
+	// Credits bounds each VQ's outstanding requests; default 128.
+	Credits int
+	// RCPerPeer (K) and RCPeers (N) bound the RC pool: at most K RC QPs to
+	// each of at most N peers. Defaults 1 and 64; RCPeers < 0 disables RC.
+	RCPerPeer int
+	RCPeers   int
+	// HotOps is how many requests to one peer within HotWindow make the
+	// runtime build an RC connection to it; default 4096 per 10ms.
+	HotOps    int
+	HotWindow time.Duration
+	// ColdWindows is how many idle windows evict an RC connection when the
+	// pool is over budget; default 100.
+	ColdWindows int
+	// MaxMessage is the largest two-sided message; default 4096.
+	MaxMessage int
+	// RecvSlots is the number of receive buffers shared by every port;
+	// default 1024.
+	RecvSlots int
+	// Lease is the MetaServer lease this node renews; default 2s.
+	Lease time.Duration
+	// Path sets the QPs' timeouts and retries (zero: the provider's).
+	Path verbs.Path
+	// Logger receives the runtime's events; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Device == nil {
+		return fmt.Errorf("core: config needs a Device: %w", verbs.ErrInvalid)
+	}
+	if c.Node == 0 {
+		return fmt.Errorf("core: config needs a non-zero Node id: %w", verbs.ErrInvalid)
+	}
+	set := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	set(&c.DCIs, runtime.NumCPU())
+	set(&c.Depth, 256)
+	set(&c.Credits, 128)
+	set(&c.RCPerPeer, 1)
+	if c.RCPeers == 0 {
+		c.RCPeers = 64
+	}
+	set(&c.HotOps, 4096)
+	set(&c.ColdWindows, 100)
+	set(&c.MaxMessage, 4096)
+	set(&c.RecvSlots, 1024)
+	if c.HotWindow <= 0 {
+		c.HotWindow = 10 * time.Millisecond
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Stats counts what the runtime did, for metrics and tests.
+type Stats struct {
+	Connects, ColdConnects, Refusals, Recoveries, PostErrors uint64
+	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
+	DCIs, RCs, VQs                                           int
+}
+
+type counters struct {
+	connects, coldConnects, refusals, recoveries, postErrors atomic.Uint64
+	rcBuilt, rcEvicted, migrations, staleTargets, dropped    atomic.Uint64
+}
+
+// Runtime is KRCore on one node: it owns the shared QPs (a DC target, a
+// pool of DC initiators, an RC pool), the virtual-queue table and the meta
+// cache, and serves every VQ of the process.
+type Runtime struct {
+	cfg   Config
+	dev   verbs.Device
+	node  NodeID
+	log   *slog.Logger
+	pd    verbs.PD
+	cq    verbs.CQ // every send and receive completion of the node
+	srq   verbs.SRQ
+	dct   verbs.QP
+	dcKey uint64
+	lim   limits
+	dcis  []*pqp
+	recv  *receiver
+	meta  *meta.Client
+	own   *meta.Server // the embedded MetaServer, if this runtime started it
+	stats counters
+
+	pollMu sync.Mutex
+	wcs    []verbs.WC
+	fin    []finished
+	byQPN  atomic.Pointer[map[uint32]*pqp]
+	qpnMu  sync.Mutex // serializes byQPN updates
+
+	mu      sync.Mutex
+	queues  map[uint32]*Queue
+	nextQ   uint32
+	ports   map[uint32]*Queue
+	peers   map[NodeID]*peer
+	exports map[string]*export
+	closed  bool
+
+	ctrl   *control
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	waitMu sync.Mutex // the CQ-waiting role, see wait
+	role   atomic.Pointer[roleHolder]
+	wake   chan struct{}
+}
+
+// New starts a runtime on cfg.Device and registers the node with the
+// MetaServers.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{
+		cfg: cfg, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
+		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
+		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
+		exports: make(map[string]*export), stop: make(chan struct{}), wake: make(chan struct{}, 1),
+		wcs: make([]verbs.WC, 64),
+	}
+	empty := map[uint32]*pqp{}
+	rt.byQPN.Store(&empty)
+	if err := rt.setup(ctx); err != nil {
+		rt.teardown()
+		return nil, fmt.Errorf("core: start node %d: %w", cfg.Node, err)
+	}
+	rt.wg.Add(1)
+	go rt.manage()
+	return rt, nil
+}
+
+// setup creates the shared QPs and joins the MetaServers.
+func (rt *Runtime) setup(ctx context.Context) error {
+	var err error
+	if rt.pd, err = rt.dev.AllocPD(); err != nil {
+		return err
+	}
+	c := &rt.cfg
+	cqe := (c.DCIs+c.RCPerPeer*max(c.RCPeers, 0)*2)*c.Depth + c.RecvSlots + 1024
+	if rt.cq, err = rt.dev.CreateCQ(min(cqe, rt.dev.Attr().MaxCQE)); err != nil {
+		return err
+	}
+	if rt.srq, err = rt.pd.CreateSRQ(verbs.SRQInit{MaxWR: c.RecvSlots, MaxSGE: 1}); err != nil {
+		return err
+	}
+	var key [8]byte
+	rand.Read(key[:])
+	rt.dcKey = binary.LittleEndian.Uint64(key[:]) | 1
+	if rt.dct, err = rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: rt.cq, RecvCQ: rt.cq, SRQ: rt.srq, DCKey: rt.dcKey}); err != nil {
+		return err
+	}
+	if err = verbs.Ready(rt.dct, rt.cfg.Path); err != nil {
+		return err
+	}
+	for i := 0; i < c.DCIs; i++ {
+		p, err := rt.newDCI()
+		if err != nil {
+			return err
+		}
+		rt.dcis = append(rt.dcis, p)
+	}
+	if rt.recv, err = newReceiver(rt); err != nil {
+		return err
+	}
+	rt.ctrl = newControl(rt)
+	return rt.joinMeta(ctx)
+}
+
+func (rt *Runtime) newDCI() (*pqp, error) {
+	qp, err := rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCI, SendCQ: rt.cq, RecvCQ: rt.cq,
+		Cap: verbs.QPCap{MaxSendWR: rt.cfg.Depth, MaxSendSGE: 2}})
+	if err != nil {
+		return nil, err
+	}
+	if err := verbs.Ready(qp, rt.cfg.Path); err != nil {
+		qp.Close()
+		return nil, err
+	}
+	p, err := newPQP(rt, qp, rt.cfg.Depth, nil)
+	if err != nil {
+		qp.Close()
+		return nil, err
+	}
+	rt.addPQP(p)
+	return p, nil
+}
+
+// joinMeta starts the embedded MetaServer when none is configured and
+// registers this node's DC target.
+func (rt *Runtime) joinMeta(ctx context.Context) error {
+	infos := rt.cfg.Meta
+	if len(infos) == 0 {
+		srv, err := meta.NewServer(rt.dev, meta.ServerConfig{})
+		if err != nil {
+			return fmt.Errorf("embedded MetaServer: %w", err)
+		}
+		rt.own = srv
+		infos = []meta.Info{srv.Info()}
+	}
+	mc, err := meta.NewClient(rt.dev, infos, meta.ClientConfig{})
+	if err != nil {
+		return err
+	}
+	rt.meta = mc
+	rec := meta.Record{Node: rt.node, Addr: rt.dev.Port().Addr, DCTNum: rt.dct.Num(), DCKey: rt.dcKey}
+	return mc.Register(ctx, rec, rt.cfg.Lease)
+}
+
+// MetaInfo is the MetaServer other nodes should use: the embedded one if
+// this runtime started it, else the first configured.
+func (rt *Runtime) MetaInfo() meta.Info {
+	if rt.own != nil {
+		return rt.own.Info()
+	}
+	return rt.cfg.Meta[0]
+}
+
+// Node is this runtime's node id.
+func (rt *Runtime) Node() NodeID { return rt.node }
+
+// RegMR allocates and registers size bytes of off-heap memory.
+func (rt *Runtime) RegMR(size int, access verbs.Access) (*MR, error) {
+	blk, err := offheap.Alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	m, err := rt.Register(blk.Bytes(), access)
+	if err != nil {
+		blk.Close()
+		return nil, err
+	}
+	m.blk = blk
+	return m, nil
+}
+
+// Register registers caller-owned off-heap memory (from package offheap).
+func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
+	mr, err := rt.pd.RegMR(buf, access)
+	if err != nil {
+		return nil, fmt.Errorf("core: register %d bytes: %w", len(buf), err)
+	}
+	return &MR{mr: mr, access: access}, nil
+}
+
+// Deregister releases an MR from RegMR or Register. Remote operations on
+// regions exported from it fail from now on.
+func (rt *Runtime) Deregister(m *MR) error {
+	if m.dead.Swap(true) {
+		return fmt.Errorf("core: deregister: %w", ErrClosed)
+	}
+	rt.unexportMR(m)
+	err := m.mr.Close()
+	if m.blk != nil {
+		if cerr := m.blk.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func (rt *Runtime) count(c *atomic.Uint64) { c.Add(1) }
+
+// Stats reports the runtime's counters.
+func (rt *Runtime) Stats() Stats {
+	s := &rt.stats
+	rt.mu.Lock()
+	vqs := len(rt.queues)
+	rcs := 0
+	for _, p := range rt.peers {
+		rcs += len(p.rcs())
+	}
+	rt.mu.Unlock()
+	return Stats{
+		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
+		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
+		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(),
+		Dropped: s.dropped.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs,
+	}
+}
+
+// MetaStats reports the meta cache's hits and misses.
+func (rt *Runtime) MetaStats() meta.ClientStats { return rt.meta.Stats() }
+
+func (rt *Runtime) addPQP(p *pqp) {
+	rt.qpnMu.Lock()
+	defer rt.qpnMu.Unlock()
+	old := *rt.byQPN.Load()
+	m := make(map[uint32]*pqp, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[p.qp.Num()] = p
+	rt.byQPN.Store(&m)
+}
+
+func (rt *Runtime) removePQP(p *pqp) {
+	rt.qpnMu.Lock()
+	defer rt.qpnMu.Unlock()
+	old := *rt.byQPN.Load()
+	m := make(map[uint32]*pqp, len(old))
+	for k, v := range old {
+		if v != p {
+			m[k] = v
+		}
+	}
+	rt.byQPN.Store(&m)
+}
+
+// Close fails every outstanding request, deregisters the node and releases
+// every shared QP.
+func (rt *Runtime) Close() error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return fmt.Errorf("core: runtime: %w", ErrClosed)
+	}
+	rt.closed = true
+	qs := make([]*Queue, 0, len(rt.queues))
+	for _, q := range rt.queues {
+		qs = append(qs, q)
+	}
+	rt.mu.Unlock()
+	close(rt.stop)
+	for _, q := range qs {
+		q.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if rt.meta != nil {
+		rt.meta.Deregister(ctx, rt.node)
+	}
+	rt.wg.Wait()
+	rt.teardown()
+	return nil
+}
+
+// teardown releases whatever setup created.
+func (rt *Runtime) teardown() {
+	if rt.meta != nil {
+		rt.meta.Close()
+	}
+	if rt.own != nil {
+		rt.own.Close()
+	}
+	rt.mu.Lock()
+	peers := make([]*peer, 0, len(rt.peers))
+	for _, p := range rt.peers {
+		peers = append(peers, p)
+	}
+	rt.mu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
+	for _, p := range rt.dcis {
+		p.destroy()
+	}
+	if rt.dct != nil {
+		rt.dct.Close()
+	}
+	if rt.recv != nil {
+		rt.recv.close()
+	}
+	if rt.srq != nil {
+		rt.srq.Close()
+	}
+	if rt.cq != nil {
+		rt.cq.Close()
+	}
+	if rt.pd != nil {
+		rt.pd.Close()
+	}
+}

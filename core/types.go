@@ -1,0 +1,122 @@
+package core
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// NodeID names a node in the cluster; the MetaServer maps it to the node's
+// fabric address and DC target.
+type NodeID = uint64
+
+// MR is memory registered with the runtime. Requests name local memory by
+// MR and offset, so the runtime can check every range before it reaches a
+// shared QP.
+type MR struct {
+	mr     verbs.MR
+	access verbs.Access
+	blk    *offheap.Block // memory RegMR allocated, freed on Deregister
+	dead   atomic.Bool
+}
+
+// Bytes is the registered memory.
+func (m *MR) Bytes() []byte { return m.mr.Bytes() }
+
+// Len is the region's length.
+func (m *MR) Len() int { return m.mr.Len() }
+
+// Range names n bytes at offset off of the MR, for a request.
+func (m *MR) Range(off, n int) Local { return Local{MR: m, Off: off, Len: n} }
+
+func (m *MR) live() bool { return !m.dead.Load() }
+
+// Local is a range of a local MR.
+type Local struct {
+	MR  *MR
+	Off int
+	Len int
+}
+
+func (l Local) sge() verbs.SGE {
+	return verbs.SGE{Addr: l.MR.mr.Addr() + uint64(l.Off), Length: uint32(l.Len), LKey: l.MR.mr.LKey()}
+}
+
+// Region is a remote memory region a node exported under a name, as a
+// client learned it. The runtime keeps its rkey and bounds: requests name a
+// Region and an offset, never a raw key.
+type Region struct {
+	Node   NodeID
+	Name   string
+	Len    uint64
+	Access verbs.Access
+	Addr   uint64 // remote virtual address of byte 0
+	rkey   uint32
+}
+
+// At names offset off of the region, for a request.
+func (g *Region) At(off uint64) Remote { return Remote{Region: g, Off: off} }
+
+// Remote is an offset in a remote region.
+type Remote struct {
+	Region *Region
+	Off    uint64
+}
+
+// Request is one operation pushed on a VQ.
+type Request struct {
+	// ID comes back in the completion.
+	ID uint64
+	// Op is READ, WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, CAS or FAA.
+	Op verbs.Opcode
+	// Local is the local buffer: the source of WRITE and SEND, the
+	// destination of READ and of an atomic's original value (8 bytes).
+	Local Local
+	// Remote is the target of one-sided operations.
+	Remote Remote
+	// Imm is the immediate data of the _WITH_IMM operations.
+	Imm uint32
+	// Compare and Swap are CAS's operands; Compare is FAA's addend.
+	Compare, Swap uint64
+	// Unsignaled requests produce no completion on success; they are
+	// retired when a later signaled request on the VQ completes.
+	Unsignaled bool
+}
+
+// Completion reports the outcome of a request.
+type Completion struct {
+	ID     uint64
+	Op     verbs.Opcode
+	Status verbs.Status
+	// Len is the number of bytes the operation moved.
+	Len int
+}
+
+// Err returns nil on success, otherwise an error matching the status with
+// errors.Is.
+func (c *Completion) Err() error {
+	if c.Status == verbs.Success {
+		return nil
+	}
+	return fmt.Errorf("core: request %d (%s): %w", c.ID, c.Op, c.Status)
+}
+
+// Message is a two-sided message received on a bound port.
+type Message struct {
+	// Buf is the posted receive buffer the message landed in (its first
+	// Len bytes), or nil when it arrived before any buffer was posted and
+	// Data holds a copy.
+	Buf  *Local
+	Data []byte
+	Len  int
+	// From is the sender's node and the port it is bound to (0 if none),
+	// the address to reply to.
+	From   NodeID
+	Port   uint32
+	Imm    uint32
+	HasImm bool
+	// Status is LOC_LEN_ERR when the message did not fit Buf (it is cut).
+	Status verbs.Status
+}

@@ -1,0 +1,101 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// spinPolls is how many empty polls a leader makes, yielding between
+// them, before it sleeps in CQ.Wait: enough to catch a response that a
+// link goroutine is about to deliver, short enough not to burn a core.
+const spinPolls = 32
+
+// poller lets the goroutines waiting on one CQ take turns draining it, so
+// no goroutine is dedicated to polling and an operation whose completion is
+// already queued (the in-memory wire completes inside PostSend) returns
+// without a context switch. One waiter at a time leads: it polls, hands
+// every completion to handle, and sleeps in CQ.Wait when idle. The others
+// wait on their own ready channel and take over when the leader leaves.
+type poller struct {
+	cq     verbs.CQ
+	handle func(*verbs.WC) // called by the leader, with lead held
+	stop   <-chan struct{} // closed when the owner closes
+
+	lead sync.Mutex
+	turn chan struct{} // a token: the leader left, a follower may lead
+	wcs  [16]verbs.WC  // guarded by lead
+}
+
+func newPoller(cq verbs.CQ, stop <-chan struct{}, handle func(*verbs.WC)) *poller {
+	return &poller{cq: cq, handle: handle, stop: stop, turn: make(chan struct{}, 1)}
+}
+
+// wait returns nil once it has taken the token handle sends on ready, or
+// an error when ctx ends, the owner closes, or the CQ fails.
+func (p *poller) wait(ctx context.Context, ready <-chan struct{}) error {
+	for {
+		select {
+		case <-ready:
+			return nil
+		default:
+		}
+		if p.lead.TryLock() {
+			err := p.leadUntil(ctx, ready)
+			p.lead.Unlock()
+			select {
+			case p.turn <- struct{}{}:
+			default:
+			}
+			return err
+		}
+		select {
+		case <-ready:
+			return nil
+		case <-p.turn:
+		case <-p.stop:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// leadUntil drains the CQ until ready fires.
+func (p *poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
+	idle := 0
+	for {
+		n, err := p.cq.Poll(p.wcs[:])
+		for i := range p.wcs[:n] {
+			p.handle(&p.wcs[i])
+		}
+		select {
+		case <-ready:
+			return nil
+		default:
+		}
+		switch {
+		case err != nil:
+			return fmt.Errorf("meta: poll CQ: %w", err)
+		case n > 0:
+			idle = 0
+			continue
+		}
+		select {
+		case <-p.stop:
+			return ErrClosed
+		default:
+		}
+		if idle++; idle < spinPolls {
+			runtime.Gosched()
+			continue
+		}
+		if err := p.cq.Wait(ctx); err != nil {
+			return err
+		}
+		idle = 0
+	}
+}
