@@ -62,10 +62,10 @@ func (p *peer) routeFor(q *Queue) *pqp {
 // peerFor finds the peer for node: warm from the runtime's table, or cold
 // through the meta cache and, on a miss, one READ of the MetaServer.
 func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
-	rt.mu.Lock()
+	rt.mu.RLock()
 	p := rt.peers[node]
 	closed := rt.closed
-	rt.mu.Unlock()
+	rt.mu.RUnlock()
 	if closed {
 		return nil, fmt.Errorf("core: connect: %w", ErrClosed)
 	}
@@ -89,7 +89,6 @@ func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if old := rt.peers[node]; old != nil {
-		t.ah.Close()
 		return old, nil
 	}
 	rt.peers[node] = p
@@ -97,11 +96,27 @@ func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
 }
 
 func (rt *Runtime) newTarget(p *peer, rec meta.Record) (*target, error) {
-	ah, err := rt.pd.CreateAH(verbs.AHAttr{Dest: verbs.Endpoint{Addr: rec.Addr}})
+	ah, err := rt.addressHandle(rec)
 	if err != nil {
 		return nil, fmt.Errorf("core: address handle for node %d at %s: %w", rec.Node, rec.Addr, err)
 	}
 	return &target{peer: p, addr: rec.Addr, dct: rec.DCTNum, key: rec.DCKey, version: rec.Version, ah: ah}, nil
+}
+
+// addressHandle returns the runtime's address handle for the record's port,
+// making it on first use: one per remote port, whatever its DCT.
+func (rt *Runtime) addressHandle(rec meta.Record) (verbs.AH, error) {
+	rt.ahMu.Lock()
+	defer rt.ahMu.Unlock()
+	if ah := rt.ahs[rec.Addr]; ah != nil {
+		return ah, nil
+	}
+	ah, err := rt.pd.CreateAH(verbs.AHAttr{Dest: rec.Endpoint()})
+	if err != nil {
+		return nil, err
+	}
+	rt.ahs[rec.Addr] = ah
+	return ah, nil
 }
 
 // refresh refetches the peer's record, bypassing the cache, and installs it
@@ -163,7 +178,18 @@ func (p *peer) close() {
 	}
 	p.retiring = nil
 	p.mu.Unlock()
-	if t := p.target(); t != nil {
-		t.ah.Close()
+}
+
+// Forget drops what the runtime knows of node: its cached DC target and
+// meta cache entry, so the next Connect is cold (one MetaServer READ). RC
+// QPs to the node stay until evicted. Benchmarks use it to measure cold
+// connects; an application never needs it (stale targets are refetched).
+func (rt *Runtime) Forget(node NodeID) {
+	rt.mu.Lock()
+	p := rt.peers[node]
+	if p != nil && len(p.rcs()) == 0 {
+		delete(rt.peers, node)
 	}
+	rt.mu.Unlock()
+	rt.meta.Invalidate(node)
 }

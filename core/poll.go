@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/krcore/krcore/verbs"
@@ -15,23 +17,50 @@ const recvBit = 1 << 63
 // core on a two-core machine.
 const spinFor = 20 * time.Microsecond
 
-// poll drains the node's completion queue and dispatches every completion
-// to the VQ it belongs to. Whoever calls it does the work; if another
-// goroutine is already polling it returns at once.
-func (rt *Runtime) poll() int {
-	if !rt.pollMu.TryLock() {
+// poller is one of the node's two completion queues (sends, receives) with
+// the state of those who poll and wait on it. Separate queues keep a
+// goroutine waiting for messages from being woken by every data-plane
+// completion.
+type poller struct {
+	rt     *Runtime
+	cq     verbs.CQ
+	mu     sync.Mutex // held while polling
+	wcs    []verbs.WC
+	fin    []finished
+	waitMu sync.Mutex // the role of sleeping on the CQ, see wait
+	role   atomic.Pointer[roleHolder]
+	wake   chan struct{}
+	failed atomic.Bool // the CQ failed (device gone); logged once
+}
+
+func newPoller(rt *Runtime, entries int) (*poller, error) {
+	cq, err := rt.dev.CreateCQ(min(entries, rt.dev.Attr().MaxCQE))
+	if err != nil {
+		return nil, err
+	}
+	return &poller{rt: rt, cq: cq, wcs: make([]verbs.WC, 64), wake: make(chan struct{}, 1)}, nil
+}
+
+// poll drains the completion queue and dispatches every completion to the
+// VQ it belongs to. Whoever calls it does the work; if another goroutine is
+// already polling it returns at once.
+func (pl *poller) poll() int {
+	if !pl.mu.TryLock() {
 		return 0
 	}
-	defer rt.pollMu.Unlock()
-	n, err := rt.cq.Poll(rt.wcs)
+	defer pl.mu.Unlock()
+	rt := pl.rt
+	n, err := pl.cq.Poll(pl.wcs)
 	if err != nil {
-		rt.log.Error("completion queue failed", "err", err)
+		if !pl.failed.Swap(true) {
+			rt.log.Error("completion queue failed", "err", err)
+		}
 		return 0
 	}
 	m := *rt.byQPN.Load()
-	fin := rt.fin[:0]
+	fin := pl.fin[:0]
 	for i := 0; i < n; i++ {
-		wc := &rt.wcs[i]
+		wc := &pl.wcs[i]
 		if wc.ID&recvBit != 0 {
 			rt.recv.onWC(wc)
 			continue
@@ -44,7 +73,7 @@ func (rt *Runtime) poll() int {
 		f.q.finish(f.seq, f.status, f.n)
 	}
 	clear(fin)
-	rt.fin = fin[:0]
+	pl.fin = fin[:0]
 	return n
 }
 
@@ -60,11 +89,11 @@ func (rt *Runtime) failRecs(rs []rec, st verbs.Status) {
 // waiter at a time sleeps on the completion queue (and dispatches what
 // wakes it) while the others sleep on their queue's channel, taking the
 // role over when it frees.
-func (rt *Runtime) wait(ctx context.Context, q *Queue, ready func() bool) error {
+func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
 	token := false // this goroutine took the role hand-over token
 	defer func() {
 		if token {
-			rt.passRole()
+			pl.passRole()
 		}
 	}()
 	start := time.Now()
@@ -72,51 +101,52 @@ func (rt *Runtime) wait(ctx context.Context, q *Queue, ready func() bool) error 
 		if ready() {
 			return nil
 		}
-		if rt.poll() > 0 && ready() {
+		if pl.poll() > 0 && ready() {
 			return nil
 		}
 		if i%32 != 31 || time.Since(start) < spinFor {
 			continue
 		}
-		if err := rt.sleep(ctx, q, &token); err != nil {
+		if err := pl.sleep(ctx, q, &token); err != nil {
 			return err
 		}
 	}
 }
 
 // sleep waits once for something to happen.
-func (rt *Runtime) sleep(ctx context.Context, q *Queue, token *bool) error {
+func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	stop := pl.rt.stop
 	select {
-	case <-rt.stop:
+	case <-stop:
 		return ErrClosed
 	default:
 	}
-	if rt.waitMu.TryLock() {
+	if pl.waitMu.TryLock() {
 		*token = false
-		err := rt.sleepOnCQ(ctx, q)
-		rt.waitMu.Unlock()
-		rt.passRole()
+		err := pl.sleepOnCQ(ctx, q)
+		pl.waitMu.Unlock()
+		pl.passRole()
 		return err
 	}
 	select {
 	case <-q.notify:
-	case <-rt.wake:
+	case <-pl.wake:
 		*token = true
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-rt.stop:
+	case <-stop:
 		return ErrClosed
 	}
 	return nil
 }
 
 // passRole lets one sleeping waiter take the completion-queue role.
-func (rt *Runtime) passRole() {
+func (pl *poller) passRole() {
 	select {
-	case rt.wake <- struct{}{}:
+	case pl.wake <- struct{}{}:
 	default:
 	}
 }
@@ -129,17 +159,17 @@ type roleHolder struct {
 	cancel context.CancelFunc
 }
 
-func (rt *Runtime) sleepOnCQ(ctx context.Context, q *Queue) error {
+func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt.role.Store(&roleHolder{q: q, cancel: cancel})
-	defer rt.role.Store(nil)
+	pl.role.Store(&roleHolder{q: q, cancel: cancel})
+	defer pl.role.Store(nil)
 	select {
 	case <-q.notify: // finished while the role was being taken
 		return nil
 	default:
 	}
-	err := rt.cq.Wait(cctx)
+	err := pl.cq.Wait(cctx)
 	if err != nil && ctx.Err() == nil {
 		return nil // woken by a dispatcher
 	}
@@ -152,7 +182,9 @@ func (rt *Runtime) kick(q *Queue) {
 	case q.notify <- struct{}{}:
 	default:
 	}
-	if r := rt.role.Load(); r != nil && r.q == q {
-		r.cancel()
+	for _, pl := range [...]*poller{rt.sends, rt.recvs} {
+		if r := pl.role.Load(); r != nil && r.q == q {
+			r.cancel()
+		}
 	}
 }

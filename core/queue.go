@@ -155,7 +155,7 @@ func (q *Queue) usable() error {
 // waitCredit releases q.mu until a credit returns; q.mu is held.
 func (q *Queue) waitCredit(ctx context.Context) error {
 	q.mu.Unlock()
-	err := q.rt.wait(ctx, q, func() bool {
+	err := q.rt.sends.wait(ctx, q, func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		q.reap()
@@ -278,7 +278,7 @@ func (q *Queue) Pop(out []Completion) int {
 	if n := q.popReady(out); n > 0 {
 		return n
 	}
-	q.rt.poll()
+	q.rt.sends.poll()
 	return q.popReady(out)
 }
 
@@ -300,7 +300,7 @@ func (q *Queue) popReady(out []Completion) int {
 // and then sleeping, until ctx ends.
 func (q *Queue) PopWait(ctx context.Context, out []Completion) (int, error) {
 	var n int
-	err := q.rt.wait(ctx, q, func() bool {
+	err := q.rt.sends.wait(ctx, q, func() bool {
 		n = q.popReady(out)
 		return n > 0
 	})

@@ -11,7 +11,7 @@ import (
 
 // newRC creates an RC QP that receives through the shared SRQ.
 func (rt *Runtime) newRC() (verbs.QP, error) {
-	return rt.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: rt.cq, RecvCQ: rt.cq, SRQ: rt.srq,
+	return rt.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: rt.sends.cq, RecvCQ: rt.recvs.cq, SRQ: rt.srq,
 		Cap: verbs.QPCap{MaxSendWR: rt.cfg.Depth, MaxSendSGE: 2}})
 }
 
@@ -183,7 +183,7 @@ func (pq *pqp) drain(stop <-chan struct{}) bool {
 		if idle {
 			return true
 		}
-		pq.rt.poll()
+		pq.rt.sends.poll()
 		select {
 		case <-stop:
 			return false

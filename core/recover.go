@@ -41,9 +41,9 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	rt.log.Debug("recovering physical QP", "qpn", p.qp.Num(), "rc", p.rc != nil, "status", st, "requests", 1+len(rest))
 	blamed := true
 	if p.rc == nil && (st == verbs.RemAccessErr || st == verbs.RemInvReqErr) {
-		if changed, err := culprit.target.peer.refresh(ctx); err == nil && changed {
-			blamed = false
-		}
+		changed, err := culprit.target.peer.refresh(ctx)
+		rt.log.Debug("refetched DC target", "peer", culprit.target.peer.node, "changed", changed, "err", err)
+		blamed = err != nil || !changed
 	}
 	deadPeer := (*peer)(nil)
 	if st == verbs.RetryExcErr {
@@ -66,6 +66,9 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 		default:
 			repost = append(repost, r)
 		}
+	}
+	for i := range repost {
+		repost[i].target = repost[i].target.peer.target() // refetched, maybe
 	}
 	rt.repair(p, repost)
 	for _, f := range fin {

@@ -52,9 +52,9 @@ func (r *receiver) onWC(wc *verbs.WC) {
 		Imm: binary.LittleEndian.Uint32(b[12:]), HasImm: wc.Imm&portHasImm != 0,
 	}
 	port := wc.Imm &^ portHasImm
-	r.rt.mu.Lock()
+	r.rt.mu.RLock()
 	q := r.rt.ports[port]
-	r.rt.mu.Unlock()
+	r.rt.mu.RUnlock()
 	if q == nil || !q.deliver(m, b[hdrLen:]) {
 		r.rt.count(&r.rt.stats.dropped)
 	}
@@ -156,7 +156,7 @@ func (q *Queue) PopMsgs(out []Message) int {
 	if n := q.popMsgs(out); n > 0 {
 		return n
 	}
-	q.rt.poll()
+	q.rt.recvs.poll()
 	return q.popMsgs(out)
 }
 
@@ -172,7 +172,7 @@ func (q *Queue) popMsgs(out []Message) int {
 // PopMsgsWait is PopMsgs that waits for at least one message.
 func (q *Queue) PopMsgsWait(ctx context.Context, out []Message) (int, error) {
 	var n int
-	err := q.rt.wait(ctx, q, func() bool {
+	err := q.rt.recvs.wait(ctx, q, func() bool {
 		n = q.popMsgs(out)
 		return n > 0
 	})

@@ -130,7 +130,8 @@ type Runtime struct {
 	node  NodeID
 	log   *slog.Logger
 	pd    verbs.PD
-	cq    verbs.CQ // every send and receive completion of the node
+	sends *poller // completions of every physical QP's sends
+	recvs *poller // completions of the shared receive queue
 	srq   verbs.SRQ
 	dct   verbs.QP
 	dcKey uint64
@@ -141,13 +142,10 @@ type Runtime struct {
 	own   *meta.Server // the embedded MetaServer, if this runtime started it
 	stats counters
 
-	pollMu sync.Mutex
-	wcs    []verbs.WC
-	fin    []finished
 	byQPN  atomic.Pointer[map[uint32]*pqp]
 	qpnMu  sync.Mutex // serializes byQPN updates
 
-	mu      sync.Mutex
+	mu      sync.RWMutex // guards the maps below and closed
 	queues  map[uint32]*Queue
 	nextQ   uint32
 	ports   map[uint32]*Queue
@@ -155,12 +153,12 @@ type Runtime struct {
 	exports map[string]*export
 	closed  bool
 
-	ctrl   *control
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	waitMu sync.Mutex // the CQ-waiting role, see wait
-	role   atomic.Pointer[roleHolder]
-	wake   chan struct{}
+	ahMu sync.Mutex
+	ahs  map[string]verbs.AH // by remote port address
+
+	ctrl *control
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 // New starts a runtime on cfg.Device and registers the node with the
@@ -173,8 +171,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg: cfg, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
 		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
 		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
-		exports: make(map[string]*export), stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		wcs: make([]verbs.WC, 64),
+		exports: make(map[string]*export), stop: make(chan struct{}), ahs: make(map[string]verbs.AH),
 	}
 	empty := map[uint32]*pqp{}
 	rt.byQPN.Store(&empty)
@@ -194,8 +191,10 @@ func (rt *Runtime) setup(ctx context.Context) error {
 		return err
 	}
 	c := &rt.cfg
-	cqe := (c.DCIs+c.RCPerPeer*max(c.RCPeers, 0)*2)*c.Depth + c.RecvSlots + 1024
-	if rt.cq, err = rt.dev.CreateCQ(min(cqe, rt.dev.Attr().MaxCQE)); err != nil {
+	if rt.sends, err = newPoller(rt, (c.DCIs+c.RCPerPeer*max(c.RCPeers, 0)*2)*c.Depth+1024); err != nil {
+		return err
+	}
+	if rt.recvs, err = newPoller(rt, c.RecvSlots+1024); err != nil {
 		return err
 	}
 	if rt.srq, err = rt.pd.CreateSRQ(verbs.SRQInit{MaxWR: c.RecvSlots, MaxSGE: 1}); err != nil {
@@ -204,7 +203,7 @@ func (rt *Runtime) setup(ctx context.Context) error {
 	var key [8]byte
 	rand.Read(key[:])
 	rt.dcKey = binary.LittleEndian.Uint64(key[:]) | 1
-	if rt.dct, err = rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: rt.cq, RecvCQ: rt.cq, SRQ: rt.srq, DCKey: rt.dcKey}); err != nil {
+	if rt.dct, err = rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: rt.sends.cq, RecvCQ: rt.recvs.cq, SRQ: rt.srq, DCKey: rt.dcKey}); err != nil {
 		return err
 	}
 	if err = verbs.Ready(rt.dct, rt.cfg.Path); err != nil {
@@ -225,7 +224,7 @@ func (rt *Runtime) setup(ctx context.Context) error {
 }
 
 func (rt *Runtime) newDCI() (*pqp, error) {
-	qp, err := rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCI, SendCQ: rt.cq, RecvCQ: rt.cq,
+	qp, err := rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCI, SendCQ: rt.sends.cq, RecvCQ: rt.recvs.cq,
 		Cap: verbs.QPCap{MaxSendWR: rt.cfg.Depth, MaxSendSGE: 2}})
 	if err != nil {
 		return nil, err
@@ -409,6 +408,11 @@ func (rt *Runtime) teardown() {
 	for _, p := range peers {
 		p.close()
 	}
+	rt.ahMu.Lock()
+	for _, ah := range rt.ahs {
+		ah.Close()
+	}
+	rt.ahMu.Unlock()
 	for _, p := range rt.dcis {
 		p.destroy()
 	}
@@ -421,8 +425,10 @@ func (rt *Runtime) teardown() {
 	if rt.srq != nil {
 		rt.srq.Close()
 	}
-	if rt.cq != nil {
-		rt.cq.Close()
+	for _, pl := range []*poller{rt.sends, rt.recvs} {
+		if pl != nil {
+			pl.cq.Close()
+		}
 	}
 	if rt.pd != nil {
 		rt.pd.Close()

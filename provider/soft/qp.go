@@ -236,12 +236,15 @@ const maxDCSources = 1 << 14
 func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
 	src := dcSource{peer, f.srcQPN}
 	c := q.dcSeq[src]
-	if c == nil || c.gen != f.gen || f.flags&flagDCConnect != 0 {
+	switch {
+	case c == nil:
 		if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
 			q.dcSeq = make(map[dcSource]*dcConn)
 		}
 		c = &dcConn{gen: f.gen, expect: f.psn}
 		q.dcSeq[src] = c
+	case c.gen != f.gen || f.flags&flagDCConnect != 0:
+		c.gen, c.expect = f.gen, f.psn
 	}
 	return c, c.expect == f.psn
 }

@@ -1,0 +1,172 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// benchCluster is a two-node in-process cluster for benchmarks.
+func benchCluster(b *testing.B) *cluster.Cluster {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// BenchmarkConnectWarm: Connect to a node whose DC target is cached.
+func BenchmarkConnectWarm(b *testing.B) {
+	c := benchCluster(b)
+	a := c.Node(1)
+	q, _ := a.Queue()
+	defer q.Close()
+	ctx := context.Background()
+	if err := q.Connect(ctx, 2); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := q.Connect(ctx, 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkConnectWarmParallel: warm connects from every core.
+func BenchmarkConnectWarmParallel(b *testing.B) {
+	c := benchCluster(b)
+	a := c.Node(1)
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		q, _ := a.Queue()
+		defer q.Close()
+		for pb.Next() {
+			if err := q.Connect(ctx, 2); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkConnectCold: Connect to a node the runtime has forgotten: one
+// READ of the MetaServer's table plus an address handle.
+func BenchmarkConnectCold(b *testing.B) {
+	c := benchCluster(b)
+	a := c.Node(2) // the MetaServer is embedded in node 1
+	q, _ := a.Queue()
+	defer q.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a.Forget(1)
+		if err := q.Connect(ctx, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if s := a.Stats(); s.ColdConnects < uint64(b.N) {
+		b.Fatalf("%d cold connects for %d iterations", s.ColdConnects, b.N)
+	}
+}
+
+// BenchmarkRead8 compares an 8 B READ through a VQ with one through a raw
+// RC QP between the same two soft nodes.
+func BenchmarkRead8(b *testing.B) {
+	b.Run("vq", func(b *testing.B) {
+		c := benchCluster(b)
+		a, s := c.Node(1), c.Node(2)
+		mr, _ := s.RegMR(64, verbs.AccessAll)
+		s.Export("r", mr, 0, 64, verbs.AccessRemoteRead)
+		ctx := context.Background()
+		g, err := a.Region(ctx, 2, "r")
+		if err != nil {
+			b.Fatal(err)
+		}
+		q, _ := a.Queue()
+		defer q.Close()
+		q.Connect(ctx, 2)
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		req := core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+		var out [1]core.Completion
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := q.Push(ctx, false, req); err != nil {
+				b.Fatal(err)
+			}
+			for q.Pop(out[:]) == 0 {
+			}
+			if out[0].Status != verbs.Success {
+				b.Fatal(out[0].Status)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		c := benchCluster(b)
+		x, y := rawPair(b, c.Devices[0], c.Devices[1])
+		wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+		var wc [1]verbs.WC
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := x.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			for {
+				n, err := x.cq.Poll(wc[:])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+			}
+			if wc[0].Status != verbs.Success {
+				b.Fatal(wc[0].Status)
+			}
+		}
+	})
+}
+
+type rawSide struct {
+	qp verbs.QP
+	cq verbs.CQ
+	mr verbs.MR
+}
+
+// rawPair connects two RC QPs the way a verbs program does.
+func rawPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
+	mk := func(d verbs.Device) rawSide {
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(64)
+		qp, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		blk, _ := offheap.Alloc(4096)
+		mr, _ := pd.RegMR(blk.Bytes(), verbs.AccessAll)
+		b.Cleanup(func() { qp.Close(); mr.Close(); cq.Close(); pd.Close(); blk.Close() })
+		return rawSide{qp: qp, cq: cq, mr: mr}
+	}
+	x, y := mk(da), mk(db)
+	if err := verbs.Connect(x.qp, y.qp.Endpoint(), verbs.Path{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := verbs.Connect(y.qp, x.qp.Endpoint(), verbs.Path{}); err != nil {
+		b.Fatal(err)
+	}
+	return x, y
+}
