@@ -142,8 +142,8 @@ type Runtime struct {
 	own   *meta.Server // the embedded MetaServer, if this runtime started it
 	stats counters
 
-	byQPN  atomic.Pointer[map[uint32]*pqp]
-	qpnMu  sync.Mutex // serializes byQPN updates
+	byQPN atomic.Pointer[map[uint32]*pqp]
+	qpnMu sync.Mutex // serializes byQPN updates
 
 	mu      sync.RWMutex // guards the maps below and closed
 	queues  map[uint32]*Queue
