@@ -248,6 +248,7 @@ func TestTornReadRace(t *testing.T) {
 	var encA, encB [SlotSize]byte
 	encodeSlot(encA[:], 1<<40, a)
 	encodeSlot(encB[:], 1<<40+1, b)
+	copy(slot, encA[:]) // before the first fetch, whenever the writer starts
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
