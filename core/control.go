@@ -241,3 +241,15 @@ func (rt *Runtime) Region(ctx context.Context, node NodeID, name string) (*Regio
 }
 
 var errRCRefused = errors.New("core: peer refused the RC connection")
+
+// Region learns the region named name on the node the queue is connected
+// to (see Runtime.Region).
+func (q *Queue) Region(ctx context.Context, name string) (*Region, error) {
+	q.mu.Lock()
+	p := q.peer
+	q.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("core: region %q: %w", name, ErrNotConnected)
+	}
+	return q.rt.Region(ctx, p.node, name)
+}

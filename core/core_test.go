@@ -78,7 +78,7 @@ func TestOneSided(t *testing.T) {
 	remote := serve(t, b, "data", 4096)
 	copy(remote.Bytes()[100:], "from b")
 	q := mustQueue(t, a, 2)
-	g, err := a.Region(ctx(t), 2, "data")
+	g, err := q.Region(ctx(t), "data")
 	if err != nil {
 		t.Fatal(err)
 	}
