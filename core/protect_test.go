@@ -60,3 +60,35 @@ func TestCheck(t *testing.T) {
 		t.Errorf("SEND on a port refused: %v", r)
 	}
 }
+
+// FuzzCheck: whatever a request holds, check never panics, and what it lets
+// through stays inside the caller's MR and the granted region with the
+// access the operation needs.
+func FuzzCheck(f *testing.F) {
+	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(0), true)
+	f.Add(uint8(verbs.OpFetchAdd), 8, 8, uint64(4), uint8(1), false)
+	f.Add(uint8(verbs.OpSend), -1, 1<<30, uint64(1<<63), uint8(2), true)
+	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
+		mrs := []*MR{{mr: fakeVerbsMR{}, access: verbs.AccessAll}, {mr: fakeVerbsMR{}}, nil}
+		g := &Region{Name: "r", Len: 1024, Addr: 1 << 20, Access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		r := Request{Op: verbs.Opcode(op), Local: Local{MR: mrs[int(which)%3], Off: off, Len: n}, Remote: g.At(roff)}
+		if which&4 != 0 {
+			r.Remote.Region = nil
+		}
+		if check(&r, two, limits{maxMsg: 1 << 20}) != nil {
+			return
+		}
+		if !r.Op.Valid() {
+			t.Fatalf("invalid opcode %d accepted", op)
+		}
+		if n > 0 && (r.Local.MR == nil || off < 0 || off+n > r.Local.MR.Len()) {
+			t.Fatalf("local range [%d,+%d) accepted", off, n)
+		}
+		if !r.Op.IsSend() && (r.Remote.Region == nil || roff > g.Len || uint64(max(n, 8)) > g.Len) {
+			t.Fatalf("remote offset %d len %d accepted", roff, n)
+		}
+		if r.Op == verbs.OpWrite || r.Op == verbs.OpWriteImm {
+			t.Fatalf("%s accepted on a read-only region", r.Op)
+		}
+	})
+}
