@@ -11,12 +11,17 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// benchCluster is a two-node in-process cluster for benchmarks.
-func benchCluster(b *testing.B) *cluster.Cluster {
+// benchCluster is a two-node in-process cluster for benchmarks, with the
+// RC pool disabled (VQs stay on DC) unless rc.
+func benchCluster(b *testing.B, rc ...bool) *cluster.Cluster {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
+	cfg := core.Config{RCPeers: -1}
+	if len(rc) > 0 && rc[0] {
+		cfg.RCPeers = 0 // the default pool
+	}
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: cfg})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,37 +88,11 @@ func BenchmarkConnectCold(b *testing.B) {
 }
 
 // BenchmarkRead8 compares an 8 B READ through a VQ with one through a raw
-// RC QP between the same two soft nodes.
+// RC QP between the same two soft nodes: vq-dc keeps the VQ on its DCI,
+// vq lets the runtime move the hot peer to an RC QP (after a warm-up).
 func BenchmarkRead8(b *testing.B) {
-	b.Run("vq", func(b *testing.B) {
-		c := benchCluster(b)
-		a, s := c.Node(1), c.Node(2)
-		mr, _ := s.RegMR(64, verbs.AccessAll)
-		s.Export("r", mr, 0, 64, verbs.AccessRemoteRead)
-		ctx := context.Background()
-		g, err := a.Region(ctx, 2, "r")
-		if err != nil {
-			b.Fatal(err)
-		}
-		q, _ := a.Queue()
-		defer q.Close()
-		q.Connect(ctx, 2)
-		local, _ := a.RegMR(64, verbs.AccessAll)
-		req := core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
-		var out [1]core.Completion
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := q.Push(ctx, false, req); err != nil {
-				b.Fatal(err)
-			}
-			for q.Pop(out[:]) == 0 {
-			}
-			if out[0].Status != verbs.Success {
-				b.Fatal(out[0].Status)
-			}
-		}
-	})
+	b.Run("vq-dc", func(b *testing.B) { benchVQRead(b, false) })
+	b.Run("vq", func(b *testing.B) { benchVQRead(b, true) })
 	b.Run("raw", func(b *testing.B) {
 		c := benchCluster(b)
 		x, y := rawPair(b, c.Devices[0], c.Devices[1])
@@ -169,4 +148,43 @@ func rawPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
 		b.Fatal(err)
 	}
 	return x, y
+}
+
+// benchVQRead times sync 8 B READs through a VQ.
+func benchVQRead(b *testing.B, rc bool) {
+	c := benchCluster(b, rc)
+	a, s := c.Node(1), c.Node(2)
+	mr, _ := s.RegMR(64, verbs.AccessAll)
+	s.Export("r", mr, 0, 64, verbs.AccessRemoteRead)
+	ctx := context.Background()
+	g, err := a.Region(ctx, 2, "r")
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, _ := a.Queue()
+	defer q.Close()
+	q.Connect(ctx, 2)
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	req := core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+	var out [1]core.Completion
+	read := func() {
+		if _, err := q.Push(ctx, false, req); err != nil {
+			b.Fatal(err)
+		}
+		for q.Pop(out[:]) == 0 {
+		}
+		if out[0].Status != verbs.Success {
+			b.Fatal(out[0].Status)
+		}
+	}
+	if rc {
+		for warm := time.Now(); a.Stats().RCs == 0 || time.Since(warm) < 50*time.Millisecond; {
+			read()
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		read()
+	}
 }

@@ -178,9 +178,11 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
 
 // kick wakes q's waiter, wherever it sleeps.
 func (rt *Runtime) kick(q *Queue) {
-	select {
-	case q.notify <- struct{}{}:
-	default:
+	if len(q.notify) == 0 { // skip the channel's lock when a wake-up is pending
+		select {
+		case q.notify <- struct{}{}:
+		default:
+		}
 	}
 	for _, pl := range [...]*poller{rt.sends, rt.recvs} {
 		if r := pl.role.Load(); r != nil && r.q == q {

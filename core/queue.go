@@ -275,9 +275,6 @@ func (q *Queue) pop() entry {
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []Completion) int {
-	if n := q.popReady(out); n > 0 {
-		return n
-	}
 	q.rt.sends.poll()
 	return q.popReady(out)
 }
