@@ -176,6 +176,36 @@ func Bandwidth(bytes int, marks []Mark, minSpan int) BandwidthStats {
 	return s
 }
 
+// MedianBlock summarises the block with the median average rate of a run
+// made of blocks, each described by its own marks as for Bandwidth (for
+// instance the alternating blocks of an interleaved comparison). On a
+// shared machine one stall of the scheduler can stretch a block many times
+// and drags the whole run's average with it; the median block is a rate
+// one outlier cannot move. With an even number of blocks it is the lower
+// median; blocks without a measured duration are skipped, and with none
+// left everything is zero.
+func MedianBlock(bytes int, blocks [][]Mark, minSpan int) BandwidthStats {
+	stats := make([]BandwidthStats, 0, len(blocks))
+	for _, b := range blocks {
+		if s := Bandwidth(bytes, b, minSpan); s.Seconds > 0 {
+			stats = append(stats, s)
+		}
+	}
+	if len(stats) == 0 {
+		return BandwidthStats{Bytes: bytes}
+	}
+	slices.SortStableFunc(stats, func(a, b BandwidthStats) int {
+		switch {
+		case a.MsgRate < b.MsgRate:
+			return -1
+		case a.MsgRate > b.MsgRate:
+			return 1
+		}
+		return 0
+	})
+	return stats[(len(stats)-1)/2]
+}
+
 // Check is a derived figure and, optionally, the target it should meet:
 // usually a ratio of two figures measured in the same run (DESIGN.md
 // section 8: compare as ratios, because the machines are shared and noisy),

@@ -123,6 +123,32 @@ func TestBandwidth(t *testing.T) {
 	}
 }
 
+func TestMedianBlock(t *testing.T) {
+	block := func(msgs int, d time.Duration) []Mark {
+		return []Mark{{}, {At: d / 2, Msgs: msgs / 2}, {At: d, Msgs: msgs}}
+	}
+	// Five blocks of 100 messages; one stalled 100x.
+	blocks := [][]Mark{
+		block(100, 100*time.Microsecond),
+		block(100, 10*time.Millisecond), // the stall
+		block(100, 80*time.Microsecond),
+		block(100, 120*time.Microsecond),
+		block(100, 90*time.Microsecond),
+	}
+	s := MedianBlock(8, blocks, 1)
+	if s.Iterations != 100 || !near(s.Seconds, 100e-6) || !near(s.MsgRate, 1.0) {
+		t.Errorf("median block = %+v, want the 100 us one (1 Mpps)", s)
+	}
+	// Even count: the lower median.
+	s = MedianBlock(8, blocks[:4], 1)
+	if !near(s.Seconds, 120e-6) {
+		t.Errorf("lower median of 4 = %+v, want the 120 us block", s)
+	}
+	if s := MedianBlock(8, [][]Mark{{{}}, nil}, 1); s.Iterations != 0 || s.MsgRate != 0 || s.Bytes != 8 {
+		t.Errorf("no measured block: %+v", s)
+	}
+}
+
 func TestChecks(t *testing.T) {
 	c := RatioOf("read / tcp", 1.1, 1.0).AtMost(1.2)
 	if c.Met == nil || !*c.Met || c.Target != "<= 1.20x" || c.Unit != "x" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/krcore/krcore/perf"
 )
@@ -15,6 +16,18 @@ const (
 	targetWriteVsTCP = 0.8
 	// In process, a READ is a function call and a copy: under 1 usec.
 	targetInprocReadUsec = 1.0
+
+	// KRCore (the item 8). A warm connect is a table lookup: under
+	// 1 usec, over a million per second on one core.
+	targetWarmConnectUsec = 1.0
+	targetWarmConnectMps  = 1.0
+	// A cold connect is one MetaServer READ and bookkeeping.
+	targetColdVsRead = 1.3
+	// A raw RC connection costs a handshake with the peer; a warm VQ
+	// connect does not.
+	targetRCVsWarm = 100
+	// A VQ adds little to a private QP's sync 8 B READ.
+	targetVQVsQPRead = 1.05
 )
 
 // deriveChecks compares every soft-fabric figure with the TCP baseline of
@@ -100,6 +113,104 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 	if r := rep.FindAt(placementCross, testConnect, perf.ModeLat); r != nil {
 		if row := r.LabelRow("total"); row != nil {
 			out = append(out, perf.Figure("cross-process RC connect total t_typical", row.Typical, "usec"))
+		}
+	}
+	return append(out, deriveKrChecks(rep)...)
+}
+
+// deriveKrChecks derives the KRCore runtime's figures and targets, each
+// from tables of one run (the connect series, VQ and QP series are
+// interleaved within their tables).
+func deriveKrChecks(rep *perf.Report) []perf.Check {
+	var out []perf.Check
+	for _, place := range []string{placementCross, placementInproc} {
+		prefix := place + " "
+		if r := rep.FindAt(place, testKrConnect, perf.ModeLat); r != nil {
+			cold, warm, mr, rd := r.LabelRow(seriesCold), r.LabelRow(seriesWarm), r.LabelRow(seriesMetaRead), r.LabelRow(seriesRead8)
+			if warm != nil {
+				out = append(out, perf.Figure(prefix+"krcore warm connect t_typical", warm.Typical, "usec").Below(targetWarmConnectUsec))
+			}
+			if cold != nil {
+				out = append(out, perf.Figure(prefix+"krcore cold connect t_typical", cold.Typical, "usec"))
+			}
+			if cold != nil && rd != nil {
+				c := perf.RatioOf(prefix+"krcore cold connect / 8B READ to the MetaServer node t_typical (interleaved)", cold.Typical, rd.Typical)
+				if place == placementCross {
+					// In one process a READ is a function call, so any
+					// bookkeeping at all is a large multiple of it; the
+					// target is about the fabric round trip.
+					c = c.AtMost(targetColdVsRead)
+				}
+				out = append(out, c)
+			}
+			if cold != nil && mr != nil {
+				out = append(out, perf.RatioOf(prefix+"krcore cold connect / MetaServer lookup (meta.Client.Fetch) t_typical (interleaved)", cold.Typical, mr.Typical))
+			}
+			if conn := rep.FindAt(place, testConnect, perf.ModeLat); conn != nil && warm != nil {
+				if total := conn.LabelRow("total"); total != nil {
+					c := perf.RatioOf(prefix+"raw RC connect total / krcore warm connect t_typical", total.Typical, warm.Typical)
+					if place == placementCross {
+						c = c.AtLeast(targetRCVsWarm)
+					}
+					out = append(out, c)
+					if cold != nil {
+						out = append(out, perf.RatioOf(prefix+"raw RC connect total / krcore cold connect t_typical", total.Typical, cold.Typical))
+					}
+				}
+			}
+		}
+		if r := rep.FindAt(place, testKrRate, perf.ModeBW); r != nil {
+			// Judged on the median blocks: one stall of a shared machine
+			// must not decide a rate.
+			for _, row := range r.Bandwidth {
+				g, ok := strings.CutSuffix(row.Label, medianSuffix)
+				if !ok {
+					continue
+				}
+				c := perf.Figure(fmt.Sprintf("%skrcore warm connects/s, %s goroutine(s), median block", prefix, g), row.MsgRate, "M/s")
+				if g == "1" {
+					c = c.AtLeast(targetWarmConnectMps)
+				}
+				out = append(out, c)
+			}
+		}
+		for _, t := range []struct{ test, name string }{
+			{testVQRead, "VQ 8B READ"}, {testVQWrite, "VQ 8B WRITE"}, {testVQSend, "VQ 64B SEND RTT"},
+		} {
+			if r := rep.FindAt(place, t.test, perf.ModeLat); r != nil {
+				vq, qp := r.LabelRow(seriesVQ), r.LabelRow(seriesQP)
+				if vq != nil && qp != nil {
+					c := perf.RatioOf(fmt.Sprintf("%s%s t_typical / raw QP t_typical (interleaved)", prefix, t.name), vq.Typical, qp.Typical)
+					if t.test == testVQRead {
+						c = c.AtMost(targetVQVsQPRead)
+					}
+					out = append(out, c)
+				}
+			}
+			if r := rep.FindAt(place, t.test, perf.ModeBW); r != nil {
+				vq, qp := r.BandwidthLabelRow(seriesVQ+medianSuffix), r.BandwidthLabelRow(seriesQP+medianSuffix)
+				if vq != nil && qp != nil {
+					out = append(out, perf.RatioOf(fmt.Sprintf("%s%s MsgRate / raw QP MsgRate (median blocks, interleaved)", prefix, t.name), vq.MsgRate, qp.MsgRate))
+				}
+			}
+		}
+	}
+	if r := rep.FindAt(placementInproc, testMesh, perf.ModeLat); r != nil {
+		kr, rc := r.LabelRow(seriesKrcore), r.LabelRow(seriesRC)
+		if kr != nil && rc != nil {
+			nodes := strings.TrimSuffix(strings.TrimPrefix(r.Title, "Full-Mesh Creation Test, "), " (interleaved)")
+			out = append(out,
+				perf.Figure("in-process full mesh of "+nodes+": krcore t_typical", kr.Typical, "usec"),
+				perf.Figure("in-process full mesh of "+nodes+": raw RC t_typical", rc.Typical, "usec"),
+				perf.RatioOf("in-process full mesh of "+nodes+": raw RC / krcore t_typical (interleaved)", rc.Typical, kr.Typical))
+		}
+	}
+	if r := rep.FindAt(placementInproc, testCluster, perf.ModeLat); r != nil {
+		cold, warm, rc := r.LabelRow(stepCold), r.LabelRow(stepWarm), r.LabelRow(stepRC)
+		if cold != nil && warm != nil && rc != nil {
+			out = append(out,
+				perf.RatioOf("walkthrough: raw RC connect / VQ cold connect t_typical (interleaved)", rc.Typical, cold.Typical),
+				perf.RatioOf("walkthrough: raw RC connect / VQ warm connect t_typical (interleaved)", rc.Typical, warm.Typical))
 		}
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/verbs"
@@ -131,6 +132,9 @@ type client struct {
 
 	place    string // placement of the two sides
 	fabricIn string // "client-addr <-> server-addr"
+
+	stderr   io.Writer   // where the runtimes' warnings go
+	nextNode core.NodeID // the node id of the next client runtime
 }
 
 // runSuite connects to the server at addr and runs cfg's tests.
@@ -145,7 +149,8 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 		return fmt.Errorf("connect to server %s: %w", addr, err)
 	}
 	host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
-	c := &client{ctx: ctx, cfg: cfg, ctl: newCtrl(ctx, conn), host: host, out: out, logf: logf, place: fab.placement()}
+	c := &client{ctx: ctx, cfg: cfg, ctl: newCtrl(ctx, conn), host: host, out: out, logf: logf, place: fab.placement(),
+		stderr: stderr, nextNode: firstClientNode}
 	defer c.ctl.Close()
 
 	c.dev, err = fab.newNode("client")
@@ -170,7 +175,15 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 		case testRaw:
 			err = c.runRaw()
 		case testConnect:
-			err = c.runConnect()
+			if err = c.runConnect(); err == nil {
+				err = c.runKrConnect()
+			}
+		case testVQ:
+			err = c.runVQ()
+		case testMesh:
+			err = runMesh(ctx, cfg, out, stderr, logf)
+		case testCluster:
+			err = runCluster(ctx, cfg, out, stderr, logf)
 		default:
 			for _, m := range cfg.modesOf(t) {
 				if err = c.runTest(t, m); err != nil {
@@ -319,11 +332,16 @@ func (c *client) runTest(test, mode string) (err error) {
 // its own, and connects both: the out-of-band exchange perftest does. It
 // returns the server's MR.
 func (c *client) setup(test, mode string, size int) (_ *endpoint, _ mrInfo, err error) {
+	return c.setupInline(test, mode, size, c.cfg.inlineMax())
+}
+
+// setupInline is setup with inline payloads up to inline bytes.
+func (c *client) setupInline(test, mode string, size, inline int) (_ *endpoint, _ mrInfo, err error) {
 	cfg := c.cfg
 	fail := func(err error) (*endpoint, mrInfo, error) {
 		return nil, mrInfo{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
 	}
-	sh := qpShape{sendDepth: cfg.txDepth, recvDepth: 1, inline: cfg.inlineMax()}
+	sh := qpShape{sendDepth: cfg.txDepth, recvDepth: 1, inline: inline}
 	if test == testSend {
 		sh.recvDepth = cfg.rxDepth
 	}

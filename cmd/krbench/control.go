@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/krcore/krcore/verbs"
 )
 
 // protocolVersion is the control protocol's version; both sides must agree.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // Control operations. The client sends one request at a time and reads the
 // reply; the server never speaks first. Strict request/reply keeps the
@@ -28,6 +29,7 @@ const (
 	opConnClose   = "conn-close"  // connect test: server frees one connection
 	opRaw         = "raw"         // server opens a TCP listener for the baseline
 	opRawDone     = "raw-done"    // server closes the baseline connection
+	opKrStart     = "kr-start"    // server starts its KRCore runtime (once) -> MetaServer info, node id
 	opBye         = "bye"         // end of session
 	maxFrameBytes = 1 << 20       // no control message is anywhere near this
 )
@@ -68,6 +70,11 @@ type msg struct {
 	Token    uint64 `json:"token,omitempty"`
 
 	Port int `json:"port,omitempty"` // raw: the baseline listener's port
+
+	// KRCore runtime: the server's MetaServer (meta.Info.String) and node
+	// id, which the client's runtime joins.
+	Meta   string `json:"meta,omitempty"`
+	NodeID uint64 `json:"node_id,omitempty"`
 }
 
 // ctrl is one end of the control connection.
@@ -117,7 +124,9 @@ func (c *ctrl) recv(timeout time.Duration) (*msg, error) {
 	}
 	line, err := c.readLine()
 	if err != nil {
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			// A peer that closes with our request unread resets the
+			// connection instead: it hung up all the same.
 			return nil, fmt.Errorf("control: %w", errPeerClosed)
 		}
 		var ne net.Error

@@ -63,11 +63,26 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		return ctx.Err()
 	}
 	if !cfg.json {
-		fmt.Fprintf(stdout, "krbench demo: server child pid %d on %s; cross-process run, then in-process\n", cmd.Process.Pid, addr)
+		fmt.Fprintf(stdout, "krbench demo: server child pid %d on %s; runtime walkthrough, cross-process run, then in-process\n", cmd.Process.Pid, addr)
 	}
 
 	out := newOutput(cfg, stdout)
-	runErr := runSuite(ctx, cfg, addr, tcpFabric{listen: cfg.fabricAddr}, out, stderr)
+	// The runtime's walkthrough comes first: it is the demo's headline.
+	var runErr error
+	if slices.Contains(cfg.tests, testCluster) {
+		logf := func(string, ...any) {}
+		if cfg.verbose {
+			logf = func(format string, a ...any) { fmt.Fprintf(stderr, "krbench: "+format+"\n", a...) }
+		}
+		runErr = runCluster(ctx, cfg, out, stderr, logf)
+	}
+	// Across processes: everything that talks to the server (the
+	// cluster and mesh tests run in this process only, once).
+	xcfg := *cfg
+	xcfg.tests = slices.DeleteFunc(slices.Clone(cfg.tests), isLocal)
+	if runErr == nil {
+		runErr = runSuite(ctx, &xcfg, addr, tcpFabric{listen: cfg.fabricAddr}, out, stderr)
+	}
 	if runErr != nil {
 		cancel() // the child may be stuck waiting for us
 	}
@@ -93,7 +108,7 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	// absolute (READ under 1 usec).
 	icfg := *cfg
 	icfg.baseline = false
-	icfg.tests = slices.DeleteFunc(slices.Clone(cfg.tests), func(t string) bool { return t == testRaw })
+	icfg.tests = slices.DeleteFunc(slices.Clone(cfg.tests), func(t string) bool { return t == testRaw || t == testCluster })
 	if len(icfg.tests) > 0 {
 		if err := runInprocSuite(ctx, &icfg, out, stderr); err != nil {
 			return fmt.Errorf("demo in-process: %w", err)

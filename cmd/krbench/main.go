@@ -1,36 +1,88 @@
-// Command krbench is krcore's perftest: latency and bandwidth of RDMA READ,
-// WRITE, SEND and atomics, raw RC connection setup, and a plain Go TCP
-// baseline measured between the same two processes, all printed in
-// perftest's table shape (ib_read_lat, ib_write_bw ...) or as JSON.
+// Command krbench is krcore's perftest: the KRCore runtime against raw
+// verbs (connect latency and rate, full-mesh creation, the VQ data plane),
+// latency and bandwidth of RDMA READ, WRITE, SEND and atomics, raw RC
+// connection setup, and a plain Go TCP baseline measured between the same
+// two processes, all printed in perftest's table shape (ib_read_lat,
+// ib_write_bw ...) or as JSON.
 //
 // The RDMA side runs on the pure-Go software RNIC (provider/soft): each side
 // starts a soft node, and the two nodes talk over the soft fabric's TCP
 // protocol (cross-process) or its in-memory wire (-inproc). A separate plain
 // TCP control connection carries what perftest exchanges out of band: QP
-// endpoints, MR address/rkey/length and the test parameters.
+// endpoints, MR address/rkey/length, the test parameters, and the server
+// runtime's MetaServer address (meta.Info) that client runtimes join.
 //
 // Usage:
 //
-//	krbench demo                          # server as a child process + full suite + ratios
+//	krbench demo                          # runtime walkthrough + server child process + full suite + ratios
 //	krbench -server [-port 18515] [-once] # wait for clients, one at a time
 //	krbench -client HOST[:PORT] [flags]   # run tests against a server
 //	krbench -inproc [flags]               # both sides in this process, in-memory fabric
 //
 // Test selection (flags or words after the command):
 //
-//	-test read,write,send,atomic,connect,raw,all (default all)
+//	-test read,write,send,atomic,connect,vq,mesh,cluster,raw,all (default all)
 //	-mode lat,bw (default both)       e.g. krbench -client h -test read -mode lat
 //	krbench -client h read-lat write-bw   # perftest-style names work too
+//	krbench -inproc krcore                # the runtime's tests: cluster,connect,vq,mesh
+//
+// # The KRCore runtime
+//
+// The server side runs a core.Runtime on its soft RNIC with the MetaServer
+// embedded and hands its meta.Info to the client; each client test starts
+// its own runtime (a fresh node id) that joins it. Every comparison is made
+// of series measured in alternating blocks of one run, so both sides of a
+// ratio see the same machine:
+//
+//   - cluster: the walkthrough the demo starts with. -nodes nodes (default
+//     8, soft RNIC + runtime each) come up on an in-memory fabric; node N
+//     connects a VQ to node N-1 cold (one READ of node 1's MetaServer) and
+//     warm, beside a raw RC connect between the same two RNICs (QP on each,
+//     endpoints over loopback TCP, RTR/RTS on both); then it READs and
+//     WRITEs node N-1's exported memory and ping-pongs 64 B messages
+//     through bound ports, checking every byte. Always in this process.
+//   - connect: the raw RC connect phases (create, exchange, modify,
+//     first_op); then KRCore connects: cold (Runtime.Forget, then
+//     Queue.Connect: a fresh peer, one MetaServer READ), warm (peer cached),
+//     the MetaServer lookup alone (meta.Client.Fetch) and an 8 B READ on a
+//     raw RC QP to the MetaServer's node; then warm connects per second on
+//     one goroutine and on GOMAXPROCS goroutines.
+//   - vq: 8 B READ and WRITE, one at a time (lat) and with -tx-depth
+//     outstanding (bw), through a VQ and through a raw RC QP between the
+//     same two RNICs; 64 B SEND round trips through VQs (Bind, ToPort,
+//     PushRecv, PopMsgs) and through raw RC SEND/RECV. The VQ waits as the
+//     raw QP's poller does (-spin, then the runtime's own wait).
+//   - mesh: full-mesh creation over -nodes in-process nodes: KRCore (every
+//     node connects a VQ to every other, cold) vs raw RC (every pair: a QP
+//     on each node, endpoints over loopback TCP, RTR/RTS on both). Always
+//     in this process.
+//
+// Rates (the vq bw tables, connects per second) add each series' median
+// block as a row of its own (label *_median_block), and the checks use it:
+// one scheduler stall of a shared machine stretches one block, not the
+// median. Its targets, printed with the ratios (cold vs READ and RC vs warm
+// are judged across processes; in one process a READ is a function call):
+//
+//	krcore warm connect t_typical                                  <  1 usec
+//	krcore warm connects/s, 1 goroutine                            >= 1 M/s
+//	cross-process krcore cold connect / 8B READ to the MetaServer  <= 1.3x
+//	cross-process raw RC connect total / krcore warm connect       >= 100x
+//	VQ 8B READ t_typical / raw QP t_typical (both placements)      <= 1.05x
+//	full mesh of -nodes: krcore and raw RC times and their ratio   (no target)
+//
+// # Raw verbs
 //
 // Sizes: -s N (default 8 B for latency, 64 KiB for bandwidth; atomics are
 // always 8 B) or -a (every power of two from 2 B to 8 MiB). -n sets the
 // iterations; without it latency runs 1000 and bandwidth 5000 per size,
-// fewer for large sizes so -a stays quick. -baseline (on by default with
-// -test all) adds the raw TCP tests and prints every soft-fabric figure as a
-// ratio against them. Because these shared machines drift by several times
-// within seconds, the project's targets are judged on extra runs that
-// alternate blocks of TCP and soft-fabric operations (the "Interleaved"
-// tables), so numerator and denominator see the same machine:
+// fewer for large sizes so -a stays quick (and the KRCore series: 1000 per
+// connect series, 200 per walkthrough step, 20 meshes; -n sets those too).
+// -baseline (on by default with -test all) adds the raw TCP tests and
+// prints every soft-fabric figure as a ratio against them. Because these
+// shared machines drift by several times within seconds, the project's
+// targets are judged on extra runs that alternate blocks of TCP and
+// soft-fabric operations (the "Interleaved" tables), so numerator and
+// denominator see the same machine:
 //
 //	read 8B t_typical / tcp 8B RTT t_typical (interleaved)              <= 1.2x
 //	write 64KiB BW average / tcp 64KiB stream BW average (interleaved)  >= 0.8x
@@ -40,20 +92,22 @@
 //
 //	go run ./cmd/krbench demo
 //
-// runs the server side as a child process (this binary re-executed with
-// -server on an ephemeral port), the whole suite across the two processes
-// with the TCP baseline, the suite again in one process, and the ratios; a
-// few seconds on two cores. Add -json for one JSON document, -check to exit
-// with status 3 when a target is missed.
+// prints the runtime walkthrough, then runs the server side as a child
+// process (this binary re-executed with -server on an ephemeral port), the
+// whole suite across the two processes with the TCP baseline, the suite
+// again in one process (with the mesh), and the ratios; a few seconds on
+// two cores. Add -json for one JSON document, -check to exit with status 3
+// when a target is missed.
 //
 // Latency tests measure one operation at a time (READ, WRITE, atomics: post
 // one signaled request, wait for its completion; SEND: ping-pong, reported
-// as half the round trip as ib_send_lat does). The completion queue is
-// busy-polled for -spin (default 0 across processes, where a spinner steals
-// one of two cores from the fabric's link readers; 200us in one process)
-// and then waited on with a deadline, so a dead peer costs at most
-// -timeout, never a hang. Bandwidth tests keep -tx-depth requests in flight
-// and signal every -cq-mod.
+// as half the round trip as ib_send_lat does; the vq test's SEND rows are
+// whole round trips). The completion queue is busy-polled for -spin
+// (default 0 across processes, where a spinner steals one of two cores from
+// the fabric's link readers; 200us in one process) and then waited on with
+// a deadline, so a dead peer costs at most -timeout, never a hang.
+// Bandwidth tests keep -tx-depth requests in flight and signal every
+// -cq-mod.
 //
 // -cpuprofile and -trace write this process's CPU profile or execution
 // trace (go tool pprof / go tool trace -pprof=sched), which is how the
@@ -92,11 +146,33 @@ const (
 	testSend    = "send"
 	testAtomic  = "atomic"
 	testConnect = "connect"
+	testVQ      = "vq"      // KRCore data plane: VQ vs raw QP, same nodes, interleaved
+	testMesh    = "mesh"    // full-mesh creation, KRCore vs raw RC (in this process)
+	testCluster = "cluster" // the runtime walkthrough (in this process)
 )
 
 // allTests is the order tests run in: the TCP baseline first so the ratios
-// have their denominators, connect last because it churns QPs.
-var allTests = []string{testRaw, testRead, testWrite, testSend, testAtomic, testConnect}
+// have their denominators, then the runtime walkthrough, the raw verbs
+// tests, and the KRCore comparisons (connect churns QPs, so it comes after
+// the data-plane tests of raw verbs).
+var allTests = []string{testRaw, testCluster, testRead, testWrite, testSend, testAtomic, testConnect, testVQ, testMesh}
+
+// localTests use no server: they start their own in-process cluster on an
+// in-memory fabric, whatever the placement of the run.
+var localTests = []string{testCluster, testMesh}
+
+// isLocal reports whether test needs no server.
+func isLocal(test string) bool { return slices.Contains(localTests, test) }
+
+// usesBaseline reports whether test's figures are divided by the TCP
+// baseline (the raw verbs data-plane tests).
+func usesBaseline(test string) bool {
+	switch test {
+	case testRead, testWrite, testSend, testAtomic:
+		return true
+	}
+	return false
+}
 
 // Modes.
 const (
@@ -141,6 +217,7 @@ type config struct {
 	baseline bool
 	check    bool
 	verbose  bool
+	nodes    int // -nodes: cluster and mesh size
 
 	cpuProfile string // -cpuprofile: pprof CPU profile of this process
 	traceFile  string // -trace: runtime execution trace of this process
@@ -236,17 +313,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 const usageText = `usage:
-  krbench demo [flags]                   server as a child process, then the full suite and ratios
+  krbench demo [flags]                   runtime walkthrough, server as a child process, full suite, ratios
   krbench -server [-port N] [-once]      serve clients one at a time
   krbench -client HOST[:PORT] [flags]    run tests against a server
   krbench -inproc [flags]                both sides in this process (in-memory fabric)
 
-tests: -test LIST or words after the flags: read write send atomic connect raw all,
-       optionally with a mode: read-lat, write_bw ... (perftest names)
+tests: -test LIST or words after the flags: read write send atomic connect vq mesh cluster raw all,
+       optionally with a mode: read-lat, write_bw, vq-lat ... (perftest names);
+       krcore = cluster,connect,vq,mesh (the KRCore runtime vs raw verbs)
 examples:
   krbench -client 10.0.0.1 -test read -mode lat -s 8 -n 10000
   krbench -client 10.0.0.1 write-bw -a
   krbench -inproc read-lat --json
+  krbench -client 10.0.0.1 connect vq    # KRCore connects and VQ data plane vs raw RC, across hosts
+  krbench -inproc mesh -nodes 16         # full-mesh creation, KRCore vs raw RC
 
 flags:
 `
@@ -275,11 +355,12 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.bind, "bind", "127.0.0.1", "server: address to listen on (0.0.0.0 for other hosts, with -fabric-addr)")
 	fs.StringVar(&cfg.fabricAddr, "fabric-addr", "127.0.0.1:0", "TCP address this side's soft RNIC listens on")
 	fs.BoolVar(&cfg.once, "once", false, "server: exit after the first client")
-	fs.StringVar(&testList, "test", "", "tests: read,write,send,atomic,connect,raw,all (default all)")
+	fs.StringVar(&testList, "test", "", "tests: read,write,send,atomic,connect,vq,mesh,cluster,raw,all (default all)")
 	fs.StringVar(&modeList, "mode", "", "modes: lat,bw (default both)")
 	fs.IntVar(&cfg.size, "s", 0, "message size in bytes (default 8 for lat, 65536 for bw)")
 	fs.BoolVar(&cfg.all, "a", false, "run every size from 2 B to 8 MiB (powers of two)")
-	fs.IntVar(&cfg.n, "n", 0, "iterations per size (default 1000 lat, 5000 bw, 100 connect; fewer for large sizes)")
+	fs.IntVar(&cfg.n, "n", 0, "iterations per size (default 1000 lat, 5000 bw, 100 RC connect, 20 mesh; fewer for large sizes)")
+	fs.IntVar(&cfg.nodes, "nodes", 8, "mesh, cluster: number of nodes of the in-process cluster")
 	fs.IntVar(&cfg.txDepth, "tx-depth", 128, "bw: requests in flight")
 	fs.IntVar(&cfg.cqMod, "cq-mod", 32, "bw: signal one request in this many")
 	fs.IntVar(&cfg.rxDepth, "rx-depth", 512, "send: receives kept posted")
@@ -462,10 +543,14 @@ func parseSpecs(specs []string, modeList string) ([]string, map[string][]string,
 			}
 		case testRaw, "tcp":
 			add(testRaw, mode)
-		case testRead, testWrite, testSend, testAtomic, testConnect:
+		case testRead, testWrite, testSend, testAtomic, testConnect, testVQ, testMesh, testCluster:
 			add(name, mode)
+		case "krcore", "runtime":
+			for _, t := range []string{testCluster, testConnect, testVQ, testMesh} {
+				add(t, mode)
+			}
 		default:
-			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, raw or all)", errUsage, s)
+			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, vq, mesh, cluster, krcore, raw or all)", errUsage, s)
 		}
 	}
 	if len(want) == 0 {
@@ -497,7 +582,7 @@ func (cfg *config) modesOf(test string) []string { return cfg.modes[test] }
 func (cfg *config) addBaseline() {
 	lat, bw := false, false
 	for _, t := range cfg.tests {
-		if t == testRaw || t == testConnect {
+		if !usesBaseline(t) {
 			continue
 		}
 		lat = lat || slices.Contains(cfg.modes[t], modeLat)
@@ -552,6 +637,10 @@ func (cfg *config) spinFor(placement string) time.Duration {
 // maxSize is the largest message -a runs.
 const maxSize = 8 << 20
 
+// maxNodes bounds -nodes: every node is a soft RNIC and a runtime in this
+// process, and a mesh has nodes*(nodes-1) connections.
+const maxNodes = 64
+
 func validate(cfg *config, set map[string]bool) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
@@ -579,6 +668,8 @@ func validate(cfg *config, set map[string]bool) error {
 		return bad("-timeout %v: want a positive duration", cfg.timeout)
 	case cfg.idle <= 0:
 		return bad("-idle %v: want a positive duration", cfg.idle)
+	case cfg.nodes < 2 || cfg.nodes > maxNodes:
+		return bad("-nodes %d: want 2..%d", cfg.nodes, maxNodes)
 	}
 	if _, _, err := net.SplitHostPort(cfg.fabricAddr); err != nil {
 		return bad("-fabric-addr %q: %v", cfg.fabricAddr, err)

@@ -73,6 +73,9 @@ func TestUsageErrors(t *testing.T) {
 		{"client"},
 		{"-client", "host:1:2"},
 		{"-inproc", "-fabric-addr", "nonsense"},
+		{"-inproc", "mesh", "-nodes", "1"},
+		{"-inproc", "cluster", "-nodes", "1000"},
+		{"-inproc", "vq-fast"},
 	} {
 		code, stdout, stderr := runKrbench(t, context.Background(), args...)
 		if code != 2 {
@@ -134,6 +137,20 @@ func TestParseArgs(t *testing.T) {
 	if it, _ := cfg.iters(modeBW, 8<<20); it != 64 {
 		t.Errorf("default bw iterations at 8 MiB = %d, want the 512 MiB budget (64)", it)
 	}
+	cfg, err = parseArgs([]string{"-inproc", "krcore", "-nodes", "3"}, &discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.tests, ",") != "cluster,connect,vq,mesh" || cfg.nodes != 3 || cfg.baseline {
+		t.Errorf("krcore: tests %v nodes %d baseline %v", cfg.tests, cfg.nodes, cfg.baseline)
+	}
+	cfg, err = parseArgs([]string{"-client", "h", "vq-lat", "mesh"}, &discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.modesOf(testVQ), ",") != "lat" || cfg.baseline || len(cfg.tests) != 2 {
+		t.Errorf("vq-lat mesh: tests %v modes %v baseline %v", cfg.tests, cfg.modes, cfg.baseline)
+	}
 	if addr, err := serverAddr("[::1]"); err != nil || addr != "[::1]:18515" {
 		t.Errorf("serverAddr([::1]) = %q, %v", addr, err)
 	}
@@ -194,6 +211,7 @@ func TestInproc(t *testing.T) {
 	}
 	rep := parseTables(t, out)
 	checkSuite(t, rep, placementInproc, 20, testRead, testWrite, testSend, testAtomic, testConnect)
+	checkTargets(t, rep, "in-process krcore warm connect t_typical")
 	found := false
 	for _, c := range rep.Checks {
 		if c.Name == "in-process read 8B t_typical" && c.Unit == "usec" && c.Met != nil {
@@ -252,6 +270,22 @@ func TestCrossProcess(t *testing.T) {
 	rep := parseTables(t, stdout.String())
 	checkSuite(t, rep, placementCross, 20, testRead, testWrite, testSend, testAtomic, testConnect)
 	checkSuite(t, rep, placementInproc, 20, testRead, testWrite, testSend, testAtomic, testConnect)
+	checkKrcore(t, rep, placementCross, 20)
+	checkKrcore(t, rep, placementInproc, 20)
+	checkLocal(t, rep, 20)
+	if n := strings.Count(stdout.String(), testClusterTitle); n != 1 {
+		t.Errorf("walkthrough printed %d times, want once", n)
+	}
+	if i, j := strings.Index(stdout.String(), testClusterTitle), strings.Index(stdout.String(), "TCP ping-pong Latency Test"); i < 0 || j < 0 || i > j {
+		t.Errorf("the walkthrough does not come first")
+	}
+	checkTargets(t, rep,
+		"cross-process krcore warm connect t_typical",
+		"cross-process krcore warm connects/s, 1 goroutine(s), median block",
+		"cross-process krcore cold connect / 8B READ to the MetaServer node t_typical (interleaved)",
+		"cross-process raw RC connect total / krcore warm connect t_typical",
+		"cross-process VQ 8B READ t_typical / raw QP t_typical (interleaved)",
+		"in-process VQ 8B READ t_typical / raw QP t_typical (interleaved)")
 	if r := rep.FindAt(placementCross, testRaw, perf.ModeLat); r == nil || r.LatencyRow(8) == nil {
 		t.Error("no TCP ping-pong baseline")
 	}
@@ -409,5 +443,136 @@ func TestServerOnce(t *testing.T) {
 	}
 	if code := stop(); code != 0 {
 		t.Errorf("-once server exit %d", code)
+	}
+}
+
+// checkKrcore asserts the KRCore tables of a run with -n iters at placement.
+func checkKrcore(t *testing.T, rep *perf.Report, placement string, iters int) {
+	t.Helper()
+	r := rep.FindAt(placement, testKrConnect, perf.ModeLat)
+	if r == nil {
+		t.Fatalf("%s: no KRCore connect table", placement)
+	}
+	for _, s := range []string{seriesCold, seriesWarm, seriesMetaRead, seriesRead8} {
+		if row := r.LabelRow(s); row == nil || row.Iterations != iters || row.Typical <= 0 || row.Min > row.Typical {
+			t.Errorf("%s KRCore connect %s: %+v", placement, s, row)
+		}
+	}
+	if cold, warm := r.LabelRow(seriesCold), r.LabelRow(seriesWarm); cold != nil && warm != nil && warm.Typical >= cold.Typical {
+		t.Errorf("%s: warm connect (%v usec) not cheaper than cold (%v usec)", placement, warm.Typical, cold.Typical)
+	}
+	if r := rep.FindAt(placement, testKrRate, perf.ModeBW); r == nil || r.BandwidthLabelRow("1") == nil || r.BandwidthLabelRow("1"+medianSuffix) == nil || r.BandwidthLabelRow("1"+medianSuffix).MsgRate <= 0 {
+		t.Errorf("%s: connect rate table %+v", placement, r)
+	}
+	for _, test := range []string{testVQRead, testVQWrite, testVQSend} {
+		r := rep.FindAt(placement, test, perf.ModeLat)
+		if r == nil {
+			t.Errorf("%s: no %s lat table", placement, test)
+			continue
+		}
+		for _, s := range []string{seriesVQ, seriesQP} {
+			if row := r.LabelRow(s); row == nil || row.Iterations != iters || row.Typical <= 0 {
+				t.Errorf("%s %s lat %s: %+v", placement, test, s, row)
+			}
+		}
+		if test == testVQSend {
+			continue
+		}
+		b := rep.FindAt(placement, test, perf.ModeBW)
+		if b == nil {
+			t.Errorf("%s: no %s bw table", placement, test)
+			continue
+		}
+		for _, s := range []string{seriesVQ, seriesQP} {
+			if row := b.BandwidthLabelRow(s); row == nil || row.Iterations != iters || row.MsgRate <= 0 {
+				t.Errorf("%s %s bw %s: %+v", placement, test, s, row)
+			}
+			if row := b.BandwidthLabelRow(s + medianSuffix); row == nil || row.Iterations != iters/pairBlocks || row.MsgRate <= 0 {
+				t.Errorf("%s %s bw %s: %+v", placement, test, s+medianSuffix, row)
+			}
+		}
+	}
+}
+
+// checkLocal asserts the walkthrough and mesh tables (always in-process).
+func checkLocal(t *testing.T, rep *perf.Report, iters int) {
+	t.Helper()
+	r := rep.FindAt(placementInproc, testCluster, perf.ModeLat)
+	if r == nil {
+		t.Fatal("no walkthrough table")
+	}
+	for _, s := range []string{stepUp, stepCold, stepWarm, stepRC, stepRead, stepWrite, stepSendRTT} {
+		row := r.LabelRow(s)
+		if row == nil || row.Iterations < 1 || row.Typical <= 0 {
+			t.Errorf("walkthrough step %s: %+v", s, row)
+		}
+	}
+	m := rep.FindAt(placementInproc, testMesh, perf.ModeLat)
+	if m == nil {
+		t.Fatal("no mesh table")
+	}
+	for _, s := range []string{seriesKrcore, seriesRC} {
+		if row := m.LabelRow(s); row == nil || row.Iterations != iters || row.Typical <= 0 {
+			t.Errorf("mesh %s: %+v", s, row)
+		}
+	}
+}
+
+// checkTargets asserts that every named check is there with a target.
+func checkTargets(t *testing.T, rep *perf.Report, names ...string) {
+	t.Helper()
+	got := map[string]perf.Check{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c
+	}
+	for _, n := range names {
+		c, ok := got[n]
+		if !ok || c.Met == nil || c.Target == "" || c.Value <= 0 {
+			t.Errorf("check %q: %+v (present %v); checks: %+v", n, c, ok, rep.Checks)
+		}
+	}
+}
+
+func TestInprocKrcore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, out, stderr := runKrbench(t, ctx, "-inproc", "-n", "20", "-nodes", "3", "krcore")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", code, stderr, out)
+	}
+	rep := parseTables(t, out)
+	checkKrcore(t, rep, placementInproc, 20)
+	checkLocal(t, rep, 20)
+	checkTargets(t, rep,
+		"in-process krcore warm connect t_typical",
+		"in-process krcore warm connects/s, 1 goroutine(s), median block",
+		"in-process VQ 8B READ t_typical / raw QP t_typical (interleaved)")
+	for _, c := range rep.Checks {
+		if c.Name == "in-process full mesh of 3 nodes: raw RC / krcore t_typical (interleaved)" && c.Value > 0 {
+			return
+		}
+	}
+	t.Errorf("no mesh ratio in checks: %+v", rep.Checks)
+}
+
+func TestInprocVQJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, out, stderr := runKrbench(t, ctx, "-inproc", "-json", "-n", "10", "vq-lat")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep perf.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not one JSON document: %v\n%s", err, out)
+	}
+	for _, test := range []string{testVQRead, testVQWrite, testVQSend} {
+		r := rep.Find(test, perf.ModeLat)
+		if r == nil || r.LabelRow(seriesVQ) == nil || r.LabelRow(seriesQP) == nil || r.LabelRow(seriesVQ).Iterations != 10 {
+			t.Errorf("%s lat: %+v", test, r)
+		}
+		if rep.Find(test, perf.ModeBW) != nil {
+			t.Errorf("%s: ran bw, asked for lat only", test)
+		}
 	}
 }

@@ -108,6 +108,8 @@ type session struct {
 	conn *endpoint      // the connect test's current connection
 	cbuf *offheap.Block // the connect test's MR memory, allocated once
 
+	kr *krServer // the KRCore runtime, once a client asked for it
+
 	rawLn   net.Listener
 	rawWG   sync.WaitGroup
 	rawMu   sync.Mutex
@@ -214,6 +216,9 @@ func (s *session) handle(m *msg) (*msg, error) {
 		return &msg{Op: opSetup, EP: b, MR: ep.info()}, nil
 
 	case opRun:
+		if m.Test == runVQEcho {
+			return s.vqEcho(m)
+		}
 		if s.ep == nil {
 			return nil, errors.New("run before setup")
 		}
@@ -243,6 +248,16 @@ func (s *session) handle(m *msg) (*msg, error) {
 
 	case opConnCreate:
 		return s.connCreate(m)
+
+	case opKrStart:
+		if s.kr == nil {
+			kr, err := startKrServer(s.ctx, s.dev, slogTo(logfWriter(s.logf)), s.cfg.timeout, newVQPoll(s.cfg, s.fab.placement()))
+			if err != nil {
+				return nil, err
+			}
+			s.kr = kr
+		}
+		return &msg{Op: opKrStart, Meta: s.kr.rt.MetaInfo().String(), NodeID: serverNode}, nil
 
 	case opConnClose:
 		err := s.closeConn()
@@ -283,6 +298,23 @@ func (s *session) watchPeer() (context.Context, func()) {
 		<-done
 		cancel()
 	}
+}
+
+// vqEcho plays the server's part in a VQ ping-pong: echo m.Total messages
+// arriving at echoPort.
+func (s *session) vqEcho(m *msg) (*msg, error) {
+	if s.kr == nil {
+		return nil, errors.New("run: VQ echo before kr-start")
+	}
+	if m.Total < 1 || m.Total > 1<<30 {
+		return nil, fmt.Errorf("run: VQ echo of %d messages out of range", m.Total)
+	}
+	ctx, stop := s.watchPeer()
+	defer stop()
+	if err := s.kr.echo.serve(ctx, m.Total, s.cfg.timeout); err != nil {
+		return nil, err
+	}
+	return &msg{Op: opRun}, nil
 }
 
 // connSize is the connect test's MR: enough for the proving READ.
@@ -347,6 +379,9 @@ func (s *session) closeConn() error {
 // close releases everything the session made.
 func (s *session) close() error {
 	errs := []error{s.rawClose(), s.closeEP(), s.closeConn()}
+	if s.kr != nil {
+		errs = append(errs, s.kr.close())
+	}
 	if s.cbuf != nil {
 		errs = append(errs, s.cbuf.Close())
 	}

@@ -1,0 +1,477 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Full-mesh creation: every node of an in-process cluster gets a
+// connection to every other, KRCore's way (each node connects a VQ to each
+// other node: one MetaServer READ each, no handshake) and raw verbs' way
+// (each pair creates an RC QP on both nodes, exchanges endpoints out of
+// band and takes both to RTS). Rows are wall-clock times of one whole mesh.
+const (
+	seriesKrcore = "krcore"
+	seriesRC     = "rc"
+	meshReps     = 20 // default repetitions per series
+	// clusterRecvSlots is each in-process cluster node's shared receive
+	// ring (the runtime's default is 1024 buffers of 4 KiB).
+	clusterRecvSlots = 128
+)
+
+// meshIters is the repetitions of each series: -n, else meshReps.
+func (cfg *config) meshIters() int {
+	if cfg.n > 0 {
+		return cfg.n
+	}
+	return meshReps
+}
+
+// startCluster brings up an in-process cluster of n nodes and reports how
+// long that took.
+func startCluster(ctx context.Context, n int, cfg *config, stderr io.Writer) (*cluster.Cluster, time.Duration, error) {
+	sctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	t0 := time.Now()
+	// Small receive rings: a node of these clusters receives control
+	// messages and one ping-pong at most, and -nodes may be 64.
+	cl, err := cluster.Start(sctx, cluster.Config{Nodes: n, Runtime: core.Config{Logger: slogTo(stderr), RecvSlots: clusterRecvSlots}})
+	if err != nil {
+		return nil, 0, fmt.Errorf("start a %d-node cluster: %w", n, err)
+	}
+	return cl, time.Since(t0), nil
+}
+
+// runMesh measures full-mesh creation over -nodes nodes, in alternating
+// blocks of one mesh each.
+func runMesh(ctx context.Context, cfg *config, out *output, stderr io.Writer, logf func(string, ...any)) (err error) {
+	n := cfg.nodes
+	cl, up, err := startCluster(ctx, n, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	devs := make([]verbs.Device, len(cl.Devices))
+	for i, d := range cl.Devices {
+		devs[i] = d
+	}
+	rcm, err := newRCMesh(devs, cfg.timeout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := rcm.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	km := &krMesh{rts: cl.Runtimes}
+	defer km.reset()
+
+	reps := cfg.meshIters()
+	var kr, rc []time.Duration
+	krOnce := func(keep bool) error {
+		mctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+		d, err := km.create(mctx)
+		if err == nil {
+			err = km.reset()
+		}
+		if keep {
+			kr = append(kr, d)
+		}
+		return err
+	}
+	rcOnce := func(keep bool) error {
+		mctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+		d, err := rcm.create(mctx)
+		if rerr := rcm.reset(); err == nil {
+			err = rerr
+		}
+		if keep {
+			rc = append(rc, d)
+		}
+		return err
+	}
+	// Warm-up: the first lookups learn the MetaServer's geometry, the
+	// first QPs fault in the code.
+	if err := krOnce(false); err != nil {
+		return err
+	}
+	if err := rcOnce(false); err != nil {
+		return err
+	}
+	logf("mesh: %d nodes, %d meshes of each kind", n, reps)
+	blocks := 0
+	for blocks < reps {
+		first, second := krOnce, rcOnce
+		if blocks%2 == 1 {
+			first, second = rcOnce, krOnce
+		}
+		if err := first(true); err != nil {
+			return fmt.Errorf("mesh: %w", err)
+		}
+		if err := second(true); err != nil {
+			return fmt.Errorf("mesh: %w", err)
+		}
+		blocks++
+	}
+	if err := km.checkCold(reps + 1); err != nil {
+		return err
+	}
+	a, b := perf.Latency(0, kr), perf.Latency(0, rc)
+	a.Label, b.Label = seriesKrcore, seriesRC
+	links := n * (n - 1)
+	return out.add(perf.Result{Title: fmt.Sprintf("Full-Mesh Creation Test, %d nodes (interleaved)", n), Test: testMesh, Mode: perf.ModeLat,
+		Column: "series", Placement: placementInproc,
+		Info: []perf.Field{
+			{Key: "Cluster", Value: fmt.Sprintf("%d nodes (soft RNIC + KRCore runtime each) on one in-memory fabric, up in %.2f ms; node 1 embeds the MetaServer", n, float64(up)/float64(time.Millisecond))},
+			{Key: "krcore", Value: fmt.Sprintf("every node, in its own goroutine, makes a VQ and connects it to every other node, cold: %d connects, each one MetaServer READ", links)},
+			{Key: "rc", Value: fmt.Sprintf("every pair: an RC QP on each node (PD and CQ made beforehand), endpoints exchanged over loopback TCP (connections made beforehand), INIT/RTR/RTS on both: %d QPs; the lower node of a pair asks, pipelined", links)},
+			{Key: "Rows", Value: "wall time of one whole mesh, from the start of every node's goroutine to the last connection"},
+		},
+		Latency: []perf.LatencyStats{a, b},
+	})
+}
+
+// krMesh is the KRCore side of the mesh test.
+type krMesh struct {
+	rts []*core.Runtime
+	qs  [][]*core.Queue
+}
+
+// create has every node connect a fresh VQ to every other node and returns
+// the wall time.
+func (m *krMesh) create(ctx context.Context) (time.Duration, error) {
+	n := len(m.rts)
+	m.qs = make([][]*core.Queue, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, rt := range m.rts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			qs := make([]*core.Queue, 0, n-1)
+			defer func() { m.qs[i] = qs }()
+			for _, peer := range m.rts {
+				if peer == rt {
+					continue
+				}
+				q, err := rt.Queue()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				qs = append(qs, q)
+				if err := q.Connect(ctx, peer.Node()); err != nil {
+					errs[i] = fmt.Errorf("node %d connects to node %d: %w", rt.Node(), peer.Node(), err)
+					return
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	return time.Since(t0), errors.Join(errs...)
+}
+
+// reset closes the mesh's VQs and makes every node forget every other, so
+// the next mesh is cold again.
+func (m *krMesh) reset() error {
+	for _, qs := range m.qs {
+		for _, q := range qs {
+			q.Close()
+		}
+	}
+	m.qs = nil
+	for _, rt := range m.rts {
+		for _, peer := range m.rts {
+			if peer != rt {
+				rt.Forget(peer.Node())
+			}
+		}
+	}
+	return nil
+}
+
+// checkCold verifies that the connects of meshes meshes were all cold.
+func (m *krMesh) checkCold(meshes int) error {
+	var colds uint64
+	for _, rt := range m.rts {
+		colds += rt.Stats().ColdConnects
+	}
+	n := len(m.rts)
+	if want := uint64(meshes * n * (n - 1)); colds < want {
+		return fmt.Errorf("mesh: only %d of %d KRCore connects were cold", colds, want)
+	}
+	return nil
+}
+
+// rcMesh is the raw verbs side: per node a PD and a CQ, per pair a TCP
+// connection, all made beforehand; the higher node of each pair runs an
+// agent that answers endpoint requests.
+type rcMesh struct {
+	devs    []verbs.Device
+	pds     []verbs.PD
+	cqs     []verbs.CQ
+	timeout time.Duration
+	links   [][]*meshLink // links[i]: node i's active ends, to nodes j > i
+	passive []net.Conn
+	wg      sync.WaitGroup // agents
+
+	mu  sync.Mutex
+	qps []verbs.QP // the current mesh's QPs, both ends
+}
+
+// meshLink is the active end of one pair's exchange connection.
+type meshLink struct {
+	peer int
+	conn net.Conn
+	r    *bufio.Reader
+	qp   verbs.QP
+}
+
+// meshQPDepth sizes the mesh's QPs: they carry no traffic.
+const meshQPDepth = 16
+
+func newRCMesh(devs []verbs.Device, timeout time.Duration) (_ *rcMesh, err error) {
+	n := len(devs)
+	m := &rcMesh{devs: devs, timeout: timeout, links: make([][]*meshLink, n)}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
+	for _, d := range devs {
+		pd, err := d.AllocPD()
+		if err != nil {
+			return nil, fmt.Errorf("mesh: alloc PD: %w", err)
+		}
+		m.pds = append(m.pds, pd)
+		cq, err := d.CreateCQ(2*n*meshQPDepth + 16)
+		if err != nil {
+			return nil, fmt.Errorf("mesh: create CQ: %w", err)
+		}
+		m.cqs = append(m.cqs, cq)
+	}
+	for j := 1; j < n; j++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("mesh: listen: %w", err)
+		}
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(timeout))
+		for i := 0; i < j; i++ {
+			d := net.Dialer{Timeout: timeout}
+			a, err := d.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("mesh: dial: %w", err)
+			}
+			b, err := ln.Accept()
+			if err != nil {
+				a.Close()
+				ln.Close()
+				return nil, fmt.Errorf("mesh: accept: %w", err)
+			}
+			m.links[i] = append(m.links[i], &meshLink{peer: j, conn: a, r: bufio.NewReader(a)})
+			m.passive = append(m.passive, b)
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.agent(j, b)
+			}()
+		}
+		ln.Close()
+	}
+	return m, nil
+}
+
+// agent is node j's side of one pair: for each request (the asker's
+// endpoint) it creates an RC QP, connects it and answers with its own
+// endpoint. It ends when the connection closes.
+func (m *rcMesh) agent(j int, conn net.Conn) {
+	r := bufio.NewReader(conn)
+	for {
+		conn.SetDeadline(time.Now().Add(m.timeout + time.Minute))
+		b, err := readFrame(r)
+		if err != nil {
+			return // closed by close(), or the asker failed
+		}
+		reply, err := m.accept(j, b)
+		if err != nil {
+			reply = append([]byte{1}, err.Error()...)
+		}
+		if writeFrame(conn, reply) != nil {
+			return
+		}
+	}
+}
+
+func (m *rcMesh) accept(j int, b []byte) ([]byte, error) {
+	var remote verbs.Endpoint
+	if err := remote.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	qp, err := m.newQP(j)
+	if err != nil {
+		return nil, err
+	}
+	if err := verbs.Connect(qp, remote, verbs.Path{}); err != nil {
+		return nil, err
+	}
+	ep, err := qp.Endpoint().MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{0}, ep...), nil
+}
+
+func (m *rcMesh) newQP(i int) (verbs.QP, error) {
+	qp, err := m.pds[i].CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: m.cqs[i], RecvCQ: m.cqs[i],
+		Cap: verbs.QPCap{MaxSendWR: meshQPDepth, MaxRecvWR: meshQPDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("create RC QP on node %d: %w", i+1, err)
+	}
+	m.mu.Lock()
+	m.qps = append(m.qps, qp)
+	m.mu.Unlock()
+	return qp, nil
+}
+
+// create connects every pair and returns the wall time. Each node's
+// goroutine creates its QPs and sends every request first, then reads the
+// answers and connects, so the pairs' exchanges overlap.
+func (m *rcMesh) create(ctx context.Context) (time.Duration, error) {
+	n := len(m.devs)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	dl, _ := ctx.Deadline()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = m.ask(i, dl)
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	return time.Since(t0), errors.Join(errs...)
+}
+
+// ask is node i's active part of a mesh.
+func (m *rcMesh) ask(i int, deadline time.Time) error {
+	for _, l := range m.links[i] {
+		qp, err := m.newQP(i)
+		if err != nil {
+			return err
+		}
+		l.qp = qp
+		ep, err := qp.Endpoint().MarshalBinary()
+		if err != nil {
+			return err
+		}
+		l.conn.SetDeadline(deadline)
+		if err := writeFrame(l.conn, ep); err != nil {
+			return fmt.Errorf("node %d asks node %d: %w", i+1, l.peer+1, err)
+		}
+	}
+	for _, l := range m.links[i] {
+		b, err := readFrame(l.r)
+		if err != nil {
+			return fmt.Errorf("node %d waits for node %d: %w", i+1, l.peer+1, err)
+		}
+		if len(b) == 0 || b[0] != 0 {
+			return fmt.Errorf("node %d refused node %d: %s", l.peer+1, i+1, b[min(len(b), 1):])
+		}
+		var remote verbs.Endpoint
+		if err := remote.UnmarshalBinary(b[1:]); err != nil {
+			return err
+		}
+		if err := verbs.Connect(l.qp, remote, verbs.Path{}); err != nil {
+			return fmt.Errorf("node %d connects to node %d: %w", i+1, l.peer+1, err)
+		}
+	}
+	return nil
+}
+
+// reset destroys the mesh's QPs.
+func (m *rcMesh) reset() error {
+	m.mu.Lock()
+	qps := m.qps
+	m.qps = nil
+	m.mu.Unlock()
+	var errs []error
+	for _, qp := range qps {
+		errs = append(errs, qp.Close())
+	}
+	for _, ls := range m.links {
+		for _, l := range ls {
+			l.qp = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close ends the agents and releases everything.
+func (m *rcMesh) close() error {
+	for _, ls := range m.links {
+		for _, l := range ls {
+			l.conn.Close()
+		}
+	}
+	for _, c := range m.passive {
+		c.Close()
+	}
+	m.wg.Wait()
+	errs := []error{m.reset()}
+	for _, cq := range m.cqs {
+		errs = append(errs, cq.Close())
+	}
+	for _, pd := range m.pds {
+		errs = append(errs, pd.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mesh: release: %w", err)
+	}
+	return nil
+}
+
+// Frames on the exchange connections: a 2-byte big-endian length, then the
+// bytes.
+func writeFrame(w io.Writer, b []byte) error {
+	buf := make([]byte, 2+len(b))
+	binary.BigEndian.PutUint16(buf, uint16(len(b)))
+	copy(buf[2:], b)
+	_, err := w.Write(buf)
+	return err
+}
+
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [2]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint16(hdr[:]))
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

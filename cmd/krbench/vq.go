@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/verbs"
+)
+
+// runVQ compares the KRCore data plane with raw verbs between the same two
+// soft RNICs, in interleaved blocks: 8 B READ and WRITE one at a time (lat)
+// and with a window of requests outstanding (bw) through a VQ and through a
+// raw RC QP, and 64 B SEND round trips through VQs (Bind, ToPort, PushRecv,
+// PopMsgsWait) and through raw RC SEND/RECV.
+func (c *client) runVQ() (err error) {
+	cfg := c.cfg
+	kr, err := c.startKr()
+	if err != nil {
+		return err
+	}
+	rt, server := kr.rt, kr.server
+	defer func() {
+		if cerr := rt.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close client runtime: %w", cerr)
+		}
+	}()
+	v := &vqSide{c: c, rt: rt, server: server, poll: newVQPoll(cfg, c.place)}
+	if err := v.open(); err != nil {
+		v.close()
+		return err
+	}
+	defer v.close()
+	modes := cfg.modesOf(testVQ)
+	if slices.Contains(modes, modeLat) {
+		if err := v.oneSidedLat(); err != nil {
+			return err
+		}
+		if err := v.twoSidedLat(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(modes, modeBW) {
+		if err := v.oneSidedBW(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vqSide is the client's runtime end of the VQ tests.
+type vqSide struct {
+	c      *client
+	rt     *core.Runtime
+	server core.NodeID
+	q      *core.Queue // connected to the server, one-sided
+	region *core.Region
+	local  *core.MR
+	poll   vqPoll // waits as the raw QP's poller does
+}
+
+func (v *vqSide) close() error { return closeVQ(v.rt, v.q, v.local) }
+
+func (v *vqSide) open() error {
+	ctx, cancel := context.WithTimeout(v.c.ctx, v.c.cfg.timeout)
+	defer cancel()
+	var err error
+	if v.local, err = v.rt.RegMR(4096, verbs.AccessAll); err != nil {
+		return err
+	}
+	if v.region, err = v.rt.Region(ctx, v.server, regionName); err != nil {
+		return err
+	}
+	if v.q, err = v.rt.Queue(); err != nil {
+		return err
+	}
+	return v.q.Connect(ctx, v.server)
+}
+
+// request is the VQ request of a one-sided op of size bytes.
+func (v *vqSide) request(op verbs.Opcode, size int) core.Request {
+	return core.Request{Op: op, Local: v.local.Range(0, size), Remote: v.region.At(0)}
+}
+
+// info is the preamble every VQ-vs-QP table shares.
+func (v *vqSide) info(series string) []perf.Field {
+	st := v.rt.Stats()
+	route := "DC (the runtime's DCI pool)"
+	if st.RCs > 0 {
+		route = fmt.Sprintf("RC: the runtime built %d RC QP(s) to the hot peer and moved the VQ (%d migrations)", st.RCBuilt, st.Migrations)
+	}
+	return []perf.Field{
+		{Key: "Series", Value: series},
+		{Key: "VQ", Value: fmt.Sprintf("client node %d -> server node %d, embedded runtime; route at the end: %s", v.rt.Node(), v.server, route)},
+		{Key: "QP", Value: "a raw RC QP between the same two soft RNICs, its own PD/CQ, no inline data (as the VQ)"},
+		{Key: "Fabric", Value: v.c.fabricIn},
+		{Key: "CQ polling", Value: "qp: " + v.c.polling() + "; vq: " + v.poll.String()},
+		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},
+	}
+}
+
+// oneSidedLat: sync 8 B READ and WRITE, VQ vs QP.
+func (v *vqSide) oneSidedLat() (err error) {
+	c, cfg := v.c, v.c.cfg
+	ep, mr, err := c.setupInline(testRead, modeLat, vqOneSidedSize, 0)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := c.teardown(ep); err == nil {
+			err = terr
+		}
+	}()
+	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
+	defer p.close()
+	dl := newDeadline(c.ctx, cfg.timeout)
+	defer dl.close()
+	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
+	per := max(iters/pairBlocks, 1)
+	for _, t := range []struct {
+		test, title string
+		op          verbs.Opcode
+	}{
+		{testVQRead, "VQ vs QP RDMA_Read Latency, 8 B (interleaved)", verbs.OpRead},
+		{testVQWrite, "VQ vs QP RDMA_Write Latency, 8 B (interleaved)", verbs.OpWrite},
+	} {
+		spec := opSpec{op: t.op, size: vqOneSidedSize, remote: mr}
+		req := v.request(t.op, vqOneSidedSize)
+		var vq, qp []time.Duration
+		if _, err := vqLatency(dl, v.q, v.poll, req, warmup, 0); err != nil {
+			return err
+		}
+		if _, err := ep.latency(p, spec, warmup, 0); err != nil {
+			return err
+		}
+		c.logf("%s: %d blocks of %d", t.test, pairBlocks, per)
+		err := alternate(func() error {
+			s, err := vqLatency(dl, v.q, v.poll, req, 0, per)
+			vq = append(vq, s...)
+			return err
+		}, func() error {
+			s, err := ep.latency(p, spec, 0, per)
+			qp = append(qp, s...)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.test, err)
+		}
+		a, b := perf.Latency(vqOneSidedSize, vq), perf.Latency(vqOneSidedSize, qp)
+		a.Label, b.Label = seriesVQ, seriesQP
+		if err := c.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
+			Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
+			Latency: []perf.LatencyStats{a, b}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vqLatency runs warmup+iters requests one at a time and returns the last
+// iters push-to-completion times.
+func vqLatency(dl *deadline, q *core.Queue, poll vqPoll, req core.Request, warmup, iters int) ([]time.Duration, error) {
+	out := make([]core.Completion, 1)
+	samples := make([]time.Duration, 0, iters)
+	for i := range warmup + iters {
+		req.ID = uint64(i)
+		ctx := dl.get()
+		t0 := time.Now()
+		if _, err := q.Push(ctx, false, req); err != nil {
+			return nil, fmt.Errorf("VQ %s %d B #%d: %w", req.Op, req.Local.Len, i, err)
+		}
+		n, err := poll.pop(ctx, q, out)
+		d := time.Since(t0)
+		if err != nil {
+			return nil, fmt.Errorf("VQ %s %d B #%d: %w", req.Op, req.Local.Len, i, err)
+		}
+		if n != 1 || out[0].ID != uint64(i) {
+			return nil, fmt.Errorf("VQ %s #%d: got %d completions (first ID %d)", req.Op, i, n, out[0].ID)
+		}
+		if err := out[0].Err(); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
+}
+
+// twoSidedLat: 64 B round trips, VQ ping-pong vs raw RC SEND/RECV
+// ping-pong; the server echoes both.
+func (v *vqSide) twoSidedLat() (err error) {
+	c, cfg := v.c, v.c.cfg
+	size := vqTwoSidedSize
+	ep, _, err := c.setupInline(testSend, modeLat, size, 0)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := c.teardown(ep); err == nil {
+			err = terr
+		}
+	}()
+	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
+	defer p.close()
+	ping, err := newVQPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
+	if err != nil {
+		return err
+	}
+	defer ping.close()
+	iters, warmup := cfg.iters(modeLat, size)
+	per := max(iters/pairBlocks, 1)
+	var vq, qp []time.Duration
+	vqBlock := func(n int, keep bool) error {
+		if err := c.ctl.send(&msg{Op: opRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
+			return err
+		}
+		s, err := ping.run(c.ctx, size, 0, n, cfg.timeout)
+		if err != nil {
+			return err
+		}
+		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+			return fmt.Errorf("VQ echo: %w", err)
+		}
+		if keep {
+			vq = append(vq, s...)
+		}
+		return nil
+	}
+	qpBlock := func(n int, keep bool) error {
+		if err := c.ctl.send(&msg{Op: opRun, Test: testSend, Mode: modeLat, Size: size, Total: n}, cfg.timeout); err != nil {
+			return err
+		}
+		s, err := ep.pingPong(p, size, 0, n)
+		if err != nil {
+			return fmt.Errorf("RC ping-pong: %w", err)
+		}
+		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+			return fmt.Errorf("RC echo: %w", err)
+		}
+		if keep {
+			qp = append(qp, s...)
+		}
+		return nil
+	}
+	if err := vqBlock(warmup, false); err != nil {
+		return err
+	}
+	if err := qpBlock(warmup, false); err != nil {
+		return err
+	}
+	c.logf("%s: %d blocks of %d round trips", testVQSend, pairBlocks, per)
+	if err := alternate(func() error { return vqBlock(per, true) }, func() error { return qpBlock(per, true) }); err != nil {
+		return fmt.Errorf("%s: %w", testVQSend, err)
+	}
+	a, b := perf.Latency(size, vq), perf.Latency(size, qp)
+	a.Label, b.Label = seriesVQ, seriesQP
+	return c.out.add(perf.Result{Title: "VQ vs RC Send ping-pong round trip, 64 B (interleaved)", Test: testVQSend, Mode: perf.ModeLat,
+		Column: "series", Placement: c.place,
+		Info: append(v.info("full round trips (not halved): vq: SEND to the server's bound port, its VQ echoes to the port ours is bound to; "+
+			"qp: SEND on a raw RC QP, the server's RC QP echoes"),
+			perf.Field{Key: "RX depth", Value: fmt.Sprintf("vq: %d buffers per port; qp: %d receives", echoSlots, cfg.rxDepth)}),
+		Latency: []perf.LatencyStats{a, b}})
+}
+
+// oneSidedBW: 8 B READ and WRITE with a window of -tx-depth requests
+// outstanding, one in -cq-mod signaled, VQ vs QP.
+func (v *vqSide) oneSidedBW() (err error) {
+	c, cfg := v.c, v.c.cfg
+	ep, mr, err := c.setupInline(testRead, modeBW, vqOneSidedSize, 0)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if terr := c.teardown(ep); err == nil {
+			err = terr
+		}
+	}()
+	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
+	defer p.close()
+	dl := newDeadline(c.ctx, cfg.timeout)
+	defer dl.close()
+	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
+	per := max(iters/pairBlocks, 1)
+	for _, t := range []struct {
+		test, title string
+		op          verbs.Opcode
+	}{
+		{testVQRead, "VQ vs QP RDMA_Read BW, 8 B (interleaved)", verbs.OpRead},
+		{testVQWrite, "VQ vs QP RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite},
+	} {
+		spec := opSpec{op: t.op, size: vqOneSidedSize, remote: mr}
+		req := v.request(t.op, vqOneSidedSize)
+		if _, err := vqStream(dl, v.q, v.poll, req, max(warmup, 1), cfg.txDepth, cfg.cqMod); err != nil {
+			return err
+		}
+		if _, err := ep.stream(p, spec, max(warmup, 1), cfg.txDepth, cfg.cqMod); err != nil {
+			return err
+		}
+		vq, qp := []perf.Mark{{}}, []perf.Mark{{}}
+		var vqBlocks, qpBlocks [][]perf.Mark
+		c.logf("%s bw: %d blocks of %d", t.test, pairBlocks, per)
+		err := alternate(func() error {
+			m, err := vqStream(dl, v.q, v.poll, req, per, cfg.txDepth, cfg.cqMod)
+			vq, vqBlocks = joinMarks(vq, m), append(vqBlocks, m)
+			return err
+		}, func() error {
+			m, err := ep.stream(p, spec, per, cfg.txDepth, cfg.cqMod)
+			qp, qpBlocks = joinMarks(qp, m), append(qpBlocks, m)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s bw: %w", t.test, err)
+		}
+		a, b := perf.Bandwidth(vqOneSidedSize, vq, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp, cfg.txDepth)
+		ma, mb := perf.MedianBlock(vqOneSidedSize, vqBlocks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qpBlocks, cfg.txDepth)
+		a.Label, b.Label, ma.Label, mb.Label = seriesVQ, seriesQP, seriesVQ+medianSuffix, seriesQP+medianSuffix
+		if err := c.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
+			Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
+				perf.Field{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
+				perf.Field{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
+				perf.Field{Key: "Rows", Value: "vq, qp: the whole series; *" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"}),
+			Bandwidth: []perf.BandwidthStats{a, b, ma, mb}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinMarks appends a block's marks to a series' marks, laid end to end on
+// the series' own clock.
+func joinMarks(all, block []perf.Mark) []perf.Mark {
+	if len(block) == 0 {
+		return all
+	}
+	base := all[len(all)-1]
+	for _, m := range block[1:] {
+		all = append(all, perf.Mark{At: base.At + m.At, Msgs: base.Msgs + m.Msgs})
+	}
+	return all
+}
+
+// vqStream keeps up to depth requests in flight on q until total have
+// completed, asking for a completion on one in cqMod (and the last); a VQ
+// completes in order, so a completion retires every request before it.
+func vqStream(dl *deadline, q *core.Queue, poll vqPoll, req core.Request, total, depth, cqMod int) ([]perf.Mark, error) {
+	reqs := make([]core.Request, depth)
+	out := make([]core.Completion, 64)
+	marks := make([]perf.Mark, 1, total/cqMod+2)
+	posted, done := 0, 0
+	start := time.Now()
+	for done < total {
+		ctx := dl.get()
+		if room := min(depth-(posted-done), total-posted); room > 0 {
+			batch := reqs[:room]
+			for k := range batch {
+				seq := posted + k
+				batch[k] = req
+				batch[k].ID = uint64(seq)
+				batch[k].Unsignaled = !((seq+1)%cqMod == 0 || seq+1 == total)
+			}
+			n, err := q.Push(ctx, true, batch...)
+			posted += n
+			if err != nil {
+				return nil, fmt.Errorf("VQ push %s #%d (%d in flight): %w", req.Op, posted, posted-done, err)
+			}
+		}
+		n, err := poll.pop(ctx, q, out)
+		if err != nil {
+			return nil, fmt.Errorf("VQ %s after %d of %d: %w", req.Op, done, total, err)
+		}
+		for k := range out[:n] {
+			cp := &out[k]
+			if err := cp.Err(); err != nil {
+				return nil, err
+			}
+			if int(cp.ID) < done || int(cp.ID) >= posted {
+				return nil, fmt.Errorf("VQ %s: completion for request %d out of order (done %d, posted %d)", req.Op, cp.ID, done, posted)
+			}
+			done = int(cp.ID) + 1
+		}
+		marks = append(marks, perf.Mark{At: time.Since(start), Msgs: done})
+	}
+	return marks, nil
+}
