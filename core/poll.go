@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,11 @@ import (
 const recvBit = 1 << 63
 
 // spinFor is how long a waiter polls before it sleeps: long enough to catch
-// an in-memory or fast completion, short enough not to starve the other
-// core on a two-core machine.
-const spinFor = 20 * time.Microsecond
+// a completion that is microseconds away, short enough not to hold a core
+// that the provider's own goroutines (a link reader) need on a two-core
+// machine. While spinning it yields now and then, so a goroutine it woke
+// (a peer in the same process) gets to run.
+const spinFor = 5 * time.Microsecond
 
 // poller is one of the node's two completion queues (sends, receives) with
 // the state of those who poll and wait on it. Separate queues keep a
@@ -104,7 +107,11 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
 		if pl.poll() > 0 && ready() {
 			return nil
 		}
-		if i%32 != 31 || time.Since(start) < spinFor {
+		if i%32 != 31 {
+			continue
+		}
+		if time.Since(start) < spinFor {
+			runtime.Gosched()
 			continue
 		}
 		if err := pl.sleep(ctx, q, &token); err != nil {
