@@ -48,7 +48,7 @@ type msg struct {
 	Err string `json:"err,omitempty"` // set in a reply: the request failed
 
 	Version int    `json:"version,omitempty"`
-	Node    string `json:"node,omitempty"` // fabric address of the sender's soft RNIC
+	Node    string `json:"node,omitempty"` // the sender's RNIC: a soft node's fabric address, a device and GID
 	Fabric  string `json:"fabric,omitempty"`
 
 	Test    string  `json:"test,omitempty"`

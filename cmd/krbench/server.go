@@ -28,7 +28,7 @@ func runServer(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "%s%s\n", listenPrefix, ln.Addr())
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "krbench server: "+format+"\n", a...) }
-	return serve(ctx, cfg, tcpFabric{listen: cfg.fabricAddr}, ln, cfg.once, logf)
+	return serve(ctx, cfg, cfg.fabricFor(ctx), ln, cfg.once, logf)
 }
 
 // serve accepts control connections on ln and runs one session at a time;
@@ -174,7 +174,7 @@ func (s *session) handle(m *msg) (*msg, error) {
 			}
 			s.dev = dev
 		}
-		return &msg{Op: opHello, Version: protocolVersion, Node: s.dev.Port().Addr, Fabric: s.fab.placement()}, nil
+		return &msg{Op: opHello, Version: protocolVersion, Node: s.fab.describe(s.dev), Fabric: s.fab.placement()}, nil
 
 	case opSetup:
 		if err := s.closeEP(); err != nil {

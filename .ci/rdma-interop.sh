@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# rdma-interop.sh: krbench on real verbs. Builds cmd/krbench with -tags rdma
+# (cgo + libibverbs) on the host and, in ONE session of the throw-away qemu
+# VM of ../shared/rdma-vm/run-rdma-vm.sh (Debian's kernel, rdma_rxe: rxe0 on
+# dummy0 10.0.0.1, rdma-core's ibverbs-utils), runs:
+#
+#   1. krbench pingpong (server) <- rdma-core's ibv_rc_pingpong (client)
+#   2. ibv_rc_pingpong (server)  <- krbench pingpong -e (client: CQ events)
+#      both on rxe0 with -g <the RoCE v2 IPv4-mapped GID index>, -c on;
+#   3. krbench -server/-client -provider ibverbs between two processes on
+#      rxe0: the raw RC connect phases and 8 B READ, WRITE, SEND and atomic
+#      latency.
+#
+# Every step must exit 0; the outputs are printed. Exit status: 0 when all
+# passed, 1 on a failure, 124/125 when the VM itself failed (run-rdma-vm.sh).
+#
+#   .ci/rdma-interop.sh
+#   KRCORE_INTEROP_ITERS=1000 .ci/rdma-interop.sh   # longer ping-pongs
+#
+# A warm run (VM cache built by an earlier run) takes about 30 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
+VM="$(pwd)/../shared/rdma-vm/run-rdma-vm.sh"
+if [ ! -f "$VM" ]; then
+  echo "rdma-interop: $VM not found (clone the repository next to shared/)" >&2
+  exit 1
+fi
+
+# Host packages, as .ci/rdma-vm.sh installs them: a C compiler and
+# libibverbs-dev for the cgo build, and what run-rdma-vm.sh needs.
+pkgs="gcc libc6-dev pkg-config libibverbs-dev qemu-system-x86 busybox-static rdma-core
+  ibverbs-providers ibverbs-utils rdmacm-utils perftest librdmacm-dev iproute2 kmod cpio
+  xz-utils zstd python3 binutils"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "== apt-get install$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+iters="${KRCORE_INTEROP_ITERS:-200}"
+case "$iters" in ''|*[!0-9]*) echo "rdma-interop: KRCORE_INTEROP_ITERS=$iters is not a number" >&2; exit 1 ;; esac
+
+# Build outside the tree: the VM shares only this directory.
+work=$(mktemp -d /tmp/krcore-rdma-interop.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+echo "== go build -tags rdma ./cmd/krbench"
+go vet -tags rdma ./cmd/krbench
+go build -tags rdma -o "$work/krbench" ./cmd/krbench
+
+# The guest's part. Its shell is bash; every step is bounded by timeout(1).
+cat >"$work/interop.sh" <<'GUEST'
+set -u
+iters="$1"
+dev=rxe0
+fail=0
+
+# The RoCE v2 GID holding an IPv4-mapped address (rxe on dummy0's 10.0.0.1).
+gid=""
+for f in /sys/class/infiniband/$dev/ports/1/gids/*; do
+  i=${f##*/}
+  t=$(cat /sys/class/infiniband/$dev/ports/1/gid_attrs/types/$i 2>/dev/null) || continue
+  case "$t:$(cat "$f")" in
+    "RoCE v2:0000:0000:0000:0000:0000:ffff:"*) gid=$i; break ;;
+  esac
+done
+if [ -z "$gid" ]; then
+  echo "interop: $dev has no RoCE v2 IPv4-mapped GID"; ibv_devinfo -v -d $dev; exit 1
+fi
+echo "== $dev: RoCE v2 IPv4-mapped GID index $gid ($(cat /sys/class/infiniband/$dev/ports/1/gids/$gid))"
+
+# wait_listen PORT: until something listens on TCP PORT (C's stdout is
+# buffered into a file, so its "local address" line cannot be waited for).
+wait_listen() {
+  local hex; hex=$(printf '%04X' "$1")
+  for _ in $(seq 1 200); do
+    if grep -q ":$hex [0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "interop: nothing listens on port $1 after 10 s"; return 1
+}
+
+# pair NAME PORT SERVER-CMD CLIENT-CMD: server in the background, client
+# in the foreground; both must exit 0.
+pair() {
+  local name=$1 port=$2 scmd=$3 ccmd=$4 src crc
+  echo
+  echo "== $name"
+  echo "-- server: $scmd"
+  $scmd >srv.out 2>&1 &
+  local spid=$!
+  if ! wait_listen "$port"; then kill $spid 2>/dev/null; wait $spid; cat srv.out; fail=1; return; fi
+  timeout 120 $ccmd >cli.out 2>&1; crc=$?
+  # The server finishes with the client; bound its wait all the same.
+  ( sleep 60; kill $spid 2>/dev/null ) & local wpid=$!
+  wait $spid; src=$?
+  kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
+  sed 's/^/   server| /' srv.out
+  echo "-- client: $ccmd"
+  sed 's/^/   client| /' cli.out
+  echo "-- $name: server exit $src, client exit $crc"
+  if [ "$src" != 0 ] || [ "$crc" != 0 ]; then fail=1; fi
+}
+
+pp="-d $dev -g $gid -n $iters -c"
+pair "krbench pingpong server <- ibv_rc_pingpong client" 18515 \
+  "./krbench pingpong $pp -timeout 60s" "ibv_rc_pingpong $pp 10.0.0.1"
+pair "ibv_rc_pingpong server <- krbench pingpong client" 18516 \
+  "timeout 120 ibv_rc_pingpong $pp -p 18516" "./krbench pingpong $pp -e -p 18516 -timeout 60s 10.0.0.1"
+ib="-provider ibverbs -ib-dev $dev -gid-idx $gid -timeout 30s"
+pair "krbench -provider ibverbs: raw RC connect phases and 8 B latencies, two processes on $dev" 18517 \
+  "./krbench -server -once -port 18517 $ib" \
+  "./krbench -client 127.0.0.1:18517 $ib connect read-lat write-lat send-lat atomic-lat -n $iters"
+echo
+if [ "$fail" = 0 ]; then echo "interop: all passed"; else echo "interop: FAILED"; fi
+exit $fail
+GUEST
+
+echo "== running in the rdma VM (rxe0)"
+cd "$work"
+set +e
+RDMA_VM_SHARE="$work" "$VM" "bash ./interop.sh $iters"
+rc=$?
+set -e
+echo "rdma-interop: exit $rc, wall time $(( $(date +%s) - start ))s"
+exit $rc
