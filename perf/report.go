@@ -70,39 +70,30 @@ func (r *Report) FindAt(placement, test string, mode Mode) *Result {
 
 // LatencyRow returns the row for bytes, or nil.
 func (r *Result) LatencyRow(bytes int) *LatencyStats {
-	for i := range r.Latency {
-		if r.Latency[i].Bytes == bytes && r.Latency[i].Label == "" {
-			return &r.Latency[i]
-		}
-	}
-	return nil
+	return firstRow(r.Latency, func(l *LatencyStats) bool { return l.Bytes == bytes && l.Label == "" })
 }
 
 // BandwidthLabelRow returns the bandwidth row labelled label, or nil.
 func (r *Result) BandwidthLabelRow(label string) *BandwidthStats {
-	for i := range r.Bandwidth {
-		if r.Bandwidth[i].Label == label {
-			return &r.Bandwidth[i]
-		}
-	}
-	return nil
+	return firstRow(r.Bandwidth, func(b *BandwidthStats) bool { return b.Label == label })
 }
 
 // LabelRow returns the latency row labelled label, or nil.
 func (r *Result) LabelRow(label string) *LatencyStats {
-	for i := range r.Latency {
-		if r.Latency[i].Label == label {
-			return &r.Latency[i]
-		}
-	}
-	return nil
+	return firstRow(r.Latency, func(l *LatencyStats) bool { return l.Label == label })
 }
 
 // BandwidthRow returns the row for bytes, or nil.
 func (r *Result) BandwidthRow(bytes int) *BandwidthStats {
-	for i := range r.Bandwidth {
-		if r.Bandwidth[i].Bytes == bytes && r.Bandwidth[i].Label == "" {
-			return &r.Bandwidth[i]
+	return firstRow(r.Bandwidth, func(b *BandwidthStats) bool { return b.Bytes == bytes && b.Label == "" })
+}
+
+// firstRow returns a pointer into rows at the first row match accepts, or
+// nil: callers may read the row in place.
+func firstRow[T any](rows []T, match func(*T) bool) *T {
+	for i := range rows {
+		if match(&rows[i]) {
+			return &rows[i]
 		}
 	}
 	return nil
@@ -144,40 +135,43 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintln(b, Separator)
 	switch r.Mode {
 	case ModeBW:
-		hdr := BandwidthHeader
-		if r.Column != "" {
-			hdr = " " + pad(r.Column, len("#bytes")) + hdr[len(" #bytes"):]
-		}
+		hdr := r.header(BandwidthHeader)
 		fmt.Fprintln(b, hdr)
 		cols := columnStarts(hdr, bwColumns)
 		for _, s := range r.Bandwidth {
-			first := strconv.Itoa(s.Bytes)
-			if r.Column != "" || s.Label != "" {
-				first = token(s.Label)
-			}
-			writeRow(b, cols, first, strconv.Itoa(s.Iterations), f2(s.PeakMBps), f2(s.AvgMBps),
+			writeRow(b, cols, r.firstCell(s.Bytes, s.Label), strconv.Itoa(s.Iterations), f2(s.PeakMBps), f2(s.AvgMBps),
 				strconv.FormatFloat(s.MsgRate, 'f', 6, 64))
 		}
 	default:
-		hdr := LatencyHeader
-		if r.Column != "" {
-			// Keep the other columns where perftest puts them.
-			hdr = " " + pad(r.Column, len("#bytes")) + hdr[len(" #bytes"):]
-		}
+		hdr := r.header(LatencyHeader)
 		fmt.Fprintln(b, hdr)
 		cols := columnStarts(hdr, latColumns)
 		for _, s := range r.Latency {
-			first := strconv.Itoa(s.Bytes)
-			if r.Column != "" || s.Label != "" {
-				first = token(s.Label)
-			}
-			writeRow(b, cols, first, strconv.Itoa(s.Iterations), f2(s.Min), f2(s.Max), f2(s.Typical), f2(s.Avg),
+			writeRow(b, cols, r.firstCell(s.Bytes, s.Label), strconv.Itoa(s.Iterations), f2(s.Min), f2(s.Max), f2(s.Typical), f2(s.Avg),
 				f2(s.Stdev), f2(s.P99), f2(s.P999))
 		}
 	}
 	fmt.Fprintln(b, Separator)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// header is perftest's header line, its first column renamed to r.Column
+// if set; the other columns stay where perftest puts them.
+func (r *Result) header(perftest string) string {
+	if r.Column == "" {
+		return perftest
+	}
+	return " " + pad(r.Column, len("#bytes")) + perftest[len(" #bytes"):]
+}
+
+// firstCell is what a row prints in the first column: its size, or its
+// label in a labelled table or row.
+func (r *Result) firstCell(bytes int, label string) string {
+	if r.Column != "" || label != "" {
+		return token(label)
+	}
+	return strconv.Itoa(bytes)
 }
 
 // WriteText renders every result, then the checks.

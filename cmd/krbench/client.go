@@ -292,22 +292,21 @@ func (c *client) runTest(test, mode string) (err error) {
 	if len(sizes) == 0 {
 		return nil
 	}
-	ep, remoteMR, err := c.setup(test, mode, slices.Max(sizes))
+	r, err := c.openRun(test, mode, slices.Max(sizes), cfg.inlineMax())
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := c.teardown(ep); cerr != nil && err == nil {
+		if cerr := c.closeRun(r); cerr != nil && err == nil {
 			err = fmt.Errorf("%s %s: %w", test, mode, cerr)
 		}
 	}()
+	ep, p := r.ep, r.p
 	res := perf.Result{Title: c.title(test, mode), Test: test, Mode: perf.Mode(mode), Placement: c.place, Info: c.info(test, mode)}
-	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
 	for _, size := range sizes {
 		iters, warmup := cfg.iters(mode, size)
 		c.logf("%s %s: %d B x %d (+%d warm-up)", test, mode, size, iters, warmup)
-		spec := opSpec{op: opcode(test, cfg.atomicOp), size: size, remote: remoteMR}
+		spec := opSpec{op: opcode(test, cfg.atomicOp), size: size, remote: r.mr}
 		if test == testAtomic {
 			size, spec.size = 8, 8
 			spec.cmp = 1 // FAA adds 1; CAS compares with 1 (and mostly fails, which costs the same)
@@ -329,15 +328,10 @@ func (c *client) runTest(test, mode string) (err error) {
 	return c.out.add(res)
 }
 
-// setup creates this side's endpoint for a test, has the server create
-// its own, and connects both: the out-of-band exchange perftest does. It
-// returns the server's MR.
-func (c *client) setup(test, mode string, size int) (_ *endpoint, _ mrInfo, err error) {
-	return c.setupInline(test, mode, size, c.cfg.inlineMax())
-}
-
-// setupInline is setup with inline payloads up to inline bytes.
-func (c *client) setupInline(test, mode string, size, inline int) (_ *endpoint, _ mrInfo, err error) {
+// setup creates this side's endpoint for a test, inline payloads up to
+// inline bytes, has the server create its own, and connects both: the
+// out-of-band exchange perftest does. It returns the server's MR.
+func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ mrInfo, err error) {
 	cfg := c.cfg
 	fail := func(err error) (*endpoint, mrInfo, error) {
 		return nil, mrInfo{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
@@ -387,10 +381,40 @@ func (c *client) setupInline(test, mode string, size, inline int) (_ *endpoint, 
 // teardown frees both sides' objects of a test.
 func (c *client) teardown(ep *endpoint) error {
 	_, err := c.ctl.call(&msg{Op: opTeardown}, c.cfg.timeout)
-	if cerr := ep.close(); err == nil {
-		err = cerr
+	return firstErr(err, ep.close())
+}
+
+// rdmaRun is a test's connected endpoint, the server's MR it targets and
+// a poller on the endpoint's CQ: what every measured RDMA series needs.
+type rdmaRun struct {
+	ep *endpoint
+	mr mrInfo
+	p  *poller
+}
+
+// openRun is setup plus the poller the client's placement calls for.
+func (c *client) openRun(test, mode string, size, inline int) (*rdmaRun, error) {
+	ep, mr, err := c.setup(test, mode, size, inline)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	p := newPoller(c.ctx, ep.cq, c.cfg.spinFor(c.place), c.cfg.timeout, c.place)
+	return &rdmaRun{ep: ep, mr: mr, p: p}, nil
+}
+
+// closeRun stops the poller before both sides' objects go away.
+func (c *client) closeRun(r *rdmaRun) error {
+	r.p.close()
+	return c.teardown(r.ep)
+}
+
+// firstErr is err, or later if err is nil: when a run and then its cleanup
+// fail, the run's error is the one worth reporting.
+func firstErr(err, later error) error {
+	if err != nil {
+		return err
+	}
+	return later
 }
 
 // fitSizes drops sizes the device cannot carry in one message.
@@ -544,11 +568,7 @@ func (c *client) runRaw() (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if derr := done(); err == nil {
-			err = derr
-		}
-	}()
+	defer func() { err = firstErr(err, done()) }()
 	conn := rc.c
 	info := []perf.Field{
 		{Key: "Transport", Value: "Go net.TCPConn, TCP_NODELAY"},

@@ -46,6 +46,14 @@ type krRuntime struct {
 	info   meta.Info
 }
 
+// close closes the client runtime.
+func (k *krRuntime) close() error {
+	if err := k.rt.Close(); err != nil {
+		return fmt.Errorf("close client runtime: %w", err)
+	}
+	return nil
+}
+
 // startKr has the server start its runtime (once per session) and starts a
 // client runtime on this side's RNIC under a fresh node id.
 func (c *client) startKr() (*krRuntime, error) {
@@ -88,11 +96,7 @@ func (c *client) runKrConnect() (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := kr.rt.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close client runtime: %w", cerr)
-		}
-	}()
+	defer func() { err = firstErr(err, kr.close()) }()
 	rt, server := kr.rt, kr.server
 	q, err := rt.Queue()
 	if err != nil {
@@ -104,23 +108,17 @@ func (c *client) runKrConnect() (err error) {
 		return fmt.Errorf("MetaServer client: %w", err)
 	}
 	defer mc.Close()
-	ep, mr, err := c.setupInline(testRead, modeLat, 8, 0)
+	r, err := c.openRun(testRead, modeLat, 8, 0)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if terr := c.teardown(ep); err == nil {
-			err = terr
-		}
-	}()
-	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
+	defer func() { err = firstErr(err, c.closeRun(r)) }()
 	dl := newDeadline(c.ctx, cfg.timeout)
 	defer dl.close()
-	spec := opSpec{op: verbs.OpRead, size: 8, remote: mr}
+	spec := opSpec{op: verbs.OpRead, size: 8, remote: r.mr}
 
 	iters, warmup := cfg.connIters()
-	per := max(iters/pairBlocks, 1)
+	per := perBlock(iters)
 	var cold, warm, fetch, read []time.Duration
 	coldBlock := func(n int, keep bool) error {
 		for i := range n {
@@ -175,7 +173,7 @@ func (c *client) runKrConnect() (err error) {
 		return nil
 	}
 	readBlock := func(n int, keep bool) error {
-		s, err := ep.latency(p, spec, 0, n)
+		s, err := r.ep.latency(r.p, spec, 0, n)
 		if keep {
 			read = append(read, s...)
 		}
@@ -257,7 +255,7 @@ func connectRate(ctx context.Context, rt *core.Runtime, server core.NodeID, cfg 
 			{Key: "Rows", Value: "N: the whole series of N goroutines; N" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"},
 		}}
 	ops := cfg.rateOps()
-	per := max(ops/pairBlocks, 1)
+	per := perBlock(ops)
 	total := make([]time.Duration, len(gs))
 	blocks := make([][][]perf.Mark, len(gs))
 	block := func(k int) func() error {

@@ -131,22 +131,32 @@ func newVQEcho(rt *core.Runtime, port uint32, poll vqPoll) (_ *vqEcho, err error
 	if err = e.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if e.in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
+	if e.in, e.out, err = vqBuffers(rt, e.q); err != nil {
 		return nil, err
-	}
-	if e.out, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	for i := range echoSlots {
-		if err = e.q.PushRecv(e.in.Range(i*maxVQMessage, maxVQMessage)); err != nil {
-			return nil, err
-		}
 	}
 	return e, nil
 }
 
 func (e *vqEcho) close() error {
 	return closeVQ(e.rt, e.q, e.in, e.out)
+}
+
+// vqBuffers registers the buffers of a bound VQ, echoSlots receive
+// buffers of maxVQMessage and one to send from, and posts every receive.
+// It returns what it registered even when it fails, for closeVQ.
+func vqBuffers(rt *core.Runtime, q *core.Queue) (in, out *core.MR, err error) {
+	if in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
+		return in, out, err
+	}
+	if out, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
+		return in, out, err
+	}
+	for i := range echoSlots {
+		if err = q.PushRecv(in.Range(i*maxVQMessage, maxVQMessage)); err != nil {
+			return in, out, err
+		}
+	}
+	return in, out, nil
 }
 
 // closeVQ closes a queue and deregisters its buffers.
@@ -246,16 +256,8 @@ func newVQPing(ctx context.Context, rt *core.Runtime, port uint32, to core.NodeI
 	if err = v.q.Connect(ctx, to, core.ToPort(toPort)); err != nil {
 		return nil, err
 	}
-	if v.in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
+	if v.in, v.out, err = vqBuffers(rt, v.q); err != nil {
 		return nil, err
-	}
-	if v.out, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	for i := range echoSlots {
-		if err = v.q.PushRecv(v.in.Range(i*maxVQMessage, maxVQMessage)); err != nil {
-			return nil, err
-		}
 	}
 	return v, nil
 }

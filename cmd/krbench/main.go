@@ -368,17 +368,52 @@ examples:
 flags:
 `
 
+// newFlagSet is a flag set that reports its errors (rather than exiting)
+// and prints usage, then the flags, to stderr.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseMixed parses args, in which words (as isWord tells) and flags may
+// mix (krbench demo -n 10, krbench -inproc read-lat -n 5), and returns the
+// words: the flag package stops at the first word, so take the words and
+// parse what follows them again. A parse error but -h wraps errUsage.
+func parseMixed(fs *flag.FlagSet, args []string, isWord func(string) bool) ([]string, error) {
+	var words []string
+	for {
+		for len(args) > 0 && isWord(args[0]) {
+			words = append(words, args[0])
+			args = args[1:]
+		}
+		if len(args) == 0 {
+			return words, nil
+		}
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		args = fs.Args()
+		if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+			// Only after a "--": everything left is words.
+			return append(words, args...), nil
+		}
+	}
+}
+
 // parseArgs reads the command line. Words that are not flags select the
 // role (demo, server, client HOST, inproc) or tests (read-lat, all ...);
 // they may come before or after the flags.
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{}
-	fs := flag.NewFlagSet("krbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usageText)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("krbench", usageText, stderr)
 	var (
 		server, inproc, local bool
 		client, testList      string
@@ -417,30 +452,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write this process's CPU profile to `file` (go tool pprof)")
 	fs.StringVar(&cfg.traceFile, "trace", "", "write this process's execution trace to `file` (go tool trace): shows scheduler delays")
 
-	// Words and flags may mix (krbench demo -n 10, krbench -inproc
-	// read-lat -n 5): the flag package stops at the first word, so take
-	// the words and parse what follows them again.
-	var words []string
-	for {
-		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			words = append(words, args[0])
-			args = args[1:]
-		}
-		if len(args) == 0 {
-			break
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		args = fs.Args()
-		if len(args) > 0 && strings.HasPrefix(args[0], "-") {
-			// Only after a "--": everything left is words.
-			words = append(words, args...)
-			break
-		}
+	words, err := parseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") })
+	if err != nil {
+		return nil, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -86,12 +86,7 @@ flags:
 // server name may come in any order, as with getopt.
 func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 	cfg := &ppConfig{}
-	fs := flag.NewFlagSet("krbench pingpong", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, ppUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("krbench pingpong", ppUsage, stderr)
 	both := func(short, long string, def int, p *int, usage string) {
 		fs.IntVar(p, short, def, usage)
 		fs.IntVar(p, long, def, "same as -"+short)
@@ -112,26 +107,10 @@ func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 	fs.BoolVar(&cfg.chk, "chk", false, "same as -c")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on every wait: accept, connect, exchange, each completion")
 
-	var words []string
-	for {
-		for len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-") {
-			words = append(words, args[0])
-			args = args[1:]
-		}
-		if len(args) == 0 {
-			break
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		args = fs.Args()
-		if len(args) > 0 && strings.HasPrefix(args[0], "-") {
-			words = append(words, args...) // after "--"
-			break
-		}
+	// A lone "-" is a word, as getopt has it.
+	words, err := parseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") || a == "-" })
+	if err != nil {
+		return nil, err
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))

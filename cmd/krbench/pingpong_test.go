@@ -197,9 +197,11 @@ func TestPPExchange(t *testing.T) {
 			io.ReadFull(c, m)
 			peer <- m
 			c.Write(cMsg("0000:000012:195cf8:00000000000000000000ffff0a000001"))
-			// rc_pingpong.c reads up to 52 bytes and wants exactly 5.
-			n, _ := c.Read(m)
-			peer <- m[:n]
+			// rc_pingpong.c reads up to 52 bytes and wants exactly 5. A
+			// fresh buffer: m may not have been checked yet.
+			d := make([]byte, ppMsgLen)
+			n, _ := c.Read(d)
+			peer <- d[:n]
 		}()
 		got, err := ppClientExchange(ctx, cfg, cliDest)
 		if err != nil || got != srvDest {

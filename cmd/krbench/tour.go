@@ -121,7 +121,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 			return err
 		}
 	}
-	per := max(iters/pairBlocks, 1)
+	per := perBlock(iters)
 	colds0 := src.Stats().ColdConnects
 	if err := alternateN(
 		func() error { return connect(true, &cold)(per) },

@@ -24,11 +24,7 @@ func (c *client) runVQ() (err error) {
 		return err
 	}
 	rt, server := kr.rt, kr.server
-	defer func() {
-		if cerr := rt.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close client runtime: %w", cerr)
-		}
-	}()
+	defer func() { err = firstErr(err, kr.close()) }()
 	v := &vqSide{c: c, rt: rt, server: server, poll: newVQPoll(cfg, c.place)}
 	if err := v.open(); err != nil {
 		v.close()
@@ -103,62 +99,62 @@ func (v *vqSide) info(series string) []perf.Field {
 	}
 }
 
-// oneSidedLat: sync 8 B READ and WRITE, VQ vs QP.
-func (v *vqSide) oneSidedLat() (err error) {
-	c, cfg := v.c, v.c.cfg
-	ep, mr, err := c.setupInline(testRead, modeLat, vqOneSidedSize, 0)
+// vqOneSidedOp is a one-sided op the VQ is compared on, with its tables'
+// titles.
+type vqOneSidedOp struct {
+	test, latTitle, bwTitle string
+	op                      verbs.Opcode
+}
+
+var vqOneSidedOps = []vqOneSidedOp{
+	{testVQRead, "VQ vs QP RDMA_Read Latency, 8 B (interleaved)", "VQ vs QP RDMA_Read BW, 8 B (interleaved)", verbs.OpRead},
+	{testVQWrite, "VQ vs QP RDMA_Write Latency, 8 B (interleaved)", "VQ vs QP RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite},
+}
+
+// oneSided runs each of vqOneSidedOps in mode through the VQ and a raw RC
+// QP between the same RNICs; one endpoint and deadline serve both ops.
+func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *deadline, t vqOneSidedOp) error) (err error) {
+	c := v.c
+	r, err := c.openRun(testRead, mode, vqOneSidedSize, 0)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if terr := c.teardown(ep); err == nil {
-			err = terr
-		}
-	}()
-	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
-	dl := newDeadline(c.ctx, cfg.timeout)
+	defer func() { err = firstErr(err, c.closeRun(r)) }()
+	dl := newDeadline(c.ctx, c.cfg.timeout)
 	defer dl.close()
-	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
-	per := max(iters/pairBlocks, 1)
-	for _, t := range []struct {
-		test, title string
-		op          verbs.Opcode
-	}{
-		{testVQRead, "VQ vs QP RDMA_Read Latency, 8 B (interleaved)", verbs.OpRead},
-		{testVQWrite, "VQ vs QP RDMA_Write Latency, 8 B (interleaved)", verbs.OpWrite},
-	} {
-		spec := opSpec{op: t.op, size: vqOneSidedSize, remote: mr}
-		req := v.request(t.op, vqOneSidedSize)
-		var vq, qp []time.Duration
-		if _, err := vqLatency(dl, v.q, v.poll, req, warmup, 0); err != nil {
-			return err
-		}
-		if _, err := ep.latency(p, spec, warmup, 0); err != nil {
-			return err
-		}
-		c.logf("%s: %d blocks of %d", t.test, pairBlocks, per)
-		err := alternate(func() error {
-			s, err := vqLatency(dl, v.q, v.poll, req, 0, per)
-			vq = append(vq, s...)
-			return err
-		}, func() error {
-			s, err := ep.latency(p, spec, 0, per)
-			qp = append(qp, s...)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.test, err)
-		}
-		a, b := perf.Latency(vqOneSidedSize, vq), perf.Latency(vqOneSidedSize, qp)
-		a.Label, b.Label = seriesVQ, seriesQP
-		if err := c.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
-			Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
-			Latency: []perf.LatencyStats{a, b}}); err != nil {
+	for _, t := range vqOneSidedOps {
+		if err := each(r, dl, t); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// oneSidedLat: sync 8 B READ and WRITE, VQ vs QP.
+func (v *vqSide) oneSidedLat() error { return v.oneSided(modeLat, v.oneSidedLatOp) }
+
+func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
+	c, cfg := v.c, v.c.cfg
+	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
+	req := v.request(t.op, vqOneSidedSize)
+	vq := &latSeries{run: func(warmup, iters int) ([]time.Duration, error) {
+		return vqLatency(dl, v.q, v.poll, req, warmup, iters)
+	}}
+	qp := &latSeries{run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.latency(r.p, spec, warmup, iters) }}
+	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
+	per := perBlock(iters)
+	if err := warmLatency(warmup, vq, qp); err != nil {
+		return err
+	}
+	c.logf("%s: %d blocks of %d", t.test, pairBlocks, per)
+	if err := alternate(vq.block(per), qp.block(per)); err != nil {
+		return fmt.Errorf("%s: %w", t.test, err)
+	}
+	a, b := perf.Latency(vqOneSidedSize, vq.samples), perf.Latency(vqOneSidedSize, qp.samples)
+	a.Label, b.Label = seriesVQ, seriesQP
+	return c.out.add(perf.Result{Title: t.latTitle, Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
+		Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
+		Latency: []perf.LatencyStats{a, b}})
 }
 
 // vqLatency runs warmup+iters requests one at a time and returns the last
@@ -196,24 +192,18 @@ func vqLatency(dl *deadline, q *core.Queue, poll vqPoll, req core.Request, warmu
 func (v *vqSide) twoSidedLat() (err error) {
 	c, cfg := v.c, v.c.cfg
 	size := vqTwoSidedSize
-	ep, _, err := c.setupInline(testSend, modeLat, size, 0)
+	r, err := c.openRun(testSend, modeLat, size, 0)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if terr := c.teardown(ep); err == nil {
-			err = terr
-		}
-	}()
-	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
+	defer func() { err = firstErr(err, c.closeRun(r)) }()
 	ping, err := newVQPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
 	if err != nil {
 		return err
 	}
 	defer ping.close()
 	iters, warmup := cfg.iters(modeLat, size)
-	per := max(iters/pairBlocks, 1)
+	per := perBlock(iters)
 	var vq, qp []time.Duration
 	vqBlock := func(n int, keep bool) error {
 		if err := c.ctl.send(&msg{Op: opRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
@@ -235,7 +225,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		if err := c.ctl.send(&msg{Op: opRun, Test: testSend, Mode: modeLat, Size: size, Total: n}, cfg.timeout); err != nil {
 			return err
 		}
-		s, err := ep.pingPong(p, size, 0, n)
+		s, err := r.ep.pingPong(r.p, size, 0, n)
 		if err != nil {
 			return fmt.Errorf("RC ping-pong: %w", err)
 		}
@@ -269,79 +259,34 @@ func (v *vqSide) twoSidedLat() (err error) {
 
 // oneSidedBW: 8 B READ and WRITE with a window of -tx-depth requests
 // outstanding, one in -cq-mod signaled, VQ vs QP.
-func (v *vqSide) oneSidedBW() (err error) {
+func (v *vqSide) oneSidedBW() error { return v.oneSided(modeBW, v.oneSidedBWOp) }
+
+func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
-	ep, mr, err := c.setupInline(testRead, modeBW, vqOneSidedSize, 0)
-	if err != nil {
+	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
+	req := v.request(t.op, vqOneSidedSize)
+	vq := newBWSeries(func(total int) ([]perf.Mark, error) {
+		return vqStream(dl, v.q, v.poll, req, total, cfg.txDepth, cfg.cqMod)
+	})
+	qp := newBWSeries(func(total int) ([]perf.Mark, error) { return r.ep.stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
+	per := perBlock(iters)
+	if err := warmBandwidth(warmup, vq, qp); err != nil {
 		return err
 	}
-	defer func() {
-		if terr := c.teardown(ep); err == nil {
-			err = terr
-		}
-	}()
-	p := newPoller(c.ctx, ep.cq, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
-	dl := newDeadline(c.ctx, cfg.timeout)
-	defer dl.close()
-	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
-	per := max(iters/pairBlocks, 1)
-	for _, t := range []struct {
-		test, title string
-		op          verbs.Opcode
-	}{
-		{testVQRead, "VQ vs QP RDMA_Read BW, 8 B (interleaved)", verbs.OpRead},
-		{testVQWrite, "VQ vs QP RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite},
-	} {
-		spec := opSpec{op: t.op, size: vqOneSidedSize, remote: mr}
-		req := v.request(t.op, vqOneSidedSize)
-		if _, err := vqStream(dl, v.q, v.poll, req, max(warmup, 1), cfg.txDepth, cfg.cqMod); err != nil {
-			return err
-		}
-		if _, err := ep.stream(p, spec, max(warmup, 1), cfg.txDepth, cfg.cqMod); err != nil {
-			return err
-		}
-		vq, qp := []perf.Mark{{}}, []perf.Mark{{}}
-		var vqBlocks, qpBlocks [][]perf.Mark
-		c.logf("%s bw: %d blocks of %d", t.test, pairBlocks, per)
-		err := alternate(func() error {
-			m, err := vqStream(dl, v.q, v.poll, req, per, cfg.txDepth, cfg.cqMod)
-			vq, vqBlocks = joinMarks(vq, m), append(vqBlocks, m)
-			return err
-		}, func() error {
-			m, err := ep.stream(p, spec, per, cfg.txDepth, cfg.cqMod)
-			qp, qpBlocks = joinMarks(qp, m), append(qpBlocks, m)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("%s bw: %w", t.test, err)
-		}
-		a, b := perf.Bandwidth(vqOneSidedSize, vq, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp, cfg.txDepth)
-		ma, mb := perf.MedianBlock(vqOneSidedSize, vqBlocks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qpBlocks, cfg.txDepth)
-		a.Label, b.Label, ma.Label, mb.Label = seriesVQ, seriesQP, seriesVQ+medianSuffix, seriesQP+medianSuffix
-		if err := c.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
-			Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
-				perf.Field{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
-				perf.Field{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
-				perf.Field{Key: "Rows", Value: "vq, qp: the whole series; *" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"}),
-			Bandwidth: []perf.BandwidthStats{a, b, ma, mb}}); err != nil {
-			return err
-		}
+	c.logf("%s bw: %d blocks of %d", t.test, pairBlocks, per)
+	if err := alternate(vq.block(per), qp.block(per)); err != nil {
+		return fmt.Errorf("%s bw: %w", t.test, err)
 	}
-	return nil
-}
-
-// joinMarks appends a block's marks to a series' marks, laid end to end on
-// the series' own clock.
-func joinMarks(all, block []perf.Mark) []perf.Mark {
-	if len(block) == 0 {
-		return all
-	}
-	base := all[len(all)-1]
-	for _, m := range block[1:] {
-		all = append(all, perf.Mark{At: base.At + m.At, Msgs: base.Msgs + m.Msgs})
-	}
-	return all
+	a, b := perf.Bandwidth(vqOneSidedSize, vq.marks, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp.marks, cfg.txDepth)
+	ma, mb := perf.MedianBlock(vqOneSidedSize, vq.blocks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qp.blocks, cfg.txDepth)
+	a.Label, b.Label, ma.Label, mb.Label = seriesVQ, seriesQP, seriesVQ+medianSuffix, seriesQP+medianSuffix
+	return c.out.add(perf.Result{Title: t.bwTitle, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
+		Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
+			perf.Field{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
+			perf.Field{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
+			perf.Field{Key: "Rows", Value: "vq, qp: the whole series; *" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"}),
+		Bandwidth: []perf.BandwidthStats{a, b, ma, mb}})
 }
 
 // vqStream keeps up to depth requests in flight on q until total have
