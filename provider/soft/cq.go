@@ -3,8 +3,10 @@ package soft
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/krcore/krcore/verbs"
 )
@@ -19,19 +21,50 @@ type cqe struct {
 // cq is a completion queue: a fixed ring, like hardware's, that overruns
 // instead of growing.
 type cq struct {
-	node  *Node
-	ring  []cqe
-	ready atomic.Int32 // entries in the ring, read without the lock by Poll
-	users atomic.Int32 // QPs using the CQ
+	node   *Node
+	ring   []cqe
+	ready  atomic.Int32  // entries in the ring, read without the lock by Poll
+	flags  atomic.Uint32 // cqOverrun, cqClosed: read without the lock
+	users  atomic.Int32  // QPs using the CQ
+	idle   atomic.Uint32 // empty polls since the last Wait
+	idleAt atomic.Int64  // node.now() at the idlePolls-th of them
+
+	// link is the TCP link the CQ's QPs last used: a waiter reads it
+	// itself (see read.go). rlink is the link a waiter of this CQ is
+	// reading; rblocked is set while that waiter may block for a frame.
+	link     atomic.Pointer[tcpLink]
+	multi    atomic.Bool // the CQ's QPs have used links to several peers
+	rlink    atomic.Pointer[tcpLink]
+	rblocked atomic.Bool
+	rctx     context.Context // that waiter's context; it owns the field
+	readStop func() bool     // c.stopReading, made once
 
 	mu      sync.Mutex
 	head    int
 	n       int
-	overrun bool
-	closed  bool
 	waiters int
 	bell    chan struct{} // a token for one Wait caller; it passes it on
+	actx    context.Context
+	astop   func() bool // stops the interrupt registered on actx
 }
+
+// CQ flags.
+const (
+	cqOverrun = 1 << iota
+	cqClosed
+)
+
+// A goroutine that keeps polling a CQ without waiting reads the CQ's
+// link itself, if lent, without waiting for data, every pollRead empty
+// polls (a busy poller, or a waiter spinning before it sleeps, then needs
+// no other goroutine to bring its completions). A CQ whose completions may
+// come on any link instead hands every lent link back to its reader once
+// it has been polled for idleHandBack (looked at every idlePolls).
+const (
+	pollRead     = 16
+	idlePolls    = 64
+	idleHandBack = 50 * time.Microsecond
+)
 
 // CreateCQ creates a completion queue of cqe entries.
 func (n *Node) CreateCQ(entries int) (verbs.CQ, error) {
@@ -42,6 +75,7 @@ func (n *Node) CreateCQ(entries int) (verbs.CQ, error) {
 		return nil, err
 	}
 	c := &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{}, 1)}
+	c.readStop = c.stopReading
 	n.mu.Lock()
 	n.cqs[c] = struct{}{}
 	n.mu.Unlock()
@@ -54,12 +88,12 @@ func (c *cq) Cap() int { return len(c.ring) }
 // is lost and the CQ is overrun, as on hardware.
 func (c *cq) push(e cqe) bool {
 	c.mu.Lock()
-	if c.closed || c.overrun {
+	if c.flags.Load() != 0 {
 		c.mu.Unlock()
 		return false
 	}
 	if c.n == len(c.ring) {
-		c.overrun = true
+		c.flags.Or(cqOverrun)
 		c.wake()
 		c.mu.Unlock()
 		return false
@@ -72,20 +106,83 @@ func (c *cq) push(e cqe) bool {
 	return true
 }
 
-// wake hands a Wait caller the token; c.mu is held.
+// wake hands a Wait caller the token and interrupts a waiter blocked
+// reading a link; c.mu is held.
 func (c *cq) wake() {
 	if c.waiters > 0 {
-		select {
-		case c.bell <- struct{}{}:
-		default:
+		c.ringBell()
+	}
+	if c.rblocked.Load() {
+		if l := c.rlink.Load(); l != nil {
+			l.interrupt()
 		}
 	}
+}
+
+// ringBell puts the token in the bell.
+func (c *cq) ringBell() {
+	select {
+	case c.bell <- struct{}{}:
+	default:
+	}
+}
+
+// setLink notes the TCP link the CQ's QPs use now.
+func (c *cq) setLink(l *tcpLink) {
+	if old := c.link.Load(); old != l {
+		if old != nil && old.addr != l.addr {
+			c.multi.Store(true)
+		}
+		c.link.Store(l)
+	}
+}
+
+// idlePoll counts an empty poll while some link is lent.
+func (c *cq) idlePoll() {
+	k := c.idle.Add(1)
+	if l := c.link.Load(); l != nil && !c.multi.Load() {
+		if k%pollRead == 0 && os.Getenv("SOFT_NOPOLL") == "" {
+			c.pollLink(l)
+		}
+		return
+	}
+	if k%idlePolls != 0 {
+		return
+	}
+	now := c.node.now()
+	if k == idlePolls {
+		c.idleAt.Store(now)
+	} else if time.Duration(now-c.idleAt.Load()) >= idleHandBack {
+		c.node.activateLent()
+	}
+}
+
+// pollLink reads l for a poller of c, if l is lent, without waiting.
+func (c *cq) pollLink(l *tcpLink) {
+	if !l.take() {
+		return
+	}
+	if !c.rlink.CompareAndSwap(nil, l) {
+		l.release()
+		return
+	}
+	err := l.rd.poll()
+	c.rlink.Store(nil)
+	l.flushAcks()
+	if err != nil {
+		l.kill()
+		return
+	}
+	l.release()
 }
 
 var errCQOverrun = fmt.Errorf("soft: CQ overrun, completions were lost: %w", verbs.ErrCQOverrun)
 
 func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	if c.ready.Load() == 0 {
+		if c.node.lent.Load() > 0 {
+			c.idlePoll()
+		}
 		return 0, c.idleErr()
 	}
 	var retire [16]cqe
@@ -118,50 +215,154 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	return k, nil
 }
 
-// idleErr is Poll's answer when nothing is queued.
+// idleErr is Poll's answer when nothing is queued; it takes no lock.
 func (c *cq) idleErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	f := c.flags.Load()
 	switch {
-	case c.overrun:
+	case f&cqOverrun != 0:
 		return errCQOverrun
-	case c.closed:
-		return fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
+	case f&cqClosed != 0:
+		return errCQClosed
 	case c.node.closed.Load():
 		return errNodeClosed
 	}
 	return nil
 }
 
+var errCQClosed = fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
+
+// stopped reports whether Wait has nothing to wait for but an error.
+func (c *cq) stopped() bool { return c.flags.Load() != 0 || c.node.closed.Load() }
+
 func (c *cq) Wait(ctx context.Context) error {
+	if c.idle.Load() != 0 {
+		c.idle.Store(0)
+	}
+	// yielded: this call read a link and gave it up to a goroutine that
+	// asked for it; it does not take it back but sleeps (a goroutine
+	// waiting long, for messages say, would otherwise keep it from one
+	// that waits for a response every few microseconds).
+	yielded := false
 	for {
 		if c.ready.Load() > 0 {
 			return nil
 		}
-		c.mu.Lock()
-		if c.n > 0 || c.overrun || c.closed || c.node.closed.Load() {
-			c.mu.Unlock()
-			if c.n > 0 {
-				return nil
-			}
+		if c.stopped() {
 			return c.idleErr()
 		}
-		c.waiters++
-		c.mu.Unlock()
-		select {
-		case <-c.bell:
-		case <-ctx.Done():
-		}
-		c.mu.Lock()
-		c.waiters--
-		if c.n > 0 || c.overrun || c.closed || c.node.closed.Load() {
-			c.wake() // pass the token to the next waiter
-		}
-		c.mu.Unlock()
-		if err := ctx.Err(); err != nil && c.ready.Load() == 0 {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
+		var asked *tcpLink
+		blind := true // what c waits for may come on any link
+		if l := c.link.Load(); l != nil {
+			if yielded || c.rlink.Load() != nil {
+				blind = c.multi.Load() // someone else reads l
+			} else {
+				switch l.claim(c) {
+				case claimTaken:
+					yielded = c.readLink(ctx, l)
+					continue
+				case claimAsked:
+					asked, blind = l, c.multi.Load()
+				}
+			}
+		}
+		c.park(ctx, asked, blind)
 	}
+}
+
+// readLink reads l, whose role the caller took, until c has a completion,
+// ctx ends or another goroutine asks for the role (it reports true then);
+// then the role is released.
+func (c *cq) readLink(ctx context.Context, l *tcpLink) (yielded bool) {
+	if !c.rlink.CompareAndSwap(nil, l) {
+		l.release() // another waiter of c reads; it will ring us
+		c.park(ctx, nil, c.multi.Load())
+		return false
+	}
+	if n := c.node; c.multi.Load() && n.lent.Load() > 0 {
+		n.activateLent() // what c waits for may come on another link
+	}
+	c.watch(ctx)
+	c.rctx = ctx
+	ok := c.readFor(l)
+	c.rctx = nil
+	c.rlink.Store(nil)
+	l.flushAcks()
+	if !ok {
+		l.kill()
+		return false
+	}
+	yielded = l.nwant.Load() > 0 && c.ready.Load() == 0
+	if yielded {
+		dbg.yields.Add(1)
+	}
+	l.release()
+	return yielded
+}
+
+// watch makes ctx's end interrupt a waiter of c blocked reading a link.
+// The registration is kept for the next wait with the same context.
+func (c *cq) watch(ctx context.Context) {
+	if ctx.Done() == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.actx != ctx {
+		if c.astop != nil {
+			c.astop()
+		}
+		c.actx = ctx
+		c.astop = context.AfterFunc(ctx, c.interruptReader)
+	}
+	c.mu.Unlock()
+}
+
+// interruptReader interrupts the waiter of c blocked reading a link, if any:
+// a context ended.
+func (c *cq) interruptReader() {
+	if c.rblocked.Load() {
+		if l := c.rlink.Load(); l != nil {
+			l.interrupt()
+		}
+	}
+}
+
+// park waits for the bell (or ctx); asked is a link whose role the caller
+// asked for. A blind waiter, which cannot tell which link its completions
+// come on, first gives every lent link back to its reader: nobody else may
+// be reading what it waits for.
+func (c *cq) park(ctx context.Context, asked *tcpLink, blind bool) {
+	n := c.node
+	c.mu.Lock()
+	if c.n > 0 || c.stopped() {
+		c.mu.Unlock()
+		if asked != nil {
+			asked.unwant(c)
+		}
+		return
+	}
+	c.waiters++
+	c.mu.Unlock()
+	dbg.parks.Add(1)
+	if blind && n.lent.Load() > 0 {
+		dbg.blindAct.Add(1)
+		n.activateLent()
+	}
+	select {
+	case <-c.bell:
+	case <-ctx.Done():
+	}
+	if asked != nil {
+		asked.unwant(c)
+	}
+	c.mu.Lock()
+	c.waiters--
+	if c.n > 0 || c.stopped() {
+		c.wake() // pass the token to the next waiter
+	}
+	c.mu.Unlock()
 }
 
 func (c *cq) Close() error {
@@ -170,11 +371,15 @@ func (c *cq) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
+	if c.flags.Load()&cqClosed != 0 {
+		return errCQClosed
 	}
-	c.closed = true
+	c.flags.Or(cqClosed)
 	c.wake()
+	if c.astop != nil {
+		c.astop()
+		c.actx, c.astop = nil, nil
+	}
 	c.node.release(&c.node.counts.cq)
 	c.node.mu.Lock()
 	delete(c.node.cqs, c)

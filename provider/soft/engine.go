@@ -32,13 +32,40 @@ func (q *qp) pump() {
 	}
 	q.pumping = true
 	for {
-		lk, idx, ok := q.next()
+		lk, idx, ok := q.next(&q.out)
 		if !ok {
 			break
 		}
+		// An RC QP on a TCP link writes what is queued in one call. Its
+		// requests all go on q.link, which only a reset (under q.mu)
+		// changes.
+		tl, tcp := lk.(*tcpLink)
+		n := 0
+		if tcp && q.typ == verbs.RC {
+			if q.more == nil && q.sent < q.posted {
+				q.more = make([]frame, pumpBatch-1)
+			}
+			for size := q.out.payloadLen(); n < len(q.more) && size < pumpBatchBytes; n++ {
+				if _, _, ok := q.next(&q.more[n]); !ok {
+					break
+				}
+				size += q.more[n].payloadLen()
+			}
+		}
 		q.mu.Unlock()
-		lk.send(&q.out)
+		if n > 0 {
+			tl.sendBatch(&q.out, q.more[:n])
+			for i := range q.more[:n] {
+				q.more[i].release()
+			}
+		} else {
+			lk.send(&q.out)
+		}
 		q.out.release()
+		if tcp {
+			q.scq.setLink(tl)
+			q.rcq.setLink(tl)
+		}
 		q.mu.Lock()
 		if q.typ == verbs.UD || q.typ == verbs.UC {
 			// Unreliable: done once it is on the wire.
@@ -51,10 +78,16 @@ func (q *qp) pump() {
 	q.mu.Unlock()
 }
 
-// next prepares the next request for the wire in q.out and returns the link
+// Bounds on what the pump writes to a TCP link in one call.
+const (
+	pumpBatch      = 16
+	pumpBatchBytes = 256 << 10
+)
+
+// next prepares the next request for the wire in out and returns the link
 // to send it on; q.mu is held. A request that fails local checks completes
 // here with its error.
-func (q *qp) next() (link, uint64, bool) {
+func (q *qp) next(out *frame) (link, uint64, bool) {
 	for q.state == verbs.StateRTS && !q.rnrWait && q.sent < q.posted && !q.destroyed {
 		idx := q.sent
 		w := &q.sq[idx%uint64(len(q.sq))]
@@ -71,13 +104,13 @@ func (q *qp) next() (link, uint64, bool) {
 			}
 			return nil, 0, false
 		}
-		if st := q.build(w); st != verbs.Success {
-			q.out.release()
+		if st := q.build(w, out); st != verbs.Success {
+			out.release()
 			q.complete(w, idx, st, 0)
 			continue
 		}
 		if q.typ == verbs.DCI && q.done == idx {
-			q.out.flags |= flagDCConnect
+			out.flags |= flagDCConnect
 		}
 		q.sent++
 		if q.done == idx {
@@ -100,11 +133,10 @@ func (q *qp) route(w *wqe) link {
 	return q.node.route(w.dest, q)
 }
 
-// build fills q.out with w's request, checking the local side: SGEs inside
+// build fills f with w's request, checking the local side: SGEs inside
 // this PD's MRs with the access the operation needs, and lengths.
-func (q *qp) build(w *wqe) verbs.Status {
+func (q *qp) build(w *wqe, f *frame) verbs.Status {
 	wr := &w.wr
-	f := &q.out
 	*f = frame{typ: frameRequest, op: wr.Op, srcQPN: q.num, psn: w.psn, segs: f.segs[:0], held: f.held[:0]}
 	switch q.typ {
 	case verbs.RC, verbs.UC:
@@ -184,7 +216,15 @@ func (f *frame) release() {
 	f.held = f.held[:0]
 }
 
-// onResponse matches a response to the oldest transmitted request.
+// ackOnly reports whether a successful op is answered by a plain ACK,
+// which a later ACK may stand for.
+func ackOnly(op verbs.Opcode) bool {
+	return op == verbs.OpWrite || op == verbs.OpWriteImm || op == verbs.OpSend || op == verbs.OpSendImm
+}
+
+// onResponse matches a response to the oldest transmitted request. An ACK
+// for a later request acknowledges the ones before it too (ACKs are
+// cumulative): they are WRITEs and SENDs whose own ACKs were coalesced.
 func (q *qp) onResponse(f *frame, r io.Reader) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -194,7 +234,18 @@ func (q *qp) onResponse(f *frame, r io.Reader) {
 	idx := q.done
 	w := &q.sq[idx%uint64(len(q.sq))]
 	if f.psn != w.psn {
-		return
+		skip := uint64((f.psn - w.psn) & psnMask)
+		if q.typ != verbs.RC || f.syn != synAck || f.plen != 0 || skip >= q.sent-q.done {
+			return // stale, or not sent yet
+		}
+		for ; skip > 0; skip-- {
+			if !ackOnly(w.wr.Op) {
+				return // a READ or atomic answers for itself: not ours
+			}
+			q.complete(w, idx, verbs.Success, 0)
+			idx++
+			w = &q.sq[idx%uint64(len(q.sq))]
+		}
 	}
 	switch f.syn {
 	case synAck:
@@ -292,7 +343,11 @@ func (n *Node) serve(lk link, f *frame, r io.Reader) {
 		q.mu.Unlock()
 	}
 	if reply {
-		lk.send(resp)
+		if tl, ok := lk.(*tcpLink); ok && resp.syn == synAck && ackOnly(f.op) && q.typ == verbs.RC {
+			tl.sendAck(resp)
+		} else {
+			lk.send(resp)
+		}
 	}
 	resp.release()
 	resp.segs = resp.segs[:0]
@@ -433,6 +488,9 @@ func (q *qp) receive(lk link, f *frame, r io.Reader, resp *frame) uint8 {
 		wc.Op = 0
 	}
 	q.rcq.push(cqe{wc: wc})
+	if tl, ok := lk.(*tcpLink); ok {
+		q.rcq.setLink(tl)
+	}
 	if st != verbs.Success && q.typ != verbs.UD && q.typ != verbs.DCT {
 		q.failLocked(verbs.WRFlushErr, q.done, false)
 	}

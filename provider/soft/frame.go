@@ -43,7 +43,7 @@ const maxPayload = 1 << 30
 
 // protocolVersion is carried in hello frames; a peer speaking another
 // version is refused.
-const protocolVersion = 1
+const protocolVersion = 2
 
 var errFrame = errors.New("soft: malformed frame")
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,15 +130,30 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 }
 
 // FuzzLink feeds arbitrary bytes to a node's link reader: it must neither
-// panic nor hang, whatever frames, truncations and payloads arrive.
+// panic nor hang, whatever frames, truncations and payloads arrive. Inputs
+// of even length come over net.Pipe (plain reads), the others over TCP on
+// loopback (raw reads in sessions, where the system has them).
 func FuzzLink(f *testing.F) {
-	seed := func(fr frame) []byte { return encode(&fr) }
+	seed := func(frs ...frame) []byte {
+		var b []byte
+		for i := range frs {
+			b = append(b, encode(&frs[i])...)
+		}
+		return b
+	}
 	f.Add(seed(frame{typ: frameRequest, op: verbs.OpWrite, psn: 0, rkey: 1, segs: [][]byte{[]byte("12345678")}}))
 	f.Add(seed(frame{typ: frameRequest, op: verbs.OpRead, rlen: 8}))
 	f.Add(seed(frame{typ: frameRequest, op: verbs.OpFetchAdd, flags: flagDC, dckey: 42, rlen: 8}))
 	f.Add(seed(frame{typ: frameRequest, op: verbs.OpSend, segs: [][]byte{make([]byte, 100)}}))
 	f.Add(seed(frame{typ: frameResponse, syn: synAck, segs: [][]byte{[]byte("x")}}))
+	f.Add(seed(frame{typ: frameRequest, op: verbs.OpWrite, rkey: 1, segs: [][]byte{make([]byte, directRead+5)}},
+		frame{typ: frameRequest, op: verbs.OpWrite, psn: 1, rkey: 1, segs: [][]byte{[]byte("12345678")}}, frame{typ: frameResponse, syn: synAck}))
 	ft := newFuzzTarget(f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ln.Close()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		b = bytes.Clone(b)
 		if len(b) >= 4+headerLen {
@@ -148,14 +164,30 @@ func FuzzLink(f *testing.F) {
 				binary.BigEndian.PutUint64(b[24:], ft.mr.Addr()+uint64(b[10]))
 			}
 		}
-		near, far := net.Pipe()
-		l := &tcpLink{node: ft.node, addr: "fuzz:peer", conn: near}
+		var near, far net.Conn
+		if len(b)%2 == 0 {
+			near, far = net.Pipe()
+		} else {
+			var err error
+			if far, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+				t.Fatal(err)
+			}
+			if near, err = ln.Accept(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l := newTCPLink(ft.node, "fuzz:peer")
+		l.conn = near
+		var wg sync.WaitGroup
 		done := make(chan struct{})
+		wg.Add(2)
 		go func() {
+			defer wg.Done()
 			defer close(done)
 			ft.node.readLoop(l, near)
 		}()
 		go func() {
+			defer wg.Done()
 			// Drain responses so the reader never blocks writing.
 			buf := make([]byte, 4096)
 			for {
@@ -166,11 +198,17 @@ func FuzzLink(f *testing.F) {
 		}()
 		far.SetWriteDeadline(time.Now().Add(time.Second))
 		far.Write(b)
-		far.Close()
+		if tc, ok := far.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		} else {
+			far.Close()
+		}
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			t.Fatal("link reader hung")
 		}
+		far.Close()
+		wg.Wait()
 	})
 }

@@ -3,6 +3,7 @@ package soft_test
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"runtime"
 	"testing"
@@ -112,11 +113,11 @@ func TestBlackHolePeer(t *testing.T) {
 			defer c.Close()
 			go func() { // accept the hello, answer it, then swallow everything
 				buf := make([]byte, 4096)
-				c.Read(buf)
+				io.ReadFull(c, buf[:4+64+2]) // the hello, up to its version
 				ack := make([]byte, 4+64+2)
 				binary.BigEndian.PutUint32(ack, 64+2)
-				ack[4] = 4                              // hello-ack, syndrome 0: accepted
-				binary.BigEndian.PutUint16(ack[68:], 1) // protocol version
+				ack[4] = 4                 // hello-ack, syndrome 0: accepted
+				copy(ack[68:], buf[68:70]) // the dialer's protocol version
 				c.Write(ack)
 				for {
 					if _, err := c.Read(buf); err != nil {

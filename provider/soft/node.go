@@ -22,6 +22,7 @@ type Node struct {
 
 	closed atomic.Bool
 	stop   chan struct{}
+	lent   atomic.Int32   // TCP links whose read role is lent (read.go)
 	wg     sync.WaitGroup // goroutines the node owns: listener, links, sweeper
 
 	mu     sync.Mutex // guards the counts and cqs below
@@ -151,6 +152,7 @@ func (n *Node) Close() error {
 		c.wakeAll()
 	}
 	n.wg.Wait()
+	dbgDump(n.addr)
 	return nil
 }
 

@@ -68,9 +68,10 @@ type qp struct {
 	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
 
 	sq                 []wqe
-	done, sent, posted uint64 // completed <= transmitted <= posted
-	pumping            bool   // a goroutine is transmitting the send queue
-	out                frame  // the request being transmitted (pump only)
+	done, sent, posted uint64  // completed <= transmitted <= posted
+	pumping            bool    // a goroutine is transmitting the send queue
+	out                frame   // the request being transmitted (pump only)
+	more               []frame // requests batched behind out (pump only)
 	rnrTimerT          *time.Timer
 	rnrWait            bool // the head is waiting out an RNR back-off
 	link               link // RC/UC: the link to the connected peer

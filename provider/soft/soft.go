@@ -27,7 +27,7 @@
 // # Wire protocol
 //
 // A TCP link starts with a hello from each side (the dialer's first) carrying
-// the protocol version (currently 1) and the node's fabric address; a peer on
+// the protocol version (currently 2) and the node's fabric address; a peer on
 // another version is refused. Every frame is a 4-byte big-endian length
 // followed by a 64-byte header and a payload:
 //
@@ -58,7 +58,23 @@
 // once. A DCT sequences each initiator the same way: a DCI request sent with
 // nothing else in flight carries flag 8 (connect) and sets the PSN the DCT
 // expects from that DCI, as the DC connect packet does on hardware, so a
-// request pipelined behind a failed one is never executed. Responses return in request order. A malformed frame closes the link.
+// request pipelined behind a failed one is never executed. Responses return
+// in request order. ACKs are cumulative, as on InfiniBand: an ACK (syndrome
+// 0, no payload) for an RC request also acknowledges every earlier request
+// of that QP still unanswered, so a responder that has read a run of WRITEs
+// and SENDs may answer them with one ACK carrying the last PSN (it sends it
+// before anything else it sends on the link, and before it waits for more
+// input). READ and atomic responses, and NAKs, answer one request each. A
+// requester writes what is queued on a QP in one system call. A malformed
+// frame closes the link.
+//
+// # Reading a link
+//
+// Each TCP link has a reader goroutine, but a goroutine blocked in CQ.Wait
+// for a completion due on a link reads that link itself while it waits, so
+// a response wakes the goroutine that wants it instead of passing through
+// a second one (read.go explains the hand-over of this role). Requests from
+// the peer are served whichever goroutine reads.
 package soft
 
 import (

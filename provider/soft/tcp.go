@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -27,46 +26,152 @@ type tcpLink struct {
 
 	dead atomic.Bool
 
-	wmu  sync.Mutex
-	wbuf []byte      // header plus small payloads, written in one call
-	bufs net.Buffers // header plus large payload segments, for writev
+	// The read role (read.go), guarded by rmu.
+	rmu       sync.Mutex
+	role      int
+	rd        *linkReader // set by the background reader when it starts
+	lentAt    int64       // node.now() when the role was last lent
+	wanters   []*cq       // CQs whose waiters asked for the role
+	nwant     atomic.Int32
+	kick      chan struct{} // wakes the background reader
+	lendTimer *time.Timer   // the background reader's, while it waits
+
+	wmu        sync.Mutex
+	wbuf       []byte              // header plus small payloads, written in one call
+	bufs       net.Buffers         // header plus large payload segments, for writev
+	ack        [4 + headerLen]byte // a coalesced ACK not yet sent
+	ackQPN     uint32              // the requester QP it acknowledges
+	acks       int                 // ACKs folded into it
+	ackPending atomic.Bool         // acks > 0, read without wmu
+}
+
+func newTCPLink(n *Node, addr string) *tcpLink {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &tcpLink{node: n, addr: addr, kick: make(chan struct{}, 1), lendTimer: t}
 }
 
 // copyLimit is the payload size up to which a frame is copied into one
 // buffer: cheaper than writev's per-segment cost for small messages.
 const copyLimit = 4096
 
+// maxCoalesce bounds how many ACKs one coalesced ACK stands for.
+const maxCoalesce = 16
+
 func (l *tcpLink) peer() string { return l.addr }
 
-// send writes one frame: header and payload segments in one writev, so a
-// WRITE's data goes from registered memory to the socket without a copy.
-func (l *tcpLink) send(f *frame) {
+// send writes one frame, after any coalesced ACK, in one call.
+func (l *tcpLink) send(f *frame) { l.sendBatch(f, nil) }
+
+// sendBatch writes frames first and more, after any coalesced ACK, in one
+// call: headers and small payloads copied into one buffer, large payload
+// segments given to writev as they are, so a WRITE's data goes from
+// registered memory to the socket without a copy.
+func (l *tcpLink) sendBatch(first *frame, more []frame) {
 	if l.dead.Load() {
 		return
 	}
-	plen := f.payloadLen()
 	l.wmu.Lock()
-	if cap(l.wbuf) < 4+headerLen+copyLimit {
-		l.wbuf = make([]byte, 4+headerLen, 4+headerLen+copyLimit)
+	if need := len(l.ack) + (1+len(more))*(4+headerLen+copyLimit); cap(l.wbuf) < need {
+		l.wbuf = make([]byte, 0, max(need, len(l.ack)+4+headerLen+copyLimit))
 	}
-	hdr := l.wbuf[:4+headerLen]
-	f.putHeader(hdr, plen)
-	var err error
-	if plen <= copyLimit {
-		b := hdr
-		for _, s := range f.segs {
-			b = append(b, s...)
+	b := l.wbuf[:0] // never reallocated below: its capacity suffices
+	if l.acks > 0 {
+		b = append(b, l.ack[:]...)
+		l.acks = 0
+		l.ackPending.Store(false)
+	}
+	bufs := l.bufs[:0]
+	start := 0
+	for i := -1; i < len(more); i++ {
+		f := first
+		if i >= 0 {
+			f = &more[i]
 		}
+		plen := f.payloadLen()
+		off := len(b)
+		b = b[:off+4+headerLen]
+		f.putHeader(b[off:], plen)
+		if plen <= copyLimit {
+			for _, s := range f.segs {
+				b = append(b, s...)
+			}
+			continue
+		}
+		bufs = append(bufs, b[start:])
+		bufs = append(bufs, f.segs...)
+		start = len(b)
+	}
+	var err error
+	if len(bufs) == 0 {
 		_, err = l.conn.Write(b)
 	} else {
-		l.bufs = append(append(l.bufs[:0], hdr), f.segs...)
+		if start < len(b) {
+			bufs = append(bufs, b[start:])
+		}
+		l.bufs = bufs
 		_, err = l.bufs.WriteTo(l.conn)
-		l.bufs = l.bufs[:0:cap(l.bufs)]
+		clear(bufs)
+		l.bufs = bufs[:0]
 	}
 	l.wmu.Unlock()
 	if err != nil {
 		l.kill()
 	}
+}
+
+// sendAck sends a plain ACK of an RC WRITE or SEND lazily: ACKs are
+// cumulative (an ACK acknowledges every earlier request of its QP, as on
+// InfiniBand), so while more requests are buffered the link's reader
+// folds their ACKs into one, sent before anything else the link sends,
+// when the reader is about to wait, or after maxCoalesce.
+func (l *tcpLink) sendAck(f *frame) {
+	if l.dead.Load() {
+		return
+	}
+	var err error
+	l.wmu.Lock()
+	if l.acks > 0 && l.ackQPN != f.dstQPN {
+		err = l.writeAckLocked()
+	}
+	f.putHeader(l.ack[:], 0)
+	l.ackQPN = f.dstQPN
+	l.acks++
+	l.ackPending.Store(true)
+	if l.acks >= maxCoalesce && err == nil {
+		err = l.writeAckLocked()
+	}
+	l.wmu.Unlock()
+	if err != nil {
+		l.kill()
+	}
+}
+
+// flushAcks sends a coalesced ACK now.
+func (l *tcpLink) flushAcks() {
+	if !l.ackPending.Load() {
+		return
+	}
+	l.wmu.Lock()
+	err := l.writeAckLocked()
+	l.wmu.Unlock()
+	if err != nil {
+		l.kill()
+	}
+}
+
+// writeAckLocked writes the coalesced ACK, if any; l.wmu is held.
+func (l *tcpLink) writeAckLocked() error {
+	if l.acks == 0 {
+		return nil
+	}
+	l.acks = 0
+	l.ackPending.Store(false)
+	if l.dead.Load() {
+		return nil
+	}
+	_, err := l.conn.Write(l.ack[:])
+	return err
 }
 
 // kill closes the link. Requests waiting on it time out with RETRY_EXC_ERR.
@@ -82,8 +187,32 @@ func (l *tcpLink) kill() {
 	c := l.conn
 	n.linkMu.Unlock()
 	if c != nil {
-		c.Close()
+		shutdown(c)
 	}
+	l.rmu.Lock()
+	if l.role == roleLent {
+		n.lent.Add(-1)
+	}
+	l.role = roleDead
+	for _, w := range l.wanters {
+		w.ringBell() // they park elsewhere now
+	}
+	l.rmu.Unlock()
+	l.kickReader()
+	l.lendTimer.Stop()
+}
+
+// shutdown ends a connection both ways without closing it: it may be
+// called inside a read of the connection (a reader failing to answer), and
+// Close would wait for that read to end. Whoever started the link's
+// background reader closes the connection when it ends.
+func shutdown(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.CloseRead()
+		tc.CloseWrite()
+		return
+	}
+	c.Close()
 }
 
 // tcpRoute returns the up link to addr, or nil after making sure a dial is
@@ -96,7 +225,7 @@ func (n *Node) tcpRoute(addr string, q *qp) link {
 		return l
 	}
 	if l == nil {
-		l = &tcpLink{node: n, addr: addr}
+		l = newTCPLink(n, addr)
 		n.tcp[addr] = l
 	}
 	if q != nil && (len(l.waiters) == 0 || l.waiters[len(l.waiters)-1] != q) {
@@ -256,36 +385,11 @@ func (n *Node) adopt(peer string, conn net.Conn) (*tcpLink, bool) {
 	case l != nil && l.dialing && n.addr < peer:
 		return nil, false
 	case l == nil:
-		l = &tcpLink{node: n, addr: peer}
+		l = newTCPLink(n, peer)
 		n.tcp[peer] = l
 	}
 	l.conn = conn
 	return l, true
-}
-
-// readLoop reads frames until the connection fails, then kills the link.
-// Payloads go straight from the socket buffer into registered memory.
-func (n *Node) readLoop(l *tcpLink, conn net.Conn) {
-	defer l.kill()
-	br := bufio.NewReaderSize(conn, 256<<10)
-	var hdr [4 + headerLen]byte
-	var f frame
-	lr := &io.LimitedReader{R: br}
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return
-		}
-		if err := decodeHeader(hdr[:], &f); err != nil || (f.typ != frameRequest && f.typ != frameResponse) {
-			return // a malformed frame ends the link
-		}
-		lr.N = int64(f.plen)
-		n.receive(l, &f, lr)
-		if lr.N > 0 {
-			if _, err := io.CopyN(io.Discard, lr, lr.N); err != nil {
-				return
-			}
-		}
-	}
 }
 
 // closeLinks closes every TCP connection, for Close.
@@ -295,10 +399,14 @@ func (n *Node) closeLinks() {
 	for _, l := range n.tcp {
 		links = append(links, l)
 	}
+	var conns []net.Conn
 	for c := range n.accepts {
-		c.Close()
+		conns = append(conns, c)
 	}
 	n.linkMu.Unlock()
+	for _, c := range conns {
+		shutdown(c) // their goroutines close them
+	}
 	for _, l := range links {
 		l.kill()
 	}

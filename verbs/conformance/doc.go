@@ -13,15 +13,17 @@
 // ends in, within a bounded time.
 //
 // A provider runs it from its own test with a Factory that opens two
-// devices able to reach each other:
+// devices able to reach each other (verbs/conformance/soft_test.go is the
+// in-process run on the soft provider):
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t testing.TB) (a, b verbs.Device) {
-//			f := soft.NewFabric()
-//			return open(t, f, "a"), open(t, f, "b")
+//		conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
+//			fab := soft.NewFabric()
+//			return node(t, fab), node(t, fab)
 //		}, conformance.Options{
 //			RetryTimeout: 200 * time.Millisecond,
-//			KillLink:     func(a, b verbs.Device) error { return breakLink(a, b) },
+//			// Stopping b's RNIC is a link that never comes back.
+//			KillLink: func(a, b verbs.Device) error { return b.Close() },
 //		})
 //	}
 //
@@ -32,7 +34,8 @@
 // All memory comes from offheap.AllocShared (memfd), so a provider that
 // proxies device b into another process can map the very pages the suite
 // checks. Remote addresses are always taken from MR.Addr, never from this
-// process's view of a slice.
+// process's view of a slice. Device a must live in the test's process: the
+// inline test hands it an unregistered buffer by this process's address.
 //
 // # Capabilities
 //

@@ -191,6 +191,7 @@ func rnrTests() []testCase {
 	return []testCase{
 		{name: "RetryExceeded", run: testRNRExceeded},
 		{name: "LateReceive", run: testRNRLateReceive},
+		{name: "LaterWorkWaits", run: testRNRLaterWorkWaits},
 	}
 }
 
@@ -219,5 +220,29 @@ func testRNRLateReceive(t *testing.T, e *env) {
 	wantOK(t, e.wc(p.cb), 2, verbs.WCRecv, p.qb)
 	if !bytes.Equal(dst.mem, src.mem) {
 		t.Fatal("SEND delivered after RNR differs from the data sent")
+	}
+}
+
+// testRNRLaterWorkWaits: RC executes in order even across RNR back-off. A
+// WRITE posted behind a SEND that met no receive must not reach the target
+// before that SEND does, and the SEND, once retried, lands exactly once.
+func testRNRLaterWorkWaits(t *testing.T, e *env) {
+	p := e.rc(rcOpts{path: verbs.Path{MinRNRTimer: time.Millisecond}})
+	src, dst, rbuf := e.a.mr(64, verbs.AccessAll), e.b.mr(64, verbs.AccessAll), e.b.mr(128, verbs.AccessAll)
+	fill(src.mem, 17)
+	post(t, p.qa, sendWR(1, src.sge(0, 64)), writeWR(2, src.sge(0, 64), dst, 0))
+	// The delay is the behaviour under test: the receive must come late.
+	time.Sleep(20 * time.Millisecond)
+	if !allZero(dst.mem) {
+		t.Fatal("a WRITE overtook the SEND ahead of it that was waiting for a receive")
+	}
+	empty(t, p.ca)
+	postRecv(t, p.qb, recvWR(10, rbuf.sge(0, 64)), recvWR(11, rbuf.sge(64, 64)))
+	wantOK(t, e.wc(p.ca), 1, verbs.WCSend, p.qa)
+	wantOK(t, e.wc(p.ca), 2, verbs.WCWrite, p.qa)
+	wantOK(t, e.wc(p.cb), 10, verbs.WCRecv, p.qb)
+	empty(t, p.cb) // receive 11 unused: the SEND was not delivered twice
+	if !bytes.Equal(dst.mem, src.mem) || !allZero(rbuf.mem[64:]) {
+		t.Fatal("after the receive: WRITE missing or SEND delivered twice")
 	}
 }

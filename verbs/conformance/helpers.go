@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -65,10 +64,7 @@ func closeLater(t testing.TB, what string, c io.Closer) {
 // helper process, so the suite uses it everywhere.
 func alloc(t testing.TB, size int) []byte {
 	t.Helper()
-	// Whole pages: offheap.Block.Close reslices its buffer to a page
-	// multiple, which panics for a block of any other size.
-	page := os.Getpagesize()
-	blk, err := offheap.AllocShared("krcore-conformance", (size+page-1)&^(page-1))
+	blk, err := offheap.AllocShared("krcore-conformance", size)
 	if err != nil {
 		t.Fatalf("offheap.AllocShared(%d): %v", size, err)
 	}
@@ -79,7 +75,7 @@ func alloc(t testing.TB, size int) []byte {
 			t.Errorf("free off-heap block after its MRs were closed: %v", err)
 		}
 	})
-	return blk.Bytes()[:size:size]
+	return blk.Bytes()
 }
 
 // region is a registered buffer: the MR and the memory as this process
@@ -346,6 +342,20 @@ func (e *env) none(cq verbs.CQ, d time.Duration) {
 			}
 			return
 		}
+	}
+}
+
+// eventually waits until cond holds, for conditions no completion or
+// channel reports (memory written by a peer, a QP's state). It checks
+// often but sleeps between checks, so it costs no core.
+func (e *env) eventually(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(e.o.timeout())
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 

@@ -165,15 +165,8 @@ func testCQOverrun(t *testing.T, e *env) {
 	post(t, qa, wrs...)
 
 	// Polling now could drain the CQ before it overflows; wait instead for
-	// the QP to fail, which the overrun causes. No completion channel
-	// reports a QP state, so this wait polls.
-	deadline := time.Now().Add(e.o.timeout())
-	for qa.State() != verbs.StateErr && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if qa.State() != verbs.StateErr {
-		t.Errorf("QP still in %s after overrunning its CQ", qa.State())
-	}
+	// the QP to fail, which the overrun causes.
+	e.eventually("the QP feeding an overrun CQ to go to ERR", func() bool { return qa.State() == verbs.StateErr })
 	ctx, cancel := context.WithTimeout(context.Background(), e.o.timeout())
 	defer cancel()
 	buf := make([]verbs.WC, 4)

@@ -20,6 +20,7 @@ func postTests() []testCase {
 		{name: "NotRTS", run: testPostNotRTS},
 		{name: "FlushInErr", run: testPostFlushInErr},
 		{name: "SendQueueFull", run: testSendQueueFull},
+		{name: "SendQueueHeldByUnsignaled", run: testSendQueueUnsignaled},
 		{name: "RecvQueueFull", run: testRecvQueueFull},
 		{name: "TooManySGE", run: testTooManySGE},
 		{name: "InlineTooLarge", needs: []string{CapInline}, run: testInlineTooLarge},
@@ -212,6 +213,30 @@ func testSendQueueFull(t *testing.T, e *env) {
 	wantOK(t, e.wc(p.ca), depth-1, verbs.WCWrite, p.qa)
 	post(t, p.qa, batch(200, depth)...)
 	wantOK(t, e.wc(p.ca), 200+depth-1, verbs.WCWrite, p.qa)
+	empty(t, p.ca)
+}
+
+// testSendQueueUnsignaled: MaxSendWR unsignaled WRs fill the queue for
+// good. They complete on the wire, but with no signaled completion to
+// poll their slots are never freed, so one more WR is refused: the
+// classic pitfall a shared QP's credit scheme must avoid.
+func testSendQueueUnsignaled(t *testing.T, e *env) {
+	const depth = 8
+	p := e.rc(rcOpts{cap: verbs.QPCap{MaxSendWR: depth}})
+	src, dst := e.a.mr(8, verbs.AccessAll), e.b.mr(depth*8, verbs.AccessAll)
+	fill(src.mem, 1) // no zero byte, so each WRITE's arrival shows
+	wrs := make([]verbs.SendWR, depth)
+	for i := range wrs {
+		wrs[i] = writeWR(uint64(i), src.sge(0, 8), dst, i*8)
+		wrs[i].Flags = 0
+	}
+	post(t, p.qa, wrs...)
+	e.eventually("the last unsignaled WRITE to land", func() bool { return dst.mem[depth*8-1] != 0 })
+	n, err := p.qa.PostSend([]verbs.SendWR{writeWR(99, src.sge(0, 8), dst, 0)})
+	errIs(t, "PostSend after MaxSendWR unsignaled WRs", err, verbs.ErrQueueFull)
+	if n != 0 {
+		t.Errorf("PostSend accepted %d", n)
+	}
 	empty(t, p.ca)
 }
 

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
 	"github.com/krcore/krcore/offheap"
@@ -240,7 +239,7 @@ func testInline(t *testing.T, e *env) {
 	lim := min(64, e.a.dev.Attr().MaxInline)
 	p := e.rc(rcOpts{cap: verbs.QPCap{MaxInline: lim}})
 	// Off-heap (the SGE names a virtual address), but never registered.
-	blk, err := offheap.AllocShared("krcore-conformance-inline", os.Getpagesize())
+	blk, err := offheap.AllocShared("krcore-conformance-inline", 256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ const retryTimeout = 200 * time.Millisecond
 // killNode breaks the link for good by stopping b's RNIC: a then hears
 // nothing from it, as when a cable or host dies. (Node.BreakLinks would
 // let later requests dial a new TCP link.)
-func killNode(_, b verbs.Device) error { return b.(*soft.Node).Close() }
+func killNode(_, b verbs.Device) error { return b.Close() }
 
 // TestSoftMem runs the suite on two soft nodes joined by the in-memory
 // wire.

@@ -1,0 +1,337 @@
+package soft_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+// tcpNodes starts two nodes that reach each other only over TCP.
+func tcpNodes(t testing.TB) (*soft.Node, *soft.Node) {
+	t.Helper()
+	var ns [2]*soft.Node
+	for i := range ns {
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		ns[i] = n
+	}
+	return ns[0], ns[1]
+}
+
+// post posts wrs or fails the test.
+func post(t testing.TB, q verbs.QP, wrs ...verbs.SendWR) {
+	t.Helper()
+	if _, err := q.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read8(x, y *side, id uint64) verbs.SendWR {
+	return verbs.SendWR{ID: id, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+}
+
+// TestTCPTargetServedWhileIdle: once a's application has waited on its CQ
+// (and so read the link itself) and gone quiet, neither waiting nor
+// polling, b's one-sided requests to a are still served, promptly.
+func TestTCPTargetServedWhileIdle(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096)
+	post(t, x.qp, read8(x, y, 1))
+	if wc := waitWC(t, x.cq); wc.Status != verbs.Success {
+		t.Fatal(wc)
+	}
+	for i := range 20 {
+		binary.LittleEndian.PutUint64(y.mr.Bytes(), uint64(i))
+		start := time.Now()
+		post(t, y.qp, verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(y.mr, 0, 8)}, RemoteAddr: x.mr.Addr(), RKey: x.mr.RKey()})
+		if wc := waitWC(t, y.cq); wc.Status != verbs.Success {
+			t.Fatal(wc)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("WRITE #%d to an idle node took %v", i, d)
+		}
+		if got := binary.LittleEndian.Uint64(x.mr.Bytes()); got != uint64(i) {
+			t.Fatalf("WRITE #%d landed %d", i, got)
+		}
+		if i%4 == 0 {
+			// a waits again now and then: it takes the link back.
+			post(t, x.qp, read8(x, y, uint64(100+i)))
+			waitWC(t, x.cq)
+		}
+	}
+}
+
+// TestTCPTargetServedWhileBusyPolling: an application that busy-polls its
+// CQ instead of waiting does not starve the requests its node serves.
+func TestTCPTargetServedWhileBusyPolling(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096)
+	post(t, x.qp, read8(x, y, 1))
+	waitWC(t, x.cq)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // a's application: poll, never wait
+		defer wg.Done()
+		var wc [4]verbs.WC
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			x.cq.Poll(wc[:])
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 50 {
+		post(t, y.qp, read8(y, x, uint64(i)))
+		if wc := waitWC(t, y.cq); wc.Status != verbs.Success {
+			t.Fatal(wc)
+		}
+	}
+}
+
+// TestTCPWaitEndsWithContext: a waiter blocked reading a link returns when
+// its context ends, by deadline or by cancel, and the link still works.
+func TestTCPWaitEndsWithContext(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096)
+	post(t, x.qp, read8(x, y, 1))
+	waitWC(t, x.cq) // the CQ now knows its link; the next Wait reads it
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := x.cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait: %v, want deadline exceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Wait returned %v after its deadline", d)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	if err := x.cq.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait: %v, want canceled", err)
+	}
+	post(t, x.qp, read8(x, y, 2))
+	if wc := waitWC(t, x.cq); wc.Status != verbs.Success || wc.ID != 2 {
+		t.Fatal(wc)
+	}
+}
+
+// TestTCPWaitSeesCompletionFromElsewhere: a CQ fed by a QP on a TCP link and
+// one on the in-memory wire. A waiter reading the TCP link must see a
+// completion the in-memory peer delivers from its own goroutine.
+func TestTCPWaitSeesCompletionFromElsewhere(t *testing.T) {
+	fab := soft.NewFabric()
+	a, err := fab.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := fab.NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	x, y := connectPair(t, a, b, 4096)
+	// A second QP of a's on the same CQ, to c in memory.
+	q2, err := x.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: x.cq, RecvCQ: x.cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	z := newSide(t, c, 4096)
+	if err := verbs.Connect(q2, z.qp.Endpoint(), verbs.Path{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Connect(z.qp, q2.Endpoint(), verbs.Path{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q2.PostRecv([]verbs.RecvWR{{ID: 77, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	post(t, x.qp, read8(x, y, 1))
+	waitWC(t, x.cq) // x.cq's waiters now read the TCP link
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		z.qp.PostSend([]verbs.SendWR{{ID: 5, Op: verbs.OpSend, SGL: []verbs.SGE{verbs.SGEOf(z.mr, 0, 8)}}})
+	}()
+	start := time.Now()
+	wc := waitWC(t, x.cq)
+	if wc.ID != 77 || wc.Status != verbs.Success {
+		t.Fatalf("got %+v, want the receive", wc)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the receive took %v to end the wait", d)
+	}
+}
+
+// TestTCPManyWaitersOneLink: goroutines with their own QPs and CQs on one
+// link all wait at once; the read role passes between them and the link's
+// reader without a stall.
+func TestTCPManyWaitersOneLink(t *testing.T) {
+	a, b := tcpNodes(t)
+	const workers, ops = 4, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		x, y := connectPair(t, a, b, 4096)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wc [4]verbs.WC
+			for i := range ops {
+				wr := read8(x, y, uint64(i))
+				if i%3 == 1 {
+					wr = verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 8, 8)}, RemoteAddr: y.mr.Addr() + 8, RKey: y.mr.RKey()}
+				}
+				if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					errs <- err
+					return
+				}
+				for {
+					n, err := x.cq.Poll(wc[:])
+					if err != nil {
+						errs <- err
+						return
+					}
+					if n == 1 {
+						if wc[0].Status != verbs.Success || wc[0].ID != uint64(i) {
+							errs <- fmt.Errorf("worker %d op %d: %+v", w, i, wc[0])
+							return
+						}
+						break
+					}
+					if err := x.cq.Wait(ctx); err != nil {
+						errs <- fmt.Errorf("worker %d op %d: %w", w, i, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestTCPCoalescedAcks: streams of unsignaled WRITEs and SENDs, which the
+// responder may acknowledge with one ACK, mixed with READs and atomics,
+// which answer for themselves, complete in order and exactly once.
+func TestTCPCoalescedAcks(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 1<<20)
+	const n = 2000
+	const counter = 1<<20 - 64 // y's FETCH_AND_ADD target, clear of WRITEs and receives
+	var recvs []verbs.RecvWR
+	for i := range 200 {
+		recvs = append(recvs, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{verbs.SGEOf(y.mr, 512<<10, 64<<10)}})
+	}
+	if _, err := y.qp.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{8, 64, 4096, 20000, 64 << 10}
+	posted, done, sends, adds := 0, 0, 0, 0
+	var wc [64]verbs.WC
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for done < n {
+		for posted < n && posted-done < 200 {
+			i := posted
+			sz := sizes[i%len(sizes)]
+			off := (i % 8) * (64 << 10)
+			wr := verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, off, sz)}, RemoteAddr: y.mr.Addr() + uint64(off), RKey: y.mr.RKey()}
+			switch {
+			case i%97 == 0 && sends < 200:
+				wr.Op, wr.RemoteAddr, wr.RKey = verbs.OpSend, 0, 0
+				sends++
+			case i%13 == 0:
+				wr.Op, wr.SGL = verbs.OpFetchAdd, []verbs.SGE{verbs.SGEOf(x.mr, 1<<19, 8)}
+				wr.RemoteAddr, wr.CompareAdd = y.mr.Addr()+counter, 1
+				adds++
+			case i%7 == 0:
+				wr.Op = verbs.OpRead
+			}
+			if i%10 == 9 || i == n-1 || wr.Op == verbs.OpRead || wr.Op == verbs.OpFetchAdd {
+				wr.Flags |= verbs.Signaled
+			}
+			post(t, x.qp, wr)
+			posted++
+		}
+		k, err := x.cq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range wc[:k] {
+			if c.Status != verbs.Success {
+				t.Fatalf("completion %+v", c)
+			}
+			if int(c.ID) < done {
+				t.Fatalf("completion %d after %d: out of order", c.ID, done)
+			}
+			done = int(c.ID) + 1
+		}
+		if k == 0 {
+			if err := x.cq.Wait(ctx); err != nil {
+				t.Fatalf("after %d of %d: %v", done, n, err)
+			}
+		}
+	}
+	if got := binary.LittleEndian.Uint64(y.mr.Bytes()[counter:]); got != uint64(adds) {
+		t.Fatalf("FETCH_AND_ADD ran %d times, want %d (exactly once each)", got, adds)
+	}
+	got := 0
+	for got < sends {
+		k, err := y.cq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+		if k == 0 {
+			if err := y.cq.Wait(ctx); err != nil {
+				t.Fatalf("receives: %d of %d: %v", got, sends, err)
+			}
+		}
+	}
+}
+
+// TestTCPCloseWhileWaiterReads: closing the node ends a Wait that is
+// reading one of its links.
+func TestTCPCloseWhileWaiterReads(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096)
+	post(t, x.qp, read8(x, y, 1))
+	waitWC(t, x.cq)
+	errc := make(chan error, 1)
+	go func() { errc <- x.cq.Wait(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, verbs.ErrClosed) {
+			t.Fatalf("Wait after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Wait still blocked after the node closed")
+	}
+}

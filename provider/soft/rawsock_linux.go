@@ -1,0 +1,97 @@
+package soft
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+)
+
+// rawSock reads a TCP socket with readv, so a payload lands in registered
+// memory and whatever follows it in the link's buffer, in one system call.
+// Waiting for data stays with the runtime's poller (RawConn.Read).
+type rawSock struct {
+	rc   syscall.RawConn
+	iov  [2]syscall.Iovec
+	niov uintptr
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func newRawSock(conn net.Conn) *rawSock {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	s := &rawSock{rc: rc}
+	s.fn = s.try
+	return s
+}
+
+// try is one readv; false asks the poller to wait for data.
+func (s *rawSock) try(fd uintptr) bool {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&s.iov[0])), s.niov)
+		switch e {
+		case 0:
+			s.n, s.err = int(r), nil
+			if r == 0 {
+				s.err = io.EOF
+			}
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		s.n, s.err = 0, e
+		return true
+	}
+}
+
+// errAgain is readFd finding no data.
+var errAgain = syscall.EAGAIN
+
+// session runs step with the socket until it reports true; step reports
+// false to wait for data (see linkReader).
+func (s *rawSock) session(step func(fd uintptr) bool) error { return s.rc.Read(step) }
+
+// readFd is one read of fd into b: errAgain if there is no data, io.EOF at
+// the end of the stream.
+func (s *rawSock) readFd(fd uintptr, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(fd), b)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// readv reads into a, then b (which may be empty), waiting for data.
+func (s *rawSock) readv(a, b []byte) (int, error) {
+	s.iov[0] = syscall.Iovec{Base: unsafe.SliceData(a)}
+	s.iov[0].SetLen(len(a))
+	s.niov = 1
+	if len(b) > 0 {
+		s.iov[1] = syscall.Iovec{Base: unsafe.SliceData(b)}
+		s.iov[1].SetLen(len(b))
+		s.niov = 2
+	}
+	err := s.rc.Read(s.fn)
+	s.iov = [2]syscall.Iovec{}
+	if err != nil {
+		return 0, err
+	}
+	return s.n, s.err
+}
