@@ -3,7 +3,6 @@ package soft
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,7 @@ type cq struct {
 	multi    atomic.Bool // the CQ's QPs have used links to several peers
 	rlink    atomic.Pointer[tcpLink]
 	rblocked atomic.Bool
+	unyield  atomic.Bool     // a waiter that gave up a link may take it back
 	rctx     context.Context // that waiter's context; it owns the field
 	readStop func() bool     // c.stopReading, made once
 
@@ -141,7 +141,7 @@ func (c *cq) setLink(l *tcpLink) {
 func (c *cq) idlePoll() {
 	k := c.idle.Add(1)
 	if l := c.link.Load(); l != nil && !c.multi.Load() {
-		if k%pollRead == 0 && os.Getenv("SOFT_NOPOLL") == "" {
+		if k%pollRead == 0 {
 			c.pollLink(l)
 		}
 		return
@@ -163,7 +163,7 @@ func (c *cq) pollLink(l *tcpLink) {
 		return
 	}
 	if !c.rlink.CompareAndSwap(nil, l) {
-		l.release()
+		l.release(nil)
 		return
 	}
 	err := l.rd.poll()
@@ -173,7 +173,7 @@ func (c *cq) pollLink(l *tcpLink) {
 		l.kill()
 		return
 	}
-	l.release()
+	l.release(nil)
 }
 
 var errCQOverrun = fmt.Errorf("soft: CQ overrun, completions were lost: %w", verbs.ErrCQOverrun)
@@ -239,10 +239,12 @@ func (c *cq) Wait(ctx context.Context) error {
 		c.idle.Store(0)
 	}
 	// yielded: this call read a link and gave it up to a goroutine that
-	// asked for it; it does not take it back but sleeps (a goroutine
-	// waiting long, for messages say, would otherwise keep it from one
-	// that waits for a response every few microseconds).
+	// asked for it; it sleeps without asking back until rung (unyield)
+	// when the link is released with nobody asking for it.
 	yielded := false
+	if c.unyield.Load() {
+		c.unyield.Store(false)
+	}
 	for {
 		if c.ready.Load() > 0 {
 			return nil
@@ -269,6 +271,9 @@ func (c *cq) Wait(ctx context.Context) error {
 			}
 		}
 		c.park(ctx, asked, blind)
+		if yielded && c.unyield.Swap(false) {
+			yielded = false // the link is free again: take it back
+		}
 	}
 }
 
@@ -277,7 +282,7 @@ func (c *cq) Wait(ctx context.Context) error {
 // then the role is released.
 func (c *cq) readLink(ctx context.Context, l *tcpLink) (yielded bool) {
 	if !c.rlink.CompareAndSwap(nil, l) {
-		l.release() // another waiter of c reads; it will ring us
+		l.release(nil) // another waiter of c reads; it will ring us
 		c.park(ctx, nil, c.multi.Load())
 		return false
 	}
@@ -294,12 +299,12 @@ func (c *cq) readLink(ctx context.Context, l *tcpLink) (yielded bool) {
 		l.kill()
 		return false
 	}
-	yielded = l.nwant.Load() > 0 && c.ready.Load() == 0
-	if yielded {
-		dbg.yields.Add(1)
+	if l.nwant.Load() > 0 && c.ready.Load() == 0 {
+		l.release(c)
+		return true
 	}
-	l.release()
-	return yielded
+	l.release(nil)
+	return false
 }
 
 // watch makes ctx's end interrupt a waiter of c blocked reading a link.
@@ -345,9 +350,7 @@ func (c *cq) park(ctx context.Context, asked *tcpLink, blind bool) {
 	}
 	c.waiters++
 	c.mu.Unlock()
-	dbg.parks.Add(1)
 	if blind && n.lent.Load() > 0 {
-		dbg.blindAct.Add(1)
 		n.activateLent()
 	}
 	select {

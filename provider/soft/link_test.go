@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -333,5 +334,67 @@ func TestTCPCloseWhileWaiterReads(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Wait still blocked after the node closed")
+	}
+}
+
+// TestTCPSleeperNotStarved: a goroutine sleeping on a CQ for messages and
+// one doing READs in a tight loop share a link. When the loop stops, a
+// message to the sleeper is read at once, not after the link's lend
+// timeout: the sleeper, which gave the link up to the loop, takes it back.
+func TestTCPSleeperNotStarved(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096) // the READ loop's pair
+	s, r := connectPair(t, a, b, 4096) // s sleeps for SENDs from r
+	const msgs = 15
+	var recvs []verbs.RecvWR
+	for i := range msgs + 1 {
+		recvs = append(recvs, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, 64)}})
+	}
+	if _, err := s.qp.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	send := func(id uint64) {
+		post(t, r.qp, verbs.SendWR{ID: id, Op: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(r.mr, 0, 8)}})
+	}
+	got := make(chan time.Time, msgs+1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() { // the sleeper
+		var wc [4]verbs.WC
+		for {
+			n, err := s.cq.Poll(wc[:])
+			if err != nil {
+				return
+			}
+			for range n {
+				got <- time.Now()
+			}
+			if n == 0 && s.cq.Wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+	send(100) // s's CQ learns its link
+	<-got
+	waitWC(t, r.cq)
+	var delays []time.Duration
+	for i := range msgs {
+		for j := range 50 {
+			post(t, x.qp, read8(x, y, uint64(j)))
+			waitWC(t, x.cq)
+		}
+		start := time.Now()
+		send(uint64(i))
+		select {
+		case at := <-got:
+			delays = append(delays, at.Sub(start))
+		case <-ctx.Done():
+			t.Fatal("message never reached the sleeper")
+		}
+		waitWC(t, r.cq) // r's SEND completion
+	}
+	slices.Sort(delays)
+	if med := delays[len(delays)/2]; med > 2*time.Millisecond {
+		t.Errorf("median delivery to the sleeper %v (all %v): the link sat unread", med, delays)
 	}
 }

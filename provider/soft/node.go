@@ -152,7 +152,6 @@ func (n *Node) Close() error {
 		c.wakeAll()
 	}
 	n.wg.Wait()
-	dbgDump(n.addr)
 	return nil
 }
 

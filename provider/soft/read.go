@@ -2,6 +2,7 @@ package soft
 
 import (
 	"net"
+	"slices"
 	"time"
 )
 
@@ -37,9 +38,10 @@ import (
 //   - a waiter that finds the link read by someone else asks for the role
 //     and parks; the reader, the background reader or another waiter, lends
 //     it to the waiters that asked once no whole frame is left in its
-//     buffer. A waiter that gave the role up so sleeps without it for the
-//     rest of its wait: one waiting long (for messages, say) yields to one
-//     that waits for a response every few microseconds.
+//     buffer. A waiter reading gives the role up when asked (one waiting
+//     long, for messages say, yields to one that waits for a response
+//     every few microseconds) and sleeps until the link is released with
+//     nobody asking, when it is rung to take the role back.
 //
 // The role passes only between frames. A waiter blocked reading is
 // interrupted with a past read deadline when its context ends or a
@@ -57,10 +59,9 @@ const (
 // lendTimeout bounds how long a link stays lent, unread, before its
 // background reader takes it back: the reader looks every lendTimeout
 // while a waiter holds or borrows the role, and takes it if it has been
-// lent for half that. Shorter costs more: those periodic wake-ups, in both
-// processes, measurably slow a tight request loop on two cores (0.5-2 ms:
-// 8 B READ 1.4-1.8x the TCP round trip after a KRCore session, against
-// 1.05-1.15x at 5 ms and more).
+// lent for half that. Shorter costs more: those periodic timer wake-ups,
+// in both processes, measurably slowed a tight request loop on two cores
+// at 0.5-2 ms (krbench's 8 B READ against the TCP round trip).
 const lendTimeout = 5 * time.Millisecond
 
 // readLoop is the link's background reader: it reads while it holds the
@@ -99,7 +100,6 @@ func (l *tcpLink) lendToWanters() bool {
 	if len(l.wanters) == 0 || l.role != roleBackground {
 		return false
 	}
-	dbg.lendWanters.Add(1)
 	l.lendLocked()
 	return true
 }
@@ -136,7 +136,6 @@ func (l *tcpLink) awaitRole() bool {
 		case roleLent:
 			idle := time.Duration(n.now() - l.lentAt)
 			if idle >= lendTimeout/2 {
-				dbg.timerTakes.Add(1)
 				l.role = roleBackground
 				n.lent.Add(-1)
 				l.rmu.Unlock()
@@ -157,7 +156,6 @@ func (l *tcpLink) awaitRole() bool {
 func (l *tcpLink) activate() {
 	l.rmu.Lock()
 	if l.role == roleLent {
-		dbg.activates.Add(1)
 		l.role = roleBackground
 		l.node.lent.Add(-1)
 		l.kickReader()
@@ -200,7 +198,6 @@ func (l *tcpLink) claim(c *cq) int {
 	case l.role == roleLent:
 		l.role = roleWaiter
 		l.node.lent.Add(-1)
-		dbg.taken.Add(1)
 		return claimTaken
 	}
 	for _, w := range l.wanters {
@@ -210,7 +207,6 @@ func (l *tcpLink) claim(c *cq) int {
 	}
 	l.wanters = append(l.wanters, c)
 	l.nwant.Add(1)
-	dbg.asked.Add(1)
 	return claimAsked
 }
 
@@ -223,7 +219,6 @@ func (l *tcpLink) take() bool {
 	}
 	l.role = roleWaiter
 	l.node.lent.Add(-1)
-	dbg.pollTakes.Add(1)
 	return true
 }
 
@@ -241,18 +236,34 @@ func (l *tcpLink) unwant(c *cq) {
 }
 
 // release ends a waiter's turn at reading: the role is lent, and the
-// waiters that asked for it are rung.
-func (l *tcpLink) release() {
+// waiters that asked for it are rung; if none did, so are those that gave
+// the role up to them (they take it back). yielder, if not nil, is the CQ
+// of a waiter giving the role up to those that asked.
+func (l *tcpLink) release(yielder *cq) {
 	l.rmu.Lock()
-	if l.role == roleWaiter {
-		l.lendLocked()
+	defer l.rmu.Unlock()
+	if l.role != roleWaiter {
+		return
 	}
-	l.rmu.Unlock()
+	l.lendLocked()
+	if yielder != nil {
+		if !slices.Contains(l.yielders, yielder) {
+			l.yielders = append(l.yielders, yielder)
+		}
+		return
+	}
+	if len(l.wanters) == 0 {
+		for _, c := range l.yielders {
+			c.unyield.Store(true)
+			c.ringBell()
+		}
+		clear(l.yielders)
+		l.yielders = l.yielders[:0]
+	}
 }
 
 // interrupt wakes the waiter blocked reading the link.
 func (l *tcpLink) interrupt() {
-	dbg.interrupts.Add(1)
 	l.conn.SetReadDeadline(aLongTimeAgo)
 }
 

@@ -32,6 +32,7 @@ type tcpLink struct {
 	rd        *linkReader // set by the background reader when it starts
 	lentAt    int64       // node.now() when the role was last lent
 	wanters   []*cq       // CQs whose waiters asked for the role
+	yielders  []*cq       // CQs whose waiters gave the role up to wanters
 	nwant     atomic.Int32
 	kick      chan struct{} // wakes the background reader
 	lendTimer *time.Timer   // the background reader's, while it waits
@@ -196,6 +197,10 @@ func (l *tcpLink) kill() {
 	l.role = roleDead
 	for _, w := range l.wanters {
 		w.ringBell() // they park elsewhere now
+	}
+	for _, w := range l.yielders {
+		w.unyield.Store(true)
+		w.ringBell()
 	}
 	l.rmu.Unlock()
 	l.kickReader()
