@@ -22,27 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
-VM="$(pwd)/../shared/rdma-vm/run-rdma-vm.sh"
-if [ ! -f "$VM" ]; then
-  echo "rdma-interop: $VM not found (clone the repository next to shared/)" >&2
-  exit 1
-fi
-
-# Host packages, as .ci/rdma-vm.sh installs them: a C compiler and
-# libibverbs-dev for the cgo build, and what run-rdma-vm.sh needs.
-pkgs="gcc libc6-dev pkg-config libibverbs-dev qemu-system-x86 busybox-static rdma-core
-  ibverbs-providers ibverbs-utils rdmacm-utils perftest librdmacm-dev iproute2 kmod cpio
-  xz-utils zstd python3 binutils"
-missing=""
-for p in $pkgs; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "== apt-get install$missing"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+. .ci/rdma-host.sh rdma-interop
 
 iters="${KRCORE_INTEROP_ITERS:-200}"
 case "$iters" in ''|*[!0-9]*) echo "rdma-interop: KRCORE_INTEROP_ITERS=$iters is not a number" >&2; exit 1 ;; esac
