@@ -34,7 +34,6 @@ type peer struct {
 	building bool
 	lastOps  uint64
 	idle     int
-	retiring []*pqp // evicted RC QPs waiting to drain
 }
 
 func (p *peer) touch() { p.ops.Add(1) }
@@ -172,12 +171,6 @@ func (p *peer) close() {
 	for _, q := range p.rcs() {
 		q.destroy()
 	}
-	p.mu.Lock()
-	for _, q := range p.retiring {
-		q.destroy()
-	}
-	p.retiring = nil
-	p.mu.Unlock()
 }
 
 // Forget drops what the runtime knows of node: its cached DC target and

@@ -165,11 +165,6 @@ func (pq *pqp) closeEnd(local bool) {
 	}
 }
 
-// retire destroys a broken RC QP.
-func (rt *Runtime) retire(pq *pqp) {
-	pq.destroy()
-}
-
 // drain waits until no request is in flight or queued on the QP, or stop
 // closes. The caller has stopped new requests from arriving; requests that
 // never complete fail with RETRY_EXC_ERR, so this ends.

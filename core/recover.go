@@ -90,7 +90,7 @@ func (rt *Runtime) repair(p *pqp, repost []rec) {
 		for _, r := range repost {
 			rt.failRecs(rt.dcis[int(r.q.id)%len(rt.dcis)].post([]rec{r}), verbs.WRFlushErr)
 		}
-		rt.retire(p)
+		p.destroy()
 		return
 	}
 	err := p.qp.Modify(verbs.QPAttr{State: verbs.StateReset})
