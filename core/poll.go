@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -25,15 +27,20 @@ const spinFor = 5 * time.Microsecond
 // goroutine waiting for messages from being woken by every data-plane
 // completion.
 type poller struct {
-	rt     *Runtime
-	cq     verbs.CQ
-	mu     sync.Mutex // held while polling
-	wcs    []verbs.WC
-	fin    []finished
-	waitMu sync.Mutex // the role of sleeping on the CQ, see wait
-	role   atomic.Pointer[roleHolder]
-	wake   chan struct{}
-	failed atomic.Bool // the CQ failed (device gone); logged once
+	rt      *Runtime
+	cq      verbs.CQ
+	mu      sync.Mutex // held while polling
+	wcs     []verbs.WC
+	fin     []finished
+	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
+	sctx    context.Context // the role's sleep context, see sleepOnCQ
+	scancel context.CancelFunc
+	role    atomic.Pointer[roleHolder]
+	wake    chan struct{}
+	failed  atomic.Bool // the CQ failed (device gone); logged once
+
+	spinScore atomic.Int32  // see spins
+	spinWaits atomic.Uint32 // waits that did not spin, for probing
 }
 
 func newPoller(rt *Runtime, entries int) (*poller, error) {
@@ -88,40 +95,82 @@ func (rt *Runtime) failRecs(rs []rec, st verbs.Status) {
 }
 
 // wait blocks until ready reports true, ctx ends or the runtime closes. The
-// caller polls the completion queue itself for a short while; then one
-// waiter at a time sleeps on the completion queue (and dispatches what
-// wakes it) while the others sleep on their queue's channel, taking the
+// caller polls the completion queue itself for a short while (see spins);
+// then one waiter at a time sleeps on the completion queue (and dispatches
+// what wakes it) while the others sleep on their queue's channel, taking the
 // role over when it frees.
 func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
-	token := false // this goroutine took the role hand-over token
+	token := false       // this goroutine took the role hand-over token
+	var displaced *Queue // the waiter this one took the role from
 	defer func() {
 		if token {
 			pl.passRole()
 		}
+		if displaced != nil {
+			pl.rt.kick(displaced)
+		}
 	}()
-	start := time.Now()
+	spin := pl.spins()
+	var start time.Time
 	for i := 0; ; i++ {
 		if ready() {
 			return nil
 		}
 		if pl.poll() > 0 && ready() {
+			if spin && i > 0 {
+				pl.scoreSpin(true)
+			}
 			return nil
 		}
-		if i%32 != 31 {
-			continue
+		if spin {
+			if i == 0 {
+				start = time.Now()
+			}
+			if i%32 != 31 {
+				continue
+			}
+			if time.Since(start) < spinFor {
+				runtime.Gosched()
+				continue
+			}
+			pl.scoreSpin(false)
+			spin = false
 		}
-		if time.Since(start) < spinFor {
-			runtime.Gosched()
-			continue
-		}
-		if err := pl.sleep(ctx, q, &token); err != nil {
+		if err := pl.sleep(ctx, q, &token, &displaced); err != nil {
 			return err
 		}
 	}
 }
 
+// Spinning pays when completions come within spinFor of the first empty
+// poll (a hardware RNIC) and costs when they take longer: on a TCP wire a
+// sleeping waiter reads the socket itself, while a spinning one only burns
+// the core the peer needs. So each poller keeps a score of its recent spins
+// (found the completion: up; had to sleep anyway: down), spins while it is
+// not negative, and tries again every spinProbe waits when it is.
+const (
+	spinProbe    = 64
+	spinScoreMax = 8
+)
+
+// spins reports whether the next wait should spin before it sleeps.
+func (pl *poller) spins() bool {
+	return pl.spinScore.Load() >= 0 || pl.spinWaits.Add(1)%spinProbe == 0
+}
+
+// scoreSpin records whether a spin found its completion.
+func (pl *poller) scoreSpin(hit bool) {
+	v := pl.spinScore.Load()
+	switch {
+	case hit && v < spinScoreMax:
+		pl.spinScore.Store(v + 1)
+	case !hit && v > -spinScoreMax:
+		pl.spinScore.Store(v - 1)
+	}
+}
+
 // sleep waits once for something to happen.
-func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool) error {
+func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool, displaced **Queue) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -136,18 +185,56 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool) error {
 		err := pl.sleepOnCQ(ctx, q)
 		pl.waitMu.Unlock()
 		pl.passRole()
-		return err
+		if !errors.Is(err, errRoleTaken) {
+			return err
+		}
+		// The taker gets the token; it kicks q when it leaves.
+		return pl.sleepAside(ctx, q, nil)
+	}
+	if *displaced == nil {
+		*displaced = pl.displace(q)
+	}
+	return pl.sleepAside(ctx, q, token)
+}
+
+// sleepAside waits on q's channel for its completions, or for the token
+// that passes the role of sleeping on the completion queue (token not nil).
+func (pl *poller) sleepAside(ctx context.Context, q *Queue, token *bool) error {
+	var wake chan struct{} // nil: not taking the token
+	if token != nil {
+		wake = pl.wake
 	}
 	select {
 	case <-q.notify:
-	case <-pl.wake:
+	case <-wake:
 		*token = true
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-stop:
+	case <-pl.rt.stop:
 		return ErrClosed
 	}
 	return nil
+}
+
+// errRoleTaken ends a sleep on the completion queue that another waiter
+// took over.
+var errRoleTaken = errors.New("core: completion queue role taken over")
+
+// displace asks the waiter sleeping on the completion queue for another
+// queue to leave the role to q's waiter, and returns that queue: the
+// newest waiter is the likelier to expect a completion soon (the holder is
+// often a service waiting for rare messages), and on a provider whose
+// waiter reads the wire itself (the soft RNIC over TCP) only the role
+// holder's completions arrive without a goroutine hand-off. The displaced
+// waiter sleeps on its queue's channel until q's waiter kicks it on
+// leaving (see wait) or its own completions come.
+func (pl *poller) displace(q *Queue) *Queue {
+	r := pl.role.Load()
+	if r == nil || r.q == q || !r.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	r.cancel()
+	return r.q
 }
 
 // passRole lets one sleeping waiter take the completion-queue role.
@@ -164,23 +251,41 @@ func (pl *poller) passRole() {
 type roleHolder struct {
 	q      *Queue
 	cancel context.CancelFunc
+	taken  atomic.Bool // another waiter takes the role over (takeRole)
 }
 
+// sleepOnCQ sleeps on the completion queue until it has completions, ctx
+// ends or a dispatcher wakes q. The sleep's context lives across sleeps
+// (sctx, guarded by waitMu): a provider may attach work to the context it
+// waits with (the soft RNIC watches it to interrupt a blocked read), and a
+// fresh context per sleep would redo that work and, once cancelled, fire it
+// each time. Only a dispatcher's wake-up or the end of ctx cancels it.
 func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pl.role.Store(&roleHolder{q: q, cancel: cancel})
+	if pl.sctx == nil || pl.sctx.Err() != nil {
+		pl.sctx, pl.scancel = context.WithCancel(context.Background())
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, pl.scancel)
+		defer stop()
+	}
+	r := &roleHolder{q: q, cancel: pl.scancel}
+	pl.role.Store(r)
 	defer pl.role.Store(nil)
 	select {
 	case <-q.notify: // finished while the role was being taken
 		return nil
 	default:
 	}
-	err := pl.cq.Wait(cctx)
-	if err != nil && ctx.Err() == nil {
-		return nil // woken by a dispatcher
+	err := pl.cq.Wait(pl.sctx)
+	switch {
+	case r.taken.Load():
+		return errRoleTaken
+	case err == nil || pl.sctx.Err() != nil && ctx.Err() == nil:
+		return nil // woken by a completion or a dispatcher
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return err
+	return fmt.Errorf("core: wait for completions: %w", err)
 }
 
 // kick wakes q's waiter, wherever it sleeps.

@@ -173,7 +173,7 @@ func (c *cq) pollLink(l *tcpLink) {
 		l.kill()
 		return
 	}
-	l.release(nil)
+	l.keep() // a poller comes back: do not wake those it would displace
 }
 
 var errCQOverrun = fmt.Errorf("soft: CQ overrun, completions were lost: %w", verbs.ErrCQOverrun)
@@ -299,11 +299,15 @@ func (c *cq) readLink(ctx context.Context, l *tcpLink) (yielded bool) {
 		l.kill()
 		return false
 	}
-	if l.nwant.Load() > 0 && c.ready.Load() == 0 {
+	switch {
+	case c.ready.Load() > 0:
+		l.keep()
+	case l.nwant.Load() > 0:
 		l.release(c)
 		return true
+	default:
+		l.release(nil)
 	}
-	l.release(nil)
 	return false
 }
 

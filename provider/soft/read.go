@@ -41,7 +41,9 @@ import (
 //     buffer. A waiter reading gives the role up when asked (one waiting
 //     long, for messages say, yields to one that waits for a response
 //     every few microseconds) and sleeps until the link is released with
-//     nobody asking, when it is rung to take the role back.
+//     nobody asking, when it is rung to take the role back; if the one it
+//     yielded to got its completion (it will likely be back at once), only
+//     once the link has stayed unread for yieldGrace (see keep).
 //
 // The role passes only between frames. A waiter blocked reading is
 // interrupted with a past read deadline when its context ends or a
@@ -200,6 +202,7 @@ func (l *tcpLink) claim(c *cq) int {
 		l.node.lent.Add(-1)
 		return claimTaken
 	}
+
 	for _, w := range l.wanters {
 		if w == c {
 			return claimAsked
@@ -235,6 +238,41 @@ func (l *tcpLink) unwant(c *cq) {
 	l.rmu.Unlock()
 }
 
+// keep ends the turn of a waiter that got what it waited for (or of a
+// poller): the role is lent and the waiters that asked for it are rung, but
+// those that gave it up earlier only if it is still lent yieldGrace later.
+// The waiter is usually back within microseconds; ringing them at once
+// would have one of them take the role back and read the waiter's next
+// response, which then costs a goroutine hand-off.
+func (l *tcpLink) keep() {
+	l.rmu.Lock()
+	if l.role == roleWaiter {
+		l.lendLocked()
+		if len(l.yielders) > 0 {
+			if l.grace == nil {
+				l.grace = time.AfterFunc(yieldGrace, l.graceEnded)
+			} else {
+				l.grace.Reset(yieldGrace)
+			}
+		}
+	}
+	l.rmu.Unlock()
+}
+
+// yieldGrace is how long a kept link may stay unread before the waiters
+// that yielded it take it back: longer than an application takes between
+// two requests, short against a message round trip it may be waiting for.
+const yieldGrace = 50 * time.Microsecond
+
+// graceEnded rings the yielders if the link has stayed lent since keep.
+func (l *tcpLink) graceEnded() {
+	l.rmu.Lock()
+	if l.role == roleLent && time.Duration(l.node.now()-l.lentAt) >= yieldGrace && len(l.wanters) == 0 {
+		l.ringYieldersLocked()
+	}
+	l.rmu.Unlock()
+}
+
 // release ends a waiter's turn at reading: the role is lent, and the
 // waiters that asked for it are rung; if none did, so are those that gave
 // the role up to them (they take it back). yielder, if not nil, is the CQ
@@ -253,13 +291,19 @@ func (l *tcpLink) release(yielder *cq) {
 		return
 	}
 	if len(l.wanters) == 0 {
-		for _, c := range l.yielders {
-			c.unyield.Store(true)
-			c.ringBell()
-		}
-		clear(l.yielders)
-		l.yielders = l.yielders[:0]
+		l.ringYieldersLocked()
 	}
+}
+
+// ringYieldersLocked tells the waiters that gave the role up that it is
+// free again (they take it back).
+func (l *tcpLink) ringYieldersLocked() {
+	for _, c := range l.yielders {
+		c.unyield.Store(true)
+		c.ringBell()
+	}
+	clear(l.yielders)
+	l.yielders = l.yielders[:0]
 }
 
 // interrupt wakes the waiter blocked reading the link.
