@@ -36,12 +36,13 @@ func (q *qp) pump() {
 		if !ok {
 			break
 		}
-		// An RC QP on a TCP link writes what is queued in one call. Its
-		// requests all go on q.link, which only a reset (under q.mu)
-		// changes.
+		// An RC QP or a DCI on a TCP link writes what is queued in one
+		// call. An RC QP's requests all go on q.link, which only a reset
+		// (under q.mu) changes; a DCI's, on the link of their target,
+		// which next keeps the same while any is in flight.
 		tl, tcp := lk.(*tcpLink)
 		n := 0
-		if tcp && q.typ == verbs.RC {
+		if tcp && (q.typ == verbs.RC || q.typ == verbs.DCI) {
 			if q.more == nil && q.sent < q.posted {
 				q.more = make([]frame, pumpBatch-1)
 			}
