@@ -225,7 +225,9 @@ func ackOnly(op verbs.Opcode) bool {
 
 // onResponse matches a response to the oldest transmitted request. An ACK
 // for a later request acknowledges the ones before it too (ACKs are
-// cumulative): they are WRITEs and SENDs whose own ACKs were coalesced.
+// cumulative): they are WRITEs and SENDs whose own ACKs were coalesced. A
+// DCI's ACKs coalesce too: it changes targets only with nothing in flight,
+// so every request an ACK covers went to the DCT that sent it.
 func (q *qp) onResponse(f *frame, r io.Reader) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -236,7 +238,7 @@ func (q *qp) onResponse(f *frame, r io.Reader) {
 	w := &q.sq[idx%uint64(len(q.sq))]
 	if f.psn != w.psn {
 		skip := uint64((f.psn - w.psn) & psnMask)
-		if q.typ != verbs.RC || f.syn != synAck || f.plen != 0 || skip >= q.sent-q.done {
+		if q.typ != verbs.RC && q.typ != verbs.DCI || f.syn != synAck || f.plen != 0 || skip >= q.sent-q.done {
 			return // stale, or not sent yet
 		}
 		for ; skip > 0; skip-- {
@@ -344,7 +346,7 @@ func (n *Node) serve(lk link, f *frame, r io.Reader) {
 		q.mu.Unlock()
 	}
 	if reply {
-		if tl, ok := lk.(*tcpLink); ok && resp.syn == synAck && ackOnly(f.op) && q.typ == verbs.RC {
+		if tl, ok := lk.(*tcpLink); ok && resp.syn == synAck && ackOnly(f.op) && (q.typ == verbs.RC || q.typ == verbs.DCT) {
 			tl.sendAck(resp)
 		} else {
 			lk.send(resp)

@@ -122,7 +122,7 @@ func (l *tcpLink) sendBatch(first *frame, more []frame) {
 	}
 }
 
-// sendAck sends a plain ACK of an RC WRITE or SEND lazily: ACKs are
+// sendAck sends a plain ACK of an RC or DC WRITE or SEND lazily: ACKs are
 // cumulative (an ACK acknowledges every earlier request of its QP, as on
 // InfiniBand), so while more requests are buffered the link's reader
 // folds their ACKs into one, sent before anything else the link sends,
