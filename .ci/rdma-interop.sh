@@ -8,7 +8,9 @@
 #   2. ibv_rc_pingpong (server)  <- krbench pingpong -e (client: CQ events)
 #      both on rxe0 with -g <the RoCE v2 IPv4-mapped GID index>, -c on;
 #   3. krbench -server/-client -provider ibverbs between two processes on
-#      rxe0: the raw RC connect phases and 8 B READ, WRITE, SEND and atomic
+#      rxe0: the raw RC connect phases beside KRCore cold and warm connects
+#      (the runtime in RC-only mode: rxe has no DC), 8 B READ and WRITE
+#      through a VQ beside a raw RC QP, and 8 B READ, WRITE, SEND and atomic
 #      latency.
 #
 # Every step must exit 0; the outputs are printed. Exit status: 0 when all
@@ -94,9 +96,9 @@ pair "krbench pingpong server <- ibv_rc_pingpong client" 18515 \
 pair "ibv_rc_pingpong server <- krbench pingpong client" 18516 \
   "timeout 120 ibv_rc_pingpong $pp -p 18516" "./krbench pingpong $pp -e -p 18516 -timeout 60s 10.0.0.1"
 ib="-provider ibverbs -ib-dev $dev -gid-idx $gid -timeout 30s"
-pair "krbench -provider ibverbs: raw RC connect phases and 8 B latencies, two processes on $dev" 18517 \
+pair "krbench -provider ibverbs: raw RC vs KRCore connect, VQ vs QP, 8 B latencies, two processes on $dev" 18517 \
   "./krbench -server -once -port 18517 $ib" \
-  "./krbench -client 127.0.0.1:18517 $ib connect read-lat write-lat send-lat atomic-lat -n $iters"
+  "./krbench -client 127.0.0.1:18517 $ib connect vq-lat read-lat write-lat send-lat atomic-lat -n $iters"
 echo
 if [ "$fail" = 0 ]; then echo "interop: all passed"; else echo "interop: FAILED"; fi
 exit $fail

@@ -78,7 +78,9 @@ func BenchmarkConnectCold(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		a.Forget(1)
+		if err := a.Forget(ctx, 1); err != nil {
+			b.Fatal(err)
+		}
 		if err := q.Connect(ctx, 1); err != nil {
 			b.Fatal(err)
 		}

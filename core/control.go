@@ -7,12 +7,19 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 
-// Control messages travel between runtimes on port 0. Each is a type byte,
-// a request id (8 bytes, little-endian) and a body.
+// Control messages travel between runtimes over UD (package udrpc), to the
+// control QP every node publishes in its MetaServer record, so they need
+// neither DC nor a connection: they are how RC connections are set up.
+// Each is a type byte, a request id (8 bytes, little-endian), the sender's
+// node (8), its control QKey (4), its control endpoint (a length byte and a
+// marshalled verbs.Endpoint, where replies go) and a body. Requests have odd types,
+// replies the request's type + 1.
 const (
 	ctlRegionReq = iota + 1 // body: region name
 	ctlRegionResp
@@ -24,143 +31,215 @@ const (
 	ctlRCReadyResp
 )
 
-// ctlMax bounds a control message.
-const ctlMax = 512
+// Control limits and timing. A first attempt waits ctlTimeout for its
+// reply, each retry twice as long.
+const (
+	ctlMax      = 512
+	ctlTimeout  = 20 * time.Millisecond
+	ctlAttempts = 8
+	ctlQueue    = 256 // requests waiting to be served; past it they are dropped (and retried)
+)
 
-// control serves port 0: region lookups and RC connection set-up for other
-// nodes, and the replies to this node's own calls.
+// control serves this node's control QP (region lookups and RC set-up for
+// other nodes) and makes this node's own calls.
 type control struct {
-	rt      *Runtime
-	q       *Queue
-	nextID  atomic.Uint64
-	mu      sync.Mutex
-	pending map[uint64]chan []byte
+	rt     *Runtime
+	ep     *udrpc.Endpoint
+	qkey   uint32
+	self   []byte // our control endpoint, length-prefixed, as every message carries it
+	nextID atomic.Uint64
+
+	mu   sync.Mutex
+	reqs [][]byte      // requests received, not yet served
+	work chan struct{} // a token: reqs is not empty
 }
 
-func newControl(rt *Runtime) *control {
-	c := &control{rt: rt, pending: make(map[uint64]chan []byte)}
-	q, _ := rt.Queue()
-	q.port.Store(0)
-	rt.mu.Lock()
-	rt.ports[0] = q
-	rt.mu.Unlock()
-	c.q = q
+func newControl(rt *Runtime) (*control, error) {
+	c := &control{rt: rt, qkey: uint32(randUint64()) & 0x7fffffff, work: make(chan struct{}, 1)}
+	c.nextID.Store(randUint64())
+	ep, err := udrpc.New(rt.dev, rt.pd, udrpc.Config{
+		QKey: c.qkey, MaxMsg: ctlMax, Timeout: ctlTimeout, Attempts: ctlAttempts,
+		ReplyID: ctlReplyID, OnRequest: c.enqueue, Closed: ErrClosed,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control QP: %w", err)
+	}
+	c.ep = ep
+	port := rt.dev.Port()
+	self, _ := verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID, QPN: ep.QPN()}.MarshalBinary()
+	c.self = binary.LittleEndian.AppendUint32(nil, c.qkey)
+	c.self = append(append(c.self, byte(len(self))), self...)
 	rt.wg.Add(1)
 	go c.serve()
-	return c
+	return c, nil
 }
 
-// serve handles control messages until the runtime stops.
+// ctlReplyID tells replies (even types) and the call they answer.
+func ctlReplyID(msg []byte) (uint64, bool) {
+	if len(msg) < 9 || msg[0]%2 != 0 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(msg[1:]), true
+}
+
+// enqueue keeps a request for the serving goroutine; the endpoint's
+// poller calls it and it must not block.
+func (c *control) enqueue(msg []byte) {
+	c.mu.Lock()
+	if len(c.reqs) < ctlQueue {
+		c.reqs = append(c.reqs, msg)
+	}
+	c.mu.Unlock()
+	select {
+	case c.work <- struct{}{}:
+	default:
+	}
+}
+
+// serve handles control requests until the runtime stops. Between
+// requests it polls the control QP (or waits for a caller that does).
 func (c *control) serve() {
 	defer c.rt.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
-		<-c.rt.stop
-		cancel()
+		select {
+		case <-c.rt.stop:
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	msgs := make([]Message, 16)
 	for {
-		n, err := c.q.PopMsgsWait(ctx, msgs)
-		if err != nil {
+		if err := c.ep.Wait(ctx, c.work); err != nil {
 			return
 		}
-		for i := range msgs[:n] {
-			hctx, cancel := context.WithTimeout(ctx, c.rt.retryTimeout())
-			c.handle(hctx, &msgs[i])
-			cancel()
-			msgs[i] = Message{}
+		c.mu.Lock()
+		reqs := c.reqs
+		c.reqs = nil
+		c.mu.Unlock()
+		for _, m := range reqs {
+			hctx, hcancel := context.WithTimeout(ctx, c.rt.retryTimeout())
+			c.handle(hctx, m)
+			hcancel()
 		}
 	}
 }
 
-func (c *control) handle(ctx context.Context, m *Message) {
-	if len(m.Data) < 9 {
-		return
+// ctlMsg is a parsed control message.
+type ctlMsg struct {
+	typ  byte
+	id   uint64
+	from NodeID
+	qkey uint32         // the sender's control QKey
+	back verbs.Endpoint // the sender's control endpoint
+	body []byte
+}
+
+// ctlHdr is the fixed part of a control message, up to the endpoint.
+const ctlHdr = 1 + 8 + 8 + 4 + 1
+
+func parseCtl(b []byte) (ctlMsg, bool) {
+	if len(b) < ctlHdr || len(b) < ctlHdr+int(b[ctlHdr-1]) {
+		return ctlMsg{}, false
 	}
-	typ, id, body := m.Data[0], binary.LittleEndian.Uint64(m.Data[1:]), m.Data[9:]
-	if typ%2 == 0 { // a reply to one of our calls
-		c.mu.Lock()
-		ch := c.pending[id]
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- body
-		}
+	le := binary.LittleEndian
+	m := ctlMsg{typ: b[0], id: le.Uint64(b[1:]), from: le.Uint64(b[9:]), qkey: le.Uint32(b[17:])}
+	n := int(b[ctlHdr-1])
+	if m.back.UnmarshalBinary(b[ctlHdr:ctlHdr+n]) != nil {
+		return ctlMsg{}, false
+	}
+	m.body = b[ctlHdr+n:]
+	return m, true
+}
+
+// encode frames a control message from this node.
+func (c *control) encode(typ byte, id uint64, body []byte) ([]byte, error) {
+	b := make([]byte, 0, 17+len(c.self)+len(body))
+	b = append(b, typ)
+	b = binary.LittleEndian.AppendUint64(b, id)
+	b = binary.LittleEndian.AppendUint64(b, c.rt.node)
+	b = append(append(b, c.self...), body...)
+	if len(b) > ctlMax {
+		return nil, fmt.Errorf("core: control message of %d bytes: %w", len(b), verbs.ErrLimit)
+	}
+	return b, nil
+}
+
+func (c *control) handle(ctx context.Context, raw []byte) {
+	m, ok := parseCtl(raw)
+	if !ok {
 		return
 	}
 	var resp []byte
-	switch typ {
+	switch m.typ {
 	case ctlRegionReq:
-		resp = c.rt.describeRegion(string(body))
+		resp = c.rt.describeRegion(string(m.body))
 	case ctlRCReq:
-		resp = c.rt.acceptRC(ctx, m.From, body)
+		resp = c.rt.acceptRC(ctx, m.from, m.body)
 	case ctlRCClose:
-		resp = c.rt.closeRC(m.From, body)
+		resp = c.rt.closeRC(m.from, m.body)
 	case ctlRCReady:
-		resp = c.rt.readyRC(m.From, body)
+		resp = c.rt.readyRC(m.from, m.body)
 	default:
 		return
 	}
-	if err := c.send(ctx, m.From, typ+1, id, resp); err != nil {
-		c.rt.log.Warn("control reply failed", "to", m.From, "type", typ, "err", err)
+	if err := c.reply(ctx, m, resp); err != nil {
+		c.rt.log.Warn("control reply failed", "to", m.from, "type", m.typ, "err", err)
 	}
 }
 
-// send sends one control message to node's port 0.
-func (c *control) send(ctx context.Context, node NodeID, typ byte, id uint64, body []byte) error {
-	if len(body)+9 > ctlMax {
-		return fmt.Errorf("core: control message of %d bytes: %w", len(body), verbs.ErrLimit)
-	}
-	q, err := c.rt.Queue()
+// reply answers m at the endpoint it came from.
+func (c *control) reply(ctx context.Context, m ctlMsg, body []byte) error {
+	ah, err := c.rt.addressHandle(m.back)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
-	if err := q.Connect(ctx, node, ToPort(0)); err != nil {
-		return err
-	}
-	mr, err := c.rt.RegMR(ctlMax, verbs.AccessLocalWrite)
+	b, err := c.encode(m.typ+1, m.id, body)
 	if err != nil {
 		return err
 	}
-	defer c.rt.Deregister(mr)
-	b := mr.Bytes()
-	b[0] = typ
-	binary.LittleEndian.PutUint64(b[1:], id)
-	n := 9 + copy(b[9:], body)
-	if _, err := q.Push(ctx, true, Request{Op: verbs.OpSend, Local: mr.Range(0, n)}); err != nil {
-		return err
-	}
-	var out [1]Completion
-	if _, err := q.PopWait(ctx, out[:]); err != nil {
-		return err
-	}
-	return out[0].Err()
+	return c.ep.Send(ctx, udrpc.Dest{AH: ah, QPN: m.back.QPN, QKey: m.qkey}, b)
 }
 
-// call sends a control request to node and waits for its reply.
+// call sends a control request to node and waits for its reply. A node
+// that does not answer may have restarted with a new control QP: its
+// record is refetched and, if it changed, the call made again.
 func (c *control) call(ctx context.Context, node NodeID, typ byte, body []byte) ([]byte, error) {
-	id := c.nextID.Add(1)
-	ch := make(chan []byte, 1)
-	c.mu.Lock()
-	c.pending[id] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-	}()
-	if err := c.send(ctx, node, typ, id, body); err != nil {
+	p, err := c.rt.peerFor(ctx, node)
+	if err != nil {
 		return nil, err
 	}
-	select {
-	case resp := <-ch:
-		return resp, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("core: control call to node %d: %w", node, ctx.Err())
-	case <-c.rt.stop:
-		return nil, ErrClosed
+	resp, err := c.callPeer(ctx, p, typ, body)
+	if errors.Is(err, udrpc.ErrNoReply) {
+		if changed, rerr := p.refresh(ctx); rerr == nil && changed {
+			resp, err = c.callPeer(ctx, p, typ, body)
+		}
 	}
+	if err != nil {
+		return nil, fmt.Errorf("core: control call to node %d: %w", node, err)
+	}
+	return resp, nil
+}
+
+func (c *control) callPeer(ctx context.Context, p *peer, typ byte, body []byte) ([]byte, error) {
+	t := p.target()
+	if t.ctrlQPN == 0 {
+		return nil, fmt.Errorf("node %d has no control QP: %w", p.node, ErrUnreachable)
+	}
+	id := c.nextID.Add(1)
+	b, err := c.encode(typ, id, body)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := c.ep.Call(ctx, udrpc.Dest{AH: t.ah, QPN: t.ctrlQPN, QKey: t.ctrlQKey}, id, b)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := parseCtl(rep)
+	if !ok || m.typ != typ+1 {
+		return nil, fmt.Errorf("malformed reply of type %d to a request of type %d: %w", m.typ, typ, verbs.ErrInvalid)
+	}
+	return m.body, nil
 }
 
 // export is a region this node offers under a name.

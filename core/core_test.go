@@ -16,14 +16,55 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
+// mode is a way the runtime runs: on DC (with its RC pool), or RC-only on
+// devices without DC (as on rxe), or RC-only by Config on DC devices.
+type mode struct {
+	name   string
+	noDC   bool // soft.Config.NoDC: the devices lack DC
+	rcOnly bool // core.Config.RCOnly on DC devices
+}
+
+var (
+	modeDC     = mode{name: "dc"}
+	modeNoDC   = mode{name: "rc-only", noDC: true}
+	modeForced = mode{name: "rc-only-forced", rcOnly: true}
+)
+
+// checkRoute fails t unless rt runs as m says: no DCI in RC-only modes.
+func (m mode) checkRoute(t *testing.T, rt *core.Runtime) {
+	t.Helper()
+	st := rt.Stats()
+	if want := m.noDC || m.rcOnly; st.RCOnly != want || want && (st.DCIs != 0 || st.RCs == 0) {
+		t.Errorf("mode %s: stats %+v", m.name, st)
+	}
+}
+
+// inModes runs a test in each mode given as a subtest.
+func inModes(t *testing.T, f func(t *testing.T, m mode), ms ...mode) {
+	for _, m := range ms {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
 func start(t *testing.T, nodes int, rc core.Config) *cluster.Cluster {
+	return modeDC.start(t, nodes, rc)
+}
+
+// start brings up a cluster in the mode. RC-only modes ignore RCPeers < 0
+// (DC tests use it to keep every VQ on the DCIs; without DC the RC pool is
+// the only route).
+func (m mode) start(t *testing.T, nodes int, rc core.Config) *cluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if rc.Path.Timeout == 0 {
 		rc.Path = verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
 	}
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond}})
+	if m.noDC || m.rcOnly {
+		rc.RCOnly = m.rcOnly
+		rc.RCPeers = max(rc.RCPeers, 0)
+	}
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond, NoDC: m.noDC}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,113 +114,125 @@ func pop1(t *testing.T, q *core.Queue) core.Completion {
 }
 
 func TestOneSided(t *testing.T) {
-	c := start(t, 2, core.Config{})
-	a, b := c.Node(1), c.Node(2)
-	remote := serve(t, b, "data", 4096)
-	copy(remote.Bytes()[100:], "from b")
-	q := mustQueue(t, a, 2)
-	g, err := q.Region(ctx(t), "data")
-	if err != nil {
-		t.Fatal(err)
-	}
-	local, _ := a.RegMR(4096, verbs.AccessAll)
-	reqs := []core.Request{
-		{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 6), Remote: g.At(100)},
-		{ID: 2, Op: verbs.OpWrite, Local: local.Range(0, 6), Remote: g.At(200)},
-		{ID: 3, Op: verbs.OpFetchAdd, Local: local.Range(8, 8), Remote: g.At(512), Compare: 5},
-		{ID: 4, Op: verbs.OpCompareSwap, Local: local.Range(16, 8), Remote: g.At(512), Compare: 5, Swap: 9},
-	}
-	if _, err := q.Push(ctx(t), true, reqs...); err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		if wc := pop1(t, q); wc.ID != uint64(i+1) || wc.Status != verbs.Success {
-			t.Fatalf("completion %d: %+v", i, wc)
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{})
+		a, b := c.Node(1), c.Node(2)
+		remote := serve(t, b, "data", 4096)
+		copy(remote.Bytes()[100:], "from b")
+		q := mustQueue(t, a, 2)
+		g, err := q.Region(ctx(t), "data")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if string(local.Bytes()[:6]) != "from b" || string(remote.Bytes()[200:206]) != "from b" {
-		t.Fatal("READ or WRITE did not move the data")
-	}
-	if binary.LittleEndian.Uint64(remote.Bytes()[512:]) != 9 || binary.LittleEndian.Uint64(local.Bytes()[16:]) != 5 {
-		t.Fatal("atomics wrong")
-	}
-	if _, err := a.Region(ctx(t), 2, "nope"); !errors.Is(err, core.ErrNoRegion) {
-		t.Fatalf("unknown region: %v", err)
-	}
+		local, _ := a.RegMR(4096, verbs.AccessAll)
+		reqs := []core.Request{
+			{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 6), Remote: g.At(100)},
+			{ID: 2, Op: verbs.OpWrite, Local: local.Range(0, 6), Remote: g.At(200)},
+			{ID: 3, Op: verbs.OpFetchAdd, Local: local.Range(8, 8), Remote: g.At(512), Compare: 5},
+			{ID: 4, Op: verbs.OpCompareSwap, Local: local.Range(16, 8), Remote: g.At(512), Compare: 5, Swap: 9},
+		}
+		if _, err := q.Push(ctx(t), true, reqs...); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			if wc := pop1(t, q); wc.ID != uint64(i+1) || wc.Status != verbs.Success {
+				t.Fatalf("completion %d: %+v", i, wc)
+			}
+		}
+		if string(local.Bytes()[:6]) != "from b" || string(remote.Bytes()[200:206]) != "from b" {
+			t.Fatal("READ or WRITE did not move the data")
+		}
+		if binary.LittleEndian.Uint64(remote.Bytes()[512:]) != 9 || binary.LittleEndian.Uint64(local.Bytes()[16:]) != 5 {
+			t.Fatal("atomics wrong")
+		}
+		m.checkRoute(t, a)
+		if _, err := a.Region(ctx(t), 2, "nope"); !errors.Is(err, core.ErrNoRegion) {
+			t.Fatalf("unknown region: %v", err)
+		}
+	}, modeDC, modeNoDC, modeForced)
 }
 
 func TestTwoSided(t *testing.T) {
-	c := start(t, 2, core.Config{})
-	a, b := c.Node(1), c.Node(2)
-	srv, _ := b.Queue()
-	defer srv.Close()
-	if err := srv.Bind(7); err != nil {
-		t.Fatal(err)
-	}
-	buf, _ := b.RegMR(4096, verbs.AccessLocalWrite)
-	srv.PushRecv(buf.Range(0, 64), buf.Range(64, 64))
-	cli := mustQueue(t, a, 2, core.ToPort(7))
-	if err := cli.Bind(8); err != nil {
-		t.Fatal(err)
-	}
-	msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
-	copy(msg.Bytes(), "ping")
-	cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
-	if wc := pop1(t, cli); wc.Status != verbs.Success {
-		t.Fatalf("send: %+v", wc)
-	}
-	var m [1]core.Message
-	if _, err := srv.PopMsgsWait(ctx(t), m[:]); err != nil {
-		t.Fatal(err)
-	}
-	got := m[0]
-	if got.From != 1 || got.Port != 8 || got.Len != 4 || !got.HasImm || got.Imm != 42 || got.Buf == nil || string(buf.Bytes()[:4]) != "ping" {
-		t.Fatalf("message %+v %q", got, buf.Bytes()[:4])
-	}
-	if err := srv.Bind(9); !errors.Is(err, core.ErrPortInUse) {
-		t.Errorf("second bind: %v", err)
-	}
-	other, _ := b.Queue()
-	defer other.Close()
-	if err := other.Bind(7); !errors.Is(err, core.ErrPortInUse) {
-		t.Errorf("port taken twice: %v", err)
-	}
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{})
+		a, b := c.Node(1), c.Node(2)
+		srv, _ := b.Queue()
+		defer srv.Close()
+		if err := srv.Bind(7); err != nil {
+			t.Fatal(err)
+		}
+		buf, _ := b.RegMR(4096, verbs.AccessLocalWrite)
+		srv.PushRecv(buf.Range(0, 64), buf.Range(64, 64))
+		cli := mustQueue(t, a, 2, core.ToPort(7))
+		if err := cli.Bind(8); err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
+		copy(msg.Bytes(), "ping")
+		cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
+		if wc := pop1(t, cli); wc.Status != verbs.Success {
+			t.Fatalf("send: %+v", wc)
+		}
+		var msgs [1]core.Message
+		if _, err := srv.PopMsgsWait(ctx(t), msgs[:]); err != nil {
+			t.Fatal(err)
+		}
+		got := msgs[0]
+		if got.From != 1 || got.Port != 8 || got.Len != 4 || !got.HasImm || got.Imm != 42 || got.Buf == nil || string(buf.Bytes()[:4]) != "ping" {
+			t.Fatalf("message %+v %q", got, buf.Bytes()[:4])
+		}
+		if err := srv.Bind(9); !errors.Is(err, core.ErrPortInUse) {
+			t.Errorf("second bind: %v", err)
+		}
+		other, _ := b.Queue()
+		defer other.Close()
+		if err := other.Bind(7); !errors.Is(err, core.ErrPortInUse) {
+			t.Errorf("port taken twice: %v", err)
+		}
+	}, modeDC, modeNoDC, modeForced)
 }
 
-// TestSharedQPIsolation: 64 VQs in 8 goroutines share one DCI; each sees
+// TestSharedQPIsolation: 64 VQs in 8 goroutines share one DCI (RC-only:
+// one RC QP); each sees
 // exactly its own completions, in order.
 func TestSharedQPIsolation(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: 8})
-	a, b := c.Node(1), c.Node(2)
-	remote := serve(t, b, "ctr", 64*8)
-	g, err := a.Region(ctx(t), 2, "ctr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const vqs, perVQ = 64, 200
-	var wg sync.WaitGroup
-	errs := make(chan error, vqs)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for v := w; v < vqs; v += 8 {
-				errs <- runVQ(t, a, g, v, perVQ)
-			}
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: 8})
+		a, b := c.Node(1), c.Node(2)
+		remote := serve(t, b, "ctr", 64*8)
+		g, err := a.Region(ctx(t), 2, "ctr")
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-	}
-	for v := 0; v < vqs; v++ {
-		if n := binary.LittleEndian.Uint64(remote.Bytes()[v*8:]); n != perVQ {
-			t.Errorf("VQ %d counter %d, want %d", v, n, perVQ)
+		const vqs, perVQ = 64, 200
+		var wg sync.WaitGroup
+		errs := make(chan error, vqs)
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for v := w; v < vqs; v += 8 {
+					errs <- runVQ(t, a, g, v, perVQ)
+				}
+			}(w)
 		}
-	}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		for v := 0; v < vqs; v++ {
+			if n := binary.LittleEndian.Uint64(remote.Bytes()[v*8:]); n != perVQ {
+				t.Errorf("VQ %d counter %d, want %d", v, n, perVQ)
+			}
+		}
+		m.checkRoute(t, a)
+		if st := a.Stats(); st.RCOnly && (st.RCs != 1 || st.RCBuilt != 1) {
+			t.Errorf("RC-only: %d RC QPs (%d built) carried the VQs, want 1", st.RCs, st.RCBuilt)
+		}
+	}, modeDC, modeNoDC)
 }
 
 // runVQ pushes n FAAs (every third unsignaled) on its own counter and checks
@@ -244,40 +297,42 @@ func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
 // TestMalformedNeighbours: VQs pushing random malformed requests share the
 // QP with VQs doing correct work; the correct ones never fail.
 func TestMalformedNeighbours(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
-	a, b := c.Node(1), c.Node(2)
-	serve(t, b, "ctr", 4096)
-	g, _ := a.Region(ctx(t), 2, "ctr")
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func(seed uint64) {
-			defer wg.Done()
-			fuzzVQ(t, a, g, seed, stop)
-		}(uint64(i))
-	}
-	errs := make(chan error, 8)
-	var good sync.WaitGroup
-	for v := 0; v < 8; v++ {
-		good.Add(1)
-		go func(v int) {
-			defer good.Done()
-			errs <- runVQ(t, a, g, v, 300)
-		}(v)
-	}
-	good.Wait()
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "ctr", 4096)
+		g, _ := a.Region(ctx(t), 2, "ctr")
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				fuzzVQ(t, a, g, seed, stop)
+			}(uint64(i))
 		}
-	}
-	if a.Stats().Refusals == 0 {
-		t.Error("no request was refused: the fuzzer did not fuzz")
-	}
+		errs := make(chan error, 8)
+		var good sync.WaitGroup
+		for v := 0; v < 8; v++ {
+			good.Add(1)
+			go func(v int) {
+				defer good.Done()
+				errs <- runVQ(t, a, g, v, 300)
+			}(v)
+		}
+		good.Wait()
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		if a.Stats().Refusals == 0 {
+			t.Error("no request was refused: the fuzzer did not fuzz")
+		}
+	}, modeDC, modeNoDC)
 }
 
 // fuzzVQ pushes random, mostly malformed requests until stop.
@@ -313,92 +368,100 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop ch
 // TestRevokedRegion: a region deregistered mid-traffic fails only the VQs
 // that touch it; the shared QP recovers and the rest carry on.
 func TestRevokedRegion(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
-	a, b := c.Node(1), c.Node(2)
-	serve(t, b, "keep", 4096)
-	doomed := serve(t, b, "doomed", 4096)
-	keep, _ := a.Region(ctx(t), 2, "keep")
-	gone, _ := a.Region(ctx(t), 2, "doomed")
-	victim := mustQueue(t, a, 2)
-	local, _ := a.RegMR(64, verbs.AccessAll)
-	read := func(q *core.Queue, g *core.Region) core.Completion {
-		q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
-		return pop1(t, q)
-	}
-	if wc := read(victim, gone); wc.Status != verbs.Success {
-		t.Fatalf("before revoke: %+v", wc)
-	}
-	errs := make(chan error, 4)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for v := 0; v < 4; v++ {
-		wg.Add(1)
-		go func(v int) {
-			defer wg.Done()
-			q, _ := a.Queue()
-			defer q.Close()
-			q.Connect(ctx(t), 2)
-			mine, _ := a.RegMR(8, verbs.AccessAll)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					errs <- nil
-					return
-				default:
-				}
-				q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mine.Range(0, 8), Remote: keep.At(8)})
-				if wc := pop1(t, q); wc.Status != verbs.Success {
-					errs <- fmt.Errorf("innocent VQ %d: %+v", v, wc)
-					return
-				}
-			}
-		}(v)
-	}
-	b.Deregister(doomed)
-	if wc := read(victim, gone); wc.Status != verbs.RemAccessErr {
-		t.Errorf("after revoke: %+v, want REM_ACCESS_ERR", wc)
-	}
-	if wc := read(victim, keep); wc.Status != verbs.Success {
-		t.Errorf("victim's next request: %+v", wc)
-	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "keep", 4096)
+		doomed := serve(t, b, "doomed", 4096)
+		keep, _ := a.Region(ctx(t), 2, "keep")
+		gone, _ := a.Region(ctx(t), 2, "doomed")
+		victim := mustQueue(t, a, 2)
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		read := func(q *core.Queue, g *core.Region) core.Completion {
+			q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
+			return pop1(t, q)
 		}
-	}
-	if a.Stats().Recoveries == 0 {
-		t.Error("no recovery counted")
-	}
+		if wc := read(victim, gone); wc.Status != verbs.Success {
+			t.Fatalf("before revoke: %+v", wc)
+		}
+		errs := make(chan error, 4)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for v := 0; v < 4; v++ {
+			wg.Add(1)
+			go func(v int) {
+				defer wg.Done()
+				q, _ := a.Queue()
+				defer q.Close()
+				q.Connect(ctx(t), 2)
+				mine, _ := a.RegMR(8, verbs.AccessAll)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						errs <- nil
+						return
+					default:
+					}
+					q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mine.Range(0, 8), Remote: keep.At(8)})
+					if wc := pop1(t, q); wc.Status != verbs.Success {
+						errs <- fmt.Errorf("innocent VQ %d: %+v", v, wc)
+						return
+					}
+				}
+			}(v)
+		}
+		b.Deregister(doomed)
+		if wc := read(victim, gone); wc.Status != verbs.RemAccessErr {
+			t.Errorf("after revoke: %+v, want REM_ACCESS_ERR", wc)
+		}
+		if wc := read(victim, keep); wc.Status != verbs.Success {
+			t.Errorf("victim's next request: %+v", wc)
+		}
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		if a.Stats().Recoveries == 0 {
+			t.Error("no recovery counted")
+		}
+		m.checkRoute(t, a)
+		if st := a.Stats(); st.RCOnly && st.RCBuilt < 2 {
+			t.Errorf("RC-only: the broken RC QP was not replaced: %+v", st)
+		}
+	}, modeDC, modeNoDC)
 }
 
 // TestPeerKilled: VQs to a dead node fail within the timeout; nothing hangs
 // and VQs to other nodes are unaffected.
 func TestPeerKilled(t *testing.T) {
-	c := start(t, 3, core.Config{DCIs: 1, RCPeers: -1})
-	a := c.Node(1)
-	serve(t, c.Node(2), "r", 64)
-	serve(t, c.Node(3), "r", 64)
-	g2, _ := a.Region(ctx(t), 2, "r")
-	g3, _ := a.Region(ctx(t), 3, "r")
-	q2, q3 := mustQueue(t, a, 2), mustQueue(t, a, 3)
-	local, _ := a.RegMR(64, verbs.AccessAll)
-	c.Node(3).Close()
-	c.Devices[2].Close()
-	start := time.Now()
-	q3.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)})
-	q2.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: g2.At(0)})
-	if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
-		t.Errorf("dead peer: %+v", wc)
-	}
-	if wc := pop1(t, q2); wc.Status != verbs.Success {
-		t.Errorf("live peer: %+v", wc)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("took %v", d)
-	}
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{DCIs: 1, RCPeers: -1})
+		a := c.Node(1)
+		serve(t, c.Node(2), "r", 64)
+		serve(t, c.Node(3), "r", 64)
+		g2, _ := a.Region(ctx(t), 2, "r")
+		g3, _ := a.Region(ctx(t), 3, "r")
+		q2, q3 := mustQueue(t, a, 2), mustQueue(t, a, 3)
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		c.Node(3).Close()
+		c.Devices[2].Close()
+		start := time.Now()
+		q3.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)})
+		q2.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: g2.At(0)})
+		if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
+			t.Errorf("dead peer: %+v", wc)
+		}
+		if wc := pop1(t, q2); wc.Status != verbs.Success {
+			t.Errorf("live peer: %+v", wc)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("took %v", d)
+		}
+	}, modeDC, modeNoDC)
 }
 
 // TestChurnDCtoRC: traffic hot enough to build RC QPs while the budget

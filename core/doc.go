@@ -19,6 +19,31 @@
 // DC requests have drained, so nothing is lost or reordered; under the
 // per-node budget (K QPs for each of N peers) cold RC QPs go back to DC.
 //
+// # Control path
+//
+// Runtimes talk to each other (region lookups, RC set-up and tear-down)
+// over UD, through package udrpc, to the control QP each node publishes in
+// its MetaServer record: no DC and no connection is needed, and a lost
+// datagram is sent again under the same request id (RC set-up answers a
+// copy with the QP it already made).
+//
+// # RC-only mode
+//
+// A device without DC (kernel soft-RoCE, rxe; DeviceAttr.DCSupported false),
+// or Config.RCOnly, runs the runtime on its RC pool alone: no DCT, no DCIs,
+// a record with DCT number 0, and the meta client READs the MetaServer over
+// an RC QP it sets up once with a UD handshake and keeps (a cold lookup is
+// still one READ). Connect then needs an RC QP to the peer: warm, one is
+// pooled (an atomic load); cold, Connect builds one within its context (a
+// UD handshake: the peer creates and connects its end). The budget holds:
+// with N peers holding RC QPs, a new peer takes the place of the coldest
+// peer whose RC QPs are idle (its VQs get a new one when they next push),
+// and when every holder is busy Connect fails with ErrNoQP. RC QPs are not
+// evicted for being cold, only for room. Every data-path guarantee stays:
+// ordered completions, per-VQ dispatch, protection, credits; an RC QP that
+// errors is replaced by a new one to the same peer, the culprit's requests
+// fail and everyone else's are reposted on it in order.
+//
 // # Protection
 //
 // A shared QP is fragile: one bad request moves it to the error state and

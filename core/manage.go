@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"context"
+	"math"
+	"time"
+)
 
 // manage runs the pool policy every HotWindow until the runtime stops.
 func (rt *Runtime) manage() {
@@ -10,6 +14,11 @@ func (rt *Runtime) manage() {
 		return
 	}
 	pp := poolPolicy{hotOps: uint64(rt.cfg.HotOps), perPeer: rt.cfg.RCPerPeer, peers: rt.cfg.RCPeers, coldWindows: rt.cfg.ColdWindows}
+	if rt.rcOnly {
+		// Without DC an RC QP is a peer's only route: it is evicted when
+		// a new peer needs the room (reserve), not for being cold.
+		pp.coldWindows = math.MaxInt
+	}
 	t := time.NewTicker(rt.cfg.HotWindow)
 	defer t.Stop()
 	for {
@@ -36,7 +45,9 @@ func (rt *Runtime) manage() {
 				continue
 			}
 			rt.background(func() {
-				if err := rt.buildRC(p); err != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
+				defer cancel()
+				if err := rt.buildRC(ctx, p); err != nil {
 					rt.log.Warn("RC build failed; staying on DC", "peer", p.node, "err", err)
 				}
 				p.mu.Lock()

@@ -11,17 +11,20 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// target is a peer's DC target as the MetaServer knows it.
+// target is how to reach a peer, as the MetaServer knows it: its DC
+// target (none in RC-only mode) and its control QP.
 type target struct {
-	peer    *peer
-	addr    string
-	dct     uint32
-	key     uint64
-	version uint64
-	ah      verbs.AH
+	peer     *peer
+	addr     string
+	dct      uint32
+	key      uint64
+	ctrlQPN  uint32
+	ctrlQKey uint32
+	version  uint64
+	ah       verbs.AH
 }
 
-// peer is a remote node this runtime talks to: its DC target and its RC
+// peer is a remote node this runtime talks to: its target and its RC
 // connections, shared by every VQ connected to it.
 type peer struct {
 	rt   *Runtime
@@ -34,6 +37,10 @@ type peer struct {
 	building bool
 	lastOps  uint64
 	idle     int
+	// RC-only mode: a build in progress (closed when it ends), and whether
+	// the peer counts toward RCPeers before its first RC is in the pool.
+	pending  chan struct{}
+	reserved bool // guarded by the runtime's poolMu
 }
 
 func (p *peer) touch() { p.ops.Add(1) }
@@ -48,14 +55,22 @@ func (p *peer) rcs() []*pqp {
 }
 
 // routeFor picks the physical QP for a VQ's requests: one of the peer's RC
-// QPs if it has any, else the VQ's DCI. A VQ always maps to the same QP of
-// a kind, so its requests stay in order.
+// QPs if it has any, else the VQ's DCI; nil in RC-only mode while the peer
+// has no RC QP. A VQ always maps to the same QP of a kind, so its requests
+// stay in order.
 func (p *peer) routeFor(q *Queue) *pqp {
 	if l := p.rcs(); len(l) > 0 {
 		return l[int(q.id)%len(l)]
 	}
-	d := p.rt.dcis
-	return d[int(q.id)%len(d)]
+	return p.rt.dciFor(q)
+}
+
+// dciFor is q's DCI; nil in RC-only mode.
+func (rt *Runtime) dciFor(q *Queue) *pqp {
+	if len(rt.dcis) == 0 {
+		return nil
+	}
+	return rt.dcis[int(q.id)%len(rt.dcis)]
 }
 
 // peerFor finds the peer for node: warm from the runtime's table, or cold
@@ -95,27 +110,36 @@ func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
 }
 
 func (rt *Runtime) newTarget(p *peer, rec meta.Record) (*target, error) {
-	ah, err := rt.addressHandle(rec)
+	ah, err := rt.addressHandle(rec.Endpoint())
 	if err != nil {
 		return nil, fmt.Errorf("core: address handle for node %d at %s: %w", rec.Node, rec.Addr, err)
 	}
-	return &target{peer: p, addr: rec.Addr, dct: rec.DCTNum, key: rec.DCKey, version: rec.Version, ah: ah}, nil
+	return &target{peer: p, addr: rec.Addr, dct: rec.DCTNum, key: rec.DCKey, ctrlQPN: rec.CtrlQPN, ctrlQKey: rec.CtrlQKey, version: rec.Version, ah: ah}, nil
 }
 
-// addressHandle returns the runtime's address handle for the record's port,
-// making it on first use: one per remote port, whatever its DCT.
-func (rt *Runtime) addressHandle(rec meta.Record) (verbs.AH, error) {
+// addressHandle returns the runtime's address handle for a remote port,
+// making it on first use: one per port, whatever QP is addressed through it.
+func (rt *Runtime) addressHandle(ep verbs.Endpoint) (verbs.AH, error) {
+	k := portKey{addr: ep.Addr, gid: ep.GID, lid: ep.LID}
 	rt.ahMu.Lock()
 	defer rt.ahMu.Unlock()
-	if ah := rt.ahs[rec.Addr]; ah != nil {
+	if ah := rt.ahs[k]; ah != nil {
 		return ah, nil
 	}
-	ah, err := rt.pd.CreateAH(verbs.AHAttr{Dest: rec.Endpoint()})
+	ah, err := rt.pd.CreateAH(verbs.AHAttr{Dest: ep})
 	if err != nil {
 		return nil, err
 	}
-	rt.ahs[rec.Addr] = ah
+	rt.ahs[k] = ah
 	return ah, nil
+}
+
+// portKey names a remote port: by fabric address on the soft fabric, by
+// GID or LID on RoCE and InfiniBand (where the address is empty).
+type portKey struct {
+	addr string
+	gid  verbs.GID
+	lid  uint16
 }
 
 // refresh refetches the peer's record, bypassing the cache, and installs it
@@ -129,7 +153,7 @@ func (p *peer) refresh(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	old := p.target()
-	if old != nil && old.addr == rec.Addr && old.dct == rec.DCTNum && old.key == rec.DCKey {
+	if old != nil && old.addr == rec.Addr && old.dct == rec.DCTNum && old.key == rec.DCKey && old.ctrlQPN == rec.CtrlQPN {
 		return false, nil
 	}
 	t, err := rt.newTarget(p, rec)
@@ -141,10 +165,16 @@ func (p *peer) refresh(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// addRC makes an RC QP available to the peer's VQs.
+// addRC makes an RC QP available to the peer's VQs (once: a retried
+// ready message adds nothing).
 func (p *peer) addRC(q *pqp) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, x := range p.rcs() {
+		if x == q {
+			return
+		}
+	}
 	l := append(append([]*pqp(nil), p.rcs()...), q)
 	p.rcl.Store(&l)
 }
@@ -173,16 +203,25 @@ func (p *peer) close() {
 	}
 }
 
-// Forget drops what the runtime knows of node: its cached DC target and
-// meta cache entry, so the next Connect is cold (one MetaServer READ). RC
-// QPs to the node stay until evicted. Benchmarks use it to measure cold
-// connects; an application never needs it (stale targets are refetched).
-func (rt *Runtime) Forget(node NodeID) {
-	rt.mu.Lock()
+// Forget drops what the runtime knows of node: its cached target and meta
+// cache entry, so the next Connect is cold (one MetaServer READ). With DC,
+// RC QPs to the node stay until evicted; in RC-only mode they are closed
+// (both ends, which ctx bounds), so the next Connect builds one again.
+// Benchmarks use it to measure cold connects; an application never needs it
+// (stale targets are refetched).
+func (rt *Runtime) Forget(ctx context.Context, node NodeID) error {
+	rt.mu.RLock()
 	p := rt.peers[node]
-	if p != nil && len(p.rcs()) == 0 {
+	rt.mu.RUnlock()
+	var err error
+	if p != nil && rt.rcOnly {
+		err = rt.closeRCs(ctx, p)
+	}
+	rt.mu.Lock()
+	if p != nil && rt.peers[node] == p && len(p.rcs()) == 0 {
 		delete(rt.peers, node)
 	}
 	rt.mu.Unlock()
 	rt.meta.Invalidate(node)
+	return err
 }

@@ -74,10 +74,14 @@ func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
 func (p *pqp) post(rs []rec) []rec {
 	p.mu.Lock()
 	if p.dead && p.rc != nil && len(rs) > 0 {
-		// An RC QP evicted while a VQ was choosing it: DC still works.
+		// An RC QP evicted while a VQ was choosing it: DC still works, or
+		// in RC-only mode another RC QP to the peer, if there is one (else
+		// the caller holds the records until there is).
 		p.mu.Unlock()
-		d := p.rt.dcis
-		return d[int(rs[0].q.id)%len(d)].post(rs)
+		if to := p.rc.routeFor(rs[0].q); to != nil && to != p {
+			return to.post(rs)
+		}
+		return rs
 	}
 	p.backlog = append(p.backlog, rs...)
 	lost := p.drainLocked()

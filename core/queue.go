@@ -46,6 +46,9 @@ type Queue struct {
 	batch    []rec // scratch for Push
 	msgs     inbox
 	closed   bool
+	// reconnecting: RC-only mode, the peer lost its RC QPs and a goroutine
+	// is getting one for the held requests.
+	reconnecting bool
 }
 
 // completionDepth is how many credits' worth of completions a VQ holds
@@ -82,11 +85,19 @@ func ToPort(port uint32) ConnectOption {
 
 // Connect points the queue at a node. It costs a cached lookup when the
 // node is known (warm) and one RDMA READ of the MetaServer when it is not
-// (cold): no handshake with the node itself.
+// (cold): no handshake with the node itself. In RC-only mode (no DC) a
+// node without an RC QP in the pool gets one first, within ctx: a UD
+// handshake with the node; when the pool is full and no RC peer is idle
+// Connect fails with ErrNoQP.
 func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption) error {
 	p, err := q.rt.peerFor(ctx, node)
 	if err != nil {
 		return err
+	}
+	if q.rt.rcOnly {
+		if err := q.rt.ensureRC(ctx, p); err != nil {
+			return err
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -117,6 +128,9 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, erro
 	if err := q.usable(); err != nil {
 		return 0, err
 	}
+	if err := q.routeLocked(ctx); err != nil {
+		return 0, err
+	}
 	batch := q.batch[:0]
 	defer func() { clear(batch); q.batch = batch[:0] }()
 	for i := range reqs {
@@ -136,6 +150,23 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, erro
 	}
 	q.postLocked(batch)
 	return len(reqs), nil
+}
+
+// routeLocked makes sure, in RC-only mode, that the queue's peer has an
+// RC QP (it may have been evicted while the queue was idle), building one
+// within ctx; q.mu held, released while building.
+func (q *Queue) routeLocked(ctx context.Context) error {
+	p := q.peer
+	if !q.rt.rcOnly || len(p.rcs()) > 0 {
+		return nil
+	}
+	q.mu.Unlock()
+	err := q.rt.ensureRC(ctx, p)
+	q.mu.Lock()
+	if err != nil {
+		return err
+	}
+	return q.usable()
 }
 
 // full reports that the queue may accept no request now: all its credits
@@ -202,6 +233,11 @@ func (q *Queue) postLocked(batch []rec) {
 		return
 	}
 	want := q.peer.routeFor(q)
+	if want == nil { // RC-only: the peer lost its RC QPs
+		q.held = append(q.held, batch...)
+		q.reconnect()
+		return
+	}
 	if want != q.route {
 		if q.inflight > 0 {
 			q.held = append(q.held, batch...)
@@ -221,8 +257,15 @@ func (q *Queue) postLocked(batch []rec) {
 		batch[i].target = t
 	}
 	q.inflight += len(batch)
-	for _, r := range want.post(batch) {
-		q.inflight--
+	lost := want.post(batch)
+	q.inflight -= len(lost)
+	if q.rt.rcOnly && len(lost) > 0 {
+		// The QP was evicted as we chose it: wait for a new one.
+		q.held = append(q.held, lost...)
+		q.reconnect()
+		return
+	}
+	for _, r := range lost {
 		q.credits++
 		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
 	}

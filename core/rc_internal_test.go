@@ -29,7 +29,7 @@ func TestBuildRCCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.buildRC(p); err != nil {
+	if err := a.buildRC(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	if len(p.rcs()) != 1 {

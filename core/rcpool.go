@@ -15,18 +15,28 @@ func (rt *Runtime) newRC() (verbs.QP, error) {
 		Cap: verbs.QPCap{MaxSendWR: rt.cfg.Depth, MaxSendSGE: 2}})
 }
 
-// buildRC connects an RC QP to a hot peer in the background and makes it
-// the peer's route: its VQs move over as their DC requests drain.
-func (rt *Runtime) buildRC(p *peer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
-	defer cancel()
+// Replies to an RC request: status byte, then (ok) the acceptor's endpoint.
+const (
+	rcOK     = 0
+	rcFailed = 1
+	rcNoQP   = 2 // the acceptor's pool is full and every RC of it busy
+)
+
+// buildRC connects an RC QP to a peer and makes it the peer's route: with
+// DC, in the background for a hot peer, its VQs moving over as their DC
+// requests drain; in RC-only mode, for Connect (see ensureRC).
+func (rt *Runtime) buildRC(ctx context.Context, p *peer) error {
 	qp, err := rt.newRC()
 	if err != nil {
 		return err
 	}
 	ep, _ := qp.Endpoint().MarshalBinary()
 	resp, err := rt.ctrl.call(ctx, p.node, ctlRCReq, ep)
-	if err == nil && (len(resp) == 0 || resp[0] != 0) {
+	switch {
+	case err != nil:
+	case len(resp) > 0 && resp[0] == rcNoQP:
+		err = fmt.Errorf("%w: %w", errRCRefused, ErrNoQP)
+	case len(resp) == 0 || resp[0] != rcOK:
 		err = errRCRefused
 	}
 	var remote verbs.Endpoint
@@ -72,39 +82,67 @@ func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32) (*pqp, error)
 
 // acceptRC is the passive side of buildRC: create, connect, answer with our
 // endpoint. The QP joins our pool when the caller says its end is ready
-// (readyRC): before that, our requests on it would be dropped.
+// (readyRC): before that, our requests on it would be dropped. A retried
+// request (same caller QP) is answered with the QP already made. In
+// RC-only mode the peer must fit our budget too (see reserve).
 func (rt *Runtime) acceptRC(ctx context.Context, from NodeID, body []byte) []byte {
 	var remote verbs.Endpoint
 	if err := remote.UnmarshalBinary(body); err != nil {
-		return []byte{1}
+		return []byte{rcFailed}
+	}
+	if pq := rt.rcTo(from, remote.QPN); pq != nil {
+		return acceptReply(pq.qp)
 	}
 	p, err := rt.peerFor(ctx, from)
 	if err != nil {
-		return []byte{1}
+		return []byte{rcFailed}
+	}
+	if rt.rcOnly {
+		if err := rt.reserve(p); err != nil {
+			rt.log.Warn("refused an RC connection", "peer", from, "err", err)
+			return []byte{rcNoQP}
+		}
 	}
 	qp, err := rt.newRC()
+	if err == nil {
+		if err = verbs.Connect(qp, remote, rt.cfg.Path); err != nil {
+			qp.Close()
+		}
+	}
+	if err == nil {
+		_, err = rt.adoptRC(p, qp, remote.QPN)
+	}
 	if err != nil {
-		return []byte{1}
+		rt.unreserve(p)
+		return []byte{rcFailed}
 	}
-	if err := verbs.Connect(qp, remote, rt.cfg.Path); err != nil {
-		qp.Close()
-		return []byte{1}
-	}
+	return acceptReply(qp)
+}
+
+func acceptReply(qp verbs.QP) []byte {
 	ep, _ := qp.Endpoint().MarshalBinary()
-	if _, err := rt.adoptRC(p, qp, remote.QPN); err != nil {
-		return []byte{1}
+	return append([]byte{rcOK}, ep...)
+}
+
+// rcTo finds our RC QP connected to node's QP qpn.
+func (rt *Runtime) rcTo(node NodeID, qpn uint32) *pqp {
+	for _, pq := range *rt.byQPN.Load() {
+		if pq.rc != nil && pq.rc.node == node && pq.remoteQPN == qpn {
+			return pq
+		}
 	}
-	return append([]byte{0}, ep...)
+	return nil
 }
 
 // readyRC puts an accepted RC QP into the caller's peer pool.
 func (rt *Runtime) readyRC(from NodeID, body []byte) []byte {
 	pq := rt.rcByPair(from, body)
 	if pq == nil {
-		return []byte{1}
+		return []byte{rcFailed}
 	}
 	pq.rc.addRC(pq)
-	return []byte{0}
+	rt.unreserve(pq.rc)
+	return []byte{rcOK}
 }
 
 // rcByPair finds our RC QP named in a control body (sender's QPN, ours).
@@ -127,11 +165,17 @@ func (rt *Runtime) evictRC(pq *pqp) {
 		return
 	}
 	rt.count(&rt.stats.rcEvicted)
+	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
+	defer cancel()
+	rt.retireRC(ctx, pq)
+}
+
+// retireRC closes an RC QP already out of service: it drains, tells the
+// peer, and closes once the peer's end has drained too.
+func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 	if !pq.drain(rt.stop) {
 		return // the runtime is closing; teardown destroys the QP
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
-	defer cancel()
 	if _, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN)); err != nil {
 		rt.log.Warn("peer not told of RC close", "peer", pq.rc.node, "err", err)
 	}
@@ -142,11 +186,11 @@ func (rt *Runtime) evictRC(pq *pqp) {
 func (rt *Runtime) closeRC(from NodeID, body []byte) []byte {
 	pq := rt.rcByPair(from, body)
 	if pq == nil {
-		return []byte{1}
+		return []byte{rcFailed}
 	}
 	pq.closeEnd(false)
 	rt.background(func() { rt.evictRC(pq) }) // a no-op if we started it
-	return []byte{0}
+	return []byte{rcOK}
 }
 
 // closeEnd records that one end (ours if local) has drained and destroys

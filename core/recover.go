@@ -78,8 +78,12 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 
 // repair brings a DCI back (RESET, then ready again: DC needs no peer for
 // that) and reposts; a broken RC QP is dropped and its requests move to
-// their VQs' DCIs.
+// their VQs' DCIs, or in RC-only mode to a new RC QP (replaceRC).
 func (rt *Runtime) repair(p *pqp, repost []rec) {
+	if p.rc != nil && rt.rcOnly {
+		rt.replaceRC(p, repost)
+		return
+	}
 	if p.rc != nil {
 		p.rc.dropRC(p)
 		p.mu.Lock()

@@ -63,7 +63,7 @@ func TestLeaseExpiry(t *testing.T) {
 	c.Devices[2].Close() // node 3's NIC dies: no deregistration, no renewals
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		a.Forget(3)
+		a.Forget(ctx(t), 3)
 		q, _ := a.Queue()
 		err := q.Connect(ctx(t), 3)
 		q.Close()

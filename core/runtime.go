@@ -51,9 +51,16 @@ type Config struct {
 	// Credits bounds each VQ's outstanding requests; default 128.
 	Credits int
 	// RCPerPeer (K) and RCPeers (N) bound the RC pool: at most K RC QPs to
-	// each of at most N peers. Defaults 1 and 64; RCPeers < 0 disables RC.
+	// each of at most N peers. Defaults 1 and 64; RCPeers < 0 disables RC
+	// (with DC only).
 	RCPerPeer int
 	RCPeers   int
+	// RCOnly runs the runtime on its RC pool alone, with no DC target and
+	// no DC initiators, as it must on a device without DC (New sets it when
+	// Device.Attr().DCSupported is false); set it on a DC device to test or
+	// compare the mode. Every VQ then travels on an RC QP to its peer,
+	// built by Connect when the peer has none (see Queue.Connect).
+	RCOnly bool
 	// HotOps is how many requests to one peer within HotWindow make the
 	// runtime build an RC connection to it; default 4096 per 10ms.
 	HotOps    int
@@ -86,6 +93,10 @@ func (c *Config) defaults() error {
 			*v = d
 		}
 	}
+	c.RCOnly = c.RCOnly || !c.Device.Attr().DCSupported
+	if c.RCOnly && c.RCPeers < 0 {
+		return fmt.Errorf("core: RC-only mode (no DC) needs the RC pool, but RCPeers is %d: %w", c.RCPeers, verbs.ErrInvalid)
+	}
 	set(&c.DCIs, runtime.NumCPU())
 	set(&c.Depth, 256)
 	set(&c.Credits, 128)
@@ -114,6 +125,8 @@ type Stats struct {
 	Connects, ColdConnects, Refusals, Recoveries, PostErrors uint64
 	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
 	DCIs, RCs, VQs                                           int
+	// RCOnly reports that the runtime runs without DC (Config.RCOnly).
+	RCOnly bool
 }
 
 type counters struct {
@@ -122,25 +135,27 @@ type counters struct {
 }
 
 // Runtime is KRCore on one node: it owns the shared QPs (a DC target, a
-// pool of DC initiators, an RC pool), the virtual-queue table and the meta
-// cache, and serves every VQ of the process.
+// pool of DC initiators, an RC pool; the RC pool alone in RC-only mode),
+// the virtual-queue table and the meta cache, and serves every VQ of the
+// process.
 type Runtime struct {
-	cfg   Config
-	dev   verbs.Device
-	node  NodeID
-	log   *slog.Logger
-	pd    verbs.PD
-	sends *poller // completions of every physical QP's sends
-	recvs *poller // completions of the shared receive queue
-	srq   verbs.SRQ
-	dct   verbs.QP
-	dcKey uint64
-	lim   limits
-	dcis  []*pqp
-	recv  *receiver
-	meta  *meta.Client
-	own   *meta.Server // the embedded MetaServer, if this runtime started it
-	stats counters
+	cfg    Config
+	rcOnly bool // no DC: every VQ on an RC QP (Config.RCOnly)
+	dev    verbs.Device
+	node   NodeID
+	log    *slog.Logger
+	pd     verbs.PD
+	sends  *poller // completions of every physical QP's sends
+	recvs  *poller // completions of the shared receive queue
+	srq    verbs.SRQ
+	dct    verbs.QP
+	dcKey  uint64
+	lim    limits
+	dcis   []*pqp
+	recv   *receiver
+	meta   *meta.Client
+	own    *meta.Server // the embedded MetaServer, if this runtime started it
+	stats  counters
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
 	qpnMu sync.Mutex // serializes byQPN updates
@@ -154,7 +169,9 @@ type Runtime struct {
 	closed  bool
 
 	ahMu sync.Mutex
-	ahs  map[string]verbs.AH // by remote port address
+	ahs  map[portKey]verbs.AH // by remote port
+
+	poolMu sync.Mutex // RC-only mode: serializes RC budget decisions (see reserve)
 
 	ctrl *control
 	stop chan struct{}
@@ -168,10 +185,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	rt := &Runtime{
-		cfg: cfg, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
+		cfg: cfg, rcOnly: cfg.RCOnly, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
 		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
 		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
-		exports: make(map[string]*export), stop: make(chan struct{}), ahs: make(map[string]verbs.AH),
+		exports: make(map[string]*export), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
 	empty := map[uint32]*pqp{}
 	rt.byQPN.Store(&empty)
@@ -184,7 +201,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	return rt, nil
 }
 
-// setup creates the shared QPs and joins the MetaServers.
+// setup creates the shared QPs and the control QP and joins the
+// MetaServers.
 func (rt *Runtime) setup(ctx context.Context) error {
 	var err error
 	if rt.pd, err = rt.dev.AllocPD(); err != nil {
@@ -200,27 +218,45 @@ func (rt *Runtime) setup(ctx context.Context) error {
 	if rt.srq, err = rt.pd.CreateSRQ(verbs.SRQInit{MaxWR: c.RecvSlots, MaxSGE: 1}); err != nil {
 		return err
 	}
-	var key [8]byte
-	rand.Read(key[:])
-	rt.dcKey = binary.LittleEndian.Uint64(key[:]) | 1
+	if !rt.rcOnly {
+		if err := rt.setupDC(); err != nil {
+			return err
+		}
+	}
+	if rt.recv, err = newReceiver(rt); err != nil {
+		return err
+	}
+	if rt.ctrl, err = newControl(rt); err != nil {
+		return err
+	}
+	return rt.joinMeta(ctx)
+}
+
+// setupDC creates the DC target peers reach this node through and the DCI
+// pool.
+func (rt *Runtime) setupDC() error {
+	var err error
+	rt.dcKey = randUint64() | 1
 	if rt.dct, err = rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: rt.sends.cq, RecvCQ: rt.recvs.cq, SRQ: rt.srq, DCKey: rt.dcKey}); err != nil {
 		return err
 	}
 	if err = verbs.Ready(rt.dct, rt.cfg.Path); err != nil {
 		return err
 	}
-	for i := 0; i < c.DCIs; i++ {
+	for i := 0; i < rt.cfg.DCIs; i++ {
 		p, err := rt.newDCI()
 		if err != nil {
 			return err
 		}
 		rt.dcis = append(rt.dcis, p)
 	}
-	if rt.recv, err = newReceiver(rt); err != nil {
-		return err
-	}
-	rt.ctrl = newControl(rt)
-	return rt.joinMeta(ctx)
+	return nil
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	rand.Read(b[:]) // never fails on Linux
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 func (rt *Runtime) newDCI() (*pqp, error) {
@@ -243,23 +279,29 @@ func (rt *Runtime) newDCI() (*pqp, error) {
 }
 
 // joinMeta starts the embedded MetaServer when none is configured and
-// registers this node's DC target.
+// registers this node's record: its DC target (none in RC-only mode) and
+// its control QP. In RC-only mode the meta client READs over RC and the
+// embedded server has no DCT.
 func (rt *Runtime) joinMeta(ctx context.Context) error {
 	infos := rt.cfg.Meta
 	if len(infos) == 0 {
-		srv, err := meta.NewServer(rt.dev, meta.ServerConfig{})
+		srv, err := meta.NewServer(rt.dev, meta.ServerConfig{NoDC: rt.rcOnly})
 		if err != nil {
 			return fmt.Errorf("embedded MetaServer: %w", err)
 		}
 		rt.own = srv
 		infos = []meta.Info{srv.Info()}
 	}
-	mc, err := meta.NewClient(rt.dev, infos, meta.ClientConfig{})
+	mc, err := meta.NewClient(rt.dev, infos, meta.ClientConfig{RCReads: rt.rcOnly})
 	if err != nil {
 		return err
 	}
 	rt.meta = mc
-	rec := meta.Record{Node: rt.node, Addr: rt.dev.Port().Addr, DCTNum: rt.dct.Num(), DCKey: rt.dcKey}
+	port := rt.dev.Port()
+	rec := meta.Record{Node: rt.node, Addr: port.Addr, GID: port.GID, LID: port.LID, CtrlQPN: rt.ctrl.ep.QPN(), CtrlQKey: rt.ctrl.qkey}
+	if rt.dct != nil {
+		rec.DCTNum, rec.DCKey = rt.dct.Num(), rt.dcKey
+	}
 	return mc.Register(ctx, rec, rt.cfg.Lease)
 }
 
@@ -331,7 +373,7 @@ func (rt *Runtime) Stats() Stats {
 		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
 		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
 		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(),
-		Dropped: s.dropped.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs,
+		Dropped: s.dropped.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.rcOnly,
 	}
 }
 
@@ -378,6 +420,7 @@ func (rt *Runtime) Close() error {
 	}
 	rt.mu.Unlock()
 	close(rt.stop)
+	rt.ctrl.ep.Shutdown() // wakes control calls and the serving goroutine
 	for _, q := range qs {
 		q.Close()
 	}
@@ -407,6 +450,9 @@ func (rt *Runtime) teardown() {
 	rt.mu.Unlock()
 	for _, p := range peers {
 		p.close()
+	}
+	if rt.ctrl != nil {
+		rt.ctrl.ep.Close()
 	}
 	rt.ahMu.Lock()
 	for _, ah := range rt.ahs {

@@ -144,7 +144,7 @@ func (r *rawDCI) read8() {
 			}
 			return
 		}
-		if idle < spinPolls {
+		if idle < 32 { // as udrpc's pollers spin
 			runtime.Gosched()
 			continue
 		}

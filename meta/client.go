@@ -30,6 +30,9 @@ type ClientConfig struct {
 	// OnRenewError, if set, is called from the renewal goroutine when a
 	// lease renewal fails on some server.
 	OnRenewError func(node uint64, err error)
+	// RCReads makes the client READ tables over RC even on a device with
+	// DC, as it must on one without (see Client).
+	RCReads bool
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -58,16 +61,23 @@ type ClientStats struct {
 	Reads         uint64 // table READs posted
 	TornReads     uint64 // READs that returned a torn bucket and were repeated
 	Failovers     uint64 // Fetches answered by a server other than the first tried
-	Recoveries    uint64 // DCIs and UD QPs replaced after an error
+	Recoveries    uint64 // readers (DCIs, RC QPs) replaced after an error
 	RenewFailures uint64 // per-server lease renewals that failed
+	Connects      uint64 // RC readers connected to servers (no DC: one UD handshake each)
 }
 
 // Client reads records from MetaServers and registers its node's record
-// with them. It is safe for concurrent use. Each server gets its own DCI,
-// UD QP and CQ (see conn), all on one PD of the client's device.
+// with them. It is safe for concurrent use. Each server gets its own reader
+// QP and CQ and its own UD endpoint (see conn), all on one PD of the
+// client's device. The reader is a DCI, or on a device without DC (or with
+// ClientConfig.RCReads, or for a server without a DCT) an RC QP to the
+// server, connected by a UD handshake before the first READ and kept: a
+// lookup is then one READ either way.
 type Client struct {
 	cfg   ClientConfig
 	dev   verbs.Device
+	dc    bool   // READs may go over DC
+	id    uint64 // random: names this client's RC readers at the servers
 	pd    verbs.PD
 	conns []*conn
 	reply verbs.Endpoint // this device's port, where replies go (QPN per conn)
@@ -78,7 +88,7 @@ type Client struct {
 	cache   map[uint64]Record
 
 	stats struct {
-		hits, misses, reads, torn, failovers, recoveries, renewFailures atomic.Uint64
+		hits, misses, reads, torn, failovers, recoveries, renewFailures, connects atomic.Uint64
 	}
 
 	opMu   sync.RWMutex // held shared by every call, exclusively by Close
@@ -117,6 +127,7 @@ func NewClient(dev verbs.Device, servers []Info, cfg ClientConfig) (*Client, err
 		reply: verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID}, stop: make(chan struct{}),
 	}
 	c.ids.Store(randUint64())
+	c.dc, c.id = dev.Attr().DCSupported && !c.cfg.RCReads, randUint64()|1
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
@@ -403,6 +414,7 @@ func (c *Client) Stats() ClientStats {
 		Hits: c.stats.hits.Load(), Misses: c.stats.misses.Load(), Reads: c.stats.reads.Load(),
 		TornReads: c.stats.torn.Load(), Failovers: c.stats.failovers.Load(),
 		Recoveries: c.stats.recoveries.Load(), RenewFailures: c.stats.renewFailures.Load(),
+		Connects: c.stats.connects.Load(),
 	}
 }
 

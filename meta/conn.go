@@ -9,25 +9,18 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 
-// Per-server buffers of a client and their work request ids
-// (kind<<56 | generation<<32 | index).
+// Per-server buffers of a client and the READs' work request ids
+// (kindRead<<56 | index).
 const (
 	readBufLen = MaxSlots * SlotSize // one landing buffer holds any bucket
-	udDepth    = 16                  // UD receive buffers, and send buffers
-	udRecvLen  = 256                 // grhLen + replyLen, rounded up
-	udTxLen    = 512                 // maxRequest, rounded up
-
 	kindRead   = 1
-	kindUDSend = 2
-	kindUDRecv = 3
 )
 
-func wrID(kind, gen uint32, idx int) uint64 {
-	return uint64(kind)<<56 | uint64(gen)<<32 | uint64(uint32(idx))
-}
+func wrID(kind uint32, idx int) uint64 { return uint64(kind)<<56 | uint64(uint32(idx)) }
 
 // Read slot states.
 const (
@@ -48,37 +41,28 @@ type readSlot struct {
 	sgl    [1]verbs.SGE
 }
 
-// call is a UD request waiting for its reply.
-type call struct {
-	ready chan struct{} // capacity 1
-	rep   reply
-}
-
-// conn is a client's path to one MetaServer: a DCI for table READs, a UD
-// QP for requests, one CQ for both, and their buffers. A server's failure
-// only ever breaks its own conn, so failover never waits behind it.
+// conn is a client's path to one MetaServer: the QP table READs go on (a
+// DCI, or on a device without DC an RC QP to the server set up by a UD
+// handshake and kept), its CQ and landing buffers, and a UD endpoint for
+// requests. A server's failure only ever breaks its own conn, so failover
+// never waits behind it.
 type conn struct {
 	c    *Client
 	info Info
-	cq   verbs.CQ
+	cq   verbs.CQ // the reader's
 	ah   verbs.AH
 	mem  *offheap.Block
 	mr   verbs.MR
-	poll *poller
+	poll *udrpc.Poller
+	ud   *udrpc.Endpoint
+	dest udrpc.Dest // the server's request QP
 
-	dciMu sync.RWMutex // held shared to post, exclusively to replace the DCI
-	dci   verbs.QP
+	rdMu sync.RWMutex // held shared to post, exclusively to replace the reader
+	rd   verbs.QP     // nil while an RC reader is not connected
+	rc   bool         // READs go over RC: no DC here or at the server
 
-	udMu  sync.RWMutex // held shared to post, exclusively to replace the UD QP
-	ud    verbs.QP
-	udGen atomic.Uint32 // the UD QP's incarnation; stale receives are ignored
-
-	slots  []*readSlot
-	free   chan *readSlot
-	txFree chan int
-
-	pendMu  sync.Mutex
-	pending map[uint64]*call
+	slots []*readSlot
+	free  chan *readSlot
 
 	geo   atomic.Pointer[geometry]
 	hello chan struct{} // a one-token lock: one Hello at a time
@@ -86,10 +70,7 @@ type conn struct {
 
 // newConn creates the verbs resources for one server.
 func (c *Client) newConn(info Info) (*conn, error) {
-	sc := &conn{
-		c: c, info: info, free: make(chan *readSlot, c.cfg.MaxInflight), txFree: make(chan int, udDepth),
-		pending: make(map[uint64]*call), hello: make(chan struct{}, 1),
-	}
+	sc := &conn{c: c, info: info, free: make(chan *readSlot, c.cfg.MaxInflight), hello: make(chan struct{}, 1), rc: !c.dc}
 	if err := sc.setup(); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: client resources for server %s: %w", info.Addr, err), sc.close())
 	}
@@ -99,43 +80,58 @@ func (c *Client) newConn(info Info) (*conn, error) {
 func (sc *conn) setup() error {
 	var err error
 	n := sc.c.cfg.MaxInflight
-	// Room for every queue's work several times over: QPs replaced after
-	// an error leave their flushed completions behind until the next poll.
-	if sc.cq, err = sc.c.dev.CreateCQ(1024 + 4*(n+2*udDepth)); err != nil {
+	// Room for every READ several times over: readers replaced after an
+	// error leave their flushed completions behind until the next poll.
+	if sc.cq, err = sc.c.dev.CreateCQ(1024 + 4*n); err != nil {
 		return err
 	}
-	sc.poll = newPoller(sc.cq, sc.c.stop, sc.handle)
+	sc.poll = udrpc.NewPoller(sc.cq, sc.c.stop, ErrClosed, sc.handle)
 	if sc.ah, err = sc.c.pd.CreateAH(verbs.AHAttr{Dest: sc.info.endpoint()}); err != nil {
 		return err
 	}
-	if sc.mem, err = offheap.Alloc(n*readBufLen + udDepth*(udRecvLen+udTxLen)); err != nil {
+	sc.dest = udrpc.Dest{AH: sc.ah, QPN: sc.info.QPN}
+	if sc.mem, err = offheap.Alloc(n * readBufLen); err != nil {
 		return err
 	}
 	if sc.mr, err = sc.c.pd.RegMR(sc.mem.Bytes(), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	for i := range n {
-		s := &readSlot{id: wrID(kindRead, 0, i), off: i * readBufLen, ready: make(chan struct{}, 1)}
+		s := &readSlot{id: wrID(kindRead, i), off: i * readBufLen, ready: make(chan struct{}, 1)}
 		sc.slots = append(sc.slots, s)
 		sc.free <- s
 	}
-	for i := range udDepth {
-		sc.txFree <- i
+	if !sc.rc {
+		if sc.rd, err = sc.newDCI(); err != nil {
+			return err
+		}
 	}
-	if sc.dci, err = sc.newDCI(); err != nil {
-		return err
-	}
-	sc.ud, err = sc.newUD(sc.udGen.Add(1))
+	sc.ud, err = udrpc.New(sc.c.dev, sc.c.pd, udrpc.Config{
+		QKey: sc.info.QKey, MaxMsg: udMaxMsg, Timeout: sc.c.cfg.RequestTimeout, Attempts: sc.c.cfg.Attempts,
+		ReplyID: replyID, Closed: ErrClosed,
+	})
 	return err
+}
+
+// udMaxMsg bounds a client's UD messages: a request with the longest reply
+// address (replies are shorter).
+const udMaxMsg = 512
+
+// replyID tells the udrpc endpoint which call a reply answers; a client
+// takes no requests.
+func replyID(msg []byte) (uint64, bool) {
+	rep, err := decodeReply(msg)
+	return rep.id, err == nil
 }
 
 // close releases the conn's resources; the conn must be idle.
 func (sc *conn) close() error {
 	var errs []error
-	for _, q := range []verbs.QP{sc.dci, sc.ud} {
-		if q != nil {
-			errs = append(errs, q.Close())
-		}
+	if sc.rd != nil {
+		errs = append(errs, sc.rd.Close())
+	}
+	if sc.ud != nil {
+		errs = append(errs, sc.ud.Close())
 	}
 	if sc.ah != nil {
 		errs = append(errs, sc.ah.Close())
@@ -152,76 +148,110 @@ func (sc *conn) close() error {
 	return errors.Join(errs...)
 }
 
-// flush moves both QPs to ERR so every posted request completes and every
+// flush moves the QPs to ERR so every posted request completes and every
 // waiter wakes: the first step of Close.
 func (sc *conn) flush() {
-	sc.dciMu.Lock()
-	sc.dci.Modify(verbs.QPAttr{State: verbs.StateErr})
-	sc.dciMu.Unlock()
-	sc.udMu.Lock()
-	sc.ud.Modify(verbs.QPAttr{State: verbs.StateErr})
-	sc.udMu.Unlock()
+	sc.rdMu.Lock()
+	if sc.rd != nil {
+		sc.rd.Modify(verbs.QPAttr{State: verbs.StateErr})
+	}
+	sc.rdMu.Unlock()
+	sc.ud.Shutdown()
 }
 
-// newDCI makes a DCI whose READs fail after ReadTimeout, the bound on
-// waiting for a dead server before failing over.
+// readPath is the reader's path: its READs fail after ReadTimeout, the
+// bound on waiting for a dead server before failing over. Seven retries of
+// an eighth each: the same bound as one long wait, but on hardware a
+// single lost packet does not fail the READ.
+func (sc *conn) readPath() verbs.Path {
+	return verbs.Path{Access: verbs.AccessLocalWrite, Timeout: sc.c.cfg.ReadTimeout / 8, RetryCount: 7}
+}
+
+// newDCI makes a DCI for table READs.
 func (sc *conn) newDCI() (verbs.QP, error) {
-	n := sc.c.cfg.MaxInflight
 	q, err := sc.c.pd.CreateQP(verbs.QPInit{Type: verbs.DCI, SendCQ: sc.cq, RecvCQ: sc.cq,
-		Cap: verbs.QPCap{MaxSendWR: n, MaxSendSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: sc.c.cfg.MaxInflight, MaxSendSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("create DCI: %w", err)
 	}
-	// Seven retries of an eighth each: the same bound as one long wait,
-	// but on hardware a single lost packet does not fail the READ.
-	p := verbs.Path{Access: verbs.AccessLocalWrite, Timeout: sc.c.cfg.ReadTimeout / 8, RetryCount: 7}
-	if err := verbs.Ready(q, p); err != nil {
+	if err := verbs.Ready(q, sc.readPath()); err != nil {
 		q.Close()
 		return nil, err
 	}
 	return q, nil
 }
 
-// newUD makes a UD QP of incarnation gen with every receive buffer posted.
-func (sc *conn) newUD(gen uint32) (verbs.QP, error) {
-	q, err := sc.c.pd.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: sc.cq, RecvCQ: sc.cq,
-		Cap: verbs.QPCap{MaxSendWR: udDepth, MaxRecvWR: udDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+// connectRC makes the RC reader of a client without DC (or of a server
+// without a DCT): a UD handshake asks the server for an RC QP that may
+// only READ the table, and the pair is kept for every later READ. rdMu is
+// held.
+func (sc *conn) connectRC(ctx context.Context) (verbs.QP, error) {
+	q, err := sc.c.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: sc.cq, RecvCQ: sc.cq,
+		Cap: verbs.QPCap{MaxSendWR: sc.c.cfg.MaxInflight, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return nil, fmt.Errorf("create UD QP: %w", err)
+		return nil, fmt.Errorf("create RC reader: %w", err)
 	}
-	err = verbs.Ready(q, verbs.Path{QKey: sc.info.QKey, Timeout: sc.c.cfg.RequestTimeout, RetryCount: -1})
-	for i := 0; err == nil && i < udDepth; i++ {
-		err = postRecv(q, sc.mr, gen, i)
+	// A server that does not answer within ReadTimeout is failed over, as
+	// one whose READ does not complete.
+	ctx, cancel := context.WithTimeout(ctx, sc.c.cfg.ReadTimeout)
+	defer cancel()
+	ep := q.Endpoint()
+	rep, err := sc.call(ctx, request{op: opConnect, node: sc.c.id, rcQPN: ep.QPN, rcPSN: ep.PSN})
+	if err == nil {
+		err = sc.refused(opConnect, rep.status)
+	}
+	if err == nil {
+		remote := sc.info.endpoint()
+		remote.QPN, remote.PSN = rep.qpn, rep.psn
+		err = verbs.Connect(q, remote, sc.readPath())
 	}
 	if err != nil {
 		q.Close()
 		return nil, err
 	}
+	sc.c.stats.connects.Add(1)
 	return q, nil
 }
 
-func postRecv(q verbs.QP, mr verbs.MR, gen uint32, i int) error {
-	wr := verbs.RecvWR{ID: wrID(kindUDRecv, gen, i), SGL: []verbs.SGE{verbs.SGEOf(mr, recvOff(mr, i), udRecvLen)}}
-	_, err := q.PostRecv([]verbs.RecvWR{wr})
-	return err
+// reader returns the QP to post a READ on, with rdMu held shared (the
+// caller unlocks), connecting the RC reader first if there is none.
+func (sc *conn) reader(ctx context.Context) (verbs.QP, error) {
+	for {
+		sc.rdMu.RLock()
+		if sc.rd != nil {
+			return sc.rd, nil
+		}
+		sc.rdMu.RUnlock()
+		sc.rdMu.Lock()
+		var err error
+		if sc.rd == nil {
+			sc.rd, err = sc.connectRC(ctx)
+		}
+		sc.rdMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
-// UD buffers follow the read slots at the end of the MR.
-func recvOff(mr verbs.MR, i int) int { return mr.Len() - udDepth*(udRecvLen+udTxLen) + i*udRecvLen }
-func txOff(mr verbs.MR, i int) int {
-	return mr.Len() - udDepth*udTxLen + i*udTxLen
+// useRC switches the conn to RC READs, for a server without a DCT.
+func (sc *conn) useRC() {
+	sc.rdMu.Lock()
+	defer sc.rdMu.Unlock()
+	if sc.rc {
+		return
+	}
+	sc.rc = true
+	if sc.rd != nil {
+		sc.rd.Close()
+		sc.rd = nil
+	}
 }
 
-// handle dispatches one completion; the poller's leader calls it.
+// handle dispatches one READ completion; the poller's leader calls it.
 func (sc *conn) handle(wc *verbs.WC) {
-	kind, gen, idx := uint32(wc.ID>>56), uint32(wc.ID>>32)&0xffffff, int(uint32(wc.ID))
-	switch {
-	case kind == kindRead && idx < len(sc.slots):
+	if idx := int(uint32(wc.ID)); wc.ID>>56 == kindRead && idx < len(sc.slots) {
 		sc.slots[idx].complete(sc, wc.Status)
-	case kind == kindUDSend && idx < udDepth:
-		sc.txFree <- idx
-	case kind == kindUDRecv && idx < udDepth:
-		sc.onRecv(gen, idx, wc)
 	}
 }
 
@@ -233,35 +263,6 @@ func (s *readSlot) complete(sc *conn, st verbs.Status) {
 		s.ready <- struct{}{}
 	} else if s.state.CompareAndSwap(slotAbandoned, slotIdle) {
 		sc.free <- s
-	}
-}
-
-// onRecv delivers a reply and reposts its buffer. Receives of an older UD
-// QP incarnation are ignored: its buffers were reposted to the new one.
-func (sc *conn) onRecv(gen uint32, i int, wc *verbs.WC) {
-	if gen != sc.udGen.Load() || wc.Status == verbs.WRFlushErr {
-		return
-	}
-	if wc.Status == verbs.Success && wc.ByteLen == grhLen+replyLen {
-		off := recvOff(sc.mr, i)
-		if rep, err := decodeReply(sc.mr.Bytes()[off+grhLen : off+grhLen+replyLen]); err == nil {
-			sc.deliver(rep)
-		}
-	}
-	sc.udMu.RLock()
-	if gen == sc.udGen.Load() {
-		postRecv(sc.ud, sc.mr, gen, i) // fails only once the QP is in ERR; recovery reposts
-	}
-	sc.udMu.RUnlock()
-}
-
-func (sc *conn) deliver(rep reply) {
-	sc.pendMu.Lock()
-	defer sc.pendMu.Unlock()
-	if cl := sc.pending[rep.id]; cl != nil {
-		delete(sc.pending, rep.id)
-		cl.rep = rep
-		cl.ready <- struct{}{}
 	}
 }
 
@@ -288,15 +289,19 @@ func (sc *conn) geometry(ctx context.Context) (*geometry, error) {
 	if err := g.check(); err != nil {
 		return nil, fmt.Errorf("hello at %s: %w", sc.info.Addr, err)
 	}
+	if g.dct == 0 {
+		sc.useRC() // the server has no DCT: its table is READ over RC
+	}
 	sc.geo.Store(&g)
 	return &g, nil
 }
 
 // fetch reads node's bucket (one READ) and scans it, reading again while
 // the bucket comes back torn. A geometry that proves stale (the server
-// restarted at the same address: unknown rkey or DCT) is refreshed once.
+// restarted at the same address: unknown rkey or DCT) is refreshed once,
+// and an RC reader that stopped answering is reconnected once.
 func (sc *conn) fetch(ctx context.Context, node uint64) (Record, error) {
-	refreshed := false
+	refreshed, reconnected := false, false
 	for torn := 0; ; {
 		geo, err := sc.geometry(ctx)
 		if err != nil {
@@ -312,6 +317,10 @@ func (sc *conn) fetch(ctx context.Context, node uint64) (Record, error) {
 		case !refreshed && (errors.Is(err, verbs.RemAccessErr) || errors.Is(err, verbs.RemInvReqErr)):
 			refreshed = true
 			sc.geo.CompareAndSwap(geo, nil)
+		case !reconnected && sc.rc && errors.Is(err, verbs.RetryExcErr):
+			// The server may have dropped our reader (it keeps MaxReaders):
+			// the next READ connects a new one.
+			reconnected = true
 		default:
 			return rec, err
 		}
@@ -341,21 +350,24 @@ func (sc *conn) read(ctx context.Context, geo *geometry, b int) (*readSlot, erro
 	}
 	n := geo.bucketBytes()
 	s.sgl[0] = verbs.SGE{Addr: sc.mr.Addr() + uint64(s.off), Length: uint32(n), LKey: sc.mr.LKey()}
-	s.wr[0] = verbs.SendWR{
-		ID: s.id, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: s.sgl[:],
-		RemoteAddr: geo.addr + uint64(b*n), RKey: geo.rkey, AH: sc.ah, RemoteQPN: geo.dct, DCKey: geo.dcKey,
+	s.wr[0] = verbs.SendWR{ID: s.id, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: s.sgl[:], RemoteAddr: geo.addr + uint64(b*n), RKey: geo.rkey}
+	rd, err := sc.reader(ctx)
+	if err != nil {
+		sc.release(s)
+		return nil, fmt.Errorf("RC reader at %s: %w", sc.info.Addr, err)
+	}
+	if rd.Type() == verbs.DCI {
+		s.wr[0].AH, s.wr[0].RemoteQPN, s.wr[0].DCKey = sc.ah, geo.dct, geo.dcKey
 	}
 	s.state.Store(slotPosted)
-	sc.dciMu.RLock()
-	dci := sc.dci
-	_, err = dci.PostSend(s.wr[:])
-	sc.dciMu.RUnlock()
+	_, err = rd.PostSend(s.wr[:])
+	sc.rdMu.RUnlock()
 	if err != nil {
 		sc.release(s)
 		return nil, fmt.Errorf("post READ at %s: %w", sc.info.Addr, err)
 	}
 	sc.c.stats.reads.Add(1)
-	if err := sc.poll.wait(ctx, s.ready); err != nil {
+	if err := sc.poll.Wait(ctx, s.ready); err != nil {
 		if s.state.CompareAndSwap(slotPosted, slotAbandoned) {
 			return nil, fmt.Errorf("READ at %s: %w", sc.info.Addr, err)
 		}
@@ -363,8 +375,8 @@ func (sc *conn) read(ctx context.Context, geo *geometry, b int) (*readSlot, erro
 	}
 	if st := s.status; st != verbs.Success {
 		sc.release(s)
-		sc.recoverDCI(dci)
-		return nil, fmt.Errorf("READ of bucket %d at %s: %w", b, sc.info.Addr, &verbs.CompletionError{ID: s.id, QPN: dci.Num(), Status: st})
+		sc.recoverReader(rd)
+		return nil, fmt.Errorf("READ of bucket %d at %s: %w", b, sc.info.Addr, &verbs.CompletionError{ID: s.id, QPN: rd.Num(), Status: st})
 	}
 	return s, nil
 }
@@ -392,128 +404,59 @@ func (sc *conn) release(s *readSlot) {
 	sc.free <- s
 }
 
-// recoverDCI replaces a DCI that went to ERR (a READ failed: dead server,
-// stale key). The failure already completed all its READs, so the old QP
-// can go; the number of a DCI is nobody's business.
-func (sc *conn) recoverDCI(broken verbs.QP) {
-	sc.dciMu.Lock()
-	defer sc.dciMu.Unlock()
-	if sc.dci != broken || broken.State() != verbs.StateErr || sc.c.closed.Load() {
+// recoverReader replaces a reader that went to ERR (a READ failed: dead
+// server, stale key). The failure already completed all its READs, so the
+// old QP can go. A DCI is replaced at once (the number of a DCI is
+// nobody's business); an RC reader is dropped and the next READ connects
+// a new one, with the server's help.
+func (sc *conn) recoverReader(broken verbs.QP) {
+	sc.rdMu.Lock()
+	defer sc.rdMu.Unlock()
+	if sc.rd != broken || broken.State() != verbs.StateErr || sc.c.closed.Load() {
 		return
 	}
-	q, err := sc.newDCI()
-	if err != nil {
-		return // the next READ fails on the old QP and tries again
+	if broken.Type() == verbs.DCI {
+		q, err := sc.newDCI()
+		if err != nil {
+			return // the next READ fails on the old QP and tries again
+		}
+		sc.rd = q
+	} else {
+		sc.rd = nil
 	}
-	sc.dci = q
 	broken.Close()
 	sc.c.stats.recoveries.Add(1)
 }
 
-// recoverUD replaces a UD QP that went to ERR (a request to an unreachable
-// server). Its receives were flushed; the new incarnation reposts them.
-func (sc *conn) recoverUD(broken verbs.QP) error {
-	sc.udMu.Lock()
-	defer sc.udMu.Unlock()
-	if sc.ud != broken || broken.State() != verbs.StateErr || sc.c.closed.Load() {
-		return nil
-	}
-	q, err := sc.newUD(sc.udGen.Add(1))
-	if err != nil {
-		return fmt.Errorf("replace UD QP for %s: %w", sc.info.Addr, err)
-	}
-	sc.ud = q
-	broken.Close()
-	sc.c.stats.recoveries.Add(1)
-	return nil
-}
-
-// call sends a request and waits for its reply, retrying with a doubling
-// timeout. Every attempt carries the same id, so the server applies the
-// request once however many copies arrive.
+// call sends a request over UD and waits for its reply (see udrpc.Call:
+// every copy carries the same id, so the server applies it once).
 func (sc *conn) call(ctx context.Context, req request) (reply, error) {
 	req.id = sc.c.nextID()
-	timeout := sc.c.cfg.RequestTimeout
-	var last error
-	for range sc.c.cfg.Attempts {
-		actx, cancel := context.WithTimeout(ctx, timeout)
-		rep, err := sc.roundTrip(actx, &req)
-		cancel()
-		if err == nil {
-			return rep, nil
-		}
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-			return reply{}, fmt.Errorf("%s at %s: %w", req.op, sc.info.Addr, err)
-		}
-		last = err
-		timeout = min(2*timeout, 16*sc.c.cfg.RequestTimeout)
-	}
-	return reply{}, fmt.Errorf("%s at %s: %w in %d attempts (last: %v)", req.op, sc.info.Addr, ErrNoReply, sc.c.cfg.Attempts, last)
+	return sc.exchange(ctx, &req)
 }
 
-// roundTrip is one attempt of a request.
-func (sc *conn) roundTrip(ctx context.Context, req *request) (reply, error) {
-	cl := &call{ready: make(chan struct{}, 1)}
-	sc.pendMu.Lock()
-	sc.pending[req.id] = cl
-	sc.pendMu.Unlock()
-	err := sc.send(ctx, req)
-	if err == nil {
-		err = sc.poll.wait(ctx, cl.ready)
-	}
-	if err != nil {
-		sc.pendMu.Lock()
-		mine := sc.pending[req.id] == cl
-		if mine {
-			delete(sc.pending, req.id)
-		}
-		sc.pendMu.Unlock()
-		if mine {
-			return reply{}, err
-		}
-		<-cl.ready // the reply was delivered as we gave up
-	}
-	if cl.rep.op != req.op || (req.op != opHello && cl.rep.node != req.node) {
-		return reply{}, fmt.Errorf("%w: %s reply for node %d to a %s of node %d", errMalformed, cl.rep.op, cl.rep.node, req.op, req.node)
-	}
-	return cl.rep, nil
-}
-
-// send posts one copy of a request, replacing the UD QP first if an
-// earlier request broke it.
-func (sc *conn) send(ctx context.Context, req *request) error {
-	var i int
-	select {
-	case i = <-sc.txFree:
-	case <-sc.c.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	sc.udMu.RLock()
-	if ud := sc.ud; ud.State() == verbs.StateErr {
-		sc.udMu.RUnlock()
-		if err := sc.recoverUD(ud); err != nil {
-			sc.txFree <- i
-			return err
-		}
-		sc.udMu.RLock()
-	}
-	defer sc.udMu.RUnlock()
+// exchange is call with the request id set.
+func (sc *conn) exchange(ctx context.Context, req *request) (reply, error) {
 	req.reply = sc.c.reply
-	req.reply.QPN = sc.ud.Num()
-	off := txOff(sc.mr, i)
-	buf := req.encode(sc.mr.Bytes()[off : off : off+udTxLen])
-	wr := verbs.SendWR{
-		ID: wrID(kindUDSend, 0, i), Op: verbs.OpSend, Flags: verbs.Signaled,
-		SGL: []verbs.SGE{verbs.SGEOf(sc.mr, off, len(buf))},
-		AH:  sc.ah, RemoteQPN: sc.info.QPN, QKey: sc.info.QKey,
+	req.reply.QPN = sc.ud.QPN()
+	var buf [maxRequest]byte
+	b, err := sc.ud.Call(ctx, sc.dest, req.id, req.encode(buf[:0]))
+	if err != nil {
+		return reply{}, fmt.Errorf("%s at %s: %w", req.op, sc.info.Addr, noReply(err))
 	}
-	if _, err := sc.ud.PostSend([]verbs.SendWR{wr}); err != nil {
-		sc.txFree <- i
-		return fmt.Errorf("post %s at %s: %w", req.op, sc.info.Addr, err)
+	rep, err := decodeReply(b)
+	if err == nil && (rep.op != req.op || (req.op != opHello && rep.node != req.node)) {
+		err = fmt.Errorf("%w: %s reply for node %d to a %s of node %d", errMalformed, rep.op, rep.node, req.op, req.node)
 	}
-	return nil
+	return rep, err
+}
+
+// noReply makes udrpc's ErrNoReply this package's.
+func noReply(err error) error {
+	if errors.Is(err, udrpc.ErrNoReply) {
+		return fmt.Errorf("%w: %w", ErrNoReply, err)
+	}
+	return err
 }
 
 // register stores rec on this server and returns the lease it granted.
@@ -559,8 +502,7 @@ func (sc *conn) refused(o op, st status) error {
 // Buffer sizes must hold the messages they carry: a negative array
 // length stops the build if a message outgrows its buffer.
 var (
-	_ [udTxLen - maxRequest]byte
-	_ [udRecvLen - grhLen - replyLen]byte
+	_ [udMaxMsg - maxRequest]byte
 	_ [srvRecvLen - grhLen - maxRequest]byte
 	_ [srvTxLen - replyLen]byte
 )

@@ -1,7 +1,7 @@
 // Package meta is krcore's MetaServer and its client: the directory that
 // maps a node id to the node's DC target (fabric address, DCT number, DC
-// access key), read with one-sided RDMA so that connecting to a node costs
-// one READ instead of an RPC.
+// access key) and control QP, read with one-sided RDMA so that connecting to
+// a node costs one READ instead of an RPC.
 //
 // # Table
 //
@@ -13,6 +13,19 @@
 // KRCore's artifact needs two READs and a linear scan. The client learns
 // the region's address and rkey, the geometry and the DCT through which it
 // may READ (nothing else) from the server's Hello reply.
+//
+// # Without DC
+//
+// On a device without DC (kernel soft-RoCE, rxe), or with
+// ServerConfig.NoDC, the server has no DCT and its Hello reply says so (DCT
+// number 0). A client without DC (or with ClientConfig.RCReads, or facing
+// such a server) then READs over RC: before its first READ it sends a
+// connect request over UD carrying its new RC QP; the server creates an RC
+// QP that allows remote READ and nothing else, connects it to the client's
+// and answers with its number; the client connects its end and keeps the
+// pair. Every lookup after that is one READ, as over DC. The server keeps
+// ServerConfig.MaxReaders such QPs, one per client, closing the oldest past
+// it; a client whose READ then fails connects again once and retries.
 //
 // Each slot is 128 bytes, little-endian:
 //
@@ -26,7 +39,9 @@
 //	 31    1 reserved (0)
 //	 32   16 GID
 //	 48   47 fabric address; 95 reserved
-//	 96   28 reserved (0)
+//	 96    4 control UD QPN (0: none)
+//	100    4 control QKey
+//	104   20 reserved (0)
 //	124    4 CRC32-C (Castagnoli) of bytes 0..123
 //
 // # Versions and torn reads
@@ -50,14 +65,17 @@
 //
 //	off size field
 //	  0    4 header: magic 0x4d4b, version, op (1 hello, 2 register,
-//	         3 renew, 4 deregister)
+//	         3 renew, 4 deregister, 5 connect)
 //	  4    4 reply QPN (the client's UD QP)
 //	  8    8 request id
 //	 16    8 node id
 //	 24    8 lease in nanoseconds (0: the server's default)
 //	 32    2 reply LID
-//	 34    1 reply address length n (>= 1)
-//	 35   13 reserved
+//	 34    1 reply address length n (0 on RoCE/IB: the GID or LID names the port)
+//	 35    1 reserved
+//	 36    4 connect: the client's RC QPN (reserved otherwise)
+//	 40    4 connect: its first PSN (reserved otherwise)
+//	 44    4 reserved
 //	 48   16 reply GID
 //	 64  128 record, encoded as a slot (register; zero otherwise)
 //	192    n reply address
@@ -67,12 +85,15 @@
 // found, 2 table full, 3 invalid), request id, node, the record's version,
 // the lease granted, and for hello the geometry: table address, rkey,
 // buckets, slots, slot size, DCT number, DC key, server epoch and longest
-// lease. The server drops bytes that do not frame as a request (wrong
+// lease; for connect, where hello has the table address, the server's RC
+// QPN (offset 40) and first PSN (44). A connect names the client by a
+// random id in the node field (a client need not be a node). The server drops bytes that do not frame as a request (wrong
 // magic, version, op or lengths) without answering; a well-framed request
 // that makes no sense (node 0, address too long) is answered "invalid".
 //
 // UD may drop a datagram, so the client retries a request with a doubling
-// timeout (ClientConfig.RequestTimeout, Attempts). Every copy carries the
+// timeout (ClientConfig.RequestTimeout, Attempts; package udrpc carries the
+// exchange, as it carries runtimes' control messages). Every copy carries the
 // same request id; the server remembers each node's last id and reply for
 // ServerConfig.DedupWindow and answers a copy with the first reply, so a
 // request takes effect once: a retried Deregister is not told NotFound, a
@@ -95,12 +116,12 @@
 // returns a *PartialError naming each (and renewals keep repairing them).
 // Fetch READs from the server that answered last, failing over to the next
 // on error; the first answer (record or ErrNotFound) is final. Each server
-// gets its own DCI, UD QP and CQ on the client, so a dead server stalls
-// only requests to itself.
+// gets its own reader (DCI or RC QP), UD QP and CQs on the client, so a
+// dead server stalls only requests to itself.
 //
 // # Trust
 //
-// Clients cannot write the table: its region and DCT allow remote READ
-// only. The request QP is not authenticated: anyone who knows the QKey can
+// Clients cannot write the table: its region, DCT and RC readers allow
+// remote READ only. The request QP is not authenticated: anyone who knows the QKey can
 // register or deregister any node, as in KRCore.
 package meta

@@ -36,7 +36,8 @@ func (i Info) String() string {
 	return b.String()
 }
 
-// ParseInfo parses the String form. addr and qpn are required.
+// ParseInfo parses the String form. qpn is required, and addr unless a gid
+// or lid names the port (RoCE and InfiniBand ports have no fabric address).
 func ParseInfo(s string) (Info, error) {
 	var i Info
 	var seen struct{ addr, qpn bool }
@@ -67,8 +68,8 @@ func ParseInfo(s string) (Info, error) {
 			return Info{}, fmt.Errorf("meta: parse info %q: %s: %w", s, f, err)
 		}
 	}
-	if !seen.addr || !seen.qpn {
-		return Info{}, fmt.Errorf("meta: parse info %q: addr and qpn are required", s)
+	if !seen.addr && i.GID == (verbs.GID{}) && i.LID == 0 || !seen.qpn {
+		return Info{}, fmt.Errorf("meta: parse info %q: qpn and a port (addr, or gid or lid on RoCE/InfiniBand) are required", s)
 	}
 	return i, nil
 }

@@ -17,6 +17,7 @@ const (
 	opRegister   op = 2 // store a record and start its lease
 	opRenew      op = 3 // extend a record's lease
 	opDeregister op = 4 // remove a record
+	opConnect    op = 5 // connect an RC QP that may READ the table
 	opReply      op = 0x80
 )
 
@@ -30,6 +31,8 @@ func (o op) String() string {
 		return "renew"
 	case opDeregister:
 		return "deregister"
+	case opConnect:
+		return "connect"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -87,6 +90,8 @@ type request struct {
 	lease time.Duration
 	reply verbs.Endpoint
 	rec   Record // opRegister only
+	// opConnect: the client's RC QP and its first PSN.
+	rcQPN, rcPSN uint32
 }
 
 // encode appends the request's wire form to b.
@@ -102,6 +107,8 @@ func (r *request) encode(b []byte) []byte {
 	le.PutUint64(h[24:], uint64(r.lease))
 	le.PutUint16(h[32:], r.reply.LID)
 	h[34] = byte(len(r.reply.Addr))
+	le.PutUint32(h[36:], r.rcQPN)
+	le.PutUint32(h[40:], r.rcPSN)
 	copy(h[48:64], r.reply.GID[:])
 	encodeSlot(h[reqHeaderLen:], 0, r.rec)
 	b = append(b, h[:]...)
@@ -121,21 +128,26 @@ func decodeRequest(b []byte) (request, error) {
 		return r, fmt.Errorf("%w: magic %#x version %d", errMalformed, le.Uint16(b[0:]), b[2])
 	}
 	r.op = op(b[3])
-	if r.op < opHello || r.op > opDeregister {
+	if r.op < opHello || r.op > opConnect {
 		return r, fmt.Errorf("%w: unknown op %d", errMalformed, b[3])
 	}
 	n := int(b[34])
-	if n == 0 || len(b) != reqFixedLen+n {
+	if len(b) != reqFixedLen+n {
 		return r, fmt.Errorf("%w: %d bytes with a reply address of %d", errMalformed, len(b), n)
 	}
 	r.reply = verbs.Endpoint{QPN: le.Uint32(b[4:]), LID: le.Uint16(b[32:]), Addr: string(b[reqFixedLen:])}
 	copy(r.reply.GID[:], b[48:64])
+	if n == 0 && r.reply.GID == (verbs.GID{}) && r.reply.LID == 0 {
+		// A port is named by a fabric address (soft) or a GID or LID (RoCE, InfiniBand).
+		return r, fmt.Errorf("%w: no reply address, GID or LID", errMalformed)
+	}
 	if r.reply.QPN == 0 {
 		return r, fmt.Errorf("%w: reply QPN 0", errMalformed)
 	}
 	r.id = le.Uint64(b[8:])
 	r.node = le.Uint64(b[16:])
 	r.lease = time.Duration(le.Uint64(b[24:]))
+	r.rcQPN, r.rcPSN = le.Uint32(b[36:]), le.Uint32(b[40:])
 	if r.op == opRegister {
 		rec, err := decodeSlot(b[reqHeaderLen:reqFixedLen])
 		if err != nil {
@@ -156,6 +168,9 @@ func (r *request) validate() error {
 	}
 	if r.lease < 0 {
 		return fmt.Errorf("%w: negative lease", ErrBadRecord)
+	}
+	if r.op == opConnect && r.rcQPN == 0 {
+		return fmt.Errorf("%w: connect without an RC QP", ErrBadRecord)
 	}
 	if r.op == opRegister {
 		if r.rec.Node != r.node {
@@ -201,6 +216,9 @@ type reply struct {
 	version uint64        // the record's slot version (register, renew)
 	lease   time.Duration // the lease granted (register, renew) or the default (hello)
 	geo     geometry      // hello only
+	// connect only, where hello has the table address: the server's RC QP
+	// for the client's READs and its first PSN.
+	qpn, psn uint32
 }
 
 // encode writes the reply's replyLen bytes into b.
@@ -217,6 +235,11 @@ func (r *reply) encode(b []byte) {
 	le.PutUint64(b[24:], r.version)
 	le.PutUint64(b[32:], uint64(r.lease))
 	g := &r.geo
+	if r.op == opConnect {
+		le.PutUint32(b[40:], r.qpn)
+		le.PutUint32(b[44:], r.psn)
+		return
+	}
 	le.PutUint64(b[40:], g.addr)
 	le.PutUint32(b[48:], g.rkey)
 	le.PutUint32(b[52:], g.buckets)
@@ -241,6 +264,10 @@ func decodeReply(b []byte) (reply, error) {
 	r.node = le.Uint64(b[16:])
 	r.version = le.Uint64(b[24:])
 	r.lease = time.Duration(le.Uint64(b[32:]))
+	if r.op == opConnect {
+		r.qpn, r.psn = le.Uint32(b[40:]), le.Uint32(b[44:])
+		return r, nil
+	}
 	r.geo = geometry{
 		addr: le.Uint64(b[40:]), rkey: le.Uint32(b[48:]), buckets: le.Uint32(b[52:]),
 		slots: le.Uint32(b[56:]), slotSize: le.Uint32(b[60:]), dct: le.Uint32(b[64:]),

@@ -52,7 +52,7 @@ func TestRequestMalformed(t *testing.T) {
 		"version":        mutate(func(b []byte) []byte { b[2] = 9; return b }),
 		"op 0":           mutate(func(b []byte) []byte { b[3] = 0; return b }),
 		"op reply":       mutate(func(b []byte) []byte { b[3] = byte(opRegister | opReply); return b }),
-		"no address":     mutate(func(b []byte) []byte { b[34] = 0; return b[:reqFixedLen] }),
+		"no address":     mutate(func(b []byte) []byte { b[34] = 0; clear(b[32:34]); clear(b[48:64]); return b[:reqFixedLen] }),
 		"long address":   mutate(func(b []byte) []byte { b[34]++; return b }),
 		"trailing bytes": append(bytes.Clone(enc), 0),
 		"reply QPN 0":    mutate(func(b []byte) []byte { clear(b[4:8]); return b }),
@@ -62,6 +62,12 @@ func TestRequestMalformed(t *testing.T) {
 		if _, err := decodeRequest(b); !errors.Is(err, errMalformed) {
 			t.Errorf("%s: err %v, want errMalformed", name, err)
 		}
+	}
+	// A RoCE port has no fabric address: its GID names it.
+	roce := sampleRequest(opHello)
+	roce.reply.Addr = ""
+	if got, err := decodeRequest(roce.encode(nil)); err != nil || got.reply != roce.reply {
+		t.Errorf("request with a GID and no address: %+v, %v", got.reply, err)
 	}
 }
 

@@ -30,6 +30,8 @@ const (
 	offAddrLen = 30
 	offGID     = 32
 	offAddr    = 48
+	offCtrlQPN = 96
+	offCtrlQKy = 100
 	offCRC     = SlotSize - 4
 )
 
@@ -48,10 +50,15 @@ type Record struct {
 	// (InfiniBand, RoCE); zero on the soft fabric.
 	GID verbs.GID
 	LID uint16
-	// DCTNum is the number of the node's DC target.
+	// DCTNum is the number of the node's DC target; 0 when the node has
+	// none (a device without DC: peers reach it over RC).
 	DCTNum uint32
 	// DCKey is the DC access key the target checks on every request.
 	DCKey uint64
+	// CtrlQPN and CtrlQKey name the node's control UD QP, through which
+	// peers set up RC connections to it and look up its regions; 0 if it
+	// has none.
+	CtrlQPN, CtrlQKey uint32
 	// Version is assigned by the MetaServer: it grows each time the slot
 	// holding the record is written with new content, so a client can tell
 	// a refetched record from the one it cached. Register ignores it.
@@ -101,6 +108,8 @@ func encodeSlot(b []byte, version uint64, r Record) {
 	le.PutUint32(b[offDCT:], r.DCTNum)
 	le.PutUint16(b[offLID:], r.LID)
 	b[offAddrLen] = byte(copy(b[offAddr:offAddr+MaxAddr], r.Addr))
+	le.PutUint32(b[offCtrlQPN:], r.CtrlQPN)
+	le.PutUint32(b[offCtrlQKy:], r.CtrlQKey)
 	copy(b[offGID:], r.GID[:])
 	le.PutUint32(b[offCRC:], crc32.Checksum(b[:offCRC], castagnoli))
 }
@@ -136,6 +145,7 @@ func decodeSlot(b []byte) (Record, error) {
 		DCTNum:  le.Uint32(b[offDCT:]),
 		LID:     le.Uint16(b[offLID:]),
 		Addr:    string(b[offAddr : offAddr+n]),
+		CtrlQPN: le.Uint32(b[offCtrlQPN:]), CtrlQKey: le.Uint32(b[offCtrlQKy:]),
 	}
 	copy(r.GID[:], b[offGID:])
 	return r, nil

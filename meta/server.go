@@ -43,6 +43,12 @@ type ServerConfig struct {
 	// retried request without applying it twice; default 30s. It must
 	// exceed a client's retry horizon.
 	DedupWindow time.Duration
+	// NoDC serves the table over RC only, with no DCT, as on a device
+	// without DC (where it is the default).
+	NoDC bool
+	// MaxReaders bounds the RC QPs kept for clients that READ over RC;
+	// default 1024. Past it the oldest is closed (its client reconnects).
+	MaxReaders int
 }
 
 // ServerStats counts a server's work.
@@ -53,6 +59,7 @@ type ServerStats struct {
 	Dropped    uint64 // malformed requests and replies that could not be sent
 	Expired    uint64 // records removed because their lease lapsed
 	Resets     uint64 // UD QP recoveries after a failed reply
+	Readers    int    // RC QPs serving clients' READs
 }
 
 func (c ServerConfig) withDefaults() (ServerConfig, error) {
@@ -69,6 +76,9 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	}
 	if c.RecvDepth <= 0 {
 		c.RecvDepth = 256
+	}
+	if c.MaxReaders <= 0 {
+		c.MaxReaders = 1024
 	}
 	def(&c.Lease, 10*time.Second)
 	def(&c.MinLease, 10*time.Millisecond)
@@ -105,7 +115,8 @@ const (
 )
 
 // Server is a MetaServer: it keeps node records in one registered table
-// that clients READ through a DCT, and takes registrations over UD. One
+// that clients READ through a DCT (or, without DC, through an RC QP each
+// client asks for over UD), and takes registrations over UD. One
 // goroutine, started by NewServer and stopped by Close, owns the table and
 // every queue; other methods only read immutable fields and counters.
 type Server struct {
@@ -133,9 +144,10 @@ type Server struct {
 	dedup     map[uint64]*dedupEntry
 	dedupNext time.Time
 	udBroken  bool
+	readers   map[uint64]*reader // RC QPs for clients' READs, by client id
 
 	stats struct {
-		records                                        atomic.Int64
+		records, readers                               atomic.Int64
 		requests, duplicates, dropped, expired, resets atomic.Uint64
 	}
 	ctx     context.Context
@@ -170,9 +182,10 @@ func NewServer(dev verbs.Device, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.NoDC = cfg.NoDC || !dev.Attr().DCSupported
 	s := &Server{
 		cfg: cfg, wcs: make([]verbs.WC, 32), ahs: make(map[verbs.Endpoint]verbs.AH),
-		entries: make(map[uint64]*entry), dedup: make(map[uint64]*dedupEntry),
+		entries: make(map[uint64]*entry), dedup: make(map[uint64]*dedupEntry), readers: make(map[uint64]*reader),
 	}
 	if err := s.setup(dev); err != nil {
 		return nil, errors.Join(fmt.Errorf("meta: start server on %s: %w", dev.Name(), err), s.teardown())
@@ -203,13 +216,17 @@ func (s *Server) setup(dev verbs.Device) error {
 	s.info = Info{Addr: port.Addr, GID: port.GID, LID: port.LID, QPN: s.ud.Num(), QKey: s.cfg.QKey}
 	s.geo = geometry{
 		addr: s.tblMR.Addr(), rkey: s.tblMR.RKey(), buckets: uint32(s.cfg.Buckets), slots: uint32(s.cfg.Slots),
-		slotSize: SlotSize, dct: s.dct.Num(), dcKey: s.cfg.DCKey, epoch: randUint64(), maxLease: s.cfg.MaxLease,
+		slotSize: SlotSize, dcKey: s.cfg.DCKey, epoch: randUint64(), maxLease: s.cfg.MaxLease,
+	}
+	if s.dct != nil {
+		s.geo.dct = s.dct.Num()
 	}
 	return nil
 }
 
 // setupTable registers the table read-only for remote peers behind a DCT
-// that allows nothing but READ: clients cannot write it.
+// that allows nothing but READ (none without DC: clients READ over RC
+// QPs that allow nothing else either): clients cannot write it.
 func (s *Server) setupTable() error {
 	var err error
 	if s.tblMem, err = offheap.Alloc(tableBytes(s.cfg.Buckets, s.cfg.Slots)); err != nil {
@@ -220,6 +237,9 @@ func (s *Server) setupTable() error {
 	}
 	if s.tblMR, err = s.pd.RegMR(s.tblMem.Bytes(), verbs.AccessRemoteRead); err != nil {
 		return fmt.Errorf("register table: %w", err)
+	}
+	if s.cfg.NoDC {
+		return nil
 	}
 	if s.srq, err = s.pd.CreateSRQ(verbs.SRQInit{MaxWR: 1, MaxSGE: 1}); err != nil {
 		return err
@@ -287,6 +307,7 @@ func (s *Server) Stats() ServerStats {
 	return ServerStats{
 		Records: int(s.stats.records.Load()), Requests: s.stats.requests.Load(), Duplicates: s.stats.duplicates.Load(),
 		Dropped: s.stats.dropped.Load(), Expired: s.stats.expired.Load(), Resets: s.stats.resets.Load(),
+		Readers: int(s.stats.readers.Load()),
 	}
 }
 
@@ -312,6 +333,9 @@ func (s *Server) teardown() error {
 		}
 	}
 	closeIf(s.ud, s.ud != nil)
+	for _, r := range s.readers {
+		errs = append(errs, r.qp.Close())
+	}
 	closeIf(s.dct, s.dct != nil)
 	closeIf(s.srq, s.srq != nil)
 	for _, ah := range s.ahs {
@@ -452,6 +476,8 @@ func (s *Server) apply(req *request, now time.Time) reply {
 	switch {
 	case req.op == opRegister:
 		return s.register(req, e, now)
+	case req.op == opConnect:
+		return s.connectReader(req, now)
 	case e == nil:
 		rep.status = stNotFound
 	case req.op == opRenew:

@@ -191,7 +191,7 @@ func TestRetriedRequestAppliedOnce(t *testing.T) {
 	reg := request{op: opRegister, id: 1000, node: 5, rec: recordOf(nodes[1], 5)}
 	var versions []uint64
 	for range 2 {
-		rep, err := sc.roundTrip(ctx, &reg)
+		rep, err := sc.exchange(ctx, &reg)
 		if err != nil || rep.status != stOK {
 			t.Fatalf("register: %+v, %v", rep, err)
 		}
@@ -199,7 +199,7 @@ func TestRetriedRequestAppliedOnce(t *testing.T) {
 	}
 	dereg := request{op: opDeregister, id: 1001, node: 5}
 	for i := range 2 {
-		rep, err := sc.roundTrip(ctx, &dereg)
+		rep, err := sc.exchange(ctx, &dereg)
 		if err != nil || rep.status != stOK {
 			t.Fatalf("deregister copy %d: %+v, %v", i, rep, err)
 		}
@@ -209,7 +209,7 @@ func TestRetriedRequestAppliedOnce(t *testing.T) {
 	}
 	// A new request id is a new request.
 	dereg.id++
-	if rep, err := sc.roundTrip(ctx, &dereg); err != nil || rep.status != stNotFound {
+	if rep, err := sc.exchange(ctx, &dereg); err != nil || rep.status != stNotFound {
 		t.Fatalf("new deregister: %+v, %v", rep, err)
 	}
 }

@@ -176,8 +176,8 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 		case testRaw:
 			err = c.runRaw()
 		case testConnect:
-			if err = c.runConnect(); err == nil && c.place != placementIBVerbs {
-				err = c.runKrConnect() // the runtime needs DC: not on ibverbs
+			if err = c.runConnect(); err == nil {
+				err = c.runKrConnect()
 			}
 		case testVQ:
 			err = c.runVQ()

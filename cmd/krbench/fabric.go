@@ -110,11 +110,11 @@ func (cfg *config) fabricFor(ctx context.Context) fabric {
 }
 
 // ibverbsTests are what a run on the ibverbs provider can do: the raw
-// verbs tests and the TCP baseline. The KRCore runtime needs DC, which
-// the provider lacks (mlx5dv is not bound), so vq and connect's KRCore
-// half do not run; cluster and mesh run on in-process soft nodes whatever
-// the provider, so they run only when named.
-var ibverbsTests = []string{testRaw, testRead, testWrite, testSend, testAtomic, testConnect}
+// verbs tests, the TCP baseline, and the KRCore runtime's connect and vq
+// tests, which run in its RC-only mode (the provider has no DC: mlx5dv is
+// not bound); cluster and mesh run on in-process soft nodes whatever the
+// provider, so they run only when named.
+var ibverbsTests = []string{testRaw, testRead, testWrite, testSend, testAtomic, testConnect, testVQ}
 
 // applyProvider checks -provider and its flags and drops the tests the
 // provider cannot run. specs are the test words of the command line.
@@ -156,18 +156,18 @@ func (cfg *config) applyProvider(set map[string]bool, specs []string) error {
 		switch name {
 		case "all":
 			all = true
-		case testVQ, "krcore", "runtime":
-			return bad("test %q needs the KRCore runtime, which needs DC; provider ibverbs has no DC (mlx5dv is not bound): use -provider soft", s)
+		case "krcore", "runtime":
+			return bad("test %q runs in-process clusters of soft RNICs: use -provider soft (or name connect and vq)", s)
 		}
 	}
 	cfg.tests = slices.DeleteFunc(cfg.tests, func(t string) bool {
 		if slices.Contains(ibverbsTests, t) {
 			return false
 		}
-		return t == testVQ || all // cluster, mesh: only when named
+		return all // cluster, mesh: only when named
 	})
 	if len(cfg.tests) == 0 {
-		return bad("no test left that provider ibverbs runs (read, write, send, atomic, connect, raw)")
+		return bad("no test left that provider ibverbs runs (read, write, send, atomic, connect, vq, raw)")
 	}
 	return nil
 }

@@ -127,8 +127,11 @@ func (c *client) runKrConnect() (err error) {
 			if err != nil {
 				return err
 			}
-			rt.Forget(server)
 			ctx := dl.get()
+			if err := rt.Forget(ctx, server); err != nil {
+				fresh.Close()
+				return fmt.Errorf("forget the server: %w", err)
+			}
 			t0 := time.Now()
 			err = fresh.Connect(ctx, server)
 			d := time.Since(t0)
@@ -204,6 +207,15 @@ func (c *client) runKrConnect() (err error) {
 	if want := uint64(len(cold)); colds != want {
 		return fmt.Errorf("krcore connect: %d of %d cold connects were cold (the runtime kept the peer: an RC connection?)", colds, want)
 	}
+	series := "cold: Runtime.Forget(node), then Connect of a fresh VQ (peer and meta cache empty: one MetaServer READ); warm: Queue.Connect, peer cached; " +
+		"meta_read: meta.Client.Fetch of the server's record (the READ a cold connect makes: one 512 B bucket over DC); " +
+		"read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"
+	if st1.RCOnly {
+		series = "RC-only mode (no DC on the device). cold: Runtime.Forget(node) (closes the pooled RC QP, both ends), then Connect of a fresh VQ: " +
+			"one MetaServer READ over the meta client's kept RC QP, then an RC QP built with the node (UD handshake: create, connect both ends); " +
+			"warm: Queue.Connect with the RC QP pooled; meta_read: meta.Client.Fetch of the server's record (one 512 B bucket READ over RC); " +
+			"read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"
+	}
 	rows := []perf.LatencyStats{perf.Latency(0, cold), perf.Latency(0, warm), perf.Latency(8, fetch), perf.Latency(8, read)}
 	for i, l := range []string{seriesCold, seriesWarm, seriesMetaRead, seriesRead8} {
 		rows[i].Label = l
@@ -213,9 +225,7 @@ func (c *client) runKrConnect() (err error) {
 		Info: []perf.Field{
 			{Key: "Runtimes", Value: fmt.Sprintf("client node %d joined the MetaServer embedded in server node %d (%s)", rt.Node(), server, kr.info.Addr)},
 			{Key: "Fabric", Value: c.fabricIn},
-			{Key: "Series", Value: "cold: Runtime.Forget(node), then Connect of a fresh VQ (peer and meta cache empty: one MetaServer READ); warm: Queue.Connect, peer cached; " +
-				"meta_read: meta.Client.Fetch of the server's record (the READ a cold connect makes: one 512 B bucket over DC); " +
-				"read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"},
+			{Key: "Series", Value: series},
 			{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", pairBlocks, per)},
 			{Key: "Cold connects", Value: fmt.Sprintf("%d, costing %d MetaServer READs", colds, reads)},
 			{Key: "CQ polling", Value: "read_8B: " + c.polling() + "; connects and meta_read: the runtime's and meta client's own waits"},

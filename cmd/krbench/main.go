@@ -23,20 +23,22 @@
 // # Real RDMA devices
 //
 // -provider ibverbs (in a binary built with -tags rdma: Linux, cgo,
-// libibverbs-dev) runs the raw verbs tests, the raw RC connect phases and
-// the TCP baseline on a device libibverbs drives (mlx5, rxe soft-RoCE ...)
-// instead of soft RNICs: both -server and -client need it, with -ib-dev
-// (default the first device), -ib-port and -gid-idx (default: a RoCE v2
-// IPv4-mapped GID, as the provider picks). The KRCore runtime needs DC,
-// which the provider does not offer, so vq and connect's KRCore half do not
-// run; cluster and mesh run on in-process soft nodes and only when named.
+// libibverbs-dev) runs the raw verbs tests, the raw RC connect phases, the
+// KRCore runtime's connect and vq tests and the TCP baseline on a device
+// libibverbs drives (mlx5, rxe soft-RoCE ...) instead of soft RNICs: both
+// -server and -client need it, with -ib-dev (default the first device),
+// -ib-port and -gid-idx (default: a RoCE v2 IPv4-mapped GID, as the
+// provider picks). The provider has no DC, so the runtime runs in its
+// RC-only mode (cold connect: one MetaServer READ over RC plus an RC
+// handshake over UD; warm: the pooled RC QP); cluster and mesh run on
+// in-process soft nodes and only when named.
 // The CQ is busy-polled for up to 100ms per wait, as perftest polls. In a
 // build without the tag, -provider ibverbs exits with status 2 and the
 // provider's "built without rdma support" error, and `go build ./...`
 // needs no C library: the choice lives in ibverbs_rdma.go/ibverbs_stub.go.
 //
 //	krbench -server -provider ibverbs -ib-dev rxe0 -gid-idx 1
-//	krbench -client 10.0.0.1 -provider ibverbs -ib-dev rxe0 -gid-idx 1 connect read-lat
+//	krbench -client 10.0.0.1 -provider ibverbs -ib-dev rxe0 -gid-idx 1 connect vq-lat read-lat
 //
 // krbench pingpong is rdma-core's ibv_rc_pingpong: its flags (-p port, -d
 // ib-dev, -i ib-port, -s size, -m mtu, -r rx-depth, -n iters, -l sl, -e

@@ -202,7 +202,9 @@ func (m *krMesh) reset() error {
 	for _, rt := range m.rts {
 		for _, peer := range m.rts {
 			if peer != rt {
-				rt.Forget(peer.Node())
+				if err := rt.Forget(context.Background(), peer.Node()); err != nil {
+					return err
+				}
 			}
 		}
 	}

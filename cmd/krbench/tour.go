@@ -80,10 +80,12 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	connect := func(forget bool, into *[]time.Duration) func(int) error {
 		return func(k int) error {
 			for range k {
-				if forget {
-					src.Forget(dstID)
-				}
 				c := dl.get()
+				if forget {
+					if err := src.Forget(c, dstID); err != nil {
+						return err
+					}
+				}
 				t0 := time.Now()
 				err := q.Connect(c, dstID)
 				d := time.Since(t0)

@@ -86,13 +86,16 @@ func (v *vqSide) request(op verbs.Opcode, size int) core.Request {
 func (v *vqSide) info(series string) []perf.Field {
 	st := v.rt.Stats()
 	route := "DC (the runtime's DCI pool)"
-	if st.RCs > 0 {
+	switch {
+	case st.RCOnly:
+		route = fmt.Sprintf("RC, RC-only mode (no DC on the device): %d RC QP(s) built", st.RCBuilt)
+	case st.RCs > 0:
 		route = fmt.Sprintf("RC: the runtime built %d RC QP(s) to the hot peer and moved the VQ (%d migrations)", st.RCBuilt, st.Migrations)
 	}
 	return []perf.Field{
 		{Key: "Series", Value: series},
 		{Key: "VQ", Value: fmt.Sprintf("client node %d -> server node %d, embedded runtime; route at the end: %s", v.rt.Node(), v.server, route)},
-		{Key: "QP", Value: "a raw RC QP between the same two soft RNICs, its own PD/CQ, no inline data (as the VQ)"},
+		{Key: "QP", Value: "a raw RC QP between the same two RNICs, its own PD/CQ, no inline data (as the VQ)"},
 		{Key: "Fabric", Value: v.c.fabricIn},
 		{Key: "CQ polling", Value: "qp: " + v.c.polling() + "; vq: " + v.poll.String()},
 		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},

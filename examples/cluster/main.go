@@ -73,7 +73,9 @@ func connects(ctx context.Context, c *cluster.Cluster, n int) error {
 	cold := make([]time.Duration, n)
 	warm := make([]time.Duration, n)
 	for i := range cold {
-		a.Forget(3)
+		if err := a.Forget(ctx, 3); err != nil {
+			return err
+		}
 		t := time.Now()
 		if err := q.Connect(ctx, 3); err != nil {
 			return fmt.Errorf("cold connect: %w", err)

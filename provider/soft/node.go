@@ -54,7 +54,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 		cfg.MTU = DefaultMTU
 	}
 	n := &Node{
-		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr), mtu: cfg.MTU, keys: newKeySource(),
+		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr, cfg.NoDC), mtu: cfg.MTU, keys: newKeySource(),
 		start: time.Now(), stop: make(chan struct{}),
 		cqs: make(map[*cq]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
 		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}),
@@ -81,8 +81,9 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func mergeAttr(o verbs.DeviceAttr) verbs.DeviceAttr {
+func mergeAttr(o verbs.DeviceAttr, noDC bool) verbs.DeviceAttr {
 	a := defaultAttr
+	a.DCSupported = !noDC
 	pick := func(dst *int, v int) {
 		if v > 0 {
 			*dst = v

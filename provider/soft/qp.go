@@ -118,7 +118,11 @@ func (n *Node) newQP(p *pd, init verbs.QPInit) (*qp, error) {
 		return fmt.Errorf("soft: create %s QP: "+format, append([]any{init.Type}, a...)...)
 	}
 	switch init.Type {
-	case verbs.RC, verbs.UC, verbs.UD, verbs.DCI, verbs.DCT:
+	case verbs.RC, verbs.UC, verbs.UD:
+	case verbs.DCI, verbs.DCT:
+		if !n.attr.DCSupported {
+			return nil, bad("the device has no DC transport (Config.NoDC): %w", verbs.ErrUnsupported)
+		}
 	default:
 		return nil, bad("unknown type: %w", verbs.ErrInvalid)
 	}

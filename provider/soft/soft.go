@@ -19,7 +19,8 @@
 //   - one-sided operations never run application code on the target;
 //   - atomics need 8-byte aligned remote addresses (REM_INV_REQ_ERR);
 //   - UD messages are limited to the MTU and arrive after a 40-byte GRH;
-//   - a DCI reaches any DCT given node address, DCT number and access key;
+//   - a DCI reaches any DCT given node address, DCT number and access key
+//     (unless Config.NoDC makes the node a DC-less device, as rxe is);
 //   - RC needs the remote QP created and in RTR with matching PSNs: requests
 //     to anything else are dropped, and the requester fails with
 //     RETRY_EXC_ERR after its retry timeout, as it does when a link dies.
@@ -117,6 +118,11 @@ type Config struct {
 	Attr verbs.DeviceAttr
 	// MTU is the port MTU; default DefaultMTU.
 	MTU int
+	// NoDC makes the node a device without the Dynamically Connected
+	// transport, like kernel soft-RoCE (rxe) through libibverbs:
+	// Attr().DCSupported is false and CreateQP(DCI or DCT) fails with
+	// verbs.ErrUnsupported, so DC-less code paths run on every machine.
+	NoDC bool
 }
 
 // defaultAttr is what a soft RNIC can do.

@@ -1,4 +1,4 @@
-package meta
+package udrpc
 
 import (
 	"context"
@@ -17,29 +17,32 @@ import (
 // completed the READ before the first poll.
 const spinPolls = 0
 
-// poller lets the goroutines waiting on one CQ take turns draining it, so
+// Poller lets the goroutines waiting on one CQ take turns draining it, so
 // no goroutine is dedicated to polling and an operation whose completion is
 // already queued (the in-memory wire completes inside PostSend) returns
 // without a context switch. One waiter at a time leads: it polls, hands
 // every completion to handle, and sleeps in CQ.Wait when idle. The others
 // wait on their own ready channel and take over when the leader leaves.
-type poller struct {
+type Poller struct {
 	cq     verbs.CQ
 	handle func(*verbs.WC) // called by the leader, with lead held
 	stop   <-chan struct{} // closed when the owner closes
+	closed error           // what wait returns once stop is closed
 
 	lead sync.Mutex
 	turn chan struct{} // a token: the leader left, a follower may lead
 	wcs  [16]verbs.WC  // guarded by lead
 }
 
-func newPoller(cq verbs.CQ, stop <-chan struct{}, handle func(*verbs.WC)) *poller {
-	return &poller{cq: cq, handle: handle, stop: stop, turn: make(chan struct{}, 1)}
+// NewPoller makes a poller of cq that hands each completion to handle.
+// Once stop is closed, waits fail with closed.
+func NewPoller(cq verbs.CQ, stop <-chan struct{}, closed error, handle func(*verbs.WC)) *Poller {
+	return &Poller{cq: cq, handle: handle, stop: stop, closed: closed, turn: make(chan struct{}, 1)}
 }
 
-// wait returns nil once it has taken the token handle sends on ready, or
+// Wait returns nil once it has taken the token handle sends on ready, or
 // an error when ctx ends, the owner closes, or the CQ fails.
-func (p *poller) wait(ctx context.Context, ready <-chan struct{}) error {
+func (p *Poller) Wait(ctx context.Context, ready <-chan struct{}) error {
 	for {
 		select {
 		case <-ready:
@@ -60,7 +63,7 @@ func (p *poller) wait(ctx context.Context, ready <-chan struct{}) error {
 			return nil
 		case <-p.turn:
 		case <-p.stop:
-			return ErrClosed
+			return p.closed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -68,7 +71,7 @@ func (p *poller) wait(ctx context.Context, ready <-chan struct{}) error {
 }
 
 // leadUntil drains the CQ until ready fires.
-func (p *poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
+func (p *Poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
 	idle := 0
 	for {
 		n, err := p.cq.Poll(p.wcs[:])
@@ -82,14 +85,14 @@ func (p *poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
 		}
 		switch {
 		case err != nil:
-			return fmt.Errorf("meta: poll CQ: %w", err)
+			return fmt.Errorf("udrpc: poll CQ: %w", err)
 		case n > 0:
 			idle = 0
 			continue
 		}
 		select {
 		case <-p.stop:
-			return ErrClosed
+			return p.closed
 		default:
 		}
 		if idle++; idle < spinPolls {

@@ -1,0 +1,108 @@
+package core_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestRCOnlyConnect: without DC a cold Connect reads the MetaServer once
+// and builds an RC QP with the node; a warm one reuses it and costs
+// neither; Forget closes it (both ends), so the next Connect is cold again.
+func TestRCOnlyConnect(t *testing.T) {
+	c := modeNoDC.start(t, 2, core.Config{})
+	a, b := c.Node(2), c.Node(1)
+	q, _ := a.Queue()
+	defer q.Close()
+	for round := 1; round <= 2; round++ {
+		reads := a.MetaStats().Reads
+		if err := q.Connect(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+		st := a.Stats()
+		if st.RCBuilt != uint64(round) || st.RCs != 1 || a.MetaStats().Reads != reads+1 {
+			t.Fatalf("cold connect %d: %+v, %d MetaServer READs", round, st, a.MetaStats().Reads-reads)
+		}
+		for range 3 {
+			if err := q.Connect(ctx(t), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := a.Stats(); st.RCBuilt != uint64(round) || a.MetaStats().Reads != reads+1 {
+			t.Fatalf("warm connects built or read: %+v", st)
+		}
+		if err := a.Forget(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+		if n := a.Stats().RCs; n != 0 {
+			t.Fatalf("%d RC QPs after Forget", n)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Stats().RCs != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node kept %d RC QPs the other end closed", b.Stats().RCs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRCOnlyBudget: with room for one RC peer, connecting to a second
+// peer evicts the idle first; its VQ gets a new RC QP when it next pushes.
+// When the holder is busy, Connect fails with ErrNoQP instead.
+func TestRCOnlyBudget(t *testing.T) {
+	c := modeNoDC.start(t, 4, core.Config{RCPeers: 1})
+	a := c.Node(1)
+	var gs [5]*core.Region
+	for n := core.NodeID(2); n <= 4; n++ {
+		serve(t, c.Node(n), "r", 64)
+	}
+	q2, q3 := mustQueue(t, a, 2), mustQueue(t, a, 3) // 3 evicts the idle 2
+	if st := a.Stats(); st.RCs != 1 || st.RCEvicted != 1 {
+		t.Fatalf("after connecting a second peer: %+v", st)
+	}
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	read := func(q *core.Queue, node core.NodeID) core.Completion {
+		t.Helper()
+		if gs[node] == nil {
+			g, err := q.Region(ctx(t), "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs[node] = g
+		}
+		if _, err := q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: gs[node].At(0)}); err != nil {
+			t.Fatal(err)
+		}
+		return pop1(t, q)
+	}
+	if wc := read(q2, 2); wc.Status != verbs.Success { // back to 2: evicts 3
+		t.Fatalf("READ after eviction: %+v", wc)
+	}
+	if wc := read(q3, 3); wc.Status != verbs.Success {
+		t.Fatalf("READ on the peer evicted in turn: %+v", wc)
+	}
+	if st := a.Stats(); st.RCs != 1 || st.RCBuilt != 4 {
+		t.Fatalf("stats %+v: want 1 RC QP, 4 built", st)
+	}
+	// Keep node 3's RC QP busy: its node dies with a READ in flight, which
+	// stays in flight until the retry timeout.
+	c.Devices[2].Close()
+	if _, err := q3.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: gs[3].At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	q4, _ := a.Queue()
+	defer q4.Close()
+	if err := q4.Connect(ctx(t), 4); !errors.Is(err, core.ErrNoQP) {
+		t.Fatalf("connect with the pool busy: %v, want ErrNoQP", err)
+	}
+	if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
+		t.Fatalf("READ to the dead node: %+v", wc)
+	}
+	if err := q4.Connect(ctx(t), 4); err != nil {
+		t.Fatalf("connect once the dead node's RC QP is gone: %v", err)
+	}
+}
