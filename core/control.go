@@ -254,6 +254,9 @@ type export struct {
 // the remote access given (a subset of the MR's). A client learns it with
 // Region; Unexport or Deregister revokes it.
 func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) error {
+	if !rt.ownMR(mr) {
+		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, ErrRefused)
+	}
 	if name == "" || len(name) > 200 || off < 0 || n <= 0 || off+n > mr.Len() {
 		return fmt.Errorf("core: export %q [%d,+%d) of a %d-byte MR: %w", name, off, n, mr.Len(), verbs.ErrInvalid)
 	}

@@ -207,7 +207,11 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	q.ents[(q.head+q.n)%len(q.ents)] = e
 	q.n++
 	q.credits--
-	if ref := check(r, q.toPort, q.rt.lim); ref != nil {
+	ref := q.checkOwner(r)
+	if ref == nil {
+		ref = check(r, q.toPort, q.rt.lim)
+	}
+	if ref != nil {
 		q.rt.count(&q.rt.stats.refusals)
 		q.credits++
 		q.finishLocked(seq, ref.status, 0)

@@ -338,12 +338,15 @@ func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core: register %d bytes: %w", len(buf), err)
 	}
-	return &MR{mr: mr, access: access}, nil
+	return &MR{mr: mr, rt: rt, access: access}, nil
 }
 
 // Deregister releases an MR from RegMR or Register. Remote operations on
 // regions exported from it fail from now on.
 func (rt *Runtime) Deregister(m *MR) error {
+	if !rt.ownMR(m) {
+		return fmt.Errorf("core: deregister an MR of another runtime: %w", ErrRefused)
+	}
 	if m.dead.Swap(true) {
 		return fmt.Errorf("core: deregister: %w", ErrClosed)
 	}

@@ -17,16 +17,29 @@ type NodeID = uint64
 // shared QP.
 type MR struct {
 	mr     verbs.MR
+	rt     *Runtime // the runtime that registered it; nil for HandleMR
 	access verbs.Access
 	blk    *offheap.Block // memory RegMR allocated, freed on Deregister
 	dead   atomic.Bool
+	handle *Handle // set by HandleMR: registered by another API implementation
+	buf    []byte  // the memory of a HandleMR
 }
 
 // Bytes is the registered memory.
-func (m *MR) Bytes() []byte { return m.mr.Bytes() }
+func (m *MR) Bytes() []byte {
+	if m.mr == nil {
+		return m.buf
+	}
+	return m.mr.Bytes()
+}
 
 // Len is the region's length.
-func (m *MR) Len() int { return m.mr.Len() }
+func (m *MR) Len() int {
+	if m.mr == nil {
+		return len(m.buf)
+	}
+	return m.mr.Len()
+}
 
 // Range names n bytes at offset off of the MR, for a request.
 func (m *MR) Range(off, n int) Local { return Local{MR: m, Off: off, Len: n} }
@@ -54,6 +67,7 @@ type Region struct {
 	Access verbs.Access
 	Addr   uint64 // remote virtual address of byte 0
 	rkey   uint32
+	handle *Handle // set by HandleRegion: learned by another API implementation
 }
 
 // At names offset off of the region, for a request.

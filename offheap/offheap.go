@@ -64,13 +64,19 @@ func AllocShared(name string, size int) (*Block, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("offheap: alloc shared %q %d bytes: size must be positive", name, size)
 	}
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("offheap: memfd_create %q: %w", name, err)
 	}
 	if err := unix.Ftruncate(fd, int64(pageRound(size))); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("offheap: size memfd %q to %d: %w", name, size, err)
+	}
+	// Sealed to its size: a process that maps it (krcored) must not take
+	// SIGBUS because this one shrank the file under its mapping.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sizeSeals|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("offheap: seal memfd %q: %w", name, err)
 	}
 	b, err := mapShared(fd, size)
 	if err != nil {
@@ -95,6 +101,27 @@ func Open(fd int, size int) (*Block, error) {
 		return nil, fmt.Errorf("offheap: open fd %d: file has %d bytes, want %d", fd, st.Size, size)
 	}
 	return mapShared(fd, size)
+}
+
+// sizeSeals fix a memfd's size.
+const sizeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
+// ErrNotSealed reports a memfd whose size its sender could still change.
+var ErrNotSealed = errors.New("offheap: memfd is not sealed against shrinking")
+
+// OpenSealed is Open for a memfd from a less trusted process: the memfd must
+// be sealed against shrinking (AllocShared's are), or the sender could shrink
+// it and crash the mapper with SIGBUS. Open's size check then holds for good.
+// On error fd stays the caller's.
+func OpenSealed(fd int, size int) (*Block, error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("offheap: open fd %d: %w: %w", fd, ErrNotSealed, err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("offheap: open fd %d: %w", fd, ErrNotSealed)
+	}
+	return Open(fd, size)
 }
 
 // OpenFile maps size bytes of the file at path (e.g. /proc/PID/fd/N).

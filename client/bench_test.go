@@ -1,0 +1,61 @@
+package client_test
+
+import (
+	"testing"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// BenchmarkRead8 is a synchronous 8 B READ to node 2 (push, wait for the
+// completion), on the embedded runtime and through krcored: the ratio is
+// the daemon's hop (two shared-memory rings, two processes' worth of
+// goroutines; here one process plays both sides).
+func BenchmarkRead8(b *testing.B) {
+	e := startEnv(b)
+	ctx := ctxT(b)
+	for _, mode := range []string{"embedded", "daemon"} {
+		b.Run(mode, func(b *testing.B) {
+			var api core.API = core.Embed(e.c.Node(1))
+			if mode == "daemon" {
+				api = attach(b, e)
+			}
+			q, g := connect(b, ctx, api)
+			buf, _ := api.RegMR(64, verbs.AccessAll)
+			req := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+			var out [1]core.Completion
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				req.ID = uint64(i)
+				if _, err := q.Push(ctx, true, req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
+					b.Fatal(err, out[0].Err())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkConnectWarm is a warm Connect: a cached lookup embedded, a
+// socket round trip to the daemon.
+func BenchmarkConnectWarm(b *testing.B) {
+	e := startEnv(b)
+	ctx := ctxT(b)
+	for _, mode := range []string{"embedded", "daemon"} {
+		b.Run(mode, func(b *testing.B) {
+			var api core.API = core.Embed(e.c.Node(1))
+			if mode == "daemon" {
+				api = attach(b, e)
+			}
+			q, _ := connect(b, ctx, api)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := q.Connect(ctx, 2); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

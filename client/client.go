@@ -1,0 +1,350 @@
+// Package client attaches a process to krcored, the node's shared KRCore
+// runtime, and offers the same Go API as the embedded runtime: a *Client is
+// a core.API and its queues are core.VQs, so the caller chooses between
+// client.Attach (share the node's runtime with every process) and
+// core.Embed(rt) (a runtime of its own) and writes the rest once.
+//
+// Memory a client registers lives in memfds the daemon maps (RegMR makes
+// one; Register accepts offheap.AllocShared memory). Pushes and completions
+// travel through rings in shared memory (see package wire); the control
+// calls (Queue, Connect, RegMR, Region ...) are round trips on a Unix
+// socket. Calls without a context are bounded by Options.CallTimeout.
+//
+// When the daemon goes (shutdown, crash) every call fails with an error
+// matching ErrDaemonGone; requests in flight complete with WR_FLUSH_ERR, as
+// on a QP moved to the error state. Attach again once a daemon is back.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// ErrDaemonGone reports that the daemon closed the connection: it shut
+// down, crashed or restarted.
+var ErrDaemonGone = errors.New("client: krcored gone")
+
+// Options configures Attach.
+type Options struct {
+	// Socket is the daemon's socket; default daemon.DefaultSocket().
+	Socket string
+	// CallTimeout bounds the calls that take no context; default 10s.
+	CallTimeout time.Duration
+}
+
+// Client is a process's attachment to krcored. It implements core.API.
+type Client struct {
+	conn    *net.UnixConn
+	id      uint64
+	node    core.NodeID
+	credits int
+	maxMsg  int
+	timeout time.Duration
+
+	seq     atomic.Uint64
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	pending map[uint64]chan *wire.Msg
+	gone    error
+	vqs     map[*VQ]struct{}
+	blocks  map[uint64]*offheap.Block // memory RegMR allocated, by MR id
+	done    chan struct{}             // closed when the reader stops
+}
+
+var _ core.API = (*Client)(nil)
+
+// Attach connects to the daemon at opt.Socket.
+func Attach(ctx context.Context, opt Options) (*Client, error) {
+	if opt.Socket == "" {
+		opt.Socket = daemon.DefaultSocket()
+	}
+	if opt.CallTimeout <= 0 {
+		opt.CallTimeout = 10 * time.Second
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", opt.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, ErrDaemonGone, err)
+	}
+	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg),
+		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{})}
+	go c.read()
+	r, err := c.call(ctx, wire.NewMsg(wire.OpHello, 0).U32(wire.Version))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client: hello: %w", err)
+	}
+	c.id, c.node, c.credits, c.maxMsg = r.GetU64(), r.GetU64(), int(r.GetU32()), int(r.GetU32())
+	if err := r.Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// read dispatches the daemon's messages until the connection ends; then
+// the client is gone.
+func (c *Client) read() {
+	defer close(c.done)
+	reason := "connection closed"
+	for {
+		m, err := wire.Recv(c.conn)
+		if err != nil {
+			break
+		}
+		m.CloseFDs()
+		if m.Op == wire.OpBye {
+			reason = m.GetStr()
+			break
+		}
+		c.mu.Lock()
+		ch := c.pending[m.Seq]
+		delete(c.pending, m.Seq)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+	c.markGone(reason)
+}
+
+// markGone fails every call from now on and wakes every waiter.
+func (c *Client) markGone(reason string) {
+	c.mu.Lock()
+	if c.gone == nil {
+		c.gone = fmt.Errorf("%w: %s", ErrDaemonGone, reason)
+	}
+	vqs := make([]*VQ, 0, len(c.vqs))
+	for v := range c.vqs {
+		vqs = append(vqs, v)
+	}
+	c.mu.Unlock()
+	c.conn.Close()
+	for _, v := range vqs {
+		v.wake()
+	}
+}
+
+// err is why the client can no longer call, or nil.
+func (c *Client) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gone
+}
+
+// call sends a request and waits for its response.
+func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
+	m.Seq = c.seq.Add(1)
+	ch := make(chan *wire.Msg, 1)
+	c.mu.Lock()
+	if c.gone != nil {
+		c.mu.Unlock()
+		return nil, c.gone
+	}
+	c.pending[m.Seq] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, m.Seq)
+		c.mu.Unlock()
+	}()
+	c.sendMu.Lock()
+	err := wire.Send(c.conn, m)
+	c.sendMu.Unlock()
+	if err != nil {
+		if gone := c.err(); gone != nil {
+			return nil, gone
+		}
+		return nil, fmt.Errorf("client: %w: %w", ErrDaemonGone, err)
+	}
+	select {
+	case r := <-ch:
+		return r, r.Error()
+	case <-c.done:
+		return nil, c.err()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("client: op %d: %w", m.Op, ctx.Err())
+	}
+}
+
+// callT is call bounded by the client's timeout, for the API's calls
+// without a context.
+func (c *Client) callT(m *wire.Msg) (*wire.Msg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	return c.call(ctx, m)
+}
+
+// ID is the daemon's id for this client (krctl lists it).
+func (c *Client) ID() uint64 { return c.id }
+
+// Node is the id of the daemon's node.
+func (c *Client) Node() core.NodeID { return c.node }
+
+// RegMR allocates size bytes of memfd-backed memory and registers them with
+// the daemon.
+func (c *Client) RegMR(size int, access verbs.Access) (*core.MR, error) {
+	blk, err := offheap.AllocShared("krcore-mr", size)
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.Register(blk.Bytes(), access)
+	if err != nil {
+		blk.Close()
+		return nil, err
+	}
+	h, _ := m.Handle()
+	c.mu.Lock()
+	c.blocks[h.ID] = blk
+	c.mu.Unlock()
+	return m, nil
+}
+
+// Register registers buf, which must lie in offheap.AllocShared memory: its
+// memfd goes to the daemon, which maps the same pages.
+func (c *Client) Register(buf []byte, access verbs.Access) (*core.MR, error) {
+	blk, off, err := offheap.Find(buf)
+	if err != nil {
+		return nil, fmt.Errorf("client: register: %w", err)
+	}
+	if blk.FD() < 0 {
+		return nil, fmt.Errorf("client: register: memory is not memfd-backed (use offheap.AllocShared): %w", verbs.ErrInvalid)
+	}
+	m := wire.NewMsg(wire.OpRegister, 0).U64(uint64(off)).U64(uint64(len(buf))).U32(uint32(access))
+	m.FDs = []int{blk.FD()}
+	r, err := c.callT(m)
+	if err != nil {
+		return nil, fmt.Errorf("client: register %d bytes: %w", len(buf), err)
+	}
+	return core.HandleMR(core.Handle{Owner: c, ID: r.GetU64()}, buf, access), r.Err()
+}
+
+// mrID is the daemon's id of an MR of this client, or 0 (which the daemon
+// refuses) for any other MR.
+func (c *Client) mrID(m *core.MR) uint64 {
+	if m == nil {
+		return 0
+	}
+	if h, ok := m.Handle(); ok && h.Owner == c {
+		return h.ID
+	}
+	return 0
+}
+
+// Deregister releases an MR from RegMR or Register.
+func (c *Client) Deregister(m *core.MR) error {
+	id := c.mrID(m)
+	if id == 0 {
+		return fmt.Errorf("client: deregister an MR of another runtime: %w", core.ErrRefused)
+	}
+	_, err := c.callT(wire.NewMsg(wire.OpDeregister, 0).U64(id))
+	c.mu.Lock()
+	blk := c.blocks[id]
+	delete(c.blocks, id)
+	c.mu.Unlock()
+	if blk != nil {
+		blk.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("client: deregister: %w", err)
+	}
+	return nil
+}
+
+// Export offers n bytes at offset off of mr to every node under name.
+func (c *Client) Export(name string, mr *core.MR, off, n int, access verbs.Access) error {
+	id := c.mrID(mr)
+	if id == 0 {
+		return fmt.Errorf("client: export %q from an MR of another runtime: %w", name, core.ErrRefused)
+	}
+	if off < 0 || n <= 0 {
+		return fmt.Errorf("client: export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
+	}
+	_, err := c.callT(wire.NewMsg(wire.OpExport, 0).Str(name).U64(id).U64(uint64(off)).U64(uint64(n)).U32(uint32(access)))
+	return wrap("export", err)
+}
+
+// Unexport withdraws a name this client exported.
+func (c *Client) Unexport(name string) error {
+	_, err := c.callT(wire.NewMsg(wire.OpUnexport, 0).Str(name))
+	return wrap("unexport", err)
+}
+
+// Region learns the region node exports under name.
+func (c *Client) Region(ctx context.Context, node core.NodeID, name string) (*core.Region, error) {
+	r, err := c.call(ctx, wire.NewMsg(wire.OpRegion, 0).U64(node).Str(name))
+	if err != nil {
+		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
+	}
+	id, n, access, addr := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32()), r.GetU64()
+	g := core.Region{Node: node, Name: name, Len: n, Access: access, Addr: addr}
+	return core.HandleRegion(core.Handle{Owner: c, ID: id}, g), r.Err()
+}
+
+// regionID is the daemon's id of a region this client learned, or 0.
+func (c *Client) regionID(g *core.Region) uint64 {
+	if g == nil {
+		return 0
+	}
+	if h, ok := g.Handle(); ok && h.Owner == c {
+		return h.ID
+	}
+	return 0
+}
+
+// Stats reports the daemon runtime's counters (zero when it is gone).
+func (c *Client) Stats() core.Stats {
+	r, err := c.callT(wire.NewMsg(wire.OpStats, 0))
+	if err != nil {
+		return core.Stats{}
+	}
+	return daemon.GetStats(r)
+}
+
+// Status is the daemon's status report (what krctl prints).
+func (c *Client) Status(ctx context.Context) ([]byte, error) {
+	r, err := c.call(ctx, wire.NewMsg(wire.OpStatus, 0))
+	if err != nil {
+		return nil, fmt.Errorf("client: status: %w", err)
+	}
+	return []byte(r.GetStr()), r.Err()
+}
+
+// Close detaches: the daemon reclaims the client's VQs, MRs and exports.
+func (c *Client) Close() error {
+	c.conn.Close()
+	<-c.done
+	c.mu.Lock()
+	vqs := make([]*VQ, 0, len(c.vqs))
+	for v := range c.vqs {
+		vqs = append(vqs, v)
+	}
+	blocks := c.blocks
+	c.blocks = map[uint64]*offheap.Block{}
+	c.mu.Unlock()
+	for _, v := range vqs {
+		v.release()
+	}
+	for _, b := range blocks {
+		b.Close()
+	}
+	return nil
+}
+
+func wrap(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", what, err)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/verbs"
+)
+
+// childEnv makes a re-executed test binary a client process: its value is
+// the daemon's socket; it reads node 2's region until killed.
+const childEnv = "KRCORE_CLIENT_CHILD"
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(childEnv); sock != "" {
+		os.Exit(runChild(sock))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild is a client process that attaches, registers memory, makes two
+// VQs and keeps READs in flight until it is killed.
+func runChild(sock string) int {
+	ctx := context.Background()
+	c, err := client.Attach(ctx, client.Options{Socket: sock})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	buf, err := c.RegMR(4096, verbs.AccessAll)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	var qs []core.VQ
+	var g *core.Region
+	for range 2 {
+		q, err := c.Queue()
+		if err == nil {
+			err = q.Connect(ctx, 2)
+		}
+		if err == nil {
+			g, err = q.Region(ctx, "table")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		qs = append(qs, q)
+	}
+	fmt.Println("ready")
+	out := make([]core.Completion, 16)
+	for i := uint64(0); ; i++ {
+		q := qs[i%2]
+		if _, err := q.Push(ctx, true, core.Request{ID: i, Op: verbs.OpRead, Local: buf.Range(0, 64), Remote: g.At(0)}); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		if q.Outstanding() > 8 {
+			q.PopWait(ctx, out)
+		}
+	}
+}
+
+// quiet drops the daemon's logs in tests.
+var quiet = slog.New(slog.DiscardHandler)
+
+// env is a daemon serving node 1 of a two-node in-process cluster; node 2
+// exports "table" (4 KiB, read/write/atomic).
+type env struct {
+	c     *cluster.Cluster
+	srv   *daemon.Server
+	sock  string
+	table *core.MR
+	done  chan error
+}
+
+func startEnv(t testing.TB) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{c: c, sock: filepath.Join(t.TempDir(), "krcored.sock")}
+	e.table, _ = c.Node(2).RegMR(4096, verbs.AccessAll)
+	copy(e.table.Bytes(), "hello from node 2")
+	if err := c.Node(2).Export("table", e.table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	t.Cleanup(func() {
+		e.stop()
+		c.Close()
+	})
+	return e
+}
+
+func (e *env) start(t testing.TB) {
+	t.Helper()
+	srv, err := daemon.New(e.c.Node(1), daemon.Config{Socket: e.sock, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.done = srv, make(chan error, 1)
+	go func() { e.done <- srv.Serve(context.Background()) }()
+}
+
+func (e *env) stop() {
+	if e.srv != nil {
+		e.srv.Close()
+		<-e.done
+		e.srv = nil
+	}
+}
+
+func attach(t testing.TB, e *env) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.Attach(ctx, client.Options{Socket: e.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startChild runs a client process; it is killed and reaped at cleanup.
+func startChild(t *testing.T, sock string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), childEnv+"="+sock, "GORACE="+gorace)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("child stderr: %s", stderr.String())
+		}
+	})
+	line := make([]byte, 6)
+	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("child did not start: %q %v; stderr: %s", line, err, stderr.String())
+	}
+	return cmd
+}

@@ -1,0 +1,98 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Bind makes the queue receive the messages sent to port on the daemon's
+// node.
+func (v *VQ) Bind(port uint32) error {
+	_, err := v.c.callT(wire.NewMsg(wire.OpBind, 0).U64(v.id).U32(port))
+	return wrap(fmt.Sprintf("bind port %d", port), err)
+}
+
+// Unbind stops the queue receiving; messages already received stay. A
+// daemon gone has unbound it already.
+func (v *VQ) Unbind() { v.c.callT(wire.NewMsg(wire.OpUnbind, 0).U64(v.id)) }
+
+// PushRecv posts buffers that messages to the bound port land in, in order.
+func (v *VQ) PushRecv(bufs ...core.Local) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return fmt.Errorf("client: push receive: %w", core.ErrClosed)
+	}
+	if err := v.c.err(); err != nil {
+		return err
+	}
+	for i, b := range bufs {
+		if v.c.mrID(b.MR) == 0 || b.Off < 0 || b.Len <= 0 || b.Off+b.Len > b.MR.Len() || b.MR.Access()&verbs.AccessLocalWrite == 0 {
+			return fmt.Errorf("client: push receive buffer %d: not inside a live MR of this client with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
+		}
+	}
+	if v.sqTail+uint64(len(bufs))-v.ring.Ctr(wire.SQHead).Load() > wire.SQEntries {
+		v.publish()
+		return fmt.Errorf("client: push %d receives: submission ring full: %w", len(bufs), core.ErrNoCredit)
+	}
+	for _, b := range bufs {
+		v.ring.PutSQE(v.sqTail, &wire.SQE{Op: wire.OpRecv, MR: v.c.mrID(b.MR), Off: uint64(b.Off), Len: uint64(b.Len)})
+		v.sqTail++
+	}
+	v.recvs = append(v.recvs, bufs...)
+	v.publish()
+	return nil
+}
+
+// PopMsgs moves received messages into out and returns how many. It never
+// blocks.
+func (v *VQ) PopMsgs(out []core.Message) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return 0
+	}
+	r := v.ring
+	tail, k := r.Ctr(wire.MsgTail).Load(), 0
+	for ; k < len(out) && v.msgHead != tail; k++ {
+		h, data := r.GetMsg(v.msgHead)
+		m := core.Message{Len: int(h.Len), From: h.From, Port: h.Port, Imm: h.Imm,
+			HasImm: h.Flags&wire.MsgHasImm != 0, Status: h.Status}
+		if h.Flags&wire.MsgInBuf != 0 && len(v.recvs) > 0 {
+			buf := v.recvs[0]
+			v.recvs = v.recvs[1:]
+			m.Buf = &buf
+		} else {
+			m.Data = append([]byte(nil), data...)
+		}
+		out[k] = m
+		v.msgHead++
+	}
+	r.Ctr(wire.MsgHead).Store(v.msgHead)
+	if r.Ctr(wire.DaemonFullMsg).Load() != 0 {
+		v.door.Ring()
+	}
+	return k
+}
+
+// PopMsgsWait is PopMsgs that waits for at least one message.
+func (v *VQ) PopMsgsWait(ctx context.Context, out []core.Message) (int, error) {
+	for {
+		if n := v.PopMsgs(out); n > 0 {
+			return n, nil
+		}
+		if err := v.c.err(); err != nil {
+			return 0, err
+		}
+		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, func() bool {
+			return v.ring.Ctr(wire.MsgTail).Load() != v.ring.Ctr(wire.MsgHead).Load()
+		})
+		if err != nil && v.c.err() == nil {
+			return 0, err
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+)
+
+// entry is a request pushed and not yet retired, as the client remembers
+// it: the daemon's completions name requests by sequence number.
+type entry struct {
+	seq      uint64
+	id       uint64
+	op       verbs.Opcode
+	signaled bool
+}
+
+// VQ is a virtual queue served by the daemon. It implements core.VQ and is
+// safe for use by several goroutines.
+type VQ struct {
+	c    *Client
+	id   uint64
+	blk  *offheap.Block
+	ring *wire.Ring
+	door *wire.Bell // we ring it
+	cq   *wire.Bell // the daemon rings it: completions
+	msg  *wire.Bell // the daemon rings it: messages
+
+	cqWait  chan struct{} // one sleeper at a time per bell
+	msgWait chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	node    core.NodeID
+	toPort  bool
+	sqTail  uint64  // SQEs written
+	pushed  uint64  // requests pushed (SQEs but receives)
+	ents    []entry // unretired requests, in push order
+	cqHead  uint64
+	recvs   []core.Local // posted receive buffers, in order
+	msgHead uint64
+}
+
+var _ core.VQ = (*VQ)(nil)
+
+// Queue makes a virtual queue: its rings and bells, sent to the daemon.
+func (c *Client) Queue() (core.VQ, error) {
+	v, err := c.newVQ()
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return v, nil
+}
+
+func (c *Client) newVQ() (*VQ, error) {
+	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1)}
+	if err := v.alloc(); err != nil {
+		v.release()
+		return nil, err
+	}
+	m := wire.NewMsg(wire.OpQueue, 0)
+	m.FDs = []int{v.blk.FD(), v.door.FD(), v.cq.FD(), v.msg.FD()}
+	r, err := c.callT(m)
+	if err == nil {
+		v.id = r.GetU64()
+		err = r.Err()
+	}
+	if err != nil {
+		v.release()
+		return nil, fmt.Errorf("client: queue: %w", err)
+	}
+	c.mu.Lock()
+	c.vqs[v] = struct{}{}
+	c.mu.Unlock()
+	return v, nil
+}
+
+func (v *VQ) alloc() error {
+	size := wire.RingSize(v.c.maxMsg)
+	var err error
+	if v.blk, err = offheap.AllocShared("krcore-vq", size); err != nil {
+		return err
+	}
+	v.ring, _ = wire.NewRing(v.blk.Bytes(), v.c.maxMsg)
+	for _, b := range []**wire.Bell{&v.door, &v.cq, &v.msg} {
+		if *b, err = wire.NewBell(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release frees the client's side of the VQ.
+func (v *VQ) release() {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
+	for _, b := range []*wire.Bell{v.door, v.cq, v.msg} {
+		if b != nil {
+			b.Close()
+		}
+	}
+	if v.blk != nil {
+		v.blk.Close()
+	}
+}
+
+// wake rouses the VQ's sleepers (the daemon is gone).
+func (v *VQ) wake() {
+	v.cq.Ring()
+	v.msg.Ring()
+}
+
+// usable is nil when the VQ may take requests; v.mu held.
+func (v *VQ) usable() error {
+	if v.closed {
+		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+	}
+	if err := v.c.err(); err != nil {
+		return err
+	}
+	if v.node == 0 {
+		return core.ErrNotConnected
+	}
+	return nil
+}
+
+// Connect points the queue at a node (see core.Queue.Connect); the daemon
+// does it, a round trip on the socket.
+func (v *VQ) Connect(ctx context.Context, node core.NodeID, opts ...core.ConnectOption) error {
+	port, toPort := core.ConnectOptions(opts...)
+	to := uint8(0)
+	if toPort {
+		to = 1
+	}
+	if _, err := v.c.call(ctx, wire.NewMsg(wire.OpConnect, 0).U64(v.id).U64(node).U8(to).U32(port)); err != nil {
+		return fmt.Errorf("client: connect to node %d: %w", node, err)
+	}
+	v.mu.Lock()
+	v.node, v.toPort = node, toPort
+	v.mu.Unlock()
+	return nil
+}
+
+// Push submits requests in order through the submission ring; the daemon
+// checks and carries them as the runtime does (see core.Queue.Push).
+func (v *VQ) Push(ctx context.Context, wait bool, reqs ...core.Request) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.usable(); err != nil {
+		return 0, err
+	}
+	for i := range reqs {
+		for !v.room() {
+			v.publish()
+			if !wait {
+				return i, fmt.Errorf("client: push: %d outstanding: %w", v.c.credits, core.ErrNoCredit)
+			}
+			if err := v.waitLocked(ctx, v.room); err != nil {
+				return i, err
+			}
+			if err := v.usable(); err != nil {
+				return i, err
+			}
+		}
+		v.put(&reqs[i])
+	}
+	v.publish()
+	return len(reqs), nil
+}
+
+// room reports whether one more request fits the credits and the ring;
+// v.mu held.
+func (v *VQ) room() bool {
+	r := v.ring
+	return v.pushed-r.Ctr(wire.Retired).Load() < uint64(v.c.credits) &&
+		v.sqTail-r.Ctr(wire.SQHead).Load() < wire.SQEntries && len(v.ents) < 4*v.c.credits
+}
+
+// put writes one request's SQE; v.mu held.
+func (v *VQ) put(r *core.Request) {
+	e := wire.SQE{Op: uint8(r.Op), Imm: r.Imm, MR: v.c.mrID(r.Local.MR), Off: uint64(r.Local.Off),
+		Len: uint64(r.Local.Len), Region: v.c.regionID(r.Remote.Region), RemoteOff: r.Remote.Off,
+		Compare: r.Compare, Swap: r.Swap}
+	if r.Unsignaled {
+		e.Flags |= wire.FlagUnsignaled
+	}
+	v.ring.PutSQE(v.sqTail, &e)
+	v.ents = append(v.ents, entry{seq: v.sqTail, id: r.ID, op: r.Op, signaled: !r.Unsignaled})
+	v.sqTail++
+	v.pushed++
+}
+
+// publish hands the written SQEs to the daemon; v.mu held.
+func (v *VQ) publish() {
+	r := v.ring
+	if r.Ctr(wire.SQTail).Load() == v.sqTail {
+		return
+	}
+	r.Ctr(wire.SQTail).Store(v.sqTail)
+	wire.Notify(r.Ctr(wire.DaemonSleeps), v.door)
+}
+
+// waitLocked releases v.mu while it waits for cond on the completion bell.
+func (v *VQ) waitLocked(ctx context.Context, cond func() bool) error {
+	v.mu.Unlock()
+	defer v.mu.Lock()
+	return v.sleep(ctx, v.cqWait, v.cq, wire.ClientCQ, func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return cond()
+	})
+}
+
+// sleep waits the wire way for ready, one sleeper per bell at a time.
+func (v *VQ) sleep(ctx context.Context, token chan struct{}, bell *wire.Bell, flag int, ready func() bool) error {
+	select {
+	case token <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-token }()
+	err := wire.Wait(ctx, ready, v.ring.Ctr(flag), bell, v.c.err)
+	if errors.Is(err, wire.ErrBellClosed) {
+		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+	}
+	return err
+}
+
+// Pop moves finished requests' completions into out, in push order. It
+// never blocks. Once the daemon is gone, the requests it never finished
+// complete with WR_FLUSH_ERR.
+func (v *VQ) Pop(out []core.Completion) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return 0
+	}
+	r := v.ring
+	tail, k := r.Ctr(wire.CQTail).Load(), 0
+	for k < len(out) && v.cqHead != tail {
+		e := r.GetCQE(v.cqHead)
+		v.cqHead++
+		if c, ok := v.retire(e); ok {
+			out[k] = c
+			k++
+		}
+	}
+	r.Ctr(wire.CQHead).Store(v.cqHead)
+	if r.Ctr(wire.DaemonFullCQ).Load() != 0 {
+		v.door.Ring()
+	}
+	if k < len(out) && v.cqHead == tail && v.c.err() != nil {
+		k += v.flush(out[k:])
+	}
+	return k
+}
+
+// retire matches a completion to its request: earlier unsignaled requests
+// retired silently; v.mu held.
+func (v *VQ) retire(e wire.CQE) (core.Completion, bool) {
+	for len(v.ents) > 0 && v.ents[0].seq < e.Seq {
+		v.ents = v.ents[1:]
+	}
+	if len(v.ents) == 0 || v.ents[0].seq != e.Seq {
+		return core.Completion{}, false // not ours: a confused daemon
+	}
+	x := v.ents[0]
+	v.ents = v.ents[1:]
+	return core.Completion{ID: x.id, Op: x.op, Status: e.Status, Len: int(e.Len)}, true
+}
+
+// flush completes every unretired request with WR_FLUSH_ERR; v.mu held.
+func (v *VQ) flush(out []core.Completion) int {
+	k := 0
+	for k < len(out) && len(v.ents) > 0 {
+		x := v.ents[0]
+		v.ents = v.ents[1:]
+		out[k] = core.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr}
+		k++
+	}
+	return k
+}
+
+// PopWait is Pop that waits for at least one completion: it spins briefly,
+// then sleeps on the completion bell, until ctx ends or the daemon goes.
+func (v *VQ) PopWait(ctx context.Context, out []core.Completion) (int, error) {
+	for {
+		if n := v.Pop(out); n > 0 {
+			return n, nil
+		}
+		if err := v.c.err(); err != nil {
+			return 0, err
+		}
+		err := v.sleep(ctx, v.cqWait, v.cq, wire.ClientCQ, func() bool {
+			return v.ring.Ctr(wire.CQTail).Load() != v.ring.Ctr(wire.CQHead).Load()
+		})
+		if err != nil && v.c.err() == nil {
+			return 0, err
+		}
+	}
+}
+
+// Outstanding is the number of requests pushed and not yet retired.
+func (v *VQ) Outstanding() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.ents)
+}
+
+// Region learns the region named name on the node the queue is connected
+// to.
+func (v *VQ) Region(ctx context.Context, name string) (*core.Region, error) {
+	v.mu.Lock()
+	node := v.node
+	v.mu.Unlock()
+	if node == 0 {
+		return nil, fmt.Errorf("client: region %q: %w", name, core.ErrNotConnected)
+	}
+	return v.c.Region(ctx, node, name)
+}
+
+// Close releases the queue here and in the daemon.
+func (v *VQ) Close() error {
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+	}
+	v.mu.Unlock()
+	_, err := v.c.callT(wire.NewMsg(wire.OpCloseVQ, 0).U64(v.id))
+	v.c.mu.Lock()
+	delete(v.c.vqs, v)
+	v.c.mu.Unlock()
+	v.release()
+	if err != nil && !errors.Is(err, ErrDaemonGone) {
+		return fmt.Errorf("client: close queue: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+// Command krctl inspects a running krcored.
+//
+//	krctl [-socket PATH] [-json] status
+//	krctl [-socket PATH] [-json] list clients|vqs|qps|meta|counters
+//
+// Tables are in the style of smcss; -json prints the daemon's status
+// document (daemon.Status) or the listed part of it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/daemon"
+)
+
+// errUsage reports a command line krctl does not understand.
+var errUsage = errors.New("usage: krctl [-socket PATH] [-json] status | list clients|vqs|qps|meta|counters")
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "krctl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("krctl", flag.ContinueOnError)
+	sock := fs.String("socket", daemon.DefaultSocket(), "krcored's socket")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	what, err := subject(fs.Args())
+	if err != nil {
+		return err
+	}
+	st, err := fetch(ctx, *sock)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(part(st, what))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw, st, what)
+	return tw.Flush()
+}
+
+// subject is what the command line asks for: status or a list.
+func subject(args []string) (string, error) {
+	switch {
+	case len(args) == 1 && args[0] == "status":
+		return "status", nil
+	case len(args) == 2 && args[0] == "list":
+		switch args[1] {
+		case "clients", "vqs", "qps", "meta", "counters":
+			return args[1], nil
+		}
+	}
+	return "", errUsage
+}
+
+func fetch(ctx context.Context, sock string) (*daemon.Status, error) {
+	c, err := client.Attach(ctx, client.Options{Socket: sock})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	b, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var st daemon.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return &st, nil
+}
+
+// part is the piece of the status a command prints as JSON.
+func part(st *daemon.Status, what string) any {
+	switch what {
+	case "clients":
+		return st.Clients
+	case "vqs":
+		return vqRows(st)
+	case "qps":
+		return st.Pool
+	case "meta":
+		return st.Meta
+	case "counters":
+		return st.Runtime
+	}
+	return st
+}
+
+// vqRow is a VQ with its client, for listing.
+type vqRow struct {
+	Client uint64 `json:"client"`
+	PID    int32  `json:"pid"`
+	daemon.VQStatus
+}
+
+func vqRows(st *daemon.Status) []vqRow {
+	rows := []vqRow{}
+	for _, c := range st.Clients {
+		for _, v := range c.VQs {
+			rows = append(rows, vqRow{Client: c.ID, PID: c.PID, VQStatus: v})
+		}
+	}
+	return rows
+}
+
+func table(w io.Writer, st *daemon.Status, what string) {
+	switch what {
+	case "status":
+		fmt.Fprintf(w, "node\t%d\nsocket\t%s\nuptime\t%s\nclients\t%d\nvqs\t%d\ndcis\t%d\nrc qps\t%d\nconnects\t%d\nrefusals\t%d\nrecoveries\t%d\n",
+			st.Node, st.Socket, st.Uptime, len(st.Clients), st.Runtime.VQs, st.Runtime.DCIs, st.Runtime.RCs,
+			st.Runtime.Connects, st.Runtime.Refusals, st.Runtime.Recoveries)
+	case "clients":
+		fmt.Fprintln(w, "ID\tPID\tUID\tGID\tVQS\tMRS\tMR_BYTES\tREGIONS\tPUSHES\tCOMPLETIONS\tREFUSALS\tEXPORTS")
+		for _, c := range st.Clients {
+			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.ID, c.PID, c.UID, c.GID, len(c.VQs), c.MRs,
+				c.MRBytes, c.Regions, c.Pushes, c.Completions, c.Refusals, strings.Join(c.Exports, ","))
+		}
+	case "vqs":
+		fmt.Fprintln(w, "CLIENT\tPID\tVQ\tNODE\tPORT\tOUTSTANDING")
+		for _, r := range vqRows(st) {
+			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\n", r.Client, r.PID, r.ID, r.Node, r.Port, r.Outstanding)
+		}
+	case "qps":
+		fmt.Fprintln(w, "TYPE\tCOUNT")
+		for _, p := range st.Pool {
+			fmt.Fprintf(w, "%s\t%d\n", p.Type, p.Count)
+		}
+	case "meta":
+		m := st.Meta
+		fmt.Fprintf(w, "HITS\tMISSES\tREADS\tTORN\tFAILOVERS\n%d\t%d\t%d\t%d\t%d\n", m.Hits, m.Misses, m.Reads, m.TornReads, m.Failovers)
+	case "counters":
+		r := st.Runtime
+		for _, kv := range []struct {
+			k string
+			v uint64
+		}{{"connects", r.Connects}, {"cold_connects", r.ColdConnects}, {"refusals", r.Refusals},
+			{"recoveries", r.Recoveries}, {"post_errors", r.PostErrors}, {"rc_built", r.RCBuilt},
+			{"rc_evicted", r.RCEvicted}, {"migrations", r.Migrations}, {"stale_targets", r.StaleTargets},
+			{"dropped", r.Dropped}, {"clients_attached", st.Attached}, {"clients_reclaimed", st.Reclaim},
+			{"clients_denied", st.Denied}} {
+			fmt.Fprintf(w, "%s\t%d\n", kv.k, kv.v)
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"golang.org/x/sys/unix"
+)
+
+// ErrDenied reports a peer that Config.AllowUIDs/AllowGIDs refuse.
+var ErrDenied = errors.New("daemon: peer not allowed")
+
+// DefaultSocket is where krcored listens by default:
+// $XDG_RUNTIME_DIR/krcored.sock, or /run/krcored.sock.
+func DefaultSocket() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "krcored.sock")
+	}
+	return "/run/krcored.sock"
+}
+
+// Config configures a Server.
+type Config struct {
+	// Socket is the Unix socket path; default DefaultSocket().
+	Socket string `json:"socket"`
+	// Group, if set, owns the socket (mode 0660), so its members may attach.
+	Group string `json:"group"`
+	// AllowUIDs and AllowGIDs, when not empty, admit only peers whose
+	// SO_PEERCRED uid (or gid) is listed.
+	AllowUIDs []uint32 `json:"allow_uids"`
+	AllowGIDs []uint32 `json:"allow_gids"`
+	// MaxVQs and MaxMRBytes bound one client; defaults 64 and 1 GiB.
+	MaxVQs     int   `json:"max_vqs"`
+	MaxMRBytes int64 `json:"max_mr_bytes"`
+	// CallTimeout bounds a control request that talks to other nodes
+	// (Connect, Region); default 5s.
+	CallTimeout time.Duration `json:"call_timeout"`
+	// Logger receives the daemon's events; default slog.Default().
+	Logger *slog.Logger `json:"-"`
+}
+
+// Server serves one runtime to the processes of the node.
+type Server struct {
+	rt    *core.Runtime
+	cfg   Config
+	log   *slog.Logger
+	ln    *net.UnixListener
+	start time.Time
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	ids      atomic.Uint64 // every client, MR, region and VQ id
+	mu       sync.Mutex
+	sessions map[uint64]*session
+	closed   bool
+
+	attached, reclaimed, denied atomic.Uint64
+}
+
+// New listens on cfg.Socket for clients of rt. The caller runs Serve and
+// closes rt after Close.
+func New(rt *core.Runtime, cfg Config) (*Server, error) {
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket()
+	}
+	if cfg.MaxVQs <= 0 {
+		cfg.MaxVQs = 64
+	}
+	if cfg.MaxMRBytes <= 0 {
+		cfg.MaxMRBytes = 1 << 30
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ln, err := listen(cfg.Socket, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{rt: rt, cfg: cfg, log: cfg.Logger, ln: ln, start: time.Now(), sessions: make(map[uint64]*session)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// listen makes the socket, replacing a stale one, with mode 0660 and the
+// group given.
+func listen(path, group string) (*net.UnixListener, error) {
+	if c, err := net.Dial("unixpacket", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("daemon: %s: another krcored is serving: %w", path, core.ErrPortInUse)
+	}
+	os.Remove(path) // stale: its daemon is gone
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("daemon: chmod %s: %w", path, err)
+	}
+	if group == "" {
+		return ln, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err == nil {
+		var gid int
+		if gid, err = strconv.Atoi(g.Gid); err == nil {
+			err = os.Chown(path, -1, gid)
+		}
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("daemon: socket group %q: %w", group, err)
+	}
+	return ln, nil
+}
+
+// Socket is the path the server listens on.
+func (s *Server) Socket() string { return s.cfg.Socket }
+
+// Serve accepts clients until Close (or ctx ends, which closes the server).
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("daemon: accept: %w", err)
+		}
+		s.admit(c)
+	}
+}
+
+// admit checks the peer's credentials and starts its session.
+func (s *Server) admit(c *net.UnixConn) {
+	cred, err := peerCred(c)
+	if err == nil && !s.allowed(cred) {
+		err = fmt.Errorf("uid %d gid %d: %w", cred.Uid, cred.Gid, ErrDenied)
+	}
+	if err != nil {
+		s.denied.Add(1)
+		s.log.Warn("client refused", "err", err)
+		c.Close()
+		return
+	}
+	ss := newSession(s, c, cred)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.sessions[ss.id] = ss
+	s.mu.Unlock()
+	s.attached.Add(1)
+	s.log.Info("client attached", "client", ss.id, "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ss.serve()
+		s.mu.Lock()
+		delete(s.sessions, ss.id)
+		s.mu.Unlock()
+		s.reclaimed.Add(1)
+	}()
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daemon: SO_PEERCRED: %w", err)
+	}
+	return cred, nil
+}
+
+func (s *Server) allowed(c *unix.Ucred) bool {
+	if len(s.cfg.AllowUIDs) == 0 && len(s.cfg.AllowGIDs) == 0 {
+		return true
+	}
+	return slices.Contains(s.cfg.AllowUIDs, c.Uid) || slices.Contains(s.cfg.AllowGIDs, c.Gid)
+}
+
+// Close stops accepting, tells every client goodbye and reclaims them all.
+// It does not close the runtime.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("daemon: %w", core.ErrClosed)
+	}
+	s.closed = true
+	ss := make([]*session, 0, len(s.sessions))
+	for _, x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	err := s.ln.Close()
+	for _, x := range ss {
+		x.bye("krcored is shutting down")
+	}
+	s.wg.Wait()
+	return err
+}

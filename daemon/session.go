@@ -1,0 +1,366 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// memory is a client's MR: its memfd mapped here and registered.
+type memory struct {
+	mr  *core.MR
+	blk *offheap.Block
+}
+
+// session is one attached client and everything it owns.
+type session struct {
+	s    *Server
+	id   uint64
+	conn *net.UnixConn
+	cred *unix.Ucred
+
+	ctx    context.Context // ends when the client goes
+	cancel context.CancelFunc
+	sendMu sync.Mutex // replies and OpBye
+
+	mu      sync.RWMutex
+	mrs     map[uint64]*memory
+	mrBytes int64
+	regions map[uint64]*core.Region
+	vqs     map[uint64]*vq
+	exports map[string]bool
+
+	pushes, completions, refusals, calls atomic.Uint64
+}
+
+func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
+	ss := &session{s: s, id: s.ids.Add(1), conn: c, cred: cred, mrs: make(map[uint64]*memory),
+		regions: make(map[uint64]*core.Region), vqs: make(map[uint64]*vq), exports: make(map[string]bool)}
+	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
+	return ss
+}
+
+// serve answers the client's requests until its socket closes, then
+// reclaims what it owned.
+func (ss *session) serve() {
+	defer ss.reclaim()
+	for {
+		m, err := wire.Recv(ss.conn)
+		if err != nil {
+			if !errors.Is(err, wire.ErrMalformed) {
+				return // gone: EOF, reset, or closed by bye
+			}
+			ss.refusals.Add(1)
+			ss.s.log.Warn("malformed control message", "client", ss.id, "err", err)
+			continue
+		}
+		ss.calls.Add(1)
+		resp := ss.handle(m)
+		m.CloseFDs() // whatever the handler did not keep
+		if err := ss.send(resp); err != nil {
+			return
+		}
+	}
+}
+
+func (ss *session) send(m *wire.Msg) error {
+	ss.sendMu.Lock()
+	defer ss.sendMu.Unlock()
+	return wire.Send(ss.conn, m)
+}
+
+// bye tells the client the daemon is going, then drops it.
+func (ss *session) bye(reason string) {
+	ss.send(wire.NewMsg(wire.OpBye, 0).Str(reason))
+	ss.conn.Close()
+}
+
+// handle runs one request and returns its response.
+func (ss *session) handle(m *wire.Msg) *wire.Msg {
+	r := m.Reply()
+	var err error
+	switch m.Op {
+	case wire.OpHello:
+		err = ss.hello(m, r)
+	case wire.OpRegister:
+		err = ss.register(m, r)
+	case wire.OpDeregister:
+		err = ss.deregister(m.GetU64(), m.Err())
+	case wire.OpExport:
+		err = ss.export(m)
+	case wire.OpUnexport:
+		err = ss.unexport(m.GetStr(), m.Err())
+	case wire.OpRegion:
+		err = ss.region(m, r)
+	case wire.OpQueue:
+		err = ss.queue(m, r)
+	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ:
+		err = ss.vqCall(m)
+	case wire.OpStats:
+		putStats(r, ss.s.rt.Stats())
+	case wire.OpStatus:
+		err = ss.status(r)
+	default:
+		err = fmt.Errorf("unknown op %d: %w", m.Op, verbs.ErrInvalid)
+	}
+	if err != nil {
+		if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
+			ss.refusals.Add(1)
+		}
+		return r.Fail(err)
+	}
+	return r
+}
+
+func (ss *session) hello(m *wire.Msg, r *wire.Msg) error {
+	if v := m.GetU32(); m.Err() != nil || v != wire.Version {
+		return fmt.Errorf("protocol version %d, daemon speaks %d: %w", v, wire.Version, verbs.ErrInvalid)
+	}
+	st := ss.s.rt
+	r.U64(ss.id).U64(st.Node()).U32(uint32(ss.s.rt.Credits())).U32(uint32(ss.s.rt.MaxMessage()))
+	return nil
+}
+
+// register maps the client's memfd and registers the range it names.
+func (ss *session) register(m *wire.Msg, r *wire.Msg) error {
+	off, n, access := m.GetU64(), m.GetU64(), verbs.Access(m.GetU32())
+	if err := m.Err(); err != nil || len(m.FDs) != 1 {
+		return fmt.Errorf("register: want one memfd: %w", verbs.ErrInvalid)
+	}
+	if n == 0 || off > 1<<40 || n > 1<<40 {
+		return fmt.Errorf("register [%d,+%d): %w", off, n, verbs.ErrInvalid)
+	}
+	ss.mu.Lock()
+	over := ss.mrBytes+int64(n) > ss.s.cfg.MaxMRBytes
+	if !over {
+		ss.mrBytes += int64(n)
+	}
+	ss.mu.Unlock()
+	if over {
+		return fmt.Errorf("register %d bytes: client limit %d: %w", n, ss.s.cfg.MaxMRBytes, verbs.ErrLimit)
+	}
+	mem, err := ss.mapAndRegister(m.FDs[0], off, n, access)
+	if err != nil {
+		ss.mu.Lock()
+		ss.mrBytes -= int64(n)
+		ss.mu.Unlock()
+		return err
+	}
+	m.FDs = nil // the block owns the memfd now
+	id := ss.s.ids.Add(1)
+	ss.mu.Lock()
+	ss.mrs[id] = mem
+	ss.mu.Unlock()
+	r.U64(id)
+	return nil
+}
+
+func (ss *session) mapAndRegister(fd int, off, n uint64, access verbs.Access) (*memory, error) {
+	blk, err := offheap.OpenSealed(fd, int(off+n))
+	if err != nil {
+		return nil, fmt.Errorf("register: %w: %w", err, verbs.ErrInvalid)
+	}
+	mr, err := ss.s.rt.Register(blk.Bytes()[off:off+n], access)
+	if err != nil {
+		blk.Close()
+		return nil, err
+	}
+	return &memory{mr: mr, blk: blk}, nil
+}
+
+func (ss *session) deregister(id uint64, err error) error {
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	mem := ss.mrs[id]
+	delete(ss.mrs, id)
+	if mem != nil {
+		ss.mrBytes -= int64(mem.mr.Len())
+		for name := range ss.exports {
+			// the runtime withdraws the MR's exports; forget them here
+			if !ss.s.rt.Exported(name) {
+				delete(ss.exports, name)
+			}
+		}
+	}
+	ss.mu.Unlock()
+	if mem == nil {
+		return fmt.Errorf("deregister MR %d: not this client's: %w", id, core.ErrRefused)
+	}
+	return mem.release(ss.s.rt)
+}
+
+func (mem *memory) release(rt *core.Runtime) error {
+	err := rt.Deregister(mem.mr)
+	if cerr := mem.blk.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mr is the client's MR id, or nil.
+func (ss *session) mr(id uint64) *memory {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.mrs[id]
+}
+
+func (ss *session) export(m *wire.Msg) error {
+	name, id, off, n, access := m.GetStr(), m.GetU64(), m.GetU64(), m.GetU64(), verbs.Access(m.GetU32())
+	if err := m.Err(); err != nil {
+		return err
+	}
+	mem := ss.mr(id)
+	if mem == nil {
+		return fmt.Errorf("export %q of MR %d: not this client's: %w", name, id, core.ErrRefused)
+	}
+	if off > 1<<40 || n > 1<<40 {
+		return fmt.Errorf("export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
+	}
+	if err := ss.s.rt.Export(name, mem.mr, int(off), int(n), access); err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	ss.exports[name] = true
+	ss.mu.Unlock()
+	return nil
+}
+
+func (ss *session) unexport(name string, err error) error {
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	mine := ss.exports[name]
+	delete(ss.exports, name)
+	ss.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("unexport %q: not exported by this client: %w", name, core.ErrRefused)
+	}
+	ss.s.rt.Unexport(name)
+	return nil
+}
+
+func (ss *session) region(m *wire.Msg, r *wire.Msg) error {
+	node, name := m.GetU64(), m.GetStr()
+	if err := m.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ss.ctx, ss.s.cfg.CallTimeout)
+	defer cancel()
+	g, err := ss.s.rt.Region(ctx, node, name)
+	if err != nil {
+		return err
+	}
+	id := ss.s.ids.Add(1)
+	ss.mu.Lock()
+	ss.regions[id] = g
+	ss.mu.Unlock()
+	r.U64(id).U64(g.Len).U32(uint32(g.Access)).U64(g.Addr)
+	return nil
+}
+
+// regionByID is the client's region, or nil.
+func (ss *session) regionByID(id uint64) *core.Region {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.regions[id]
+}
+
+// queue makes a VQ over the ring memfd and bells the client sent.
+func (ss *session) queue(m *wire.Msg, r *wire.Msg) error {
+	if len(m.FDs) != 4 {
+		return fmt.Errorf("queue: want 4 descriptors, got %d: %w", len(m.FDs), verbs.ErrInvalid)
+	}
+	ss.mu.RLock()
+	n := len(ss.vqs)
+	ss.mu.RUnlock()
+	if n >= ss.s.cfg.MaxVQs {
+		return fmt.Errorf("queue: client limit of %d VQs: %w", ss.s.cfg.MaxVQs, verbs.ErrLimit)
+	}
+	v, err := newVQ(ss, m.FDs)
+	if err != nil {
+		return err
+	}
+	m.FDs = nil
+	ss.mu.Lock()
+	ss.vqs[v.id] = v
+	ss.mu.Unlock()
+	v.start()
+	r.U64(v.id)
+	return nil
+}
+
+// vqCall runs the control requests addressed to one VQ.
+func (ss *session) vqCall(m *wire.Msg) error {
+	id := m.GetU64()
+	ss.mu.RLock()
+	v := ss.vqs[id]
+	ss.mu.RUnlock()
+	if v == nil {
+		return fmt.Errorf("VQ %d: not this client's: %w", id, core.ErrRefused)
+	}
+	switch m.Op {
+	case wire.OpConnect:
+		node, toPort, port := m.GetU64(), m.GetU8(), m.GetU32()
+		if err := m.Err(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ss.ctx, ss.s.cfg.CallTimeout)
+		defer cancel()
+		var opts []core.ConnectOption
+		if toPort != 0 {
+			opts = append(opts, core.ToPort(port))
+		}
+		return v.connect(ctx, node, opts)
+	case wire.OpBind:
+		port := m.GetU32()
+		if err := m.Err(); err != nil {
+			return err
+		}
+		return v.bind(port)
+	case wire.OpUnbind:
+		v.q.Unbind()
+		return nil
+	default: // OpCloseVQ
+		ss.mu.Lock()
+		delete(ss.vqs, id)
+		ss.mu.Unlock()
+		v.close()
+		return nil
+	}
+}
+
+// reclaim releases everything the client owned; it runs once, when the
+// client's socket closed for whatever reason.
+func (ss *session) reclaim() {
+	ss.cancel()
+	ss.conn.Close()
+	ss.mu.Lock()
+	vqs, mrs, exports := ss.vqs, ss.mrs, ss.exports
+	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]bool{}, map[uint64]*core.Region{}
+	ss.mrBytes = 0
+	ss.mu.Unlock()
+	for _, v := range vqs {
+		v.close()
+	}
+	for name := range exports {
+		ss.s.rt.Unexport(name)
+	}
+	for _, mem := range mrs {
+		if err := mem.release(ss.s.rt); err != nil {
+			ss.s.log.Warn("reclaim MR", "client", ss.id, "err", err)
+		}
+	}
+	ss.s.log.Info("client reclaimed", "client", ss.id, "pid", ss.cred.Pid, "vqs", len(vqs), "mrs", len(mrs))
+}

@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Status is a snapshot of the daemon, what krctl shows.
+type Status struct {
+	Node     core.NodeID      `json:"node"`
+	Socket   string           `json:"socket"`
+	Uptime   string           `json:"uptime"`
+	Runtime  core.Stats       `json:"runtime"`
+	Meta     meta.ClientStats `json:"meta_cache"`
+	Pool     []PoolQPs        `json:"pool"`
+	Attached uint64           `json:"clients_attached_total"`
+	Reclaim  uint64           `json:"clients_reclaimed_total"`
+	Denied   uint64           `json:"clients_denied_total"`
+	Clients  []ClientStatus   `json:"clients"`
+}
+
+// PoolQPs counts the node's shared physical QPs of one type.
+type PoolQPs struct {
+	Type  string `json:"type"`
+	Count int    `json:"count"`
+}
+
+// ClientStatus describes one attached client.
+type ClientStatus struct {
+	ID          uint64     `json:"id"`
+	PID         int32      `json:"pid"`
+	UID         uint32     `json:"uid"`
+	GID         uint32     `json:"gid"`
+	MRs         int        `json:"mrs"`
+	MRBytes     int64      `json:"mr_bytes"`
+	Regions     int        `json:"regions"`
+	Exports     []string   `json:"exports"`
+	VQs         []VQStatus `json:"vqs"`
+	Pushes      uint64     `json:"pushes"`
+	Completions uint64     `json:"completions"`
+	Refusals    uint64     `json:"refusals"`
+	Calls       uint64     `json:"calls"`
+}
+
+// VQStatus describes one client VQ.
+type VQStatus struct {
+	ID          uint64      `json:"id"`
+	Node        core.NodeID `json:"node"`
+	Port        uint32      `json:"port"`
+	Outstanding int         `json:"outstanding"`
+}
+
+// Status reports the daemon's state.
+func (s *Server) Status() Status {
+	st := Status{Node: s.rt.Node(), Socket: s.cfg.Socket, Uptime: time.Since(s.start).Round(time.Second).String(),
+		Runtime: s.rt.Stats(), Meta: s.rt.MetaStats(), Attached: s.attached.Load(), Reclaim: s.reclaimed.Load(),
+		Denied: s.denied.Load()}
+	st.Pool = []PoolQPs{{"dct", 1}, {"dci", st.Runtime.DCIs}, {"rc", st.Runtime.RCs}}
+	s.mu.Lock()
+	ss := make([]*session, 0, len(s.sessions))
+	for _, x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	for _, x := range ss {
+		st.Clients = append(st.Clients, x.snapshot())
+	}
+	sort.Slice(st.Clients, func(i, j int) bool { return st.Clients[i].ID < st.Clients[j].ID })
+	return st
+}
+
+func (ss *session) snapshot() ClientStatus {
+	c := ClientStatus{ID: ss.id, PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Pushes: ss.pushes.Load(),
+		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), Exports: []string{}}
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	c.MRs, c.MRBytes, c.Regions = len(ss.mrs), ss.mrBytes, len(ss.regions)
+	for name := range ss.exports {
+		c.Exports = append(c.Exports, name)
+	}
+	slices.Sort(c.Exports)
+	for _, v := range ss.vqs {
+		c.VQs = append(c.VQs, VQStatus{ID: v.id, Node: v.node.Load(), Port: v.port.Load(), Outstanding: v.q.Outstanding()})
+	}
+	sort.Slice(c.VQs, func(i, j int) bool { return c.VQs[i].ID < c.VQs[j].ID })
+	return c
+}
+
+func (ss *session) status(r *wire.Msg) error {
+	b, err := json.Marshal(ss.s.Status())
+	if err != nil {
+		return err
+	}
+	if len(b) > wire.MaxMessage-wire.HeaderLen-2 {
+		return fmt.Errorf("status of %d bytes does not fit a message: %w", len(b), verbs.ErrLimit)
+	}
+	r.Str(string(b))
+	return nil
+}
+
+// putStats appends core.Stats in the order OpStats documents.
+func putStats(r *wire.Msg, s core.Stats) {
+	for _, v := range []uint64{s.Connects, s.ColdConnects, s.Refusals, s.Recoveries, s.PostErrors, s.RCBuilt,
+		s.RCEvicted, s.Migrations, s.StaleTargets, s.Dropped, uint64(s.DCIs), uint64(s.RCs), uint64(s.VQs)} {
+		r.U64(v)
+	}
+}
+
+// GetStats reads what putStats wrote.
+func GetStats(m *wire.Msg) core.Stats {
+	var s core.Stats
+	for _, p := range []*uint64{&s.Connects, &s.ColdConnects, &s.Refusals, &s.Recoveries, &s.PostErrors,
+		&s.RCBuilt, &s.RCEvicted, &s.Migrations, &s.StaleTargets, &s.Dropped} {
+		*p = m.GetU64()
+	}
+	s.DCIs, s.RCs, s.VQs = int(m.GetU64()), int(m.GetU64()), int(m.GetU64())
+	return s
+}
+
+// WriteMetrics writes the daemon's state in Prometheus' text format.
+func (s *Server) WriteMetrics(w io.Writer) {
+	st := s.Status()
+	metric := func(name, typ, help string, v any, labels ...string) {
+		fmt.Fprintf(w, "# HELP krcored_%s %s\n# TYPE krcored_%s %s\n", name, help, name, typ)
+		if len(labels) == 0 {
+			fmt.Fprintf(w, "krcored_%s %v\n", name, v)
+		}
+	}
+	rs := st.Runtime
+	metric("vqs", "gauge", "Virtual queues on the node (daemon and its own).", rs.VQs)
+	metric("pool_qps", "gauge", "Shared physical QPs by type.", nil, "type")
+	for _, p := range st.Pool {
+		fmt.Fprintf(w, "krcored_pool_qps{type=%q} %d\n", p.Type, p.Count)
+	}
+	metric("connects_total", "counter", "VQ connects.", rs.Connects)
+	metric("cold_connects_total", "counter", "Connects that read the MetaServer.", rs.ColdConnects)
+	metric("meta_cache_hits_total", "counter", "Meta cache hits.", st.Meta.Hits)
+	metric("meta_cache_misses_total", "counter", "Meta cache misses.", st.Meta.Misses)
+	metric("refusals_total", "counter", "Requests refused by protection.", rs.Refusals)
+	metric("recoveries_total", "counter", "Shared QPs recovered after an error.", rs.Recoveries)
+	metric("migrations_total", "counter", "VQ moves between DC and RC.", rs.Migrations)
+	metric("clients", "gauge", "Attached clients.", len(st.Clients))
+	metric("clients_reclaimed_total", "counter", "Clients gone and reclaimed.", st.Reclaim)
+	metric("clients_denied_total", "counter", "Peers refused by uid/gid.", st.Denied)
+	perClient := []struct {
+		name, typ, help string
+		get             func(*ClientStatus) any
+	}{
+		{"client_vqs", "gauge", "A client's VQs.", func(c *ClientStatus) any { return len(c.VQs) }},
+		{"client_mr_bytes", "gauge", "Bytes a client registered.", func(c *ClientStatus) any { return c.MRBytes }},
+		{"client_pushes_total", "counter", "Requests a client pushed.", func(c *ClientStatus) any { return c.Pushes }},
+		{"client_completions_total", "counter", "Completions delivered to a client.", func(c *ClientStatus) any { return c.Completions }},
+		{"client_refusals_total", "counter", "A client's refused requests.", func(c *ClientStatus) any { return c.Refusals }},
+	}
+	for _, m := range perClient {
+		metric(m.name, m.typ, m.help, nil, "client")
+		for i := range st.Clients {
+			c := &st.Clients[i]
+			fmt.Fprintf(w, "krcored_%s{client=\"%d\",pid=\"%d\",uid=\"%d\"} %v\n", m.name, c.ID, c.PID, c.UID, m.get(c))
+		}
+	}
+}

@@ -1,0 +1,53 @@
+// Package wire is the protocol between krcored (package daemon) and its
+// clients (package client): control messages on a Unix socket, and rings in
+// shared memory for the data path.
+//
+// # Control
+//
+// A client connects to the daemon's SOCK_SEQPACKET Unix socket, so every
+// message keeps its boundaries and file descriptors passed with SCM_RIGHTS
+// arrive with the message that names them. A message is a 16-byte header
+//
+//	off size field
+//	  0    1 op (OpHello ...)
+//	  1    1 code: 0 in requests and successful responses, else an error code
+//	         (CodeClosed ...) and the body is the error's text
+//	  2    6 reserved, zero
+//	  8    8 sequence number, little-endian; a response repeats its request's
+//
+// followed by the body: the op's fields in order, integers little-endian
+// (u8, u32, u64), strings as a u16 length and the bytes. The client sends
+// OpHello first and the daemon answers with the node, the credits of a VQ and
+// the largest message. A request may carry descriptors: OpRegister one memfd
+// (the memory, sealed against shrinking), OpQueue one memfd (the VQ's rings)
+// and three eventfds (doorbell, completion bell, message bell). The daemon
+// may send OpBye unasked when it shuts down; a client then fails every call
+// with client.ErrDaemonGone, as it does when the socket closes.
+//
+// # Rings
+//
+// Each VQ has one memfd the client allocates (RingSize bytes): a 4 KiB
+// header of counters, each on its own cache line, then the submission ring
+// (SQEntries 64-byte SQEs, client to daemon), the completion ring
+// (CQEntries 16-byte CQEs, daemon to client) and the message ring
+// (MsgEntries entries of 64 bytes plus the largest message, daemon to
+// client). Counters only grow; an index is a counter modulo the ring size.
+// A producer writes entries, then stores its tail; a consumer loads the
+// tail, reads, then stores its head. Every counter is written by one side
+// only, and the daemon treats every value it reads as hostile: a tail more
+// than a ring ahead of its head fails the VQ.
+//
+// A request's completion carries its sequence number (the count of SQEs
+// before it), not the client's ID: the client maps it back, so the daemon
+// never trusts the client for anything but the SQE itself. The retired
+// counter (requests the daemon has finished, unsignaled ones included) is
+// what the client's credits are counted against.
+//
+// # Wake-ups
+//
+// A waiter spins for SpinFor, then sets its sleep flag in the header, checks
+// again and blocks reading its eventfd; a producer that finds the flag set
+// after publishing writes the eventfd. The flag and counters are sequentially
+// consistent atomics, so no wake-up is lost, and a side that keeps up never
+// makes a system call.
+package wire

@@ -1,0 +1,186 @@
+package wire
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Version is the protocol version OpHello carries.
+const Version = 1
+
+// Op names a control message.
+type Op uint8
+
+// Control messages; the comment is the request's body, then the response's.
+const (
+	OpHello      Op = iota + 1 // u32 version; u64 client id, u64 node, u32 credits, u32 max message
+	OpRegister                 // fd memfd, u64 offset, u64 len, u32 access; u64 mr
+	OpDeregister               // u64 mr; -
+	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access; -
+	OpUnexport                 // str name; -
+	OpRegion                   // u64 node, str name; u64 region, u64 len, u32 access, u64 addr
+	OpQueue                    // fds ring memfd, doorbell, completion bell, message bell; u64 vq
+	OpConnect                  // u64 vq, u64 node, u8 to port, u32 port; -
+	OpBind                     // u64 vq, u32 port; -
+	OpUnbind                   // u64 vq; -
+	OpCloseVQ                  // u64 vq; -
+	OpStats                    // -; the fields of core.Stats as u64s, in order
+	OpStatus                   // -; str JSON (see daemon.Status)
+	OpBye                      // daemon to client, unasked: str reason
+)
+
+// HeaderLen is the length of a control message's header.
+const HeaderLen = 16
+
+// MaxMessage bounds a control message.
+const MaxMessage = 64 << 10
+
+// Error codes.
+const (
+	CodeOK = iota
+	CodeOther
+	CodeClosed
+	CodeNotConnected
+	CodePortInUse
+	CodeNoRegion
+	CodeUnreachable
+	CodeRefused
+	CodeInvalid
+	CodeBusy
+	CodeDeadline
+	CodeLimit
+	CodeCanceled
+)
+
+// sentinels maps codes to the errors they stand for, so errors.Is gives
+// on the client what it gave in the daemon.
+var sentinels = map[uint8]error{
+	CodeClosed: core.ErrClosed, CodeNotConnected: core.ErrNotConnected, CodePortInUse: core.ErrPortInUse,
+	CodeNoRegion: core.ErrNoRegion, CodeUnreachable: core.ErrUnreachable, CodeRefused: core.ErrRefused,
+	CodeInvalid: verbs.ErrInvalid, CodeBusy: verbs.ErrBusy, CodeDeadline: context.DeadlineExceeded,
+	CodeLimit: verbs.ErrLimit, CodeCanceled: context.Canceled,
+}
+
+// ErrorCode is the code that carries err.
+func ErrorCode(err error) uint8 {
+	for _, c := range []uint8{CodeClosed, CodeNotConnected, CodePortInUse, CodeNoRegion, CodeUnreachable,
+		CodeRefused, CodeInvalid, CodeBusy, CodeDeadline, CodeLimit, CodeCanceled} {
+		if errors.Is(err, sentinels[c]) {
+			return c
+		}
+	}
+	return CodeOther
+}
+
+// ErrRemote wraps every error the daemon reported.
+var ErrRemote = errors.New("krcored")
+
+// CodeError rebuilds an error the daemon sent.
+func CodeError(code uint8, text string) error {
+	if s := sentinels[code]; s != nil {
+		return fmt.Errorf("%w: %s: %w", ErrRemote, text, s)
+	}
+	return fmt.Errorf("%w: %s", ErrRemote, text)
+}
+
+// ErrMalformed reports a control message that does not parse.
+var ErrMalformed = errors.New("wire: malformed message")
+
+// Msg is a control message being built or read.
+type Msg struct {
+	Op   Op
+	Code uint8
+	Seq  uint64
+	FDs  []int
+	b    []byte // the body
+	off  int    // read position in b
+	err  error  // the first decoding error
+}
+
+// NewMsg starts a message.
+func NewMsg(op Op, seq uint64) *Msg { return &Msg{Op: op, Seq: seq} }
+
+// Bytes is the message as sent.
+func (m *Msg) Bytes() []byte {
+	b := make([]byte, HeaderLen, HeaderLen+len(m.b))
+	b[0], b[1] = byte(m.Op), m.Code
+	binary.LittleEndian.PutUint64(b[8:], m.Seq)
+	return append(b, m.b...)
+}
+
+// Parse reads a received message.
+func Parse(b []byte, fds []int) (*Msg, error) {
+	if len(b) < HeaderLen {
+		return nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
+	}
+	return &Msg{Op: Op(b[0]), Code: b[1], Seq: binary.LittleEndian.Uint64(b[8:]), b: b[HeaderLen:], FDs: fds}, nil
+}
+
+// U8 appends a byte.
+func (m *Msg) U8(v uint8) *Msg { m.b = append(m.b, v); return m }
+
+// U32 appends a u32.
+func (m *Msg) U32(v uint32) *Msg { m.b = binary.LittleEndian.AppendUint32(m.b, v); return m }
+
+// U64 appends a u64.
+func (m *Msg) U64(v uint64) *Msg { m.b = binary.LittleEndian.AppendUint64(m.b, v); return m }
+
+// Str appends a string (truncated to 64 KiB).
+func (m *Msg) Str(s string) *Msg {
+	s = s[:min(len(s), 0xffff)]
+	m.b = binary.LittleEndian.AppendUint16(m.b, uint16(len(s)))
+	m.b = append(m.b, s...)
+	return m
+}
+
+func (m *Msg) take(n int) []byte {
+	if m.err != nil || len(m.b)-m.off < n {
+		if m.err == nil {
+			m.err = fmt.Errorf("%w: op %d: short body", ErrMalformed, m.Op)
+		}
+		return make([]byte, n)
+	}
+	b := m.b[m.off : m.off+n]
+	m.off += n
+	return b
+}
+
+// GetU8 reads a byte.
+func (m *Msg) GetU8() uint8 { return m.take(1)[0] }
+
+// GetU32 reads a u32.
+func (m *Msg) GetU32() uint32 { return binary.LittleEndian.Uint32(m.take(4)) }
+
+// GetU64 reads a u64.
+func (m *Msg) GetU64() uint64 { return binary.LittleEndian.Uint64(m.take(8)) }
+
+// GetStr reads a string.
+func (m *Msg) GetStr() string {
+	n := binary.LittleEndian.Uint16(m.take(2))
+	return string(m.take(int(n)))
+}
+
+// Err is the first decoding error.
+func (m *Msg) Err() error { return m.err }
+
+// Reply starts the response to m.
+func (m *Msg) Reply() *Msg { return &Msg{Op: m.Op, Seq: m.Seq} }
+
+// Fail makes m an error response carrying err.
+func (m *Msg) Fail(err error) *Msg {
+	m.Code, m.b = ErrorCode(err), nil
+	return m.Str(err.Error())
+}
+
+// Error returns the error a response carries, or nil.
+func (m *Msg) Error() error {
+	if m.Code == CodeOK {
+		return nil
+	}
+	return CodeError(m.Code, m.GetStr())
+}

@@ -1,0 +1,80 @@
+package wire
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxFDs bounds the descriptors one message may carry.
+const maxFDs = 4
+
+// Send writes m and its descriptors on c. The descriptors stay the caller's.
+func Send(c *net.UnixConn, m *Msg) error {
+	var oob []byte
+	if len(m.FDs) > 0 {
+		oob = unix.UnixRights(m.FDs...)
+	}
+	if _, _, err := c.WriteMsgUnix(m.Bytes(), oob, nil); err != nil {
+		return fmt.Errorf("wire: send op %d: %w", m.Op, err)
+	}
+	return nil
+}
+
+// Recv reads one message from c. The descriptors it carries become the
+// caller's, even when it returns an error with a message.
+func Recv(c *net.UnixConn) (*Msg, error) {
+	b := make([]byte, MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return nil, err
+	}
+	fds, ferr := parseRights(oob[:oobn])
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(fds)
+		return nil, fmt.Errorf("%w: truncated", ErrMalformed)
+	}
+	if ferr != nil {
+		closeAll(fds)
+		return nil, ferr
+	}
+	if n == 0 {
+		closeAll(fds)
+		return nil, net.ErrClosed // SOCK_SEQPACKET: a zero-length read is the peer's close
+	}
+	m, err := Parse(b[:n:n], fds)
+	if err != nil {
+		closeAll(fds)
+	}
+	return m, err
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	cmsgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: control message: %w", ErrMalformed, err)
+	}
+	var fds []int
+	for i := range cmsgs {
+		got, err := unix.ParseUnixRights(&cmsgs[i])
+		if err != nil {
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}
+
+// CloseFDs closes m's descriptors that the receiver did not keep.
+func (m *Msg) CloseFDs() { closeAll(m.FDs); m.FDs = nil }
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
