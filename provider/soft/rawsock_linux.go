@@ -95,3 +95,102 @@ func (s *rawSock) readv(a, b []byte) (int, error) {
 	}
 	return s.n, s.err
 }
+
+// rawWriter writes a TCP socket without waiting for it: one writev of
+// whatever the socket takes now (see write.go). Connections without a
+// file descriptor (tests' pipes) are written the ordinary, waiting way.
+type rawWriter struct {
+	conn net.Conn
+	rc   syscall.RawConn
+	iov  []syscall.Iovec
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func newRawWriter(conn net.Conn) *rawWriter {
+	w := &rawWriter{conn: conn}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			w.rc = rc
+		}
+	}
+	w.fn = w.try
+	return w
+}
+
+// maxIov bounds the segments of one writev (Linux's IOV_MAX).
+const maxIov = 1024
+
+// tryWrite writes a prefix of bufs, as long as the socket takes it, and
+// reports its length.
+func (w *rawWriter) tryWrite(bufs net.Buffers) (int, error) {
+	if w.rc == nil {
+		b := bufs // WriteTo consumes its receiver
+		n, err := b.WriteTo(w.conn)
+		return int(n), err
+	}
+	total := 0
+	for len(bufs) > 0 {
+		w.iov = w.iov[:0]
+		want := 0
+		for _, b := range bufs {
+			if len(w.iov) == maxIov {
+				break
+			}
+			if len(b) > 0 {
+				v := syscall.Iovec{Base: unsafe.SliceData(b)}
+				v.SetLen(len(b))
+				w.iov = append(w.iov, v)
+				want += len(b)
+			}
+		}
+		if want == 0 {
+			break
+		}
+		if err := w.rc.Write(w.fn); err != nil {
+			return total, err
+		}
+		clear(w.iov)
+		if w.err != nil {
+			return total, w.err
+		}
+		total += w.n
+		if w.n < want {
+			break // the socket is full
+		}
+		bufs = skipBytes(bufs, w.n)
+	}
+	return total, nil
+}
+
+// try is one writev; it never asks the poller to wait.
+func (w *rawWriter) try(fd uintptr) bool {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(w.iov))), uintptr(len(w.iov)))
+		switch e {
+		case 0:
+			w.n, w.err = int(r), nil
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			w.n, w.err = 0, nil
+		default:
+			w.n, w.err = 0, e
+		}
+		return true
+	}
+}
+
+// skipBytes drops the first n bytes of bufs.
+func skipBytes(bufs net.Buffers, n int) net.Buffers {
+	for n > 0 && len(bufs) > 0 {
+		if n < len(bufs[0]) {
+			bufs[0] = bufs[0][n:]
+			return bufs
+		}
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	return bufs
+}

@@ -21,3 +21,14 @@ func (*rawSock) session(func(uintptr) bool) error { panic("soft: no raw socket r
 func (*rawSock) readFd(uintptr, []byte) (int, error) {
 	panic("soft: no raw socket reads on this system")
 }
+
+// rawWriter writes the ordinary, waiting way here (see write.go).
+type rawWriter struct{ conn net.Conn }
+
+func newRawWriter(conn net.Conn) *rawWriter { return &rawWriter{conn: conn} }
+
+func (w *rawWriter) tryWrite(bufs net.Buffers) (int, error) {
+	b := bufs
+	n, err := b.WriteTo(w.conn)
+	return int(n), err
+}

@@ -45,6 +45,10 @@ type tcpLink struct {
 	ackQPN     uint32              // the requester QP it acknowledges
 	acks       int                 // ACKs folded into it
 	ackPending atomic.Bool         // acks > 0, read without wmu
+	ackBuf     [1][]byte           // l.ack as net.Buffers, without allocating
+	wsock      *rawWriter          // non-blocking writes (write.go)
+	queued     []byte              // what the socket did not take yet
+	draining   bool                // drain is running
 }
 
 func newTCPLink(n *Node, addr string) *tcpLink {
@@ -104,18 +108,12 @@ func (l *tcpLink) sendBatch(first *frame, more []frame) {
 		bufs = append(bufs, f.segs...)
 		start = len(b)
 	}
-	var err error
-	if len(bufs) == 0 {
-		_, err = l.conn.Write(b)
-	} else {
-		if start < len(b) {
-			bufs = append(bufs, b[start:])
-		}
-		l.bufs = bufs
-		_, err = l.bufs.WriteTo(l.conn)
-		clear(bufs)
-		l.bufs = bufs[:0]
+	if start < len(b) {
+		bufs = append(bufs, b[start:])
 	}
+	err := l.writeLocked(bufs)
+	clear(bufs)
+	l.bufs = bufs[:0]
 	l.wmu.Unlock()
 	if err != nil {
 		l.kill()
@@ -172,8 +170,8 @@ func (l *tcpLink) writeAckLocked() error {
 	if l.dead.Load() {
 		return nil
 	}
-	_, err := l.conn.Write(l.ack[:])
-	return err
+	l.ackBuf[0] = l.ack[:]
+	return l.writeLocked(l.ackBuf[:])
 }
 
 // kill closes the link. Requests waiting on it time out with RETRY_EXC_ERR.
