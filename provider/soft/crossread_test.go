@@ -15,7 +15,7 @@ import (
 // requests; if it blocked on a full socket while the peer's reader did the
 // same, neither would read again and both sides' requests would time out.
 func TestCrossLargeReads(t *testing.T) {
-	const size, reads = 4 << 20, 4
+	const size, reads = 2 << 20, 4
 	a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +25,15 @@ func TestCrossLargeReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
-	x, y := connectPair(t, a, b, 2*size)
+	// A path that gives megabyte READs time under the race detector.
+	x, y := newSide(t, a, 2*size), newSide(t, b, 2*size)
+	p := verbs.Path{Timeout: 2 * time.Second, RetryCount: 3}
+	if err := verbs.Connect(x.qp, y.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Connect(y.qp, x.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	for _, s := range [][2]*side{{x, y}, {y, x}} {
 		from, to := s[0], s[1]
@@ -41,7 +49,7 @@ func TestCrossLargeReads(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var wc [4]verbs.WC
 			for got := 0; got < reads; {
