@@ -24,6 +24,12 @@ const childEnv = "KRCORE_CLIENT_CHILD"
 
 func TestMain(m *testing.M) {
 	if sock := os.Getenv(childEnv); sock != "" {
+		switch os.Getenv(modeEnv) {
+		case "reads":
+			os.Exit(runReader(sock))
+		case "flood":
+			os.Exit(runFlooder(sock))
+		}
 		os.Exit(runChild(sock))
 	}
 	os.Exit(m.Run())
@@ -139,11 +145,12 @@ func attach(t testing.TB, e *env) *client.Client {
 }
 
 // startChild runs a client process; it is killed and reaped at cleanup.
-func startChild(t *testing.T, sock string) *exec.Cmd {
+// env adds variables (modeEnv ...).
+func startChild(t *testing.T, sock string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), childEnv+"="+sock, "GORACE="+gorace)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+sock, "GORACE="+gorace), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

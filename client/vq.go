@@ -31,9 +31,12 @@ type VQ struct {
 	door *wire.Bell // we ring it
 	cq   *wire.Bell // the daemon rings it: completions
 	msg  *wire.Bell // the daemon rings it: messages
+	ctl  *wire.Bell // the daemon rings it: control SQEs' outcomes
 
 	cqWait  chan struct{} // one sleeper at a time per bell
 	msgWait chan struct{}
+	ctlWait chan struct{}
+	ctlMu   sync.Mutex // one control SQE in flight, so CtlDone reports ours
 
 	mu      sync.Mutex
 	closed  bool
@@ -59,13 +62,13 @@ func (c *Client) Queue() (core.VQ, error) {
 }
 
 func (c *Client) newVQ() (*VQ, error) {
-	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1)}
+	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1), ctlWait: make(chan struct{}, 1)}
 	if err := v.alloc(); err != nil {
 		v.release()
 		return nil, err
 	}
 	m := wire.NewMsg(wire.OpQueue, 0)
-	m.FDs = []int{v.blk.FD(), v.door.FD(), v.cq.FD(), v.msg.FD()}
+	m.FDs = []int{v.blk.FD(), v.door.FD(), v.cq.FD(), v.msg.FD(), v.ctl.FD()}
 	r, err := c.callT(m)
 	if err == nil {
 		v.id = r.GetU64()
@@ -88,7 +91,7 @@ func (v *VQ) alloc() error {
 		return err
 	}
 	v.ring, _ = wire.NewRing(v.blk.Bytes(), v.c.maxMsg)
-	for _, b := range []**wire.Bell{&v.door, &v.cq, &v.msg} {
+	for _, b := range []**wire.Bell{&v.door, &v.cq, &v.msg, &v.ctl} {
 		if *b, err = wire.NewBell(); err != nil {
 			return err
 		}
@@ -101,7 +104,7 @@ func (v *VQ) release() {
 	v.mu.Lock()
 	v.closed = true
 	v.mu.Unlock()
-	for _, b := range []*wire.Bell{v.door, v.cq, v.msg} {
+	for _, b := range []*wire.Bell{v.door, v.cq, v.msg, v.ctl} {
 		if b != nil {
 			b.Close()
 		}
@@ -115,6 +118,7 @@ func (v *VQ) release() {
 func (v *VQ) wake() {
 	v.cq.Ring()
 	v.msg.Ring()
+	v.ctl.Ring()
 }
 
 // usable is nil when the VQ may take requests; v.mu held.
@@ -131,20 +135,76 @@ func (v *VQ) usable() error {
 	return nil
 }
 
-// Connect points the queue at a node (see core.Queue.Connect); the daemon
-// does it, a round trip on the socket.
+// Connect points the queue at a node (see core.Queue.Connect). It travels
+// on the submission ring, in order with the requests pushed before it, and
+// waits the wire way for the daemon's outcome: a warm connect is a ring
+// round trip, no system call while both sides keep up.
 func (v *VQ) Connect(ctx context.Context, node core.NodeID, opts ...core.ConnectOption) error {
 	port, toPort := core.ConnectOptions(opts...)
-	to := uint8(0)
+	e := wire.SQE{Op: wire.OpConnectSQE, MR: node, Imm: port}
 	if toPort {
-		to = 1
+		e.Flags |= wire.FlagToPort
 	}
-	if _, err := v.c.call(ctx, wire.NewMsg(wire.OpConnect, 0).U64(v.id).U64(node).U8(to).U32(port)); err != nil {
+	v.ctlMu.Lock()
+	defer v.ctlMu.Unlock()
+	seq, err := v.putCtl(ctx, &e)
+	if err == nil {
+		err = v.waitCtl(ctx, seq)
+	}
+	if err != nil {
 		return fmt.Errorf("client: connect to node %d: %w", node, err)
 	}
 	v.mu.Lock()
 	v.node, v.toPort = node, toPort
 	v.mu.Unlock()
+	return nil
+}
+
+// putCtl publishes a control SQE once the submission ring has room and
+// returns its sequence number; v.ctlMu held.
+func (v *VQ) putCtl(ctx context.Context, e *wire.SQE) (uint64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ringRoom := func() bool { return v.sqTail-v.ring.Ctr(wire.SQHead).Load() < wire.SQEntries }
+	for {
+		if v.closed {
+			return 0, fmt.Errorf("client: queue: %w", core.ErrClosed)
+		}
+		if err := v.c.err(); err != nil {
+			return 0, err
+		}
+		if ringRoom() {
+			break
+		}
+		if err := v.waitLocked(ctx, ringRoom); err != nil {
+			return 0, err
+		}
+	}
+	seq := v.sqTail
+	v.ring.PutSQE(seq, e)
+	v.sqTail++
+	v.publish()
+	return seq, nil
+}
+
+// waitCtl waits for the outcome of control SQE seq; v.ctlMu held, so no
+// later control SQE can overwrite it.
+func (v *VQ) waitCtl(ctx context.Context, seq uint64) error {
+	done := v.ring.Ctr(wire.CtlDone)
+	finished := func() bool {
+		s, _, ok := wire.CtlOutcome(done.Load())
+		return ok && s >= seq
+	}
+	if err := v.sleep(ctx, v.ctlWait, v.ctl, wire.ClientCtl, finished); err != nil {
+		return err
+	}
+	s, code, _ := wire.CtlOutcome(done.Load())
+	if s != seq {
+		return fmt.Errorf("control outcome for SQE %d, want %d: %w", s, seq, wire.ErrMalformed)
+	}
+	if code != wire.CodeOK {
+		return wire.CodeError(code, "connect")
+	}
 	return nil
 }
 

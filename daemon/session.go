@@ -40,6 +40,7 @@ type session struct {
 	exports map[string]bool
 
 	pushes, completions, refusals, calls atomic.Uint64
+	ringCalls                            atomic.Uint64 // control SQEs run (Connect on the ring)
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
@@ -279,8 +280,8 @@ func (ss *session) regionByID(id uint64) *core.Region {
 
 // queue makes a VQ over the ring memfd and bells the client sent.
 func (ss *session) queue(m *wire.Msg, r *wire.Msg) error {
-	if len(m.FDs) != 4 {
-		return fmt.Errorf("queue: want 4 descriptors, got %d: %w", len(m.FDs), verbs.ErrInvalid)
+	if len(m.FDs) != 4 && len(m.FDs) != 5 {
+		return fmt.Errorf("queue: want 4 or 5 descriptors, got %d: %w", len(m.FDs), verbs.ErrInvalid)
 	}
 	ss.mu.RLock()
 	n := len(ss.vqs)

@@ -49,6 +49,7 @@ type ClientStatus struct {
 	Completions uint64     `json:"completions"`
 	Refusals    uint64     `json:"refusals"`
 	Calls       uint64     `json:"calls"`
+	RingCalls   uint64     `json:"ring_calls"` // control SQEs (Connect) on the VQs' rings
 }
 
 // VQStatus describes one client VQ.
@@ -80,7 +81,7 @@ func (s *Server) Status() Status {
 
 func (ss *session) snapshot() ClientStatus {
 	c := ClientStatus{ID: ss.id, PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Pushes: ss.pushes.Load(),
-		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), Exports: []string{}}
+		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), RingCalls: ss.ringCalls.Load(), Exports: []string{}}
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
 	c.MRs, c.MRBytes, c.Regions = len(ss.mrs), ss.mrBytes, len(ss.regions)

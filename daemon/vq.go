@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -27,6 +28,9 @@ type vq struct {
 	door *wire.Bell // the client rings it: SQEs, or ring space freed
 	cq   *wire.Bell // we ring it: completions
 	msg  *wire.Bell // we ring it: messages
+	ctl  *wire.Bell // we ring it: control SQEs' outcomes (cq if the client sent none)
+
+	ctlFlag int // the header flag the client sleeps on for ctl
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -57,6 +61,12 @@ func newVQ(ss *session, fds []int) (*vq, error) {
 	v := &vq{ss: ss, id: ss.s.ids.Add(1), q: q, blk: blk, ring: ring, door: wire.BellFromFD(fds[1]),
 		cq: wire.BellFromFD(fds[2]), msg: wire.BellFromFD(fds[3]),
 		cqSpace: make(chan struct{}, 1), msgSpace: make(chan struct{}, 1)}
+	// A client of the first protocol sent no control bell; its control
+	// outcomes ring the completion bell, which it would sleep on.
+	v.ctl, v.ctlFlag = v.cq, wire.ClientCQ
+	if len(fds) > 4 {
+		v.ctl, v.ctlFlag = wire.BellFromFD(fds[4]), wire.ClientCtl
+	}
 	v.ctx, v.cancel = context.WithCancel(ss.ctx)
 	return v, nil
 }
@@ -106,6 +116,9 @@ func (v *vq) close() {
 	v.door.Close()
 	v.cq.Close()
 	v.msg.Close()
+	if v.ctl != v.cq {
+		v.ctl.Close()
+	}
 	v.blk.Close()
 }
 
@@ -118,6 +131,7 @@ func (v *vq) submit() {
 	tail, head := r.Ctr(wire.SQTail), r.Ctr(wire.SQHead)
 	seq := head.Load()
 	reqs := make([]core.Request, 0, batch)
+	var err error
 	ready := func() bool { return tail.Load() != seq || v.spaceFreed() }
 	for {
 		if err := wire.Wait(v.ctx, ready, r.Ctr(wire.DaemonSleeps), v.door, v.stopped); err != nil {
@@ -129,29 +143,62 @@ func (v *vq) submit() {
 			return
 		}
 		n := min(avail, batch)
-		reqs = reqs[:0]
 		for i := uint64(0); i < n; i++ {
 			e := r.GetSQE(seq + i)
-			if e.Op == wire.OpRecv {
+			switch e.Op {
+			case wire.OpRecv:
 				v.postRecv(&e)
-				continue
+			case wire.OpConnectSQE:
+				// requests before the connect go where the VQ pointed
+				if reqs, err = v.push(reqs); err != nil {
+					return
+				}
+				v.ringConnect(seq+i, &e)
+			default:
+				reqs = append(reqs, v.request(seq+i, &e))
 			}
-			reqs = append(reqs, v.request(seq+i, &e))
 		}
 		seq += n
 		head.Store(seq) // the entries are copied: the client may reuse them
 		wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
-		if len(reqs) > 0 {
-			k, err := v.q.Push(v.ctx, true, reqs...)
-			v.accepted.Add(uint64(k))
-			v.ss.pushes.Add(uint64(k))
-			if err != nil {
-				return
-			}
+		if reqs, err = v.push(reqs); err != nil {
+			return
 		}
-		clear(reqs)
 		runtime.Gosched() // one batch per turn: the other clients' turn
 	}
+}
+
+// push hands the translated requests to the queue and returns reqs
+// emptied for reuse.
+func (v *vq) push(reqs []core.Request) ([]core.Request, error) {
+	if len(reqs) == 0 {
+		return reqs, nil
+	}
+	k, err := v.q.Push(v.ctx, true, reqs...)
+	v.accepted.Add(uint64(k))
+	v.ss.pushes.Add(uint64(k))
+	clear(reqs)
+	return reqs[:0], err
+}
+
+// ringConnect runs a Connect the client sent on the submission ring and
+// publishes its outcome. The node and port are the client's, checked by
+// the runtime as any caller's; a cold connect bounded by the call timeout
+// holds up only this VQ.
+func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
+	var opts []core.ConnectOption
+	if e.Flags&wire.FlagToPort != 0 {
+		opts = append(opts, core.ToPort(e.Imm))
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, v.ss.s.cfg.CallTimeout)
+	err := v.connect(ctx, e.MR, opts)
+	cancel()
+	v.ss.ringCalls.Add(1)
+	if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
+		v.ss.refusals.Add(1)
+	}
+	v.ring.Ctr(wire.CtlDone).Store(wire.CtlResult(seq, wire.ErrorCode(err)))
+	wire.Notify(v.ring.Ctr(v.ctlFlag), v.ctl)
 }
 
 // spaceFreed wakes the completer or messenger when the client freed the

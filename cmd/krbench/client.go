@@ -23,9 +23,10 @@ import (
 // output collects a run's tables: printed as each finishes (so a long -a
 // run shows progress), or kept for one JSON document at the end.
 type output struct {
-	json bool
-	w    io.Writer
-	rep  perf.Report
+	json  bool
+	w     io.Writer
+	rep   perf.Report
+	extra []perf.Check // figures measured outside the tables (krbench daemon's connects/s)
 }
 
 func newOutput(cfg *config, w io.Writer) *output {
@@ -52,7 +53,7 @@ func (o *output) add(r perf.Result) error {
 // finish derives the checks and prints them (or the whole JSON report). It
 // returns errTargetMissed if check is set and a target was missed.
 func (o *output) finish(check bool) error {
-	o.rep.Checks = deriveChecks(&o.rep)
+	o.rep.Checks = append(append(deriveChecks(&o.rep), deriveDaemonChecks(&o.rep)...), o.extra...)
 	var err error
 	if o.json {
 		err = o.rep.WriteJSON(o.w)

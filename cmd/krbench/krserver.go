@@ -131,7 +131,7 @@ func newVQEcho(rt *core.Runtime, port uint32, poll vqPoll) (_ *vqEcho, err error
 	if err = e.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if e.in, e.out, err = vqBuffers(rt, e.q); err != nil {
+	if e.in, e.out, err = vqBuffers(core.Embed(rt), e.q); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -144,7 +144,7 @@ func (e *vqEcho) close() error {
 // vqBuffers registers the buffers of a bound VQ, echoSlots receive
 // buffers of maxVQMessage and one to send from, and posts every receive.
 // It returns what it registered even when it fails, for closeVQ.
-func vqBuffers(rt *core.Runtime, q *core.Queue) (in, out *core.MR, err error) {
+func vqBuffers(rt core.API, q core.VQ) (in, out *core.MR, err error) {
 	if in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
 		return in, out, err
 	}
@@ -229,9 +229,9 @@ func (e *vqEcho) answer(ctx context.Context, m *core.Message) error {
 // vqPing is the client half of a VQ ping-pong: a queue bound to a port and
 // connected to the echo's, with receive buffers posted.
 type vqPing struct {
-	rt   *core.Runtime
+	rt   core.API
 	poll vqPoll
-	q    *core.Queue
+	q    core.VQ
 	in   *core.MR
 	out  *core.MR
 	msgs []core.Message
@@ -239,7 +239,7 @@ type vqPing struct {
 	seq  uint64
 }
 
-func newVQPing(ctx context.Context, rt *core.Runtime, port uint32, to core.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
+func newVQPing(ctx context.Context, rt core.API, port uint32, to core.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
 	v := &vqPing{rt: rt, poll: poll, msgs: make([]core.Message, 1), comp: make([]core.Completion, 1)}
 	defer func() {
 		if err != nil {
@@ -262,7 +262,18 @@ func newVQPing(ctx context.Context, rt *core.Runtime, port uint32, to core.NodeI
 	return v, nil
 }
 
-func (v *vqPing) close() error { return closeVQ(v.rt, v.q, v.in, v.out) }
+func (v *vqPing) close() error {
+	var errs []error
+	if v.q != nil {
+		v.q.Close()
+	}
+	for _, m := range []*core.MR{v.in, v.out} {
+		if m != nil {
+			errs = append(errs, v.rt.Deregister(m))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // run does warmup+iters round trips of size bytes (at least 8: each
 // message carries a sequence number the echo must return) and returns the
@@ -353,11 +364,11 @@ func pollThen[T any](w vqPoll, ctx context.Context, out []T, poll func([]T) int,
 	return wait(ctx, out)
 }
 
-func (w vqPoll) pop(ctx context.Context, q *core.Queue, out []core.Completion) (int, error) {
+func (w vqPoll) pop(ctx context.Context, q core.VQ, out []core.Completion) (int, error) {
 	return pollThen(w, ctx, out, q.Pop, q.PopWait)
 }
 
-func (w vqPoll) popMsgs(ctx context.Context, q *core.Queue, out []core.Message) (int, error) {
+func (w vqPoll) popMsgs(ctx context.Context, q core.VQ, out []core.Message) (int, error) {
 	return pollThen(w, ctx, out, q.PopMsgs, q.PopMsgsWait)
 }
 

@@ -308,6 +308,9 @@ func main() {
 // run is main without the process: it returns the exit status, so tests can
 // call it and nothing in krbench calls os.Exit on an error path.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, ok := runDaemonRole(ctx, args, stdout, stderr); ok {
+		return code
+	}
 	if len(args) > 0 && args[0] == "pingpong" {
 		return runPingpong(ctx, args[1:], stdout, stderr)
 	}

@@ -219,7 +219,7 @@ func tourPingPong(ctx context.Context, src, dst *core.Runtime, warmup, iters int
 	}
 	defer echo.close()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	ping, err := newVQPing(pctx, src, tourPingPort, dst.Node(), tourEchoPort, poll)
+	ping, err := newVQPing(pctx, core.Embed(src), tourPingPort, dst.Node(), tourEchoPort, poll)
 	cancel()
 	if err != nil {
 		return nil, err

@@ -162,7 +162,7 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 
 // vqLatency runs warmup+iters requests one at a time and returns the last
 // iters push-to-completion times.
-func vqLatency(dl *deadline, q *core.Queue, poll vqPoll, req core.Request, warmup, iters int) ([]time.Duration, error) {
+func vqLatency(dl *deadline, q core.VQ, poll vqPoll, req core.Request, warmup, iters int) ([]time.Duration, error) {
 	out := make([]core.Completion, 1)
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
@@ -200,7 +200,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	ping, err := newVQPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
+	ping, err := newVQPing(c.ctx, core.Embed(v.rt), clientPort, v.server, echoPort, v.poll)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 // vqStream keeps up to depth requests in flight on q until total have
 // completed, asking for a completion on one in cqMod (and the last); a VQ
 // completes in order, so a completion retires every request before it.
-func vqStream(dl *deadline, q *core.Queue, poll vqPoll, req core.Request, total, depth, cqMod int) ([]perf.Mark, error) {
+func vqStream(dl *deadline, q core.VQ, poll vqPoll, req core.Request, total, depth, cqMod int) ([]perf.Mark, error) {
 	reqs := make([]core.Request, depth)
 	out := make([]core.Completion, 64)
 	marks := make([]perf.Mark, 1, total/cqMod+2)

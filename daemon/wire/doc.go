@@ -20,7 +20,8 @@
 // OpHello first and the daemon answers with the node, the credits of a VQ and
 // the largest message. A request may carry descriptors: OpRegister one memfd
 // (the memory, sealed against shrinking), OpQueue one memfd (the VQ's rings)
-// and three eventfds (doorbell, completion bell, message bell). The daemon
+// and three eventfds (doorbell, completion bell, message bell), optionally a
+// fourth: the control bell (see Control on the ring). The daemon
 // may send OpBye unasked when it shuts down; a client then fails every call
 // with client.ErrDaemonGone, as it does when the socket closes.
 //
@@ -42,6 +43,27 @@
 // never trusts the client for anything but the SQE itself. The retired
 // counter (requests the daemon has finished, unsignaled ones included) is
 // what the client's credits are counted against.
+//
+// # Control on the ring
+//
+// Added after the first protocol, without renumbering anything: hot control
+// operations a VQ user calls often travel on the VQ's submission ring, so
+// they cost a shared-memory round trip instead of a socket one. Today that
+// is Connect (and Connect with ToPort): an SQE with op OpConnectSQE (0xfd),
+// MR = the node, Imm = the port and flag FlagToPort (bit 1) for ToPort. The
+// daemon runs it in order with the SQEs around it (requests before it go
+// where the VQ pointed) and publishes its outcome in the header counter
+// CtlDone (line 12) as CtlResult: (sequence number + 1) << 8 | error code
+// (CodeOK ...), then rings the control bell if the client's sleep flag
+// ClientCtl (line 13) is set. A client of the first protocol sent no control
+// bell; the daemon then rings the completion bell and checks ClientCQ. The
+// client keeps one control SQE in flight per VQ, so CtlDone reports its own;
+// a value for an older sequence number is a control SQE it gave up on.
+// Rare operations (OpHello, OpRegister, OpQueue, OpRegion, OpExport,
+// OpStatus ...) and OpConnect on the socket stay as they were. The daemon
+// trusts nothing in a control SQE but its fields' meaning: the node and port
+// go to the runtime's Connect as any caller's would, bounded by the call
+// timeout, and a slow one holds up only that VQ.
 //
 // # Wake-ups
 //

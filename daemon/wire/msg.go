@@ -66,8 +66,11 @@ var sentinels = map[uint8]error{
 	CodeLimit: verbs.ErrLimit, CodeCanceled: context.Canceled,
 }
 
-// ErrorCode is the code that carries err.
+// ErrorCode is the code that carries err (CodeOK for nil).
 func ErrorCode(err error) uint8 {
+	if err == nil {
+		return CodeOK
+	}
 	for _, c := range []uint8{CodeClosed, CodeNotConnected, CodePortInUse, CodeNoRegion, CodeUnreachable,
 		CodeRefused, CodeInvalid, CodeBusy, CodeDeadline, CodeLimit, CodeCanceled} {
 		if errors.Is(err, sentinels[c]) {

@@ -36,6 +36,8 @@ const (
 	DaemonFullMsg        // daemon waits for message ring space (flag)
 	ClientCQ             // client sleeps on the completion bell (flag)
 	ClientMsg            // client sleeps on the message bell (flag)
+	CtlDone              // daemon: outcome of the last control SQE, (seq+1)<<8 | code
+	ClientCtl            // client sleeps on the control bell (flag)
 	counters
 )
 
@@ -43,9 +45,29 @@ const (
 // verbs' opcodes.
 const OpRecv = 0xfe
 
+// OpConnectSQE is the SQE op that connects the VQ (Connect), beside verbs'
+// opcodes: MR holds the node, Imm the port and FlagToPort asks for
+// core.ToPort(Imm). The daemon runs it in order with the SQEs around it and
+// publishes its outcome in CtlDone, not on the completion ring.
+const OpConnectSQE = 0xfd
+
+// CtlResult packs a control SQE's outcome as CtlDone holds it: seq is the
+// SQE's sequence number, code its error code (CodeOK ...).
+func CtlResult(seq uint64, code uint8) uint64 { return (seq+1)<<8 | uint64(code) }
+
+// CtlOutcome unpacks CtlDone: the sequence number of the control SQE it
+// reports (ok false when none has finished yet) and its error code.
+func CtlOutcome(v uint64) (seq uint64, code uint8, ok bool) {
+	if v>>8 == 0 {
+		return 0, 0, false
+	}
+	return v>>8 - 1, uint8(v), true
+}
+
 // SQE flags.
 const (
 	FlagUnsignaled = 1 << iota
+	FlagToPort     // OpConnectSQE: connect to the port in Imm
 )
 
 // Message flags.

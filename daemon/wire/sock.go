@@ -8,7 +8,7 @@ import (
 )
 
 // maxFDs bounds the descriptors one message may carry.
-const maxFDs = 4
+const maxFDs = 5
 
 // Send writes m and its descriptors on c. The descriptors stay the caller's.
 func Send(c *net.UnixConn, m *Msg) error {

@@ -1,0 +1,684 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	krclient "github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+// krbench daemon compares every VQ benchmark embedded and through krcored
+// in one run: 8 B READ and WRITE one at a time and with a window in
+// flight, 64 B SEND round trips, warm connects, and warm connects per second
+// from 1 and from several client processes. Usage:
+//
+//	krbench daemon [-n N] [-spin D] [-procs 4] [-json] [-check]
+//	krbench daemon -daemon SOCKET -meta INFO   # a running krcored; INFO is its MetaServer (logged at start)
+//	krbench daemon -krcored PATH               # start this krcored binary instead of krbench's own
+//
+// Without -daemon it starts krcored as a child process (this binary in its
+// krcored role, or -krcored PATH with the same flags) on a soft node that
+// joins this process's MetaServer. This process runs the server node (it
+// exports the region and echoes messages) and the embedded client node.
+
+// Test names and series of the daemon comparison.
+const (
+	testDRead    = "daemon-read"
+	testDWrite   = "daemon-write"
+	testDSend    = "daemon-send"
+	testDConnect = "daemon-connect"
+
+	seriesEmbedded = "embedded"
+	seriesDaemon   = "daemon"
+
+	// Node ids: the daemon gets dNodeDaemon unless it is a running one.
+	dNodeServer, dNodeEmbedded, dNodeDaemon = 101, 102, 103
+	dRegion                                 = "krbench-daemon"
+	// Targets: KRCore's ioctl path adds ~0.85 us to a READ; a warm connect
+	// through the daemon is a ring round trip.
+	targetDaemonReadPlusUsec  = 1.0
+	targetDaemonConnectUsec   = 5.0
+	childKrcored, childConnex = "krcored-child", "daemon-connector"
+)
+
+// dConfig is krbench daemon's command line.
+type dConfig struct {
+	socket, metaInfo, krcored string
+	n, procs                  int
+	spin, timeout             time.Duration
+	json, check               bool
+	txDepth, cqMod            int
+}
+
+func parseDaemon(args []string, stderr io.Writer) (*dConfig, error) {
+	fs := flag.NewFlagSet("krbench daemon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	d := &dConfig{}
+	fs.StringVar(&d.socket, "daemon", "", "attach to the krcored at this socket instead of starting one (needs -meta)")
+	fs.StringVar(&d.metaInfo, "meta", "", "the running krcored's MetaServer (meta.Info text), with -daemon")
+	fs.StringVar(&d.krcored, "krcored", "", "krcored binary to start (default: this binary in its krcored role)")
+	fs.IntVar(&d.n, "n", 2000, "iterations per latency series")
+	fs.IntVar(&d.procs, "procs", 4, "client processes of the connects/s comparison")
+	fs.DurationVar(&d.spin, "spin", 200*time.Microsecond, "poll completions this long before the VQ's own wait")
+	fs.DurationVar(&d.timeout, "timeout", time.Minute, "bound on every wait")
+	fs.IntVar(&d.txDepth, "tx-depth", 64, "requests in flight in the bw series")
+	fs.IntVar(&d.cqMod, "cq-mod", 16, "one request in cq-mod signaled in the bw series")
+	fs.BoolVar(&d.json, "json", false, "one JSON document")
+	fs.BoolVar(&d.check, "check", false, "exit with status 3 when a target is missed")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if (d.socket == "") != (d.metaInfo == "") {
+		return nil, fmt.Errorf("%w: -daemon and -meta go together", errUsage)
+	}
+	if d.n < pairBlocks || d.procs < 1 || d.cqMod < 1 || d.txDepth < d.cqMod {
+		return nil, fmt.Errorf("%w: -n >= %d, -procs >= 1, -tx-depth >= -cq-mod >= 1", errUsage, pairBlocks)
+	}
+	return d, nil
+}
+
+// runDaemonCmd is krbench daemon.
+func runDaemonCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	d, err := parseDaemon(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
+		return 2
+	}
+	out := newOutput(&config{json: d.json}, stdout)
+	b := &dBench{d: d, ctx: ctx, out: out, log: slogTo(stderr), stderr: stderr}
+	err = b.run()
+	if err == nil {
+		err = out.finish(d.check)
+	}
+	switch {
+	case errors.Is(err, errTargetMissed):
+		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
+		return 3
+	case err != nil:
+		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// dSide is one way to reach the runtime: embedded or through krcored.
+type dSide struct {
+	name  string
+	api   core.API
+	q     core.VQ // one-sided, connected to the server
+	cq    core.VQ // connect series
+	g     *core.Region
+	local *core.MR
+	ping  *vqPing
+}
+
+// dBench owns everything one krbench daemon run starts.
+type dBench struct {
+	d      *dConfig
+	ctx    context.Context
+	out    *output
+	log    *slog.Logger
+	stderr io.Writer
+	poll   vqPoll
+
+	devs  []verbs.Device
+	srv   *core.Runtime
+	emb   *core.Runtime
+	echo  *vqEcho
+	child *exec.Cmd
+	sock  string
+	cl    *krclient.Client
+	sides []*dSide
+	tmp   string
+}
+
+func (b *dBench) run() (err error) {
+	defer func() { err = firstErr(err, b.close()) }()
+	b.poll = vqPoll{spin: b.d.spin}
+	if err := b.start(); err != nil {
+		return err
+	}
+	for _, f := range []func() error{b.latency, b.bandwidth, b.twoSided, b.connects, b.rates} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start brings up the server node, the embedded node and the daemon.
+func (b *dBench) start() error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.d.timeout)
+	defer cancel()
+	var metas []meta.Info
+	if b.d.metaInfo != "" {
+		info, err := meta.ParseInfo(b.d.metaInfo)
+		if err != nil {
+			return fmt.Errorf("-meta: %w", err)
+		}
+		metas = []meta.Info{info}
+	}
+	var err error
+	if b.srv, err = b.node(ctx, dNodeServer, metas); err != nil {
+		return err
+	}
+	if metas == nil {
+		metas = []meta.Info{b.srv.MetaInfo()}
+	}
+	if b.emb, err = b.node(ctx, dNodeEmbedded, metas); err != nil {
+		return err
+	}
+	table, err := b.srv.RegMR(4096, verbs.AccessAll)
+	if err != nil {
+		return err
+	}
+	if err := b.srv.Export(dRegion, table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
+		return err
+	}
+	if b.echo, err = newVQEcho(b.srv, echoPort, b.poll); err != nil {
+		return err
+	}
+	if err := b.startDaemon(ctx, metas[0]); err != nil {
+		return err
+	}
+	for _, s := range []*dSide{{name: seriesEmbedded, api: core.Embed(b.emb)}, {name: seriesDaemon, api: b.cl}} {
+		b.sides = append(b.sides, s)
+		if err := b.open(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// node starts a soft node on loopback TCP (the daemon is another process)
+// and a runtime on it.
+func (b *dBench) node(ctx context.Context, id core.NodeID, metas []meta.Info) (*core.Runtime, error) {
+	dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		return nil, err
+	}
+	b.devs = append(b.devs, dev)
+	rt, err := core.New(ctx, core.Config{Device: dev, Node: id, Meta: metas, Credits: max(128, b.d.txDepth), Logger: b.log})
+	if err != nil {
+		return nil, fmt.Errorf("runtime of node %d: %w", id, err)
+	}
+	return rt, nil
+}
+
+// startDaemon starts krcored as a child (unless -daemon names one) and
+// attaches to it.
+func (b *dBench) startDaemon(ctx context.Context, info meta.Info) error {
+	b.sock = b.d.socket
+	if b.sock == "" {
+		var err error
+		if b.tmp, err = os.MkdirTemp("", "krbench-daemon"); err != nil {
+			return err
+		}
+		b.sock = filepath.Join(b.tmp, "krcored.sock")
+		exe, args := b.d.krcored, []string{}
+		if exe == "" {
+			if exe, err = os.Executable(); err != nil {
+				return err
+			}
+			args = append(args, childKrcored)
+		}
+		args = append(args, "-socket", b.sock, "-node", strconv.Itoa(dNodeDaemon), "-listen", "127.0.0.1:0",
+			"-meta", info.String(), "-log-level", "warn")
+		b.child = exec.Command(exe, args...)
+		b.child.Stderr = b.stderr
+		setChildAttrs(b.child)
+		if err := b.child.Start(); err != nil {
+			return fmt.Errorf("start krcored: %w", err)
+		}
+	}
+	for {
+		cl, err := krclient.Attach(ctx, krclient.Options{Socket: b.sock, CallTimeout: b.d.timeout})
+		if err == nil {
+			b.cl = cl
+			return nil
+		}
+		if b.d.socket != "" || ctx.Err() != nil {
+			return fmt.Errorf("attach krcored: %w", err)
+		}
+		select { // the child is still binding its socket
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (b *dBench) open(ctx context.Context, s *dSide) error {
+	var err error
+	if s.local, err = s.api.RegMR(4096, verbs.AccessAll); err != nil {
+		return err
+	}
+	for _, q := range []*core.VQ{&s.q, &s.cq} {
+		if *q, err = s.api.Queue(); err != nil {
+			return err
+		}
+		if err = (*q).Connect(ctx, dNodeServer); err != nil {
+			return err
+		}
+	}
+	if s.g, err = s.q.Region(ctx, dRegion); err != nil {
+		return err
+	}
+	s.ping, err = newVQPing(ctx, s.api, clientPort, dNodeServer, echoPort, b.poll)
+	return err
+}
+
+func (b *dBench) close() error {
+	var errs []error
+	for _, s := range b.sides {
+		for _, q := range []core.VQ{s.q, s.cq} {
+			if q != nil {
+				q.Close()
+			}
+		}
+		if s.ping != nil {
+			errs = append(errs, s.ping.close())
+		}
+	}
+	if b.cl != nil {
+		b.cl.Close()
+	}
+	if b.child != nil {
+		b.child.Process.Signal(syscall.SIGTERM)
+		b.child.Wait()
+	}
+	if b.echo != nil {
+		b.echo.close()
+	}
+	for _, rt := range []*core.Runtime{b.emb, b.srv} {
+		if rt != nil {
+			errs = append(errs, rt.Close())
+		}
+	}
+	for _, d := range b.devs {
+		d.Close()
+	}
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+	return errors.Join(errs...)
+}
+
+// info is the preamble of every table.
+func (b *dBench) info(series string) []perf.Field {
+	how := "a krcored child process (this binary's krcored role)"
+	switch {
+	case b.d.socket != "":
+		how = "the running krcored at " + b.d.socket
+	case b.d.krcored != "":
+		how = "a krcored child process: " + b.d.krcored
+	}
+	return []perf.Field{
+		{Key: "Series", Value: series},
+		{Key: "Nodes", Value: fmt.Sprintf("server node %d and embedded node %d in this process; daemon node %d: %s; soft RNICs over loopback TCP",
+			dNodeServer, dNodeEmbedded, b.cl.Node(), how)},
+		{Key: "CQ polling", Value: b.poll.String()},
+		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},
+	}
+}
+
+// pair measures the two sides' latency series in interleaved blocks.
+func (b *dBench) pair(title, test string, size int, what string, run func(s *dSide, warmup, iters int) ([]time.Duration, error)) error {
+	var series []*latSeries
+	for _, s := range b.sides {
+		series = append(series, &latSeries{run: func(w, n int) ([]time.Duration, error) { return run(s, w, n) }})
+	}
+	if err := warmLatency(max(b.d.n/10, 10), series...); err != nil {
+		return fmt.Errorf("%s: %w", test, err)
+	}
+	if err := alternate(series[0].block(perBlock(b.d.n)), series[1].block(perBlock(b.d.n))); err != nil {
+		return fmt.Errorf("%s: %w", test, err)
+	}
+	var rows []perf.LatencyStats
+	for i, s := range series {
+		l := perf.Latency(size, s.samples)
+		l.Label = b.sides[i].name
+		rows = append(rows, l)
+	}
+	return b.out.add(perf.Result{Title: title, Test: test, Mode: perf.ModeLat, Column: "series", Placement: placementCross,
+		Info: b.info(what), Latency: rows})
+}
+
+func (b *dBench) latency() error {
+	dl := newDeadline(b.ctx, b.d.timeout)
+	defer dl.close()
+	for _, t := range []struct {
+		test, title string
+		op          verbs.Opcode
+	}{{testDRead, "Embedded vs daemon RDMA_Read Latency, 8 B (interleaved)", verbs.OpRead},
+		{testDWrite, "Embedded vs daemon RDMA_Write Latency, 8 B (interleaved)", verbs.OpWrite}} {
+		err := b.pair(t.title, t.test, vqOneSidedSize, "VQ.Push, then wait for its completion, one request at a time",
+			func(s *dSide, w, n int) ([]time.Duration, error) {
+				req := core.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
+				return vqLatency(dl, s.q, b.poll, req, w, n)
+			})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *dBench) bandwidth() error {
+	dl := newDeadline(b.ctx, b.d.timeout)
+	defer dl.close()
+	total := perBlock(b.d.n * 10)
+	for _, t := range []struct {
+		test, title string
+		op          verbs.Opcode
+	}{{testDRead, "Embedded vs daemon RDMA_Read BW, 8 B (interleaved)", verbs.OpRead},
+		{testDWrite, "Embedded vs daemon RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite}} {
+		var series []*bwSeries
+		for _, s := range b.sides {
+			req := core.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
+			series = append(series, newBWSeries(func(n int) ([]perf.Mark, error) {
+				return vqStream(dl, s.q, b.poll, req, n, b.d.txDepth, b.d.cqMod)
+			}))
+		}
+		if err := warmBandwidth(total, series...); err != nil {
+			return fmt.Errorf("%s bw: %w", t.test, err)
+		}
+		if err := alternate(series[0].block(total), series[1].block(total)); err != nil {
+			return fmt.Errorf("%s bw: %w", t.test, err)
+		}
+		var rows []perf.BandwidthStats
+		for i, s := range series {
+			a := perf.Bandwidth(vqOneSidedSize, s.marks, b.d.txDepth)
+			m := perf.MedianBlock(vqOneSidedSize, s.blocks, b.d.txDepth)
+			a.Label, m.Label = b.sides[i].name, b.sides[i].name+medianSuffix
+			rows = append(rows, a, m)
+		}
+		err := b.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: placementCross,
+			Info: append(b.info("VQ.Push, one request in cq-mod signaled, wait for completions"),
+				perf.Field{Key: "TX depth", Value: strconv.Itoa(b.d.txDepth)}, perf.Field{Key: "CQ moderation", Value: strconv.Itoa(b.d.cqMod)}),
+			Bandwidth: rows})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// twoSided: 64 B round trips to the server's echo port; the echo serves
+// each block while the side pings.
+func (b *dBench) twoSided() error {
+	return b.pair("Embedded vs daemon VQ Send ping-pong round trip, 64 B (interleaved)", testDSend, vqTwoSidedSize,
+		"full round trips: SEND to the server's bound port, its VQ echoes to the port ours is bound to",
+		func(s *dSide, w, n int) ([]time.Duration, error) {
+			errc := make(chan error, 1)
+			go func() { errc <- b.echo.serve(b.ctx, w+n, b.d.timeout) }()
+			x, err := s.ping.run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
+			if err != nil {
+				b.echo.q.Unbind() // the echo's wait ends with its deadline at worst
+			}
+			return x, errors.Join(err, <-errc)
+		})
+}
+
+// connects: warm Connect latency, embedded (a cached lookup) vs daemon (a
+// ring round trip).
+func (b *dBench) connects() error {
+	dl := newDeadline(b.ctx, b.d.timeout)
+	defer dl.close()
+	return b.pair("Embedded vs daemon warm connect latency (interleaved)", testDConnect, 0,
+		"VQ.Connect to the server node, already known (warm)",
+		func(s *dSide, w, n int) ([]time.Duration, error) {
+			samples := make([]time.Duration, 0, n)
+			for i := range w + n {
+				t0 := time.Now()
+				if err := s.cq.Connect(dl.get(), dNodeServer); err != nil {
+					return nil, fmt.Errorf("warm connect #%d: %w", i, err)
+				}
+				if d := time.Since(t0); i >= w {
+					samples = append(samples, d)
+				}
+			}
+			return samples, nil
+		})
+}
+
+// rates: warm connects per second through the daemon from 1 and from
+// -procs client processes, rounds alternating; each figure is the median
+// round.
+func (b *dBench) rates() error {
+	per := b.d.n * 10
+	rates := map[int][]float64{}
+	for _, round := range [][]int{{1, b.d.procs}, {b.d.procs, 1}, {1, b.d.procs}} {
+		for _, procs := range round {
+			r, err := b.rate(procs, per)
+			if err != nil {
+				return fmt.Errorf("connects/s, %d processes: %w", procs, err)
+			}
+			rates[procs] = append(rates[procs], r)
+		}
+	}
+	b.out.extra = append(b.out.extra,
+		perf.Figure("connects/s through the daemon, 1 client process (median of 3 rounds)", median(rates[1])/1e6, " M/s"),
+		perf.Figure(fmt.Sprintf("connects/s through the daemon, %d client processes (median of 3 rounds)", b.d.procs), median(rates[b.d.procs])/1e6, " M/s"))
+	return nil
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// rate runs procs connector processes of n warm connects each and returns
+// the connects per second from go to the last one's finish.
+func (b *dBench) rate(procs, n int) (float64, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, b.d.timeout)
+	defer cancel()
+	type kid struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	var kids []kid
+	defer func() {
+		for _, k := range kids {
+			k.in.Close()
+			k.cmd.Process.Kill()
+			k.cmd.Wait()
+		}
+	}()
+	for range procs {
+		cmd := exec.CommandContext(ctx, exe, childConnex, b.sock, strconv.Itoa(dNodeServer), strconv.Itoa(n))
+		cmd.Stderr = b.stderr
+		setChildAttrs(cmd)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return 0, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		kids = append(kids, kid{cmd, in, bufio.NewReader(out)})
+	}
+	for _, k := range kids {
+		if line, err := k.out.ReadString('\n'); err != nil || line != "ready\n" {
+			return 0, fmt.Errorf("connector process: %q %v", line, err)
+		}
+	}
+	t0 := time.Now()
+	for _, k := range kids {
+		io.WriteString(k.in, "go\n")
+	}
+	for _, k := range kids {
+		if line, err := k.out.ReadString('\n'); err != nil || line != "done\n" {
+			return 0, fmt.Errorf("connector process: %q %v", line, err)
+		}
+	}
+	return float64(procs*n) / time.Since(t0).Seconds(), nil
+}
+
+// runConnector is a connector process: attach, connect a VQ (cold), say
+// ready, wait for go, run n warm connects, say done.
+func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) != 3 {
+		return fmt.Errorf("%w: %s SOCKET NODE N", errUsage, childConnex)
+	}
+	node, err1 := strconv.ParseUint(args[1], 10, 64)
+	n, err2 := strconv.Atoi(args[2])
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cl, err := krclient.Attach(ctx, krclient.Options{Socket: args[0]})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	q, err := cl.Queue()
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.Connect(ctx, node); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
+	for i := range n {
+		if err := q.Connect(ctx, node); err != nil {
+			return fmt.Errorf("warm connect #%d: %w", i, err)
+		}
+	}
+	fmt.Fprintln(stdout, "done")
+	return nil
+}
+
+// runKrcoredChild is krcored's role of this binary: the flags krcored takes
+// that krbench daemon passes (-socket, -node, -listen, -meta, -log-level).
+func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(childKrcored, flag.ContinueOnError)
+	sock := fs.String("socket", "", "socket")
+	node := fs.Uint64("node", dNodeDaemon, "node id")
+	listen := fs.String("listen", "127.0.0.1:0", "soft RNIC address")
+	metaText := fs.String("meta", "", "MetaServer to join")
+	fs.String("log-level", "warn", "ignored: warnings and errors are logged")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	info, err := meta.ParseInfo(*metaText)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dev, err := soft.NewNode(soft.Config{Listen: *listen})
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rt, err := core.New(sctx, core.Config{Device: dev, Node: *node, Meta: []meta.Info{info}, Credits: 128, Logger: log})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Logger: log})
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx)
+}
+
+// deriveDaemonChecks adds the daemon comparison's ratios and targets.
+func deriveDaemonChecks(rep *perf.Report) []perf.Check {
+	var out []perf.Check
+	for _, t := range []struct{ test, what string }{{testDRead, "8B READ"}, {testDWrite, "8B WRITE"}, {testDSend, "64B SEND RTT"}} {
+		r := rep.FindAt(placementCross, t.test, perf.ModeLat)
+		if r == nil {
+			continue
+		}
+		e, d := r.LabelRow(seriesEmbedded), r.LabelRow(seriesDaemon)
+		if e == nil || d == nil {
+			continue
+		}
+		if t.test == testDRead {
+			out = append(out, perf.Figure("daemon 8B READ t_typical minus embedded 8B READ t_typical", d.Typical-e.Typical, " usec").
+				AtMost(targetDaemonReadPlusUsec))
+		}
+		out = append(out, perf.RatioOf(fmt.Sprintf("daemon %s t_typical / embedded t_typical", t.what), d.Typical, e.Typical),
+			perf.RatioOf(fmt.Sprintf("daemon %s 99%% / embedded 99%%", t.what), d.P99, e.P99))
+	}
+	for _, t := range []struct{ test, what string }{{testDRead, "8B READ"}, {testDWrite, "8B WRITE"}} {
+		r := rep.FindAt(placementCross, t.test, perf.ModeBW)
+		if r == nil {
+			continue
+		}
+		e, d := r.BandwidthLabelRow(seriesEmbedded+medianSuffix), r.BandwidthLabelRow(seriesDaemon+medianSuffix)
+		if e != nil && d != nil {
+			out = append(out, perf.RatioOf(fmt.Sprintf("daemon %s MsgRate / embedded MsgRate (median blocks)", t.what), d.MsgRate, e.MsgRate))
+		}
+	}
+	if r := rep.FindAt(placementCross, testDConnect, perf.ModeLat); r != nil {
+		if e, d := r.LabelRow(seriesEmbedded), r.LabelRow(seriesDaemon); e != nil && d != nil {
+			out = append(out, perf.Figure("warm connect through the daemon t_typical", d.Typical, " usec").Below(targetDaemonConnectUsec),
+				perf.Figure("warm connect embedded t_typical", e.Typical, " usec"))
+		}
+	}
+	return out
+}
+
+// runDaemonRole runs krbench daemon or one of its child roles when args
+// name one; ok is false otherwise.
+func runDaemonRole(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	var err error
+	switch args[0] {
+	case "daemon":
+		return runDaemonCmd(ctx, args[1:], stdout, stderr), true
+	case childKrcored:
+		err = runKrcoredChild(ctx, args[1:], stderr)
+	case childConnex:
+		err = runConnector(ctx, args[1:], stdout)
+	default:
+		return 0, false
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "krbench %s: %v\n", args[0], strings.TrimSpace(err.Error()))
+		return 1, true
+	}
+	return 0, true
+}
