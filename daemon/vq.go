@@ -160,7 +160,12 @@ func (v *vq) submit() {
 		}
 		seq += n
 		head.Store(seq) // the entries are copied: the client may reuse them
-		wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
+		if avail == wire.SQEntries {
+			// Only a client that found the ring full waits for its space;
+			// waking one that waits for a completion would only cost it
+			// a spurious wake-up per push.
+			wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
+		}
 		if reqs, err = v.push(reqs); err != nil {
 			return
 		}

@@ -131,6 +131,9 @@ func (w *rawWriter) tryWrite(bufs net.Buffers) (int, error) {
 		return int(n), err
 	}
 	total := 0
+	if len(bufs) > maxIov {
+		bufs = append(net.Buffers(nil), bufs...) // skipBytes must not touch the caller's slices
+	}
 	for len(bufs) > 0 {
 		w.iov = w.iov[:0]
 		want := 0
@@ -182,7 +185,7 @@ func (w *rawWriter) try(fd uintptr) bool {
 	}
 }
 
-// skipBytes drops the first n bytes of bufs.
+// skipBytes drops the first n bytes of bufs, reslicing its elements.
 func skipBytes(bufs net.Buffers, n int) net.Buffers {
 	for n > 0 && len(bufs) > 0 {
 		if n < len(bufs[0]) {
