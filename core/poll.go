@@ -136,7 +136,11 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
 			pl.scoreSpin(false)
 			spin = false
 		}
-		if err := pl.sleep(ctx, q, &token, &displaced); err != nil {
+		woken := q.waker.watch() // before the last look: no wake-up is lost
+		if ready() {
+			return nil
+		}
+		if err := pl.sleep(ctx, q, woken, &token, &displaced); err != nil {
 			return err
 		}
 	}
@@ -170,7 +174,7 @@ func (pl *poller) scoreSpin(hit bool) {
 }
 
 // sleep waits once for something to happen.
-func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool, displaced **Queue) error {
+func (pl *poller) sleep(ctx context.Context, q *Queue, woken <-chan struct{}, token *bool, displaced **Queue) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -182,30 +186,30 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, token *bool, displaced **
 	}
 	if pl.waitMu.TryLock() {
 		*token = false
-		err := pl.sleepOnCQ(ctx, q)
+		err := pl.sleepOnCQ(ctx, q, woken)
 		pl.waitMu.Unlock()
 		pl.passRole()
 		if !errors.Is(err, errRoleTaken) {
 			return err
 		}
 		// The taker gets the token; it kicks q when it leaves.
-		return pl.sleepAside(ctx, q, nil)
+		return pl.sleepAside(ctx, woken, nil)
 	}
 	if *displaced == nil {
 		*displaced = pl.displace(q)
 	}
-	return pl.sleepAside(ctx, q, token)
+	return pl.sleepAside(ctx, woken, token)
 }
 
-// sleepAside waits on q's channel for its completions, or for the token
-// that passes the role of sleeping on the completion queue (token not nil).
-func (pl *poller) sleepAside(ctx context.Context, q *Queue, token *bool) error {
+// sleepAside waits for its queue's wake-up (woken), or for the token that
+// passes the role of sleeping on the completion queue (token not nil).
+func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, token *bool) error {
 	var wake chan struct{} // nil: not taking the token
 	if token != nil {
 		wake = pl.wake
 	}
 	select {
-	case <-q.notify:
+	case <-woken:
 	case <-wake:
 		*token = true
 	case <-ctx.Done():
@@ -260,7 +264,7 @@ type roleHolder struct {
 // waits with (the soft RNIC watches it to interrupt a blocked read), and a
 // fresh context per sleep would redo that work and, once cancelled, fire it
 // each time. Only a dispatcher's wake-up or the end of ctx cancels it.
-func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
+func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, woken <-chan struct{}) error {
 	if pl.sctx == nil || pl.sctx.Err() != nil {
 		pl.sctx, pl.scancel = context.WithCancel(context.Background())
 	}
@@ -272,7 +276,7 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
 	pl.role.Store(r)
 	defer pl.role.Store(nil)
 	select {
-	case <-q.notify: // finished while the role was being taken
+	case <-woken: // finished while the role was being taken
 		return nil
 	default:
 	}
@@ -288,17 +292,51 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue) error {
 	return fmt.Errorf("core: wait for completions: %w", err)
 }
 
-// kick wakes q's waiter, wherever it sleeps.
+// kick wakes q's waiters, wherever they sleep.
 func (rt *Runtime) kick(q *Queue) {
-	if len(q.notify) == 0 { // skip the channel's lock when a wake-up is pending
-		select {
-		case q.notify <- struct{}{}:
-		default:
-		}
-	}
+	q.waker.wake()
 	for _, pl := range [...]*poller{rt.sends, rt.recvs} {
 		if r := pl.role.Load(); r != nil && r.q == q {
 			r.cancel()
 		}
 	}
+}
+
+// waker wakes every goroutine waiting on one queue. A queue may have
+// several (one for completions, one for messages, one for credits, as
+// krcored's per-VQ goroutines do), and wake-ups for two of them can come
+// back to back: a single token would wake one and leave the other asleep
+// with its completion ready. So a waiter watches a channel that the next
+// wake closes.
+type waker struct {
+	mu    sync.Mutex
+	ch    chan struct{} // nil until someone watches
+	armed atomic.Bool   // ch != nil, read by wake without the lock
+}
+
+// watch returns the channel the next wake closes. Call it before the last
+// look at the state a wake reports changed.
+func (w *waker) watch() <-chan struct{} {
+	w.mu.Lock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+		w.armed.Store(true)
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	return ch
+}
+
+// wake wakes the goroutines watching; call it after changing the state.
+func (w *waker) wake() {
+	if !w.armed.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+		w.armed.Store(false)
+	}
+	w.mu.Unlock()
 }

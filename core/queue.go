@@ -26,10 +26,10 @@ type entry struct {
 //
 // A Queue is safe for use by several goroutines.
 type Queue struct {
-	rt     *Runtime
-	id     uint32
-	port   atomic.Uint32 // the port bound, 0 if none
-	notify chan struct{}
+	rt    *Runtime
+	id    uint32
+	port  atomic.Uint32 // the port bound, 0 if none
+	waker waker
 
 	mu       sync.Mutex
 	peer     *peer
@@ -69,7 +69,7 @@ func (rt *Runtime) Queue() (*Queue, error) {
 			break
 		}
 	}
-	q := &Queue{rt: rt, id: rt.nextQ, notify: make(chan struct{}, 1), credits: rt.cfg.Credits,
+	q := &Queue{rt: rt, id: rt.nextQ, credits: rt.cfg.Credits,
 		ents: make([]entry, completionDepth*rt.cfg.Credits)}
 	rt.queues[q.id] = q
 	return q, nil
@@ -373,9 +373,6 @@ func (q *Queue) Close() error {
 	rt.mu.Lock()
 	delete(rt.queues, q.id)
 	rt.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
+	q.waker.wake()
 	return nil
 }

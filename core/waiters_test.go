@@ -1,0 +1,130 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestTwoWaitersOneQueue: one goroutine waits for a queue's completions
+// while another waits for its messages, as krcored's completer and
+// messenger do. A SEND's completion and the echo it provokes arrive close
+// together; each waiter must be woken for its own, every time.
+func TestTwoWaitersOneQueue(t *testing.T) {
+	rts := tcpRuntimes(t, 2)
+	a, b := rts[0], rts[1]
+	echo, _ := b.Queue()
+	defer echo.Close()
+	if err := echo.Bind(7); err != nil {
+		t.Fatal(err)
+	}
+	ebuf, _ := b.RegMR(64, verbs.AccessLocalWrite)
+	if err := echo.Connect(ctx(t), 1, core.ToPort(8)); err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, a, 2, core.ToPort(7))
+	if err := q.Bind(8); err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the echo
+		var ms [1]core.Message
+		var cs [4]core.Completion
+		for {
+			if _, err := echo.PopMsgsWait(cctx, ms[:]); err != nil {
+				return
+			}
+			echo.Push(cctx, true, core.Request{Op: verbs.OpSend, Local: ebuf.Range(0, 8)})
+			echo.Pop(cs[:])
+		}
+	}()
+	// Idle queues whose waiters sleep on the same completion queues, so
+	// q's waiters often sleep aside, on q's own wake-up.
+	for port := uint32(20); port < 23; port++ {
+		idle := mustQueue(t, a, 2)
+		if err := idle.Bind(port); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			var cs [1]core.Completion
+			idle.PopWait(cctx, cs[:])
+		}()
+		go func() {
+			var ms [1]core.Message
+			idle.PopMsgsWait(cctx, ms[:])
+		}()
+	}
+	comps, msgs := make(chan error, 1), make(chan error, 1)
+	go func() {
+		var cs [1]core.Completion
+		for {
+			_, err := q.PopWait(cctx, cs[:])
+			if cctx.Err() != nil {
+				return
+			}
+			comps <- err
+		}
+	}()
+	go func() {
+		var ms [1]core.Message
+		for {
+			_, err := q.PopMsgsWait(cctx, ms[:])
+			if cctx.Err() != nil {
+				return
+			}
+			msgs <- err
+		}
+	}()
+	const rounds = 2000
+	for i := range rounds {
+		if _, err := q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpSend, Local: msg.Range(0, 8)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []struct {
+			what string
+			ch   chan error
+		}{{"completion", comps}, {"echo", msgs}} {
+			select {
+			case err := <-w.ch:
+				if err != nil {
+					t.Fatalf("round %d: %s: %v", i, w.what, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d of %d: no %s: a waiter was never woken", i, rounds, w.what)
+			}
+		}
+	}
+}
+
+// tcpRuntimes starts runtimes on soft RNICs that reach each other only over
+// TCP, as separate processes would: completions then arrive from the wire
+// at their own times instead of inside PostSend.
+func tcpRuntimes(t *testing.T, n int) []*core.Runtime {
+	t.Helper()
+	var rts []*core.Runtime
+	for i := range n {
+		dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		cfg := core.Config{Device: dev, Node: core.NodeID(i + 1)}
+		if i > 0 {
+			cfg.Meta = []meta.Info{rts[0].MetaInfo()}
+		}
+		rt, err := core.New(ctx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close() })
+		rts = append(rts, rt)
+	}
+	return rts
+}
