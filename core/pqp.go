@@ -78,8 +78,12 @@ func (p *pqp) post(rs []rec) []rec {
 		// in RC-only mode another RC QP to the peer, if there is one (else
 		// the caller holds the records until there is).
 		p.mu.Unlock()
-		if to := p.rc.routeFor(rs[0].q); to != nil && to != p {
+		q := rs[0].q
+		if to := p.rc.routeFor(q); to != nil && to != p {
 			return to.post(rs)
+		}
+		if d := p.rt.dciFor(q); d != nil {
+			return d.post(rs) // the peer still lists p: its removal is on its way
 		}
 		return rs
 	}
