@@ -97,8 +97,9 @@ func (rt *Runtime) failRecs(rs []rec, st verbs.Status) {
 // wait blocks until ready reports true, ctx ends or the runtime closes. The
 // caller polls the completion queue itself for a short while (see spins);
 // then one waiter at a time sleeps on the completion queue (and dispatches
-// what wakes it) while the others sleep on their queue's channel, taking the
-// role over when it frees.
+// what wakes it) while the others wait for their queue's wake-up (waker),
+// taking the role over when it frees or from a waiter of another queue
+// (displace).
 func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
 	token := false       // this goroutine took the role hand-over token
 	var displaced *Queue // the waiter this one took the role from
