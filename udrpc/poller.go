@@ -3,19 +3,10 @@ package udrpc
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/krcore/krcore/verbs"
 )
-
-// spinPolls is how many empty polls a leader makes, yielding between
-// them, before it sleeps in CQ.Wait. None: a lookup is one READ, and on a
-// provider whose waiter reads the wire itself (the soft RNIC over TCP)
-// spinning only delays the read that brings the response (a Fetch went
-// from 15.6 to 8.3 us, BenchmarkFetch/tcp), while the in-memory wire has
-// completed the READ before the first poll.
-const spinPolls = 0
 
 // Poller lets the goroutines waiting on one CQ take turns draining it, so
 // no goroutine is dedicated to polling and an operation whose completion is
@@ -70,9 +61,13 @@ func (p *Poller) Wait(ctx context.Context, ready <-chan struct{}) error {
 	}
 }
 
-// leadUntil drains the CQ until ready fires.
+// leadUntil drains the CQ until ready fires. It sleeps in CQ.Wait as soon
+// as a poll finds nothing, without spinning first: a lookup is one READ, and
+// on a provider whose waiter reads the wire itself (the soft RNIC over TCP)
+// spinning only delays the read that brings the response (a Fetch went from
+// 15.6 to 8.3 us, BenchmarkFetch/tcp), while the in-memory wire has completed
+// the READ before the first poll.
 func (p *Poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
-	idle := 0
 	for {
 		n, err := p.cq.Poll(p.wcs[:])
 		for i := range p.wcs[:n] {
@@ -87,7 +82,6 @@ func (p *Poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
 		case err != nil:
 			return fmt.Errorf("udrpc: poll CQ: %w", err)
 		case n > 0:
-			idle = 0
 			continue
 		}
 		select {
@@ -95,13 +89,8 @@ func (p *Poller) leadUntil(ctx context.Context, ready <-chan struct{}) error {
 			return p.closed
 		default:
 		}
-		if idle++; idle < spinPolls {
-			runtime.Gosched()
-			continue
-		}
 		if err := p.cq.Wait(ctx); err != nil {
 			return err
 		}
-		idle = 0
 	}
 }
