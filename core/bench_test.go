@@ -7,9 +7,7 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
-	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -91,39 +89,11 @@ func BenchmarkConnectCold(b *testing.B) {
 	}
 }
 
-// tcpPair starts two runtimes on soft RNICs that reach each other only
-// over TCP (loopback), as two processes would: unlike the in-memory wire,
-// where an 8 B READ completes inside PostSend in a few hundred ns of pure
-// CPU, a request here waits for a real wire, as it does on an RNIC.
-func tcpPair(b *testing.B) (devs []verbs.Device, rts []*core.Runtime) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := range 2 {
-		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { n.Close() })
-		cfg := core.Config{Device: n, Node: core.NodeID(i + 1), RCPeers: -1}
-		if i > 0 {
-			cfg.Meta = []meta.Info{rts[0].MetaInfo()}
-		}
-		rt, err := core.New(ctx, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { rt.Close() })
-		devs, rts = append(devs, n), append(rts, rt)
-	}
-	return devs, rts
-}
-
 // BenchmarkRead8TCP compares a sync 8 B READ through a VQ (PopWait) with
 // one on a raw RC QP (CQ.Wait) between two soft RNICs over TCP.
 func BenchmarkRead8TCP(b *testing.B) {
 	b.Run("vq", func(b *testing.B) {
-		_, rts := tcpPair(b)
+		_, rts := tcpRuntimes(b, 2, core.Config{RCPeers: -1})
 		q, req := vqReader(b, rts[0], rts[1])
 		var out [1]core.Completion
 		ctx := context.Background()
@@ -141,32 +111,9 @@ func BenchmarkRead8TCP(b *testing.B) {
 		}
 	})
 	b.Run("raw", func(b *testing.B) {
-		devs, _ := tcpPair(b)
+		devs, _ := tcpRuntimes(b, 2, core.Config{RCPeers: -1})
 		x, y := rawPair(b, devs[0], devs[1])
-		wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
-		var wc [1]verbs.WC
-		ctx := context.Background()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := x.qp.PostSend(wr); err != nil {
-				b.Fatal(err)
-			}
-			for {
-				n, err := x.cq.Poll(wc[:])
-				if err != nil {
-					b.Fatal(err)
-				}
-				if n > 0 {
-					break
-				}
-				if err := x.cq.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if wc[0].Status != verbs.Success {
-				b.Fatal(wc[0].Status)
-			}
-		}
+		rawRead8(b, x, y, true)
 	})
 }
 
@@ -179,28 +126,41 @@ func BenchmarkRead8(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
 		c := benchCluster(b)
 		x, y := rawPair(b, c.Devices[0], c.Devices[1])
-		wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
-		var wc [1]verbs.WC
 		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := x.qp.PostSend(wr); err != nil {
+		rawRead8(b, x, y, false)
+	})
+}
+
+// rawRead8 times sync 8 B READs from x of y's MR on a raw RC QP, polling
+// the CQ until the completion comes, or sleeping in CQ.Wait between polls
+// if wait.
+func rawRead8(b *testing.B, x, y rawSide, wait bool) {
+	wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	var wc [1]verbs.WC
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := x.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			n, err := x.cq.Poll(wc[:])
+			if err != nil {
 				b.Fatal(err)
 			}
-			for {
-				n, err := x.cq.Poll(wc[:])
-				if err != nil {
+			if n > 0 {
+				break
+			}
+			if wait {
+				if err := x.cq.Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
-				if n > 0 {
-					break
-				}
-			}
-			if wc[0].Status != verbs.Success {
-				b.Fatal(wc[0].Status)
 			}
 		}
-	})
+		if wc[0].Status != verbs.Success {
+			b.Fatal(wc[0].Status)
+		}
+	}
 }
 
 type rawSide struct {

@@ -16,7 +16,7 @@ import (
 // messenger do. A SEND's completion and the echo it provokes arrive close
 // together; each waiter must be woken for its own, every time.
 func TestTwoWaitersOneQueue(t *testing.T) {
-	rts := tcpRuntimes(t, 2)
+	_, rts := tcpRuntimes(t, 2, core.Config{})
 	a, b := rts[0], rts[1]
 	echo, _ := b.Queue()
 	defer echo.Close()
@@ -103,28 +103,32 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 	}
 }
 
-// tcpRuntimes starts runtimes on soft RNICs that reach each other only over
-// TCP, as separate processes would: completions then arrive from the wire
-// at their own times instead of inside PostSend.
-func tcpRuntimes(t *testing.T, n int) []*core.Runtime {
-	t.Helper()
-	var rts []*core.Runtime
+// tcpRuntimes starts n runtimes, configured like tmpl, on soft RNICs that
+// reach each other only over TCP (loopback), as separate processes would:
+// unlike the in-memory wire, where an 8 B READ completes inside PostSend in
+// a few hundred ns of pure CPU, a request here waits for a real wire, and
+// completions arrive at their own times, as on an RNIC.
+func tcpRuntimes(tb testing.TB, n int, tmpl core.Config) (devs []verbs.Device, rts []*core.Runtime) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for i := range n {
 		dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		t.Cleanup(func() { dev.Close() })
-		cfg := core.Config{Device: dev, Node: core.NodeID(i + 1)}
+		tb.Cleanup(func() { dev.Close() })
+		cfg := tmpl
+		cfg.Device, cfg.Node = dev, core.NodeID(i+1)
 		if i > 0 {
 			cfg.Meta = []meta.Info{rts[0].MetaInfo()}
 		}
-		rt, err := core.New(ctx(t), cfg)
+		rt, err := core.New(ctx, cfg)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		t.Cleanup(func() { rt.Close() })
-		rts = append(rts, rt)
+		tb.Cleanup(func() { rt.Close() })
+		devs, rts = append(devs, dev), append(rts, rt)
 	}
-	return rts
+	return devs, rts
 }
