@@ -277,18 +277,11 @@ func (v *vq) complete() {
 	pos := tail.Load()
 	out := make([]core.Completion, 64)
 	for {
-		used := pos - head.Load()
-		if used > wire.CQEntries {
-			v.fail(fmt.Sprintf("completion head %d entries off", used))
+		free, ok := v.ringRoom("completion", pos, head, wire.CQEntries, wire.DaemonFullCQ, v.cqSpace)
+		if !ok {
 			return
 		}
-		if used == wire.CQEntries {
-			if !v.waitSpace(wire.DaemonFullCQ, v.cqSpace, func() bool { return pos-head.Load() < wire.CQEntries }) {
-				return
-			}
-			continue
-		}
-		n, err := v.q.PopWait(v.ctx, out[:min(int(wire.CQEntries-used), len(out))])
+		n, err := v.q.PopWait(v.ctx, out[:min(int(free), len(out))])
 		if err != nil {
 			return
 		}
@@ -316,6 +309,25 @@ func (v *vq) publishRetired() {
 	}
 }
 
+// ringRoom reports how many entries a ring the daemon fills (completions
+// or messages) has free at pos, waiting while it is full; ok is false once
+// the client's head proved hostile (the VQ fails) or the VQ stopped.
+func (v *vq) ringRoom(what string, pos uint64, head *atomic.Uint64, size uint64, flag int, space chan struct{}) (free uint64, ok bool) {
+	for {
+		used := pos - head.Load()
+		switch {
+		case used > size:
+			v.fail(fmt.Sprintf("%s head %d entries off", what, used))
+			return 0, false
+		case used < size:
+			return size - used, true
+		}
+		if !v.waitSpace(flag, space, func() bool { return pos-head.Load() < size }) {
+			return 0, false
+		}
+	}
+}
+
 // waitSpace waits until the client frees ring space: it raises flag, which
 // makes the client ring the doorbell, and the submitter wakes ch.
 func (v *vq) waitSpace(flag int, ch chan struct{}, free func() bool) bool {
@@ -339,18 +351,11 @@ func (v *vq) deliver() {
 	pos := tail.Load()
 	msgs := make([]core.Message, 16)
 	for {
-		used := pos - head.Load()
-		if used > wire.MsgEntries {
-			v.fail(fmt.Sprintf("message head %d entries off", used))
+		free, ok := v.ringRoom("message", pos, head, wire.MsgEntries, wire.DaemonFullMsg, v.msgSpace)
+		if !ok {
 			return
 		}
-		if used == wire.MsgEntries {
-			if !v.waitSpace(wire.DaemonFullMsg, v.msgSpace, func() bool { return pos-head.Load() < wire.MsgEntries }) {
-				return
-			}
-			continue
-		}
-		n, err := v.q.PopMsgsWait(v.ctx, msgs[:min(int(wire.MsgEntries-used), len(msgs))])
+		n, err := v.q.PopMsgsWait(v.ctx, msgs[:min(int(free), len(msgs))])
 		if err != nil {
 			return
 		}
