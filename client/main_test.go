@@ -92,11 +92,17 @@ type env struct {
 	done  chan error
 }
 
-func startEnv(t testing.TB) *env {
+// startEnv starts a two-node cluster, node 2 exporting "table", and a
+// daemon on node 1; rt, if given, is the template of the nodes' runtimes.
+func startEnv(t testing.TB, rt ...core.Config) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	cfg := cluster.Config{Nodes: 2}
+	if len(rt) > 0 {
+		cfg.Runtime = rt[0]
+	}
+	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
