@@ -16,10 +16,7 @@ func BenchmarkRead8(b *testing.B) {
 	ctx := ctxT(b)
 	for _, mode := range []string{"embedded", "daemon"} {
 		b.Run(mode, func(b *testing.B) {
-			var api core.API = core.Embed(e.c.Node(1))
-			if mode == "daemon" {
-				api = attach(b, e)
-			}
+			api := modeAPI(b, e, mode)
 			q, g := connect(b, ctx, api)
 			buf, _ := api.RegMR(64, verbs.AccessAll)
 			req := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
@@ -39,16 +36,13 @@ func BenchmarkRead8(b *testing.B) {
 }
 
 // BenchmarkConnectWarm is a warm Connect: a cached lookup embedded, a
-// socket round trip to the daemon.
+// round trip on the VQ's rings through the daemon.
 func BenchmarkConnectWarm(b *testing.B) {
 	e := startEnv(b)
 	ctx := ctxT(b)
 	for _, mode := range []string{"embedded", "daemon"} {
 		b.Run(mode, func(b *testing.B) {
-			var api core.API = core.Embed(e.c.Node(1))
-			if mode == "daemon" {
-				api = attach(b, e)
-			}
+			api := modeAPI(b, e, mode)
 			q, _ := connect(b, ctx, api)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -58,4 +52,12 @@ func BenchmarkConnectWarm(b *testing.B) {
 			}
 		})
 	}
+}
+
+// modeAPI is node 1's runtime embedded, or through the env's daemon.
+func modeAPI(b *testing.B, e *env, mode string) core.API {
+	if mode == "daemon" {
+		return attach(b, e)
+	}
+	return core.Embed(e.c.Node(1))
 }
