@@ -202,7 +202,6 @@ func (l *tcpLink) claim(c *cq) int {
 		l.node.lent.Add(-1)
 		return claimTaken
 	}
-
 	for _, w := range l.wanters {
 		if w == c {
 			return claimAsked
@@ -262,6 +261,7 @@ func (l *tcpLink) keep() {
 // yieldGrace is how long a kept link may stay unread before the waiters
 // that yielded it take it back: longer than an application takes between
 // two requests, short against a message round trip it may be waiting for.
+// (Go's timers round it up to about a millisecond in an idle process.)
 const yieldGrace = 50 * time.Microsecond
 
 // graceEnded rings the yielders if the link has stayed lent since keep.
