@@ -179,9 +179,8 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, woken <-chan struct{}, to
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	stop := pl.rt.stop
 	select {
-	case <-stop:
+	case <-pl.rt.stop:
 		return ErrClosed
 	default:
 	}
@@ -256,7 +255,7 @@ func (pl *poller) passRole() {
 type roleHolder struct {
 	q      *Queue
 	cancel context.CancelFunc
-	taken  atomic.Bool // another waiter takes the role over (takeRole)
+	taken  atomic.Bool // another waiter takes the role over (displace)
 }
 
 // sleepOnCQ sleeps on the completion queue until it has completions, ctx
