@@ -394,3 +394,43 @@ func TestDenied(t *testing.T) {
 		t.Fatalf("attach as a refused uid: %v", err)
 	}
 }
+
+// TestStalledVQ: a VQ whose completions are never popped fills its rings
+// and credits; the daemon's pump, which serves all of a client's VQs, keeps
+// serving the client's other VQ.
+func TestStalledVQ(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	c := attach(t, e)
+	stalled, g := connect(t, ctx, c)
+	live, _ := connect(t, ctx, c)
+	buf, _ := c.RegMR(64, verbs.AccessAll)
+	read := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+	pushed := 0
+	for {
+		n, err := stalled.Push(ctx, false, read)
+		pushed += n
+		if errors.Is(err, core.ErrNoCredit) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		read.ID = uint64(i)
+		if cs := run(t, ctx, live, read); cs[0].ID != uint64(i) || cs[0].Err() != nil {
+			t.Fatalf("READ %d on the live VQ: %+v", i, cs[0])
+		}
+	}
+	out := make([]core.Completion, pushed)
+	got := 0
+	for got < pushed {
+		n, err := stalled.PopWait(ctx, out[got:])
+		if err != nil {
+			t.Fatalf("stalled VQ after %d of %d completions: %v", got, pushed, err)
+		}
+		got += n
+	}
+	t.Logf("%d READs held on the stalled VQ; the live one ran 100", pushed)
+}

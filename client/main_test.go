@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -29,6 +31,8 @@ func TestMain(m *testing.M) {
 			os.Exit(runReader(sock))
 		case "flood":
 			os.Exit(runFlooder(sock))
+		case "victim":
+			os.Exit(runVictim(sock))
 		}
 		os.Exit(runChild(sock))
 	}
@@ -150,19 +154,55 @@ func attach(t testing.TB, e *env) *client.Client {
 	return c
 }
 
+// startTalker runs a client process that takes requests on its stdin and
+// answers a line each on its stdout (runVictim).
+func startTalker(t *testing.T, sock string, env ...string) (*exec.Cmd, io.Writer, *bufio.Scanner) {
+	t.Helper()
+	cmd, out := launch(t, sock, env)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, cmd)
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 1<<20)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("child did not start: %q %v", lines.Text(), lines.Err())
+	}
+	return cmd, in, lines
+}
+
 // startChild runs a client process; it is killed and reaped at cleanup.
 // env adds variables (modeEnv ...).
 func startChild(t *testing.T, sock string, env ...string) *exec.Cmd {
 	t.Helper()
+	cmd, out := launch(t, sock, env)
+	start(t, cmd)
+	line := make([]byte, 6)
+	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("child did not start: %q %v; stderr: %s", line, err, cmd.Stderr)
+	}
+	return cmd
+}
+
+// launch prepares a client process (this test binary, see TestMain) and
+// its stdout.
+func launch(t *testing.T, sock string, env []string) (*exec.Cmd, io.Reader) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+sock, "GORACE="+gorace), env...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	cmd.Stderr = new(strings.Builder)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cmd, out
+}
+
+// start starts cmd; it is killed and reaped at cleanup.
+func start(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +210,7 @@ func startChild(t *testing.T, sock string, env ...string) *exec.Cmd {
 		cmd.Process.Kill()
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("child stderr: %s", stderr.String())
+			t.Logf("child stderr: %s", cmd.Stderr)
 		}
 	})
-	line := make([]byte, 6)
-	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
-		t.Fatalf("child did not start: %q %v; stderr: %s", line, err, stderr.String())
-	}
-	return cmd
 }

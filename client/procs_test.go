@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -22,7 +23,8 @@ import (
 
 // modeEnv picks what a child client process does: "reads" (readsEnv
 // synchronous READs, checked, then exit), "flood" (as many READs as it can
-// on floodVQs VQs until killed), else runChild's traffic until killed.
+// on floodVQs VQs until killed), "victim" (timed READs on request, see
+// runVictim), else runChild's traffic until killed.
 const (
 	modeEnv  = "KRCORE_CLIENT_MODE"
 	readsEnv = "KRCORE_CLIENT_READS"
@@ -266,32 +268,36 @@ func TestKillLoop(t *testing.T) {
 }
 
 // TestFloodFairness: one client flooding the daemon from many VQs does not
-// raise another client's p99 8 B READ latency more than 2x. Blocks with the
-// flooder running and stopped (SIGSTOP) alternate, so both see the same
-// machine.
+// raise another client's p99 8 B READ latency more than 2x. Both clients
+// are processes of their own, as in a deployment; blocks with the flooder
+// running and stopped (SIGSTOP) alternate, so both see the same machine.
 func TestFloodFairness(t *testing.T) {
 	e := startEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // flooded READs under -race are slow
-	defer cancel()
-	v := attach(t, e)
-	q, g := connect(t, ctx, v)
-	buf, _ := v.RegMR(64, verbs.AccessAll)
-	flood := startChild(t, e.sock, modeEnv+"=flood")
 	per := 400
 	if testing.Short() || raceOn {
 		per = 100
 	}
-	var quiet, loud []time.Duration
-	out := make([]core.Completion, 1)
+	_, cmds, lines := startTalker(t, e.sock, modeEnv+"=victim")
+	flood := startChild(t, e.sock, modeEnv+"=flood")
 	block := func() []time.Duration {
-		s := make([]time.Duration, 0, per)
-		for i := range per {
-			t0 := time.Now()
-			run1(t, ctx, q, out, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
-			s = append(s, time.Since(t0))
+		fmt.Fprintln(cmds, per)
+		if !lines.Scan() {
+			t.Fatalf("victim: %v", lines.Err())
+		}
+		var s []time.Duration
+		for _, f := range strings.Fields(lines.Text()) {
+			ns, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				t.Fatalf("victim: %q", lines.Text())
+			}
+			s = append(s, time.Duration(ns))
+		}
+		if len(s) != per {
+			t.Fatalf("victim: %d latencies, want %d", len(s), per)
 		}
 		return s
 	}
+	var quiet, loud []time.Duration
 	for i := range 6 {
 		flood.Process.Signal(syscall.SIGSTOP)
 		time.Sleep(2 * time.Millisecond) // let its requests in flight drain
@@ -310,21 +316,58 @@ func TestFloodFairness(t *testing.T) {
 			pushes = cs.Pushes
 		}
 	}
-	t.Logf("victim p99 8 B READ: %v without the flood, %v with it (%.2fx); the flooder pushed %d", pq, pl, float64(pl)/float64(pq), pushes)
+	t.Logf("victim p99 8 B READ: %v without the flood, %v with it (%.2fx); medians %v, %v; the flooder pushed %d",
+		pq, pl, float64(pl)/float64(pq), p50(quiet), p50(loud), pushes)
 	if pushes < 1000 {
 		t.Errorf("flooder pushed only %d requests: no flood", pushes)
 	}
 	if pl > 2*pq {
-		// A known gap, measured and reported rather than hidden: on 2 cores
-		// the flood's CPU (its process and its VQs' goroutines in the
-		// daemon) is what delays the victim; capping a client's requests
-		// in the runtime did not change it. Set KRCORE_STRICT_FAIRNESS=1 to
-		// fail here.
+		// A known gap, measured and reported rather than hidden: the
+		// daemon gives each client one goroutine and one batch per turn
+		// (the victim's median barely moves), but on 2 cores the flood
+		// keeps both busy (the flooder's process and the daemon serving
+		// it), and the victim's wake-ups wait for the kernel to give its
+		// threads a core. Set KRCORE_STRICT_FAIRNESS=1 to fail here.
 		if os.Getenv("KRCORE_STRICT_FAIRNESS") != "" {
 			t.Errorf("flood raised the victim's p99 from %v to %v", pq, pl)
 		}
 		t.Skipf("KNOWN GAP: flood raised the victim's p99 from %v to %v (%.1fx, target <= 2x)", pq, pl, float64(pl)/float64(pq))
 	}
+}
+
+// runVictim is a client process that, for each count n read on stdin, does
+// n synchronous 8 B READs and prints their latencies in nanoseconds on one
+// line.
+func runVictim(sock string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, q, g, buf, err := childSetup(ctx, sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "victim:", err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	out := make([]core.Completion, 1)
+	for in.Scan() {
+		n, _ := strconv.Atoi(in.Text())
+		var line strings.Builder
+		for i := range n {
+			t0 := time.Now()
+			_, err := q.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+			if err == nil {
+				_, err = q.PopWait(ctx, out)
+			}
+			if err != nil || out[0].Err() != nil || out[0].ID != uint64(i) {
+				fmt.Fprintln(os.Stderr, "victim: READ", i, err, out[0])
+				return 1
+			}
+			fmt.Fprintf(&line, "%d ", time.Since(t0).Nanoseconds())
+		}
+		fmt.Println(line.String())
+	}
+	return 0
 }
 
 func run1(t *testing.T, ctx context.Context, q core.VQ, out []core.Completion, r core.Request) {
@@ -335,6 +378,12 @@ func run1(t *testing.T, ctx context.Context, q core.VQ, out []core.Completion, r
 	if _, err := q.PopWait(ctx, out); err != nil || out[0].Err() != nil || out[0].ID != r.ID {
 		t.Fatalf("READ %d: %v %+v", r.ID, err, out[0])
 	}
+}
+
+func p50(s []time.Duration) time.Duration {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func p99(s []time.Duration) time.Duration {

@@ -99,8 +99,8 @@ func (rt *Runtime) failRecs(rs []rec, st verbs.Status) {
 // then one waiter at a time sleeps on the completion queue (and dispatches
 // what wakes it) while the others wait for their queue's wake-up (waker),
 // taking the role over when it frees or from a waiter of another queue
-// (displace).
-func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
+// (displace). arm, if not nil, runs before every sleep (see Group.Wait).
+func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool, arm func()) error {
 	token := false       // this goroutine took the role hand-over token
 	var displaced *Queue // the waiter this one took the role from
 	defer func() {
@@ -136,6 +136,9 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool) error {
 			}
 			pl.scoreSpin(false)
 			spin = false
+		}
+		if arm != nil {
+			arm()
 		}
 		woken := q.waker.watch() // before the last look: no wake-up is lost
 		if ready() {
@@ -292,13 +295,16 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, woken <-chan struct{}
 	return fmt.Errorf("core: wait for completions: %w", err)
 }
 
-// kick wakes q's waiters, wherever they sleep.
+// kick wakes q's waiters, wherever they sleep, and its group's.
 func (rt *Runtime) kick(q *Queue) {
 	q.waker.wake()
 	for _, pl := range [...]*poller{rt.sends, rt.recvs} {
 		if r := pl.role.Load(); r != nil && r.q == q {
 			r.cancel()
 		}
+	}
+	if g := q.group.Load(); g != nil {
+		rt.kick(g)
 	}
 }
 

@@ -30,6 +30,7 @@ type Queue struct {
 	id    uint32
 	port  atomic.Uint32 // the port bound, 0 if none
 	waker waker
+	group atomic.Pointer[Queue] // a Group's stand-in, kicked with q
 
 	mu       sync.Mutex
 	peer     *peer
@@ -169,6 +170,14 @@ func (q *Queue) routeLocked(ctx context.Context) error {
 	return q.usable()
 }
 
+// CanPush reports whether Push would accept a request now without waiting
+// for a credit.
+func (q *Queue) CanPush() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.full()
+}
+
 // full reports that the queue may accept no request now: all its credits
 // are in flight, or its completions wait to be popped; q.mu held.
 func (q *Queue) full() bool { return q.credits == 0 || q.n == len(q.ents) }
@@ -191,7 +200,7 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 		defer q.mu.Unlock()
 		q.reap()
 		return !q.full() || q.closed
-	})
+	}, nil)
 	q.mu.Lock()
 	if err == nil {
 		err = q.usable()
@@ -347,7 +356,7 @@ func (q *Queue) PopWait(ctx context.Context, out []Completion) (int, error) {
 	err := q.rt.sends.wait(ctx, q, func() bool {
 		n = q.popReady(out)
 		return n > 0
-	})
+	}, nil)
 	return n, err
 }
 

@@ -175,6 +175,6 @@ func (q *Queue) PopMsgsWait(ctx context.Context, out []Message) (int, error) {
 	err := q.rt.recvs.wait(ctx, q, func() bool {
 		n = q.popMsgs(out)
 		return n > 0
-	})
+	}, nil)
 	return n, err
 }

@@ -16,14 +16,21 @@
 //
 // # Data path
 //
-// Every client VQ is a core.Queue here with the same credits, driven by two
-// goroutines (three once bound to a port): the submitter consumes the
-// submission ring and pushes, the completer pops the queue and fills the
-// completion ring, the messenger fills the message ring. Each waits the wire
-// way (spin briefly, then sleep on an eventfd or in the runtime), so an idle
-// client costs no CPU. Fairness between clients is that of the Go scheduler
-// between these goroutines: a submitter yields after every batch, and a
-// flooding client can hold no more than its credits in the runtime.
+// Every client VQ is a core.Queue here with the same credits. One goroutine
+// per client, its pump, drives all of the client's VQs: it consumes their
+// submission rings, pushes without waiting, and fills their completion
+// rings; while idle it waits in the runtime as a core.Group (polling the
+// completion queue briefly, then sleeping), woken by the runtime for
+// completions and by a per-VQ goroutine that sleeps on the client's
+// doorbell. A bound VQ has a messenger goroutine that fills its message
+// ring. Config.Spin makes pumps poll longer before they sleep (spin mode).
+//
+// Fairness: a client has one runnable goroutine in the daemon however
+// many VQs it has, a pump yields after a batch of SQEs over all its VQs,
+// and Config.ClientCredits bounds a client's requests in flight across
+// its VQs, so one client cannot fill the shared QPs' queues ahead of the
+// others. A Connect on the ring runs in its own goroutine, so a cold
+// connect holds up only its VQ.
 //
 // # Lifecycle
 //

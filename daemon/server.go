@@ -44,6 +44,15 @@ type Config struct {
 	// MaxVQs and MaxMRBytes bound one client; defaults 64 and 1 GiB.
 	MaxVQs     int   `json:"max_vqs"`
 	MaxMRBytes int64 `json:"max_mr_bytes"`
+	// ClientCredits bounds one client's requests in flight over all its
+	// VQs (each VQ also has the runtime's per-VQ credits), so a client
+	// cannot fill the shared QPs' queues ahead of the others; default 256.
+	ClientCredits int `json:"client_credits"`
+	// Spin is how long a client's pump polls its rings and the completion
+	// queue before it sleeps; 0 (the default) leaves it to the runtime's
+	// adaptive spin of a few microseconds. Spinning lowers latency and
+	// costs a core while the client is idle.
+	Spin time.Duration `json:"spin"`
 	// CallTimeout bounds a control request that talks to other nodes
 	// (Connect, Region); default 5s.
 	CallTimeout time.Duration `json:"call_timeout"`
@@ -82,6 +91,9 @@ func New(rt *core.Runtime, cfg Config) (*Server, error) {
 	}
 	if cfg.MaxMRBytes <= 0 {
 		cfg.MaxMRBytes = 1 << 30
+	}
+	if cfg.ClientCredits <= 0 {
+		cfg.ClientCredits = 256
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 5 * time.Second

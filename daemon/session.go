@@ -39,6 +39,8 @@ type session struct {
 	vqs     map[uint64]*vq
 	exports map[string]bool
 
+	pump *pump // drives every VQ of the client
+
 	pushes, completions, refusals, calls atomic.Uint64
 	ringCalls                            atomic.Uint64 // control SQEs run (Connect on the ring)
 }
@@ -47,12 +49,14 @@ func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 	ss := &session{s: s, id: s.ids.Add(1), conn: c, cred: cred, mrs: make(map[uint64]*memory),
 		regions: make(map[uint64]*core.Region), vqs: make(map[uint64]*vq), exports: make(map[string]bool)}
 	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
+	ss.pump = newPump(ss)
 	return ss
 }
 
 // serve answers the client's requests until its socket closes, then
 // reclaims what it owned.
 func (ss *session) serve() {
+	go ss.pump.run()
 	defer ss.reclaim()
 	for {
 		m, err := wire.Recv(ss.conn)
@@ -346,6 +350,7 @@ func (ss *session) vqCall(m *wire.Msg) error {
 // client's socket closed for whatever reason.
 func (ss *session) reclaim() {
 	ss.cancel()
+	<-ss.pump.done
 	ss.conn.Close()
 	ss.mu.Lock()
 	vqs, mrs, exports := ss.vqs, ss.mrs, ss.exports

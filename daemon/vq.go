@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -14,9 +13,6 @@ import (
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
-
-// batch is how many SQEs a submitter takes before it yields.
-const batch = 32
 
 // vq is a client's VQ: a core.Queue driven through the VQ's rings.
 type vq struct {
@@ -39,11 +35,17 @@ type vq struct {
 	node     atomic.Uint64 // connected node, for status
 	port     atomic.Uint32 // bound port, for status
 	accepted atomic.Uint64 // requests pushed to q
-	retired  uint64        // published Retired; completer only
-	cqSpace  chan struct{} // the client freed completion ring space
-	msgSpace chan struct{} // the client freed message ring space
-	msgOnce  sync.Once
-	failOnce sync.Once
+
+	// The pump's, under its lock:
+	seq     uint64 // the next SQE to consume
+	recvsTo uint64 // receive SQEs before it are posted
+	pos     uint64 // the next CQE to fill
+	retired uint64 // published Retired
+
+	connecting atomic.Bool   // a Connect SQE runs; later SQEs wait
+	msgSpace   chan struct{} // the client freed message ring space
+	msgOnce    sync.Once
+	failOnce   sync.Once
 }
 
 func newVQ(ss *session, fds []int) (*vq, error) {
@@ -60,7 +62,9 @@ func newVQ(ss *session, fds []int) (*vq, error) {
 	}
 	v := &vq{ss: ss, id: ss.s.ids.Add(1), q: q, blk: blk, ring: ring, door: wire.BellFromFD(fds[1]),
 		cq: wire.BellFromFD(fds[2]), msg: wire.BellFromFD(fds[3]),
-		cqSpace: make(chan struct{}, 1), msgSpace: make(chan struct{}, 1)}
+		msgSpace: make(chan struct{}, 1)}
+	v.seq, v.pos = ring.Ctr(wire.SQHead).Load(), ring.Ctr(wire.CQTail).Load()
+	v.recvsTo = v.seq
 	// A client of the first protocol sent no control bell; its control
 	// outcomes ring the completion bell, which it would sleep on.
 	v.ctl, v.ctlFlag = v.cq, wire.ClientCQ
@@ -71,10 +75,11 @@ func newVQ(ss *session, fds []int) (*vq, error) {
 	return v, nil
 }
 
+// start has the client's pump serve v and watches v's doorbell.
 func (v *vq) start() {
-	v.wg.Add(2)
-	go v.submit()
-	go v.complete()
+	v.wg.Add(1)
+	go v.watchDoor(v.ss.pump)
+	v.ss.pump.add(v)
 }
 
 func (v *vq) connect(ctx context.Context, node core.NodeID, opts []core.ConnectOption) error {
@@ -110,6 +115,7 @@ func (v *vq) fail(why string) {
 // close stops the VQ's goroutines and releases it. Requests in flight
 // retire unseen.
 func (v *vq) close() {
+	v.ss.pump.remove(v)
 	v.cancel()
 	v.wg.Wait()
 	v.q.Close()
@@ -123,68 +129,6 @@ func (v *vq) close() {
 }
 
 func (v *vq) stopped() error { return v.ctx.Err() }
-
-// submit consumes the submission ring until the VQ stops.
-func (v *vq) submit() {
-	defer v.wg.Done()
-	r := v.ring
-	tail, head := r.Ctr(wire.SQTail), r.Ctr(wire.SQHead)
-	seq := head.Load()
-	reqs := make([]core.Request, 0, batch)
-	var err error
-	ready := func() bool { return tail.Load() != seq || v.spaceFreed() }
-	for {
-		if err := wire.Wait(v.ctx, ready, r.Ctr(wire.DaemonSleeps), v.door, v.stopped); err != nil {
-			return
-		}
-		avail := tail.Load() - seq
-		if avail > wire.SQEntries {
-			v.fail(fmt.Sprintf("submission tail %d entries ahead", avail))
-			return
-		}
-		n := min(avail, batch)
-		for i := uint64(0); i < n; i++ {
-			e := r.GetSQE(seq + i)
-			switch e.Op {
-			case wire.OpRecv:
-				v.postRecv(&e)
-			case wire.OpConnectSQE:
-				// requests before the connect go where the VQ pointed
-				if reqs, err = v.push(reqs); err != nil {
-					return
-				}
-				v.ringConnect(seq+i, &e)
-			default:
-				reqs = append(reqs, v.request(seq+i, &e))
-			}
-		}
-		seq += n
-		head.Store(seq) // the entries are copied: the client may reuse them
-		if avail == wire.SQEntries {
-			// Only a client that found the ring full waits for its space;
-			// waking one that waits for a completion would only cost it
-			// a spurious wake-up per push.
-			wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
-		}
-		if reqs, err = v.push(reqs); err != nil {
-			return
-		}
-		runtime.Gosched() // one batch per turn: the other clients' turn
-	}
-}
-
-// push hands the translated requests to the queue and returns reqs
-// emptied for reuse.
-func (v *vq) push(reqs []core.Request) ([]core.Request, error) {
-	if len(reqs) == 0 {
-		return reqs, nil
-	}
-	k, err := v.q.Push(v.ctx, true, reqs...)
-	v.accepted.Add(uint64(k))
-	v.ss.pushes.Add(uint64(k))
-	clear(reqs)
-	return reqs[:0], err
-}
 
 // ringConnect runs a Connect the client sent on the submission ring and
 // publishes its outcome. The node and port are the client's, checked by
@@ -204,25 +148,6 @@ func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
 	}
 	v.ring.Ctr(wire.CtlDone).Store(wire.CtlResult(seq, wire.ErrorCode(err)))
 	wire.Notify(v.ring.Ctr(v.ctlFlag), v.ctl)
-}
-
-// spaceFreed wakes the completer or messenger when the client freed the
-// ring space one of them waits for.
-func (v *vq) spaceFreed() bool {
-	woke := false
-	for _, w := range [...]struct {
-		flag int
-		ch   chan struct{}
-	}{{wire.DaemonFullCQ, v.cqSpace}, {wire.DaemonFullMsg, v.msgSpace}} {
-		if v.ring.Ctr(w.flag).CompareAndSwap(1, 0) {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-			woke = true
-		}
-	}
-	return woke
 }
 
 // request translates an SQE. An MR or region that is not the client's
@@ -269,34 +194,6 @@ func toInt(x uint64) int {
 	return int(x)
 }
 
-// complete moves the queue's completions to the completion ring.
-func (v *vq) complete() {
-	defer v.wg.Done()
-	r := v.ring
-	tail, head := r.Ctr(wire.CQTail), r.Ctr(wire.CQHead)
-	pos := tail.Load()
-	out := make([]core.Completion, 64)
-	for {
-		free, ok := v.ringRoom("completion", pos, head, wire.CQEntries, wire.DaemonFullCQ, v.cqSpace)
-		if !ok {
-			return
-		}
-		n, err := v.q.PopWait(v.ctx, out[:min(int(free), len(out))])
-		if err != nil {
-			return
-		}
-		for i := range out[:n] {
-			c := &out[i]
-			r.PutCQE(pos, wire.CQE{Seq: c.ID, Status: c.Status, Len: uint32(c.Len)})
-			pos++
-		}
-		tail.Store(pos)
-		v.publishRetired()
-		v.ss.completions.Add(uint64(n))
-		wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
-	}
-}
-
 // publishRetired tells the client how many requests are finished, which its
 // credits count against. Reading accepted before Outstanding can only
 // undercount, so the client never overruns the queue's credits.
@@ -309,37 +206,31 @@ func (v *vq) publishRetired() {
 	}
 }
 
-// ringRoom reports how many entries a ring the daemon fills (completions
-// or messages) has free at pos, waiting while it is full; ok is false once
-// the client's head proved hostile (the VQ fails) or the VQ stopped.
-func (v *vq) ringRoom(what string, pos uint64, head *atomic.Uint64, size uint64, flag int, space chan struct{}) (free uint64, ok bool) {
+// msgRoom reports how many entries the message ring has free at pos,
+// waiting while it is full; ok is false once the client's head proved
+// hostile (the VQ fails) or the VQ stopped.
+func (v *vq) msgRoom(pos uint64) (free uint64, ok bool) {
+	head := v.ring.Ctr(wire.MsgHead)
 	for {
 		used := pos - head.Load()
 		switch {
-		case used > size:
-			v.fail(fmt.Sprintf("%s head %d entries off", what, used))
+		case used > wire.MsgEntries:
+			v.fail(fmt.Sprintf("message head %d entries off", used))
 			return 0, false
-		case used < size:
-			return size - used, true
+		case used < wire.MsgEntries:
+			return wire.MsgEntries - used, true
 		}
-		if !v.waitSpace(flag, space, func() bool { return pos-head.Load() < size }) {
+		// The raised flag makes the client ring the doorbell when it
+		// frees space, and watchDoor passes it on.
+		v.ring.Ctr(wire.DaemonFullMsg).Store(1)
+		if pos-head.Load() < wire.MsgEntries {
+			continue
+		}
+		select {
+		case <-v.msgSpace:
+		case <-v.ctx.Done():
 			return 0, false
 		}
-	}
-}
-
-// waitSpace waits until the client frees ring space: it raises flag, which
-// makes the client ring the doorbell, and the submitter wakes ch.
-func (v *vq) waitSpace(flag int, ch chan struct{}, free func() bool) bool {
-	v.ring.Ctr(flag).Store(1)
-	if free() {
-		return true
-	}
-	select {
-	case <-ch:
-		return true
-	case <-v.ctx.Done():
-		return false
 	}
 }
 
@@ -347,11 +238,11 @@ func (v *vq) waitSpace(flag int, ch chan struct{}, free func() bool) bool {
 func (v *vq) deliver() {
 	defer v.wg.Done()
 	r := v.ring
-	tail, head := r.Ctr(wire.MsgTail), r.Ctr(wire.MsgHead)
+	tail := r.Ctr(wire.MsgTail)
 	pos := tail.Load()
 	msgs := make([]core.Message, 16)
 	for {
-		free, ok := v.ringRoom("message", pos, head, wire.MsgEntries, wire.DaemonFullMsg, v.msgSpace)
+		free, ok := v.msgRoom(pos)
 		if !ok {
 			return
 		}

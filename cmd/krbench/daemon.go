@@ -43,6 +43,7 @@ import (
 // Test names and series of the daemon comparison.
 const (
 	testDRead    = "daemon-read"
+	testDReadOwn = "daemon-read-own"
 	testDWrite   = "daemon-write"
 	testDSend    = "daemon-send"
 	testDConnect = "daemon-connect"
@@ -53,6 +54,7 @@ const (
 	// Node ids: the daemon gets dNodeDaemon unless it is a running one.
 	dNodeServer, dNodeEmbedded, dNodeDaemon = 101, 102, 103
 	dRegion                                 = "krbench-daemon"
+	dOwnRegion                              = "krbench-daemon-own"
 	// Targets: KRCore's ioctl path adds ~0.85 us to a READ; a warm connect
 	// through the daemon is a ring round trip.
 	targetDaemonReadPlusUsec  = 1.0
@@ -78,7 +80,7 @@ func parseDaemon(args []string, stderr io.Writer) (*dConfig, error) {
 	fs.StringVar(&d.krcored, "krcored", "", "krcored binary to start (default: this binary in its krcored role)")
 	fs.IntVar(&d.n, "n", 2000, "iterations per latency series")
 	fs.IntVar(&d.procs, "procs", 4, "client processes of the connects/s comparison")
-	fs.DurationVar(&d.spin, "spin", 200*time.Microsecond, "poll completions this long before the VQ's own wait")
+	fs.DurationVar(&d.spin, "spin", 200*time.Microsecond, "poll completions this long before the VQ's own wait (a krcored started here polls its rings as long)")
 	fs.DurationVar(&d.timeout, "timeout", time.Minute, "bound on every wait")
 	fs.IntVar(&d.txDepth, "tx-depth", 64, "requests in flight in the bw series")
 	fs.IntVar(&d.cqMod, "cq-mod", 16, "one request in cq-mod signaled in the bw series")
@@ -132,6 +134,10 @@ type dSide struct {
 	g     *core.Region
 	local *core.MR
 	ping  *vqPing
+	// own reads the side's own node: no fabric, the daemon's cost alone
+	own    core.VQ
+	ownG   *core.Region
+	ownMem *core.MR
 }
 
 // dBench owns everything one krbench daemon run starts.
@@ -245,7 +251,7 @@ func (b *dBench) startDaemon(ctx context.Context, info meta.Info) error {
 			args = append(args, childKrcored)
 		}
 		args = append(args, "-socket", b.sock, "-node", strconv.Itoa(dNodeDaemon), "-listen", "127.0.0.1:0",
-			"-meta", info.String(), "-log-level", "warn")
+			"-meta", info.String(), "-log-level", "warn", "-spin", b.d.spin.String())
 		b.child = exec.Command(exe, args...)
 		b.child.Stderr = b.stderr
 		setChildAttrs(b.child)
@@ -285,14 +291,36 @@ func (b *dBench) open(ctx context.Context, s *dSide) error {
 	if s.g, err = s.q.Region(ctx, dRegion); err != nil {
 		return err
 	}
+	if err := b.openOwn(ctx, s); err != nil {
+		return fmt.Errorf("own node: %w", err)
+	}
 	s.ping, err = newVQPing(ctx, s.api, clientPort, dNodeServer, echoPort, b.poll)
+	return err
+}
+
+// openOwn exports a region on the side's own node and connects a VQ to it.
+func (b *dBench) openOwn(ctx context.Context, s *dSide) error {
+	var err error
+	if s.ownMem, err = s.api.RegMR(4096, verbs.AccessAll); err != nil {
+		return err
+	}
+	if err = s.api.Export(dOwnRegion, s.ownMem, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
+		return err
+	}
+	if s.own, err = s.api.Queue(); err != nil {
+		return err
+	}
+	if err = s.own.Connect(ctx, s.api.Node()); err != nil {
+		return err
+	}
+	s.ownG, err = s.own.Region(ctx, dOwnRegion)
 	return err
 }
 
 func (b *dBench) close() error {
 	var errs []error
 	for _, s := range b.sides {
-		for _, q := range []core.VQ{s.q, s.cq} {
+		for _, q := range []core.VQ{s.q, s.cq, s.own} {
 			if q != nil {
 				q.Close()
 			}
@@ -382,7 +410,12 @@ func (b *dBench) latency() error {
 			return err
 		}
 	}
-	return nil
+	return b.pair("Embedded vs daemon RDMA_Read Latency, 8 B, own node (interleaved)", testDReadOwn, vqOneSidedSize,
+		"VQ.Push, then wait for its completion, one request at a time; each side READs a region of its own node, so no fabric hop hides the daemon's cost",
+		func(s *dSide, w, n int) ([]time.Duration, error) {
+			req := core.Request{Op: verbs.OpRead, Local: s.local.Range(0, vqOneSidedSize), Remote: s.ownG.At(0)}
+			return vqLatency(dl, s.own, b.poll, req, w, n)
+		})
 }
 
 func (b *dBench) bandwidth() error {
@@ -586,7 +619,8 @@ func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // runKrcoredChild is krcored's role of this binary: the flags krcored takes
-// that krbench daemon passes (-socket, -node, -listen, -meta, -log-level).
+// that krbench daemon passes (-socket, -node, -listen, -meta, -log-level,
+// -spin).
 func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(childKrcored, flag.ContinueOnError)
 	sock := fs.String("socket", "", "socket")
@@ -594,6 +628,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 	listen := fs.String("listen", "127.0.0.1:0", "soft RNIC address")
 	metaText := fs.String("meta", "", "MetaServer to join")
 	fs.String("log-level", "warn", "ignored: warnings and errors are logged")
+	spin := fs.Duration("spin", 0, "how long a client's pump polls before it sleeps")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -614,7 +649,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 		return err
 	}
 	defer rt.Close()
-	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Logger: log})
+	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Spin: *spin, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -636,6 +671,12 @@ func deriveDaemonChecks(rep *perf.Report) []perf.Check {
 		if t.test == testDRead {
 			out = append(out, perf.Figure("daemon 8B READ t_typical minus embedded 8B READ t_typical", d.Typical-e.Typical, " usec").
 				AtMost(targetDaemonReadPlusUsec))
+			if r := rep.FindAt(placementCross, testDReadOwn, perf.ModeLat); r != nil {
+				if e, d := r.LabelRow(seriesEmbedded), r.LabelRow(seriesDaemon); e != nil && d != nil {
+					out = append(out, perf.Figure("own node: daemon 8B READ t_typical minus embedded t_typical", d.Typical-e.Typical, " usec").
+						AtMost(targetDaemonReadPlusUsec))
+				}
+			}
 		}
 		out = append(out, perf.RatioOf(fmt.Sprintf("daemon %s t_typical / embedded t_typical", t.what), d.Typical, e.Typical),
 			perf.RatioOf(fmt.Sprintf("daemon %s 99%% / embedded 99%%", t.what), d.P99, e.P99))

@@ -62,6 +62,8 @@ func parse(args []string) (*config, error) {
 	fs.StringVar(&cfg.Meta, "meta", "", "remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); empty embeds one")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HTTP address serving Prometheus metrics at /metrics (empty: off)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a client's pump polls its rings before it sleeps (0: the runtime's adaptive few microseconds)")
+	fs.IntVar(&cfg.ClientCredits, "client-credits", 256, "requests one client may have in flight over all its VQs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -90,6 +92,7 @@ func merge(dst, flags *config, set map[string]bool) {
 		"node": func() { dst.Node = flags.Node }, "listen": func() { dst.Listen = flags.Listen },
 		"meta": func() { dst.Meta = flags.Meta }, "metrics": func() { dst.Metrics = flags.Metrics },
 		"log-level": func() { dst.LogLevel = flags.LogLevel },
+		"spin": func() { dst.Spin = flags.Spin }, "client-credits": func() { dst.ClientCredits = flags.ClientCredits },
 	} {
 		if set[name] {
 			copyFlag()

@@ -1,0 +1,284 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
+)
+
+// batch is how many SQEs a client's pump takes, over all its VQs, before
+// it lets the other clients' pumps run.
+const batch = 32
+
+// pump is the one goroutine that drives all of a client's VQs: it consumes
+// their submission rings, pushes to the runtime and fills their completion
+// rings. One goroutine per client, not per VQ, is what makes the daemon
+// fair between clients: a client flooding from many VQs has one runnable
+// goroutine in the daemon, as a client with one VQ has, and it yields after
+// every batch.
+type pump struct {
+	ss    *session
+	g     *core.Group
+	spin  time.Duration
+	limit int // the client's requests in flight, over all its VQs
+	done  chan struct{}
+
+	mu   sync.Mutex // held for a round; guards vqs and the scratch below
+	vqs  []*vq
+	next int // the VQ a round starts with, round robin
+	reqs []core.Request
+	out  []core.Completion
+}
+
+func newPump(ss *session) *pump {
+	return &pump{ss: ss, g: ss.s.rt.Group(), spin: ss.s.cfg.Spin, limit: ss.s.cfg.ClientCredits,
+		done: make(chan struct{}), reqs: make([]core.Request, 0, batch), out: make([]core.Completion, 64)}
+}
+
+// add starts serving v.
+func (p *pump) add(v *vq) {
+	p.mu.Lock()
+	p.vqs = append(p.vqs, v)
+	p.mu.Unlock()
+	p.g.Add(v.q)
+	p.g.Wake()
+}
+
+// remove stops serving v; when it returns, no round touches v.
+func (p *pump) remove(v *vq) {
+	p.mu.Lock()
+	for i, x := range p.vqs {
+		if x == v {
+			p.vqs = append(p.vqs[:i], p.vqs[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	p.g.Remove(v.q)
+}
+
+// run serves the client's VQs until its session ends.
+func (p *pump) run() {
+	defer close(p.done)
+	ctx := p.ss.ctx
+	for ctx.Err() == nil {
+		if p.round() || p.spinRounds() {
+			runtime.Gosched() // one batch per turn: the other clients' turn
+			continue
+		}
+		err := p.g.Wait(ctx, p.round, p.arm)
+		p.disarm()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// spinRounds polls for up to p.spin before the pump sleeps, and reports
+// whether it found work.
+func (p *pump) spinRounds() bool {
+	if p.spin <= 0 {
+		return false
+	}
+	for start := time.Now(); time.Since(start) < p.spin; {
+		p.g.Poll()
+		if p.round() {
+			return true
+		}
+		runtime.Gosched()
+	}
+	return false
+}
+
+// arm tells the client to ring the doorbell: the pump is going to sleep.
+func (p *pump) arm() { p.setSleeps(1) }
+
+func (p *pump) disarm() { p.setSleeps(0) }
+
+func (p *pump) setSleeps(x uint64) {
+	p.mu.Lock()
+	for _, v := range p.vqs {
+		v.ring.Ctr(wire.DaemonSleeps).Store(x)
+	}
+	p.mu.Unlock()
+}
+
+// round does what the client's VQs have for it, a batch at most, and
+// reports whether it did anything. It never blocks.
+func (p *pump) round() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.vqs)
+	if n == 0 {
+		return false
+	}
+	inflight := 0
+	for _, v := range p.vqs {
+		inflight += int(v.accepted.Load() - v.retired)
+	}
+	did, budget := false, batch
+	for i := range n {
+		v := p.vqs[(p.next+i)%n]
+		if v.ctx.Err() != nil {
+			continue
+		}
+		if p.complete(v) {
+			did = true
+		}
+		if budget > 0 && inflight < p.limit {
+			k, moved := p.submit(v, min(budget, p.limit-inflight))
+			budget -= k
+			inflight += k
+			did = did || moved
+		}
+	}
+	p.next++
+	return did
+}
+
+// submit consumes up to limit of v's SQEs; k is how many requests the
+// runtime accepted, moved whether any entry was consumed.
+func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
+	r := v.ring
+	avail := r.Ctr(wire.SQTail).Load() - v.seq
+	if avail == 0 || v.connecting.Load() {
+		return 0, false
+	}
+	if avail > wire.SQEntries {
+		v.fail(fmt.Sprintf("submission tail %d entries ahead", avail))
+		return 0, false
+	}
+	if !v.q.CanPush() {
+		return 0, false
+	}
+	start, end := v.seq, v.seq+min(avail, uint64(limit))
+	reqs := p.reqs[:0]
+	seq := start
+	for ; seq < end; seq++ {
+		e := r.GetSQE(seq)
+		if e.Op == wire.OpConnectSQE {
+			break
+		}
+		if e.Op == wire.OpRecv {
+			if seq >= v.recvsTo { // not posted by an earlier, partial round
+				v.postRecv(&e)
+			}
+			continue
+		}
+		reqs = append(reqs, v.request(seq, &e))
+	}
+	k, next := p.push(v, reqs, seq)
+	if k == len(reqs) && next < end {
+		v.startConnect(p, next) // requests before it went where the VQ pointed
+		next++
+	}
+	v.recvsTo = max(v.recvsTo, seq)
+	v.seq = next
+	r.Ctr(wire.SQHead).Store(next) // the entries are copied: the client may reuse them
+	if avail == wire.SQEntries && next != start {
+		// Only a client that found the ring full waits for its space;
+		// waking one that waits for a completion would cost it a spurious
+		// wake-up per push.
+		wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
+	}
+	return k, next != start
+}
+
+// push hands reqs to v's queue without waiting and returns how many it
+// accepted and the SQE to resume at: past them all (end), or the first
+// request refused for want of credit.
+func (p *pump) push(v *vq, reqs []core.Request, end uint64) (int, uint64) {
+	if len(reqs) == 0 {
+		return 0, end
+	}
+	k, err := v.q.Push(v.ctx, false, reqs...)
+	v.accepted.Add(uint64(k))
+	v.ss.pushes.Add(uint64(k))
+	if k < len(reqs) {
+		end = reqs[k].ID
+	}
+	clear(reqs)
+	if err != nil && !errors.Is(err, core.ErrNoCredit) {
+		v.stop(err)
+	}
+	return k, end
+}
+
+// complete moves v's finished completions to its completion ring and
+// reports whether there were any.
+func (p *pump) complete(v *vq) bool {
+	r := v.ring
+	head := r.Ctr(wire.CQHead)
+	used := v.pos - head.Load()
+	if used > wire.CQEntries {
+		v.fail(fmt.Sprintf("completion head %d entries off", used))
+		return false
+	}
+	if used == wire.CQEntries {
+		r.Ctr(wire.DaemonFullCQ).Store(1) // the client rings when it frees space
+		if v.pos-head.Load() == wire.CQEntries {
+			return false
+		}
+	}
+	r.Ctr(wire.DaemonFullCQ).Store(0)
+	free := wire.CQEntries - (v.pos - head.Load())
+	n := p.g.Pop(v.q, p.out[:min(int(free), len(p.out))])
+	if n == 0 {
+		return false
+	}
+	for i := range p.out[:n] {
+		c := &p.out[i]
+		r.PutCQE(v.pos, wire.CQE{Seq: c.ID, Status: c.Status, Len: uint32(c.Len)})
+		v.pos++
+	}
+	r.Ctr(wire.CQTail).Store(v.pos)
+	v.publishRetired()
+	v.ss.completions.Add(uint64(n))
+	wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
+	return true
+}
+
+// startConnect runs the Connect SQE at seq in its own goroutine: a cold
+// connect waits for other nodes, and the pump serves the client's other
+// VQs meanwhile. v's later SQEs wait for it.
+func (v *vq) startConnect(p *pump, seq uint64) {
+	e := v.ring.GetSQE(seq)
+	v.connecting.Store(true)
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		v.ringConnect(seq, &e)
+		v.connecting.Store(false)
+		p.g.Wake()
+	}()
+}
+
+// watchDoor turns the client's doorbell into a wake-up of the pump, and of
+// the messenger when it waits for ring space.
+func (v *vq) watchDoor(p *pump) {
+	defer v.wg.Done()
+	for {
+		if err := v.door.Sleep(v.ctx); err != nil {
+			return
+		}
+		if v.ring.Ctr(wire.DaemonFullMsg).CompareAndSwap(1, 0) {
+			select {
+			case v.msgSpace <- struct{}{}:
+			default:
+			}
+		}
+		p.g.Wake()
+	}
+}
+
+// stop ends a VQ whose queue failed (closed under it, say): its client
+// learns it from its next call.
+func (v *vq) stop(err error) {
+	v.ss.s.log.Warn("VQ stopped", "client", v.ss.id, "vq", v.id, "err", err)
+	v.cancel()
+}
