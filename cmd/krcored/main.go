@@ -92,7 +92,7 @@ func merge(dst, flags *config, set map[string]bool) {
 		"node": func() { dst.Node = flags.Node }, "listen": func() { dst.Listen = flags.Listen },
 		"meta": func() { dst.Meta = flags.Meta }, "metrics": func() { dst.Metrics = flags.Metrics },
 		"log-level": func() { dst.LogLevel = flags.LogLevel },
-		"spin": func() { dst.Spin = flags.Spin }, "client-credits": func() { dst.ClientCredits = flags.ClientCredits },
+		"spin":      func() { dst.Spin = flags.Spin }, "client-credits": func() { dst.ClientCredits = flags.ClientCredits },
 	} {
 		if set[name] {
 			copyFlag()
