@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/krcore/krcore/core"
@@ -28,6 +30,9 @@ type pump struct {
 	limit int // the client's requests in flight, over all its VQs
 	done  chan struct{}
 
+	asleep atomic.Bool           // armed to sleep, see nudge
+	snap   atomic.Pointer[[]*vq] // vqs, for nudge; copied on change
+
 	mu   sync.Mutex // held for a round; guards vqs and the scratch below
 	vqs  []*vq
 	next int // the VQ a round starts with, round robin
@@ -36,14 +41,17 @@ type pump struct {
 }
 
 func newPump(ss *session) *pump {
-	return &pump{ss: ss, g: ss.s.rt.Group(), spin: ss.s.cfg.Spin, limit: ss.s.cfg.ClientCredits,
+	p := &pump{ss: ss, g: ss.s.rt.Group(), spin: ss.s.cfg.Spin, limit: ss.s.cfg.ClientCredits,
 		done: make(chan struct{}), reqs: make([]core.Request, 0, batch), out: make([]core.Completion, 64)}
+	p.publish()
+	return p
 }
 
 // add starts serving v.
 func (p *pump) add(v *vq) {
 	p.mu.Lock()
 	p.vqs = append(p.vqs, v)
+	p.publish()
 	p.mu.Unlock()
 	p.g.Add(v.q)
 	p.g.Wake()
@@ -54,10 +62,11 @@ func (p *pump) remove(v *vq) {
 	p.mu.Lock()
 	for i, x := range p.vqs {
 		if x == v {
-			p.vqs = append(p.vqs[:i], p.vqs[i+1:]...)
+			p.vqs = append(p.vqs[:i:i], p.vqs[i+1:]...)
 			break
 		}
 	}
+	p.publish()
 	p.mu.Unlock()
 	p.g.Remove(v.q)
 }
@@ -68,6 +77,7 @@ func (p *pump) run() {
 	ctx := p.ss.ctx
 	for ctx.Err() == nil {
 		if p.round() || p.spinRounds() {
+			p.ss.s.nudge(p)
 			runtime.Gosched() // one batch per turn: the other clients' turn
 			continue
 		}
@@ -95,17 +105,66 @@ func (p *pump) spinRounds() bool {
 	return false
 }
 
-// arm tells the client to ring the doorbell: the pump is going to sleep.
-func (p *pump) arm() { p.setSleeps(1) }
-
-func (p *pump) disarm() { p.setSleeps(0) }
-
-func (p *pump) setSleeps(x uint64) {
+// arm tells the client to ring the doorbell, and busy pumps to nudge this
+// one: it is going to sleep.
+func (p *pump) arm() {
 	p.mu.Lock()
 	for _, v := range p.vqs {
-		v.ring.Ctr(wire.DaemonSleeps).Store(x)
+		v.ring.Ctr(wire.DaemonSleeps).Store(1)
+		v.armedTail.Store(v.ring.Ctr(wire.SQTail).Load())
 	}
 	p.mu.Unlock()
+	p.asleep.Store(true)
+}
+
+func (p *pump) disarm() {
+	p.asleep.Store(false)
+	p.mu.Lock()
+	for _, v := range p.vqs {
+		v.ring.Ctr(wire.DaemonSleeps).Store(0)
+	}
+	p.mu.Unlock()
+}
+
+// publish copies vqs for nudge; p.mu held.
+func (p *pump) publish() {
+	snap := slices.Clone(p.vqs)
+	p.snap.Store(&snap)
+}
+
+// publishPumps copies the sessions' pumps for nudge; s.mu held.
+func (s *Server) publishPumps() {
+	ps := make([]*pump, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		ps = append(ps, ss.pump)
+	}
+	s.pumps.Store(&ps)
+}
+
+// nudge wakes the sleeping pumps whose clients pushed since they slept.
+// A busy pump calls it between batches: it is already on a core, while the
+// client's doorbell reaches a sleeping pump through the poller and a
+// thread the kernel must first schedule, which on a loaded machine takes
+// up to a scheduler slice (milliseconds). The doorbell still rings; nudge
+// only gets there first.
+func (s *Server) nudge(self *pump) {
+	ps := s.pumps.Load()
+	if ps == nil {
+		return
+	}
+	for _, p := range *ps {
+		if p == self || !p.asleep.Load() {
+			continue
+		}
+		for _, v := range *p.snap.Load() {
+			if v.ring.Ctr(wire.SQTail).Load() != v.armedTail.Load() {
+				if p.asleep.CompareAndSwap(true, false) {
+					p.g.Wake()
+				}
+				break
+			}
+		}
+	}
 }
 
 // round does what the client's VQs have for it, a batch at most, and

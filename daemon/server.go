@@ -78,6 +78,8 @@ type Server struct {
 	closed   bool
 
 	attached, reclaimed, denied atomic.Uint64
+
+	pumps atomic.Pointer[[]*pump] // every session's, for nudge; copied on change
 }
 
 // New listens on cfg.Socket for clients of rt. The caller runs Serve and
@@ -183,6 +185,7 @@ func (s *Server) admit(c *net.UnixConn) {
 		return
 	}
 	s.sessions[ss.id] = ss
+	s.publishPumps()
 	s.mu.Unlock()
 	s.attached.Add(1)
 	s.log.Info("client attached", "client", ss.id, "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
@@ -192,6 +195,7 @@ func (s *Server) admit(c *net.UnixConn) {
 		ss.serve()
 		s.mu.Lock()
 		delete(s.sessions, ss.id)
+		s.publishPumps()
 		s.mu.Unlock()
 		s.reclaimed.Add(1)
 	}()

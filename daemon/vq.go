@@ -42,6 +42,7 @@ type vq struct {
 	pos     uint64 // the next CQE to fill
 	retired uint64 // published Retired
 
+	armedTail  atomic.Uint64 // the submission tail when the pump armed to sleep
 	connecting atomic.Bool   // a Connect SQE runs; later SQEs wait
 	msgSpace   chan struct{} // the client freed message ring space
 	msgOnce    sync.Once
