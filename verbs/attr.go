@@ -19,6 +19,12 @@ type DeviceAttr struct {
 	AtomicCap    bool   // 8-byte CAS and FAA supported
 	DCSupported  bool   // DCI/DCT supported
 	SRQSupported bool
+	// ProgressInWait reports that completions come sooner to a goroutine
+	// waiting in CQ.Wait than to one polling: the device makes progress in
+	// the thread that waits (a software RNIC whose waiter reads the wire
+	// itself), so a poller that spins only delays them. On a hardware RNIC
+	// completions land in memory by DMA and spinning pays.
+	ProgressInWait bool
 }
 
 // PortAttr is a device port's identity and state (ibv_port_attr plus GID).

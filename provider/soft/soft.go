@@ -130,6 +130,7 @@ var defaultAttr = verbs.DeviceAttr{
 	MaxQP: 1 << 18, MaxQPWR: 1 << 14, MaxSGE: 16, MaxCQ: 1 << 16, MaxCQE: 1 << 20,
 	MaxMR: 1 << 20, MaxMRSize: 1 << 40, MaxPD: 1 << 16, MaxSRQ: 1 << 14, MaxSRQWR: 1 << 14,
 	MaxInline: 256, MaxMsgSize: maxPayload, AtomicCap: true, DCSupported: true, SRQSupported: true,
+	ProgressInWait: true, // a CQ waiter reads its link itself (see read.go)
 }
 
 // Fabric is an in-process network of nodes joined by an in-memory wire.
