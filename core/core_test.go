@@ -386,6 +386,7 @@ func TestRevokedRegion(t *testing.T) {
 		}
 		errs := make(chan error, 4)
 		stop := make(chan struct{})
+		states := samplePool(t, a, stop)
 		var wg sync.WaitGroup
 		for v := 0; v < 4; v++ {
 			wg.Add(1)
@@ -428,6 +429,7 @@ func TestRevokedRegion(t *testing.T) {
 		if a.Stats().Recoveries == 0 {
 			t.Error("no recovery counted")
 		}
+		t.Logf("pool QP states sampled: %v", <-states)
 		m.checkRoute(t, a)
 		if st := a.Stats(); st.RCOnly && st.RCBuilt < 2 {
 			t.Errorf("RC-only: the broken RC QP was not replaced: %+v", st)
@@ -479,6 +481,8 @@ func TestChurnDCtoRC(t *testing.T) {
 		}
 		gs = append(gs, g)
 	}
+	stop := make(chan struct{})
+	states := samplePool(t, a, stop)
 	var wg sync.WaitGroup
 	errs := make(chan error, 12)
 	for v := 0; v < 12; v++ {
@@ -494,12 +498,13 @@ func TestChurnDCtoRC(t *testing.T) {
 		}(v)
 	}
 	wg.Wait()
+	close(stop)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
 	s := a.Stats()
-	t.Logf("stats: %+v", s)
+	t.Logf("stats: %+v; pool QP states sampled: %v", s, <-states)
 	if s.RCBuilt == 0 {
 		t.Error("no RC QP was built")
 	}

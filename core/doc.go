@@ -57,6 +57,15 @@
 // gone) is reset and reconnected: only the culprit's requests fail, every
 // other VQ's requests are reposted in order.
 //
+// # Inspection
+//
+// Stats counts what the runtime did; PoolQPs lists its shared QPs one by
+// one (type, number, peer, the state the runtime tracks: ready,
+// connecting, draining, closing, recovering, error; the VQs routed to each
+// and its requests in flight) and MetaEntries the meta cache's records.
+// All three are read-only snapshots taken under the runtime's own locks;
+// krcored's status (krctl) is built from them.
+//
 // # Completions
 //
 // There are no background pollers: Pop and PopWait poll the node's single

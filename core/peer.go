@@ -175,6 +175,7 @@ func (p *peer) addRC(q *pqp) {
 			return
 		}
 	}
+	q.pooled.Store(true)
 	l := append(append([]*pqp(nil), p.rcs()...), q)
 	p.rcl.Store(&l)
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/krcore/krcore/verbs"
 )
@@ -38,6 +39,9 @@ type pqp struct {
 	rt *Runtime
 	qp verbs.QP
 	rc *peer // the peer of an RC QP; nil for a DCI
+	// pooled: the RC QP has been in its peer's pool (for PoolQPs, which
+	// tells a QP that left it from one not yet in it).
+	pooled atomic.Bool
 	// remoteQPN is the peer's end of an RC QP.
 	remoteQPN uint32
 	depth     int

@@ -383,6 +383,11 @@ func (rt *Runtime) Stats() Stats {
 // MetaStats reports the meta cache's hits and misses.
 func (rt *Runtime) MetaStats() meta.ClientStats { return rt.meta.Stats() }
 
+// MetaEntries is a snapshot of the meta cache: the record of every node
+// the runtime looked up and still trusts, one entry per node (see
+// meta.Client.Entries).
+func (rt *Runtime) MetaEntries() []meta.CacheEntry { return rt.meta.Entries() }
+
 func (rt *Runtime) addPQP(p *pqp) {
 	rt.qpnMu.Lock()
 	defer rt.qpnMu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -106,12 +108,25 @@ func TestHostileRing(t *testing.T) {
 	var metrics strings.Builder
 	srv.WriteMetrics(&metrics)
 	for _, want := range []string{"krcored_vqs ", `krcored_pool_qps{type="dci"}`, "krcored_meta_cache_hits_total",
-		"krcored_client_refusals_total{client=", "krcored_connects_total "} {
+		"krcored_client_refusals_total{client=", "krcored_connects_total ", "krcored_meta_cache_entries "} {
 		if !strings.Contains(metrics.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, metrics.String())
 		}
 	}
-	for _, cs := range srv.Status().Clients {
+	st := srv.Status()
+	rows := map[core.QPType]int{}
+	for _, p := range st.QPs {
+		rows[p.Type]++
+	}
+	for _, p := range st.Pool {
+		if rows[core.QPType(p.Type)] < p.Count {
+			t.Errorf("%d %s QPs counted, %d listed: %+v", p.Count, p.Type, rows[core.QPType(p.Type)], st.QPs)
+		}
+	}
+	if !slices.ContainsFunc(st.MetaEntries, func(e meta.CacheEntry) bool { return e.Node == 2 && e.Version != 0 }) {
+		t.Errorf("meta cache entries %+v, want node 2's", st.MetaEntries)
+	}
+	for _, cs := range st.Clients {
 		if cs.ID != good.ID() && cs.Refusals < 2 {
 			t.Errorf("hostile client's refusals: %d, want the bad connect and the broken ring", cs.Refusals)
 		}

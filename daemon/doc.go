@@ -32,6 +32,15 @@
 // others. A Connect on the ring runs in its own goroutine, so a cold
 // connect holds up only its VQ.
 //
+// # Status
+//
+// Server.Status (OpStatus, krctl) snapshots the daemon: the runtime's
+// counters, its shared QPs counted by type and listed one by one
+// (core.Runtime.PoolQPs), the meta cache's counters and entries, and every
+// client with its VQs. Prometheus metrics (WriteMetrics) are built from
+// it. A status too large for one message loses meta cache entries, then
+// QP rows, and says how many.
+//
 // # Lifecycle
 //
 // When a client's socket closes (exit, crash, SIGKILL) the daemon stops its

@@ -16,16 +16,28 @@ import (
 
 // Status is a snapshot of the daemon, what krctl shows.
 type Status struct {
-	Node     core.NodeID      `json:"node"`
-	Socket   string           `json:"socket"`
-	Uptime   string           `json:"uptime"`
-	Runtime  core.Stats       `json:"runtime"`
-	Meta     meta.ClientStats `json:"meta_cache"`
-	Pool     []PoolQPs        `json:"pool"`
-	Attached uint64           `json:"clients_attached_total"`
-	Reclaim  uint64           `json:"clients_reclaimed_total"`
-	Denied   uint64           `json:"clients_denied_total"`
-	Clients  []ClientStatus   `json:"clients"`
+	Node    core.NodeID      `json:"node"`
+	Socket  string           `json:"socket"`
+	Uptime  string           `json:"uptime"`
+	Runtime core.Stats       `json:"runtime"`
+	Meta    meta.ClientStats `json:"meta_cache"`
+	// Pool counts the shared QPs in service by type: the DCT (none
+	// without DC), the DCIs and the RC QPs in their peers' pools.
+	Pool []PoolQPs `json:"pool"`
+	// QPs lists the shared QPs one by one (core.Runtime.PoolQPs),
+	// including RC QPs entering or leaving the pool, which Pool does not
+	// count.
+	QPs []core.PoolQP `json:"qps"`
+	// MetaEntries lists the meta cache's records (core.Runtime.MetaEntries).
+	MetaEntries []meta.CacheEntry `json:"meta_entries"`
+	// QPsOmitted and MetaOmitted count rows left out of QPs and
+	// MetaEntries because the status would not fit a wire message.
+	QPsOmitted  int            `json:"qps_omitted,omitempty"`
+	MetaOmitted int            `json:"meta_entries_omitted,omitempty"`
+	Attached    uint64         `json:"clients_attached_total"`
+	Reclaim     uint64         `json:"clients_reclaimed_total"`
+	Denied      uint64         `json:"clients_denied_total"`
+	Clients     []ClientStatus `json:"clients"`
 }
 
 // PoolQPs counts the node's shared physical QPs of one type.
@@ -64,8 +76,18 @@ type VQStatus struct {
 func (s *Server) Status() Status {
 	st := Status{Node: s.rt.Node(), Socket: s.cfg.Socket, Uptime: time.Since(s.start).Round(time.Second).String(),
 		Runtime: s.rt.Stats(), Meta: s.rt.MetaStats(), Attached: s.attached.Load(), Reclaim: s.reclaimed.Load(),
-		Denied: s.denied.Load()}
-	st.Pool = []PoolQPs{{"dct", 1}, {"dci", st.Runtime.DCIs}, {"rc", st.Runtime.RCs}}
+		Denied: s.denied.Load(), QPs: s.rt.PoolQPs(), MetaEntries: s.rt.MetaEntries()}
+	dcts := 1
+	if st.Runtime.RCOnly {
+		dcts = 0
+	}
+	st.Pool = []PoolQPs{{"dct", dcts}, {"dci", st.Runtime.DCIs}, {"rc", st.Runtime.RCs}}
+	if st.QPs == nil {
+		st.QPs = []core.PoolQP{}
+	}
+	if st.MetaEntries == nil {
+		st.MetaEntries = []meta.CacheEntry{}
+	}
 	s.mu.Lock()
 	ss := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
@@ -97,15 +119,40 @@ func (ss *session) snapshot() ClientStatus {
 }
 
 func (ss *session) status(r *wire.Msg) error {
-	b, err := json.Marshal(ss.s.Status())
+	b, err := encodeStatus(ss.s.Status(), wire.MaxMessage-wire.HeaderLen-2)
 	if err != nil {
 		return err
 	}
-	if len(b) > wire.MaxMessage-wire.HeaderLen-2 {
-		return fmt.Errorf("status of %d bytes does not fit a message: %w", len(b), verbs.ErrLimit)
-	}
 	r.Str(string(b))
 	return nil
+}
+
+// encodeStatus is st as JSON in at most limit bytes. If it does not fit,
+// the meta cache's entries and then the QP rows are cut, from the end,
+// and counted in MetaOmitted and QPsOmitted; if it still does not fit,
+// encodeStatus fails with verbs.ErrLimit.
+func encodeStatus(st Status, limit int) ([]byte, error) {
+	for {
+		b, err := json.Marshal(st)
+		if err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		if len(b) <= limit {
+			return b, nil
+		}
+		switch {
+		case len(st.MetaEntries) > 0:
+			k := len(st.MetaEntries) / 2
+			st.MetaOmitted += len(st.MetaEntries) - k
+			st.MetaEntries = st.MetaEntries[:k:k]
+		case len(st.QPs) > 0:
+			k := len(st.QPs) / 2
+			st.QPsOmitted += len(st.QPs) - k
+			st.QPs = st.QPs[:k:k]
+		default:
+			return nil, fmt.Errorf("status of %d bytes does not fit a message of %d: %w", len(b), limit, verbs.ErrLimit)
+		}
+	}
 }
 
 // putStats appends core.Stats in the order OpStats documents.
@@ -146,6 +193,7 @@ func (s *Server) WriteMetrics(w io.Writer) {
 	metric("cold_connects_total", "counter", "Connects that read the MetaServer.", rs.ColdConnects)
 	metric("meta_cache_hits_total", "counter", "Meta cache hits.", st.Meta.Hits)
 	metric("meta_cache_misses_total", "counter", "Meta cache misses.", st.Meta.Misses)
+	metric("meta_cache_entries", "gauge", "Records in the meta cache.", len(st.MetaEntries))
 	metric("refusals_total", "counter", "Requests refused by protection.", rs.Refusals)
 	metric("recoveries_total", "counter", "Shared QPs recovered after an error.", rs.Recoveries)
 	metric("migrations_total", "counter", "VQ moves between DC and RC.", rs.Migrations)

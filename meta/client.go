@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,7 +87,7 @@ type Client struct {
 	pref  atomic.Int32 // the server Fetch tries first: the last that answered
 
 	cacheMu sync.RWMutex
-	cache   map[uint64]Record
+	cache   map[uint64]cached
 
 	stats struct {
 		hits, misses, reads, torn, failovers, recoveries, renewFailures, connects atomic.Uint64
@@ -100,6 +102,12 @@ type Client struct {
 	regMu sync.Mutex
 	regs  map[uint64]*registration
 	wg    sync.WaitGroup // renewal goroutines
+}
+
+// cached is a record in the cache and when it entered it.
+type cached struct {
+	rec Record
+	at  time.Time // when this content was cached (a refetch of the same record keeps it)
 }
 
 // registration is a record this client keeps alive.
@@ -123,7 +131,7 @@ func NewClient(dev verbs.Device, servers []Info, cfg ClientConfig) (*Client, err
 		return nil, fmt.Errorf("meta: new client: port address of %d bytes, max %d: %w", len(port.Addr), maxReplyAddr, ErrBadRecord)
 	}
 	c := &Client{
-		cfg: cfg.withDefaults(), dev: dev, cache: make(map[uint64]Record), regs: make(map[uint64]*registration),
+		cfg: cfg.withDefaults(), dev: dev, cache: make(map[uint64]cached), regs: make(map[uint64]*registration),
 		reply: verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID}, stop: make(chan struct{}),
 	}
 	c.ids.Store(randUint64())
@@ -166,11 +174,11 @@ func (c *Client) Lookup(ctx context.Context, node uint64) (Record, error) {
 		return Record{}, ErrClosed
 	}
 	c.cacheMu.RLock()
-	rec, ok := c.cache[node]
+	e, ok := c.cache[node]
 	c.cacheMu.RUnlock()
 	if ok {
 		c.stats.hits.Add(1)
-		return rec, nil
+		return e.rec, nil
 	}
 	c.stats.misses.Add(1)
 	return c.Fetch(ctx, node)
@@ -207,11 +215,11 @@ func (c *Client) remember(rec Record) {
 	c.cacheMu.RLock()
 	old, ok := c.cache[rec.Node]
 	c.cacheMu.RUnlock()
-	if ok && old == rec {
+	if ok && old.rec == rec {
 		return
 	}
 	c.cacheMu.Lock()
-	c.cache[rec.Node] = rec
+	c.cache[rec.Node] = cached{rec: rec, at: time.Now()}
 	c.cacheMu.Unlock()
 }
 
@@ -244,6 +252,51 @@ func (c *Client) Invalidate(node uint64) {
 	c.cacheMu.Lock()
 	delete(c.cache, node)
 	c.cacheMu.Unlock()
+}
+
+// CacheEntry is one record in a Client's cache, as Entries reports it:
+// what a Lookup of the node returns without a READ. The DC access key is
+// left out (Entries is for display).
+type CacheEntry struct {
+	// Node is the node the record describes.
+	Node uint64 `json:"node"`
+	// Addr, GID and LID address the node's port (see Record); GID is
+	// empty when zero (on the soft fabric).
+	Addr string `json:"addr,omitempty"`
+	GID  string `json:"gid,omitempty"`
+	LID  uint16 `json:"lid,omitempty"`
+	// DCTNum is the node's DC target; 0 when it has none (RC only).
+	DCTNum uint32 `json:"dct"`
+	// CtrlQPN is the node's control UD QP; 0 if it has none.
+	CtrlQPN uint32 `json:"ctrl_qpn"`
+	// Version is the MetaServer's version of the record.
+	Version uint64 `json:"version"`
+	// Cached is when this version of the record entered the cache (a
+	// refetch that finds it unchanged keeps the time), and Age how long
+	// before the snapshot that was.
+	Cached time.Time     `json:"cached"`
+	Age    time.Duration `json:"age_ns"`
+}
+
+// Entries is a snapshot of the cache, one entry per node ordered by node
+// id. The cache holds no lease: a record stays until it proves stale or
+// the node is invalidated.
+func (c *Client) Entries() []CacheEntry {
+	now := time.Now()
+	c.cacheMu.RLock()
+	out := make([]CacheEntry, 0, len(c.cache))
+	for _, e := range c.cache {
+		r := e.rec
+		ce := CacheEntry{Node: r.Node, Addr: r.Addr, LID: r.LID, DCTNum: r.DCTNum, CtrlQPN: r.CtrlQPN,
+			Version: r.Version, Cached: e.at, Age: now.Sub(e.at)}
+		if r.GID != (verbs.GID{}) {
+			ce.GID = r.GID.String()
+		}
+		out = append(out, ce)
+	}
+	c.cacheMu.RUnlock()
+	slices.SortFunc(out, func(a, b CacheEntry) int { return cmp.Compare(a.Node, b.Node) })
+	return out
 }
 
 // Hello fetches every server's table geometry now rather than on the

@@ -478,3 +478,52 @@ func TestRenewalRepairs(t *testing.T) {
 	})
 	renewErrs.Range(func(k, v any) bool { t.Errorf("renewal of node %v failed: %v", k, v); return true })
 }
+
+// TestEntries: the cache snapshot lists each cached node once, in node
+// order, with its version and the time it was cached; an unchanged refetch
+// keeps the time, a new version and Invalidate show.
+func TestEntries(t *testing.T) {
+	nodes := memNodes(t, 2)
+	ctx := testCtx(t)
+	srv := startServer(t, nodes[0], ServerConfig{})
+	c := startClient(t, nodes[1], []Info{srv.Info()}, fastClient)
+	if e := c.Entries(); len(e) != 0 {
+		t.Fatalf("entries before any lookup: %+v", e)
+	}
+	for _, n := range []uint64{9, 4} {
+		if err := c.Register(ctx, recordOf(nodes[1], n), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Lookup(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := c.Entries()
+	if len(e) != 2 || e[0].Node != 4 || e[1].Node != 9 {
+		t.Fatalf("entries: %+v", e)
+	}
+	r9, _ := c.Lookup(ctx, 9)
+	if x := e[1]; x.DCTNum != r9.DCTNum || x.CtrlQPN != r9.CtrlQPN || x.Version != r9.Version || x.Addr != r9.Addr ||
+		x.Cached.IsZero() || x.Age < 0 || x.GID != "" {
+		t.Fatalf("entry %+v for record %+v", x, r9)
+	}
+	if _, err := c.Fetch(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if again := c.Entries(); again[1].Cached != e[1].Cached || again[1].Age < e[1].Age {
+		t.Fatalf("an unchanged refetch moved the entry: %+v then %+v", e[1], again[1])
+	}
+	rec := recordOf(nodes[1], 9)
+	rec.DCTNum++
+	if err := c.Register(ctx, rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fetch(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	c.Invalidate(4)
+	e2 := c.Entries()
+	if len(e2) != 1 || e2[0].Node != 9 || e2[0].Version <= e[1].Version || e2[0].DCTNum != rec.DCTNum || e2[0].Cached.Before(e[1].Cached) {
+		t.Fatalf("after a new version and Invalidate(4): %+v (was %+v)", e2, e)
+	}
+}

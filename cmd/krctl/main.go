@@ -5,6 +5,36 @@
 //
 // Tables are in the style of smcss; -json prints the daemon's status
 // document (daemon.Status) or the listed part of it.
+//
+// list qps prints one row per shared physical QP of the node (the DC
+// target, the DC initiators, the RC QPs, those entering or leaving the
+// pool included): its type, number, peer node and the peer's QP (RC
+// only), the state the runtime tracks (ready, connecting, draining,
+// closing, recovering, error), the VQs whose requests go to it, and its
+// requests in flight, queued, and posted since it was created:
+//
+//	TYPE  QPN      PEER  RQPN     STATE  VQS  INFLIGHT  QUEUED  POSTED
+//	dct   1298346  -     -        ready  0    0         0       0
+//	dci   2275018  -     -        ready  1    0         0       1
+//	dci   7124377  -     -        ready  0    0         0       0
+//	rc    5533911  2     3815021  ready  3    1         0       18211
+//
+// With -json it prints the rows ([]core.PoolQP); the counts by type are in
+// the status document's "pool".
+//
+// list meta prints the meta cache's counters, then one row per cached
+// record: the node, its address, DC target (0: none, RC only), control QP,
+// the MetaServer's version of the record and how long ago this version
+// was cached:
+//
+//	HITS  MISSES  READS  TORN  FAILOVERS
+//	5     1       1      0     0
+//
+//	NODE  ADDR            DCT      CTRL_QPN  VERSION  AGE
+//	2     127.0.0.1:7471  6003417  8400185   2        1.204s
+//
+// With -json it prints one object: the counters (as meta.ClientStats) and
+// "entries" ([]meta.CacheEntry).
 package main
 
 import (
@@ -15,12 +45,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/meta"
 )
 
 // errUsage reports a command line krctl does not understand.
@@ -78,12 +110,12 @@ func subject(args []string) (string, error) {
 func fetch(ctx context.Context, sock string) (*daemon.Status, error) {
 	c, err := client.Attach(ctx, client.Options{Socket: sock})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("attach to %s: %w", sock, err)
 	}
 	defer c.Close()
 	b, err := c.Status(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("status: %w", err)
 	}
 	var st daemon.Status
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -100,13 +132,21 @@ func part(st *daemon.Status, what string) any {
 	case "vqs":
 		return vqRows(st)
 	case "qps":
-		return st.Pool
+		return st.QPs
 	case "meta":
-		return st.Meta
+		return metaList{st.Meta, st.MetaEntries, st.MetaOmitted}
 	case "counters":
 		return st.Runtime
 	}
 	return st
+}
+
+// metaList is the meta cache as list meta -json prints it: the counters
+// (at the top level, as list meta printed them alone) and the entries.
+type metaList struct {
+	meta.ClientStats
+	Entries []meta.CacheEntry `json:"entries"`
+	Omitted int               `json:"omitted,omitempty"` // entries the daemon left out of its status
 }
 
 // vqRow is a VQ with its client, for listing.
@@ -126,12 +166,34 @@ func vqRows(st *daemon.Status) []vqRow {
 	return rows
 }
 
+// orDash prints n, or - for 0 (none).
+func orDash(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// address names a cached node's port: its fabric address, else its GID or
+// LID.
+func address(e meta.CacheEntry) string {
+	switch {
+	case e.Addr != "":
+		return e.Addr
+	case e.GID != "":
+		return e.GID
+	case e.LID != 0:
+		return fmt.Sprintf("lid %d", e.LID)
+	}
+	return "-"
+}
+
 func table(w io.Writer, st *daemon.Status, what string) {
 	switch what {
 	case "status":
-		fmt.Fprintf(w, "node\t%d\nsocket\t%s\nuptime\t%s\nclients\t%d\nvqs\t%d\ndcis\t%d\nrc qps\t%d\nconnects\t%d\nrefusals\t%d\nrecoveries\t%d\n",
+		fmt.Fprintf(w, "node\t%d\nsocket\t%s\nuptime\t%s\nclients\t%d\nvqs\t%d\ndcis\t%d\nrc qps\t%d\nmeta cache\t%d\nconnects\t%d\nrefusals\t%d\nrecoveries\t%d\n",
 			st.Node, st.Socket, st.Uptime, len(st.Clients), st.Runtime.VQs, st.Runtime.DCIs, st.Runtime.RCs,
-			st.Runtime.Connects, st.Runtime.Refusals, st.Runtime.Recoveries)
+			len(st.MetaEntries)+st.MetaOmitted, st.Runtime.Connects, st.Runtime.Refusals, st.Runtime.Recoveries)
 	case "clients":
 		fmt.Fprintln(w, "ID\tPID\tUID\tGID\tVQS\tMRS\tMR_BYTES\tREGIONS\tPUSHES\tCOMPLETIONS\tREFUSALS\tEXPORTS")
 		for _, c := range st.Clients {
@@ -144,13 +206,24 @@ func table(w io.Writer, st *daemon.Status, what string) {
 			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\n", r.Client, r.PID, r.ID, r.Node, r.Port, r.Outstanding)
 		}
 	case "qps":
-		fmt.Fprintln(w, "TYPE\tCOUNT")
-		for _, p := range st.Pool {
-			fmt.Fprintf(w, "%s\t%d\n", p.Type, p.Count)
+		fmt.Fprintln(w, "TYPE\tQPN\tPEER\tRQPN\tSTATE\tVQS\tINFLIGHT\tQUEUED\tPOSTED")
+		for _, p := range st.QPs {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", p.Type, p.QPN, orDash(p.Peer), orDash(uint64(p.RemoteQPN)),
+				p.State, p.VQs, p.InFlight, p.Queued, p.Posted)
+		}
+		if st.QPsOmitted > 0 {
+			fmt.Fprintf(w, "(%d more QPs left out: the status did not fit a message)\n", st.QPsOmitted)
 		}
 	case "meta":
 		m := st.Meta
 		fmt.Fprintf(w, "HITS\tMISSES\tREADS\tTORN\tFAILOVERS\n%d\t%d\t%d\t%d\t%d\n", m.Hits, m.Misses, m.Reads, m.TornReads, m.Failovers)
+		fmt.Fprintln(w, "\nNODE\tADDR\tDCT\tCTRL_QPN\tVERSION\tAGE")
+		for _, e := range st.MetaEntries {
+			fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%d\t%s\n", e.Node, address(e), e.DCTNum, e.CtrlQPN, e.Version, e.Age.Round(time.Millisecond))
+		}
+		if st.MetaOmitted > 0 {
+			fmt.Fprintf(w, "(%d more entries left out: the status did not fit a message)\n", st.MetaOmitted)
+		}
 	case "counters":
 		r := st.Runtime
 		for _, kv := range []struct {

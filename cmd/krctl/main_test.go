@@ -5,18 +5,24 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
 
 // TestKrctl runs status and every list, as tables and as JSON, against a
-// daemon with one client holding a VQ and an MR.
+// daemon with one client holding a VQ that READ node 2 and an MR: list qps
+// shows a row per shared QP, the VQ on one of them, and list meta node 2's
+// cached record.
 func TestKrctl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -39,12 +45,28 @@ func TestKrctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	exp, _ := c.Node(2).RegMR(4096, verbs.AccessAll)
+	if err := c.Node(2).Export("t", exp, 0, 4096, verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
 	q, _ := cl.Queue()
 	if err := q.Connect(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.RegMR(4096, verbs.AccessAll); err != nil {
+	mr, err := cl.RegMR(4096, verbs.AccessAll)
+	if err != nil {
 		t.Fatal(err)
+	}
+	g, err := q.Region(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: mr.Range(0, 8), Remote: g.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var wc [1]core.Completion
+	if _, err := q.PopWait(ctx, wc[:]); err != nil || wc[0].Err() != nil {
+		t.Fatal(err, wc[0].Err())
 	}
 
 	var out bytes.Buffer
@@ -83,6 +105,69 @@ func TestKrctl(t *testing.T) {
 	if !strings.Contains(out.String(), "OUTSTANDING") || strings.Count(out.String(), "\n") != 2 {
 		t.Errorf("list vqs:\n%s", out.String())
 	}
+
+	// list qps: a row per QP the daemon lists, the client's VQ on one.
+	qps := srv.Status().QPs
+	out.Reset()
+	if err := run(ctx, []string{"-socket", sock, "list", "qps"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(qps) < 3 || len(lines) != 1+len(qps) || strings.Join(strings.Fields(lines[0]), " ") != "TYPE QPN PEER RQPN STATE VQS INFLIGHT QUEUED POSTED" {
+		t.Fatalf("list qps for %d QPs:\n%s", len(qps), out.String())
+	}
+	for i, p := range qps {
+		f := strings.Fields(lines[1+i])
+		if len(f) != 9 || f[0] != string(p.Type) || f[1] != strconv.FormatUint(uint64(p.QPN), 10) || f[4] != string(p.State) {
+			t.Errorf("row %q for %+v", lines[1+i], p)
+		}
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-socket", sock, "-json", "list", "qps"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []core.PoolQP
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	types, vqs := map[core.QPType]int{}, 0
+	for _, p := range rows {
+		types[p.Type]++
+		vqs += p.VQs
+	}
+	if types[core.QPTypeDCT] != 1 || types[core.QPTypeDCI] == 0 || vqs != 1 || len(rows) != len(qps) {
+		t.Errorf("list qps -json: %s", out.String())
+	}
+
+	// list meta: the counters, then node 2's cached record.
+	out.Reset()
+	if err := run(ctx, []string{"-socket", sock, "list", "meta"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) == 6 && f[0] == "2" && f[4] != "0" {
+			found = true
+		}
+	}
+	if !strings.Contains(out.String(), "HITS") || !strings.Contains(out.String(), "NODE") || !found {
+		t.Errorf("list meta lacks node 2:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-socket", sock, "-json", "list", "meta"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var ml struct {
+		Misses  uint64
+		Entries []meta.CacheEntry `json:"entries"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &ml); err != nil {
+		t.Fatal(err)
+	}
+	if ml.Misses == 0 || !slices.ContainsFunc(ml.Entries, func(e meta.CacheEntry) bool { return e.Node == 2 && e.DCTNum != 0 && e.Version != 0 }) {
+		t.Errorf("list meta -json: %s", out.String())
+	}
+
 	if err := run(ctx, []string{"-socket", sock, "bogus"}, &out); err != errUsage {
 		t.Errorf("bogus command: %v", err)
 	}

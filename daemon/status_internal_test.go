@@ -1,0 +1,51 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestEncodeStatusFits: a status too large for a message loses meta cache
+// entries first, then QP rows, and says how many; one that cannot fit even
+// then fails with ErrLimit.
+func TestEncodeStatusFits(t *testing.T) {
+	st := Status{Node: 1}
+	for i := range 1000 {
+		st.MetaEntries = append(st.MetaEntries, meta.CacheEntry{Node: uint64(i + 1), Addr: "127.0.0.1:12345", DCTNum: 7, Version: 3})
+	}
+	for i := range 100 {
+		st.QPs = append(st.QPs, core.PoolQP{Type: core.QPTypeRC, QPN: uint32(i + 1), Peer: 2, State: core.QPReady})
+	}
+	all, err := encodeStatus(st, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		limit        int
+		metaCut, qps bool
+	}{{len(all), false, false}, {len(all) / 2, true, false}, {4000, true, true}} {
+		b, err := encodeStatus(st, c.limit)
+		if err != nil {
+			t.Fatal(c.limit, err)
+		}
+		var got Status
+		if err := json.Unmarshal(b, &got); err != nil || len(b) > c.limit {
+			t.Fatalf("limit %d: %d bytes, %v", c.limit, len(b), err)
+		}
+		if len(got.MetaEntries)+got.MetaOmitted != 1000 || len(got.QPs)+got.QPsOmitted != 100 ||
+			(got.MetaOmitted > 0) != c.metaCut || (got.QPsOmitted > 0) != c.qps || c.qps && len(got.MetaEntries) != 0 {
+			t.Errorf("limit %d: %d entries (%d omitted), %d QPs (%d omitted)", c.limit, len(got.MetaEntries), got.MetaOmitted, len(got.QPs), got.QPsOmitted)
+		}
+		if len(got.MetaEntries) > 0 && got.MetaEntries[0].Node != 1 {
+			t.Errorf("limit %d: the first entries were cut", c.limit)
+		}
+	}
+	if _, err := encodeStatus(st, 100); !errors.Is(err, verbs.ErrLimit) {
+		t.Errorf("status in 100 bytes: %v", err)
+	}
+}
