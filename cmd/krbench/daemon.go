@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,10 +37,13 @@ import (
 //	krbench daemon -daemon SOCKET -meta INFO   # a running krcored; INFO is its MetaServer (logged at start)
 //	krbench daemon -krcored PATH               # start this krcored binary instead of krbench's own
 //
-// Without -daemon it starts krcored as a child process (this binary in its
-// krcored role, or -krcored PATH with the same flags) on a soft node that
-// joins this process's MetaServer. This process runs the server node (it
-// exports the region and echoes messages) and the embedded client node.
+// The server node (it exports the region READ and WRITE, and echoes
+// messages) runs in a child process of its own, with the cluster's
+// MetaServer (or joining -meta's): so the embedded client, in this process,
+// reaches it across processes exactly as the daemon does, and the two
+// series differ only by the daemon's path. Without -daemon it also starts
+// krcored as a child process (this binary in its krcored role, or -krcored
+// PATH with the same flags) on a soft node that joins the same MetaServer.
 
 // Test names and series of the daemon comparison.
 const (
@@ -60,6 +65,7 @@ const (
 	targetDaemonReadPlusUsec  = 1.0
 	targetDaemonConnectUsec   = 5.0
 	childKrcored, childConnex = "krcored-child", "daemon-connector"
+	childServer               = "daemon-server"
 )
 
 // dConfig is krbench daemon's command line.
@@ -149,15 +155,14 @@ type dBench struct {
 	stderr io.Writer
 	poll   vqPoll
 
-	devs  []verbs.Device
-	srv   *core.Runtime
-	emb   *core.Runtime
-	echo  *vqEcho
-	child *exec.Cmd
-	sock  string
-	cl    *krclient.Client
-	sides []*dSide
-	tmp   string
+	devs   []verbs.Device
+	emb    *core.Runtime
+	server *exec.Cmd // the server node's process
+	child  *exec.Cmd // krcored's
+	sock   string
+	cl     *krclient.Client
+	sides  []*dSide
+	tmp    string
 }
 
 func (b *dBench) run() (err error) {
@@ -186,24 +191,12 @@ func (b *dBench) start() error {
 		}
 		metas = []meta.Info{info}
 	}
-	var err error
-	if b.srv, err = b.node(ctx, dNodeServer, metas); err != nil {
-		return err
-	}
-	if metas == nil {
-		metas = []meta.Info{b.srv.MetaInfo()}
-	}
-	if b.emb, err = b.node(ctx, dNodeEmbedded, metas); err != nil {
-		return err
-	}
-	table, err := b.srv.RegMR(4096, verbs.AccessAll)
+	info, err := b.startServer(ctx, metas)
 	if err != nil {
-		return err
+		return fmt.Errorf("server node: %w", err)
 	}
-	if err := b.srv.Export(dRegion, table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
-		return err
-	}
-	if b.echo, err = newVQEcho(b.srv, echoPort, b.poll); err != nil {
+	metas = []meta.Info{info}
+	if b.emb, err = b.node(ctx, dNodeEmbedded, metas); err != nil {
 		return err
 	}
 	if err := b.startDaemon(ctx, metas[0]); err != nil {
@@ -231,6 +224,96 @@ func (b *dBench) node(ctx context.Context, id core.NodeID, metas []meta.Info) (*
 		return nil, fmt.Errorf("runtime of node %d: %w", id, err)
 	}
 	return rt, nil
+}
+
+// startServer starts the server node's process and returns the MetaServer
+// the nodes join: the server's own, or the one in metas.
+func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return meta.Info{}, err
+	}
+	args := []string{childServer, "-spin", b.d.spin.String()}
+	if len(metas) > 0 {
+		args = append(args, "-meta", metas[0].String())
+	}
+	b.server = exec.Command(exe, args...)
+	b.server.Stderr = b.stderr
+	setChildAttrs(b.server)
+	out, err := b.server.StdoutPipe()
+	if err != nil {
+		return meta.Info{}, err
+	}
+	if err := b.server.Start(); err != nil {
+		return meta.Info{}, fmt.Errorf("start: %w", err)
+	}
+	line := make(chan string, 1)
+	go func() { // the server's one line: its MetaServer, once it serves
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(l)
+	}()
+	select {
+	case l := <-line:
+		return meta.ParseInfo(l)
+	case <-ctx.Done():
+		return meta.Info{}, fmt.Errorf("waiting for it: %w", ctx.Err())
+	}
+}
+
+// runDaemonServer is the server node's process: a soft node with its
+// runtime (and, without -meta, the cluster's MetaServer), exporting the
+// region and echoing messages until it is told to stop. It prints the
+// MetaServer's text on stdout once it serves.
+func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(childServer, flag.ContinueOnError)
+	metaText := fs.String("meta", "", "MetaServer to join (empty: embed one)")
+	spin := fs.Duration("spin", 0, "poll messages this long before the VQ's own wait")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	b := &dBench{d: &dConfig{timeout: time.Minute}, ctx: ctx, log: slog.New(slog.DiscardHandler)}
+	defer func() {
+		for _, d := range b.devs {
+			d.Close()
+		}
+	}()
+	var metas []meta.Info
+	if *metaText != "" {
+		info, err := meta.ParseInfo(*metaText)
+		if err != nil {
+			return fmt.Errorf("-meta: %w", err)
+		}
+		metas = []meta.Info{info}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rt, err := b.node(sctx, dNodeServer, metas)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	table, err := rt.RegMR(4096, verbs.AccessAll)
+	if err != nil {
+		return err
+	}
+	if err := rt.Export(dRegion, table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
+		return err
+	}
+	echo, err := newVQEcho(rt, echoPort, vqPoll{spin: *spin})
+	if err != nil {
+		return err
+	}
+	defer echo.close()
+	if metas == nil {
+		metas = []meta.Info{rt.MetaInfo()}
+	}
+	fmt.Fprintln(stdout, metas[0].String())
+	for ctx.Err() == nil {
+		echo.serve(ctx, math.MaxInt, time.Second) // ends at each idle second
+	}
+	return nil
 }
 
 // startDaemon starts krcored as a child (unless -daemon names one) and
@@ -336,13 +419,12 @@ func (b *dBench) close() error {
 		b.child.Process.Signal(syscall.SIGTERM)
 		b.child.Wait()
 	}
-	if b.echo != nil {
-		b.echo.close()
+	if b.server != nil {
+		b.server.Process.Signal(syscall.SIGTERM)
+		b.server.Wait()
 	}
-	for _, rt := range []*core.Runtime{b.emb, b.srv} {
-		if rt != nil {
-			errs = append(errs, rt.Close())
-		}
+	if b.emb != nil {
+		errs = append(errs, b.emb.Close())
 	}
 	for _, d := range b.devs {
 		d.Close()
@@ -364,7 +446,7 @@ func (b *dBench) info(series string) []perf.Field {
 	}
 	return []perf.Field{
 		{Key: "Series", Value: series},
-		{Key: "Nodes", Value: fmt.Sprintf("server node %d and embedded node %d in this process; daemon node %d: %s; soft RNICs over loopback TCP",
+		{Key: "Nodes", Value: fmt.Sprintf("server node %d: a child process; embedded node %d in this process; daemon node %d: %s; soft RNICs over loopback TCP",
 			dNodeServer, dNodeEmbedded, b.cl.Node(), how)},
 		{Key: "CQ polling", Value: b.poll.String()},
 		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},
@@ -464,13 +546,7 @@ func (b *dBench) twoSided() error {
 	return b.pair("Embedded vs daemon VQ Send ping-pong round trip, 64 B (interleaved)", testDSend, vqTwoSidedSize,
 		"full round trips: SEND to the server's bound port, its VQ echoes to the port ours is bound to",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
-			errc := make(chan error, 1)
-			go func() { errc <- b.echo.serve(b.ctx, w+n, b.d.timeout) }()
-			x, err := s.ping.run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
-			if err != nil {
-				b.echo.q.Unbind() // the echo's wait ends with its deadline at worst
-			}
-			return x, errors.Join(err, <-errc)
+			return s.ping.run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
 		})
 }
 
@@ -714,6 +790,8 @@ func runDaemonRole(ctx context.Context, args []string, stdout, stderr io.Writer)
 		err = runKrcoredChild(ctx, args[1:], stderr)
 	case childConnex:
 		err = runConnector(ctx, args[1:], stdout)
+	case childServer:
+		err = runDaemonServer(ctx, args[1:], stdout)
 	default:
 		return 0, false
 	}

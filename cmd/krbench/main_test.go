@@ -576,3 +576,35 @@ func TestInprocVQJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonBench runs krbench daemon: the server node and krcored in child
+// processes (this test binary again), the embedded node and the daemon's
+// client here; every series and the targets' figures come out.
+func TestDaemonBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "daemon", "-n", "20", "-procs", "2", "-spin", "20us", "-timeout", "10s")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("krbench daemon: %v\nstderr: %s\nstdout: %s", err, stderr.String(), stdout.String())
+	}
+	rep := parseTables(t, stdout.String())
+	for _, test := range []string{testDRead, testDReadOwn, testDWrite, testDSend, testDConnect} {
+		r := rep.FindAt(placementCross, test, perf.ModeLat)
+		if r == nil || r.LabelRow(seriesEmbedded) == nil || r.LabelRow(seriesDaemon) == nil {
+			t.Errorf("%s: no embedded and daemon rows: %+v", test, r)
+		}
+	}
+	checkTargets(t, rep,
+		"own node: daemon 8B READ t_typical minus embedded t_typical",
+		"warm connect through the daemon t_typical")
+}
