@@ -71,5 +71,8 @@
 // There are no background pollers: Pop and PopWait poll the node's single
 // completion queue themselves and dispatch what they find to every VQ
 // (wr_id carries the VQ). A waiter spins briefly, then sleeps; one sleeper
-// at a time waits on the completion queue for everyone.
+// at a time waits on the completion queue for everyone. On a device that
+// makes progress in the thread that waits (verbs.DeviceAttr.ProgressInWait:
+// the soft RNIC, whose waiter reads the wire) waiters do not spin. A Group
+// lets one goroutine wait for many queues (krcored's per-client pump).
 package core
