@@ -284,7 +284,9 @@ func (p *pump) complete(v *vq) bool {
 			return false
 		}
 	}
-	r.Ctr(wire.DaemonFullCQ).Store(0)
+	if full := r.Ctr(wire.DaemonFullCQ); full.Load() != 0 {
+		full.Store(0) // written only on change: the client reads this line
+	}
 	free := wire.CQEntries - (v.pos - head.Load())
 	n := p.g.Pop(v.q, p.out[:min(int(free), len(p.out))])
 	if n == 0 {

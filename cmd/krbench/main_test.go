@@ -252,31 +252,19 @@ func TestCrossProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "demo", "-n", "20", "-timeout", "5s")
-	cmd.Env = append(os.Environ(), asMainEnv+"=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("krbench demo: %v\nstderr: %s\nstdout: %s", err, stderr.String(), stdout.String())
-	}
+	stdout := krbenchProcess(t, "demo", "-n", "20", "-timeout", "5s")
 	t.Logf("demo with -n 20 took %v", time.Since(start))
-	rep := parseTables(t, stdout.String())
+	rep := parseTables(t, stdout)
 	checkSuite(t, rep, placementCross, 20, testRead, testWrite, testSend, testAtomic, testConnect)
 	checkSuite(t, rep, placementInproc, 20, testRead, testWrite, testSend, testAtomic, testConnect)
 	checkKrcore(t, rep, placementCross, 20)
 	checkKrcore(t, rep, placementInproc, 20)
 	checkLocal(t, rep, 20)
-	if n := strings.Count(stdout.String(), testClusterTitle); n != 1 {
+	if n := strings.Count(stdout, testClusterTitle); n != 1 {
 		t.Errorf("walkthrough printed %d times, want once", n)
 	}
-	if i, j := strings.Index(stdout.String(), testClusterTitle), strings.Index(stdout.String(), "TCP ping-pong Latency Test"); i < 0 || j < 0 || i > j {
+	if i, j := strings.Index(stdout, testClusterTitle), strings.Index(stdout, "TCP ping-pong Latency Test"); i < 0 || j < 0 || i > j {
 		t.Errorf("the walkthrough does not come first")
 	}
 	checkTargets(t, rep,
@@ -584,20 +572,7 @@ func TestDaemonBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "daemon", "-n", "20", "-procs", "2", "-spin", "20us", "-timeout", "10s")
-	cmd.Env = append(os.Environ(), asMainEnv+"=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("krbench daemon: %v\nstderr: %s\nstdout: %s", err, stderr.String(), stdout.String())
-	}
-	rep := parseTables(t, stdout.String())
+	rep := parseTables(t, krbenchProcess(t, "daemon", "-n", "20", "-procs", "2", "-spin", "20us", "-timeout", "10s"))
 	for _, test := range []string{testDRead, testDReadOwn, testDWrite, testDSend, testDConnect} {
 		r := rep.FindAt(placementCross, test, perf.ModeLat)
 		if r == nil || r.LabelRow(seriesEmbedded) == nil || r.LabelRow(seriesDaemon) == nil {
@@ -607,4 +582,25 @@ func TestDaemonBench(t *testing.T) {
 	checkTargets(t, rep,
 		"own node: daemon 8B READ t_typical minus embedded t_typical",
 		"warm connect through the daemon t_typical")
+}
+
+// krbenchProcess runs this test binary as krbench with args, in a process
+// of its own (it may start children, which re-execute it), and returns
+// its stdout; it fails t unless krbench exits 0 within 2 minutes.
+func krbenchProcess(t *testing.T, args ...string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("krbench %s: %v\nstderr: %s\nstdout: %s", args[0], err, stderr.String(), stdout.String())
+	}
+	return stdout.String()
 }
