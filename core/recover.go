@@ -47,8 +47,13 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	}
 	deadPeer := (*peer)(nil)
 	if st == verbs.RetryExcErr {
-		deadPeer = culprit.target.peer
-		rt.meta.Invalidate(deadPeer.node)
+		rt.meta.Invalidate(culprit.target.peer.node)
+		// In RC-only mode an RC QP whose other end is gone times out
+		// while its peer lives: the new RC QP that repair builds tells
+		// which, and only if it cannot be had do the rest fail.
+		if !(p.rc != nil && rt.rcOnly) {
+			deadPeer = culprit.target.peer
+		}
 	}
 	var fin []finished
 	var repost []rec
