@@ -30,10 +30,11 @@ type pump struct {
 	limit int // the client's requests in flight, over all its VQs
 	done  chan struct{}
 
-	asleep atomic.Bool           // armed to sleep, see nudge
-	snap   atomic.Pointer[[]*vq] // vqs, for nudge; copied on change
+	asleep atomic.Bool // armed to sleep, see nudge
 
-	mu   sync.Mutex // held for a round; guards vqs and the scratch below
+	// mu guards vqs and the scratch below. Whoever touches a VQ's ring
+	// holds it, so a VQ that remove took out can be unmapped.
+	mu   sync.Mutex
 	vqs  []*vq
 	next int // the VQ a round starts with, round robin
 	reqs []core.Request
@@ -43,7 +44,6 @@ type pump struct {
 func newPump(ss *session) *pump {
 	p := &pump{ss: ss, g: ss.s.rt.Group(), spin: ss.s.cfg.Spin, limit: ss.s.cfg.ClientCredits,
 		done: make(chan struct{}), reqs: make([]core.Request, 0, batch), out: make([]core.Completion, 64)}
-	p.publish()
 	return p
 }
 
@@ -51,7 +51,6 @@ func newPump(ss *session) *pump {
 func (p *pump) add(v *vq) {
 	p.mu.Lock()
 	p.vqs = append(p.vqs, v)
-	p.publish()
 	p.mu.Unlock()
 	p.g.Add(v.q)
 	p.g.Wake()
@@ -60,13 +59,7 @@ func (p *pump) add(v *vq) {
 // remove stops serving v; when it returns, no round touches v.
 func (p *pump) remove(v *vq) {
 	p.mu.Lock()
-	for i, x := range p.vqs {
-		if x == v {
-			p.vqs = append(p.vqs[:i:i], p.vqs[i+1:]...)
-			break
-		}
-	}
-	p.publish()
+	p.vqs = slices.DeleteFunc(p.vqs, func(x *vq) bool { return x == v })
 	p.mu.Unlock()
 	p.g.Remove(v.q)
 }
@@ -126,10 +119,19 @@ func (p *pump) disarm() {
 	p.mu.Unlock()
 }
 
-// publish copies vqs for nudge; p.mu held.
-func (p *pump) publish() {
-	snap := slices.Clone(p.vqs)
-	p.snap.Store(&snap)
+// pushedSinceArm reports whether the client pushed to a VQ since the pump
+// armed to sleep. A pump that is changing its VQs is left to its doorbell.
+func (p *pump) pushedSinceArm() bool {
+	if !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	for _, v := range p.vqs {
+		if v.ring.Ctr(wire.SQTail).Load() != v.armedTail.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // publishPumps copies the sessions' pumps for nudge; s.mu held.
@@ -153,16 +155,8 @@ func (s *Server) nudge(self *pump) {
 		return
 	}
 	for _, p := range *ps {
-		if p == self || !p.asleep.Load() {
-			continue
-		}
-		for _, v := range *p.snap.Load() {
-			if v.ring.Ctr(wire.SQTail).Load() != v.armedTail.Load() {
-				if p.asleep.CompareAndSwap(true, false) {
-					p.g.Wake()
-				}
-				break
-			}
+		if p != self && p.asleep.Load() && p.pushedSinceArm() && p.asleep.CompareAndSwap(true, false) {
+			p.g.Wake()
 		}
 	}
 }
@@ -172,17 +166,18 @@ func (s *Server) nudge(self *pump) {
 func (p *pump) round() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := len(p.vqs)
+	vqs := p.vqs
+	n := len(vqs)
 	if n == 0 {
 		return false
 	}
 	inflight := 0
-	for _, v := range p.vqs {
+	for _, v := range vqs {
 		inflight += int(v.accepted.Load() - v.retired)
 	}
 	did, budget := false, batch
 	for i := range n {
-		v := p.vqs[(p.next+i)%n]
+		v := vqs[(p.next+i)%n]
 		if v.ctx.Err() != nil {
 			continue
 		}
