@@ -70,12 +70,8 @@ func runReader(sock string) int {
 	out := make([]core.Completion, 1)
 	for i := range n {
 		clear(buf.Bytes()[:17])
-		if _, err := q.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
+		if err := runSync(ctx, q, out, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
 			fmt.Fprintln(os.Stderr, "reader:", err)
-			return 1
-		}
-		if _, err := q.PopWait(ctx, out); err != nil || out[0].Err() != nil || out[0].ID != uint64(i) {
-			fmt.Fprintln(os.Stderr, "reader:", i, err, out[0])
 			return 1
 		}
 		if string(buf.Bytes()[:17]) != "hello from node 2" {
@@ -368,12 +364,8 @@ func runVictim(sock string) int {
 		var line strings.Builder
 		for i := range n {
 			t0 := time.Now()
-			_, err := q.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
-			if err == nil {
-				_, err = q.PopWait(ctx, out)
-			}
-			if err != nil || out[0].Err() != nil || out[0].ID != uint64(i) {
-				fmt.Fprintln(os.Stderr, "victim: READ", i, err, out[0])
+			if err := runSync(ctx, q, out, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
+				fmt.Fprintln(os.Stderr, "victim:", err)
 				return 1
 			}
 			fmt.Fprintf(&line, "%d ", time.Since(t0).Nanoseconds())
@@ -383,14 +375,19 @@ func runVictim(sock string) int {
 	return 0
 }
 
-func run1(t *testing.T, ctx context.Context, q core.VQ, out []core.Completion, r core.Request) {
-	t.Helper()
+// runSync pushes r alone and waits for its completion, which must be r's
+// and a success.
+func runSync(ctx context.Context, q core.VQ, out []core.Completion, r core.Request) error {
 	if _, err := q.Push(ctx, true, r); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if _, err := q.PopWait(ctx, out); err != nil || out[0].Err() != nil || out[0].ID != r.ID {
-		t.Fatalf("READ %d: %v %+v", r.ID, err, out[0])
+	if _, err := q.PopWait(ctx, out[:1]); err != nil {
+		return fmt.Errorf("request %d: %w", r.ID, err)
 	}
+	if err := out[0].Err(); err != nil || out[0].ID != r.ID {
+		return fmt.Errorf("request %d: completion %+v: %w", r.ID, out[0], err)
+	}
+	return nil
 }
 
 // cpuTicks is the CPU time a process has used, in clock ticks (USER_HZ).
