@@ -90,31 +90,67 @@ func BenchmarkConnectCold(b *testing.B) {
 }
 
 // BenchmarkRead8TCP compares a sync 8 B READ through a VQ (PopWait) with
-// one on a raw RC QP (CQ.Wait) between two soft RNICs over TCP.
+// one on a raw QP (CQ.Wait) between two soft RNICs over TCP: vq (on its
+// DCI) against raw-dc (a DCI and a DCT of their own), vq-rc (the runtime
+// moved the hot peer to an RC QP) against raw (an RC pair). Each pair
+// differs only in the runtime, so its ratio is the VQ's cost.
 func BenchmarkRead8TCP(b *testing.B) {
-	b.Run("vq", func(b *testing.B) {
-		_, rts := tcpRuntimes(b, 2, core.Config{RCPeers: -1})
-		q, req := vqReader(b, rts[0], rts[1])
-		var out [1]core.Completion
-		ctx := context.Background()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := q.Push(ctx, false, req); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := q.PopWait(ctx, out[:]); err != nil {
-				b.Fatal(err)
-			}
-			if out[0].Status != verbs.Success {
-				b.Fatal(out[0].Status)
-			}
-		}
-	})
+	b.Run("vq", func(b *testing.B) { benchVQReadTCP(b, false) })
+	b.Run("vq-rc", func(b *testing.B) { benchVQReadTCP(b, true) })
 	b.Run("raw", func(b *testing.B) {
 		devs, _ := tcpRuntimes(b, 2, core.Config{RCPeers: -1})
 		x, y := rawPair(b, devs[0], devs[1])
 		rawRead8(b, x, y, true)
 	})
+	b.Run("raw-dc", func(b *testing.B) {
+		devs, _ := tcpRuntimes(b, 2, core.Config{RCPeers: -1})
+		x, y := rawDCPair(b, devs[0], devs[1])
+		rawRead8(b, x, y, true)
+	})
+}
+
+// benchVQReadTCP times sync 8 B READs through a VQ waiting in PopWait,
+// after the runtime moved it to an RC QP if rc.
+func benchVQReadTCP(b *testing.B, rc bool) {
+	cfg := core.Config{RCPeers: -1}
+	if rc {
+		// One sync READ at a time over TCP makes ~700 requests in the
+		// default 10 ms window, under the default 4096 that make a peer hot.
+		cfg.RCPeers, cfg.HotOps = 0, 256
+	}
+	_, rts := tcpRuntimes(b, 2, cfg)
+	q, req := vqReader(b, rts[0], rts[1])
+	var out [1]core.Completion
+	ctx := context.Background()
+	read := func() {
+		if _, err := q.Push(ctx, false, req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := q.PopWait(ctx, out[:]); err != nil {
+			b.Fatal(err)
+		}
+		if out[0].Status != verbs.Success {
+			b.Fatal(out[0].Status)
+		}
+	}
+	warmRC(b, rts[0], rc, read)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		read()
+	}
+}
+
+// warmRC runs read until the runtime has moved the VQ to an RC QP, if rc.
+func warmRC(b *testing.B, rt *core.Runtime, rc bool, read func()) {
+	if !rc {
+		return
+	}
+	for warm := time.Now(); rt.Stats().RCs == 0 || time.Since(warm) < 50*time.Millisecond; {
+		if time.Since(warm) > 10*time.Second {
+			b.Fatal("the runtime built no RC QP to the hot peer in 10s")
+		}
+		read()
+	}
 }
 
 // BenchmarkRead8 compares an 8 B READ through a VQ with one through a raw
@@ -136,6 +172,9 @@ func BenchmarkRead8(b *testing.B) {
 // if wait.
 func rawRead8(b *testing.B, x, y rawSide, wait bool) {
 	wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	if x.dc != nil {
+		wr[0].AH, wr[0].RemoteQPN, wr[0].DCKey = x.dc.AH, x.dc.RemoteQPN, x.dc.DCKey
+	}
 	var wc [1]verbs.WC
 	ctx := context.Background()
 	b.ResetTimer()
@@ -167,6 +206,7 @@ type rawSide struct {
 	qp verbs.QP
 	cq verbs.CQ
 	mr verbs.MR
+	dc *verbs.SendWR // a DCI's target (AH, DCT number, key); nil on RC
 }
 
 // rawPair connects two RC QPs the way a verbs program does.
@@ -190,6 +230,49 @@ func rawPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
 	if err := verbs.Connect(y.qp, x.qp.Endpoint(), verbs.Path{}); err != nil {
 		b.Fatal(err)
 	}
+	return x, y
+}
+
+// rawDCPair makes a DCI on da that reaches a DCT on db, each with its own
+// PD, CQ and MR; the DCI's requests go out as rawRead8 posts them, with the
+// AH, DCT number and key filled in by the returned side's target.
+func rawDCPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
+	const key = 0x5eed
+	var pdA verbs.PD
+	mk := func(d verbs.Device, init verbs.QPInit) rawSide {
+		pd, _ := d.AllocPD()
+		if d == da {
+			pdA = pd
+		}
+		cq, _ := d.CreateCQ(64)
+		init.SendCQ, init.RecvCQ = cq, cq
+		if init.Type == verbs.DCT {
+			srq, err := pd.CreateSRQ(verbs.SRQInit{MaxWR: 16, MaxSGE: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { srq.Close() })
+			init.SRQ = srq
+		}
+		qp, err := pd.CreateQP(init)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := verbs.Ready(qp, verbs.Path{Access: verbs.AccessAll}); err != nil {
+			b.Fatal(err)
+		}
+		blk, _ := offheap.Alloc(4096)
+		mr, _ := pd.RegMR(blk.Bytes(), verbs.AccessAll)
+		b.Cleanup(func() { qp.Close(); mr.Close(); cq.Close(); pd.Close(); blk.Close() })
+		return rawSide{qp: qp, cq: cq, mr: mr}
+	}
+	x := mk(da, verbs.QPInit{Type: verbs.DCI, Cap: verbs.QPCap{MaxSendWR: 64}})
+	y := mk(db, verbs.QPInit{Type: verbs.DCT, DCKey: key})
+	ah, err := pdA.CreateAH(verbs.AHAttr{Dest: y.qp.Endpoint()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.dc = &verbs.SendWR{AH: ah, RemoteQPN: y.qp.Num(), DCKey: key}
 	return x, y
 }
 
@@ -241,11 +324,7 @@ func benchVQRead(b *testing.B, rc bool) {
 			b.Fatal(out[0].Status)
 		}
 	}
-	if rc {
-		for warm := time.Now(); a.Stats().RCs == 0 || time.Since(warm) < 50*time.Millisecond; {
-			read()
-		}
-	}
+	warmRC(b, a, rc, read)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
