@@ -55,6 +55,14 @@ func (g *Group) Wait(ctx context.Context, work func() bool, arm func()) error {
 // (spinning) calls it between looks at its queues.
 func (g *Group) Poll() { g.rt.sends.poll() }
 
+// SpinPays reports whether polling the node's completion queue (Poll)
+// gets completions as soon as sleeping in Wait does. It does not on a
+// device that makes progress in the waiting goroutine
+// (verbs.DeviceAttr.ProgressInWait: the soft RNIC over TCP, whose waiter
+// reads the link itself): there a poller gets them later, handed over by
+// the device's own reader, and holds a core that reader needs.
+func (g *Group) SpinPays() bool { return !g.rt.sends.noSpin }
+
 // Pop moves q's finished completions into out, as Queue.Pop does, without
 // polling the completion queue: Wait and Poll poll it once for the whole
 // group.

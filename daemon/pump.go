@@ -82,10 +82,35 @@ func (p *pump) run() {
 	}
 }
 
+// inflightLocked is how many of the client's requests the runtime holds;
+// p.mu held.
+func (p *pump) inflightLocked() int {
+	n := 0
+	for _, v := range p.vqs {
+		n += int(v.accepted.Load() - v.retired)
+	}
+	return n
+}
+
+// waitsOnFabric reports whether the client has requests in flight and the
+// device gets completions to a sleeping waiter sooner than to a poller
+// (core.Group.SpinPays): then the pump sleeps in Wait, which reads the
+// completion itself, rather than spin and hold a core that the fabric's
+// peer may need (on the soft RNIC, the other node's process). A client
+// with nothing in flight is about to push: that is what the spin is for.
+func (p *pump) waitsOnFabric() bool {
+	if p.g.SpinPays() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflightLocked() > 0
+}
+
 // spinRounds polls for up to p.spin before the pump sleeps, and reports
 // whether it found work.
 func (p *pump) spinRounds() bool {
-	if p.spin <= 0 {
+	if p.spin <= 0 || p.waitsOnFabric() {
 		return false
 	}
 	for start := time.Now(); time.Since(start) < p.spin; {
@@ -171,10 +196,7 @@ func (p *pump) round() bool {
 	if n == 0 {
 		return false
 	}
-	inflight := 0
-	for _, v := range vqs {
-		inflight += int(v.accepted.Load() - v.retired)
-	}
+	inflight := p.inflightLocked()
 	did, budget := false, batch
 	for i := range n {
 		v := vqs[(p.next+i)%n]
