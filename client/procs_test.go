@@ -295,17 +295,30 @@ func TestFloodFairness(t *testing.T) {
 		}
 		return s
 	}
+	pushes := func() uint64 {
+		for _, cs := range e.srv.Status().Clients {
+			if int(cs.PID) == flood.Process.Pid {
+				return cs.Pushes
+			}
+		}
+		return 0
+	}
 	var quiet, loud []time.Duration
 	var fl, me, vi int64 // CPU ticks during the flood
-	var wall time.Duration
+	var wall, aloneWall time.Duration
+	var alone, during uint64 // the flooder's pushes alone and during the victim's blocks
 	for i := range 6 {
+		a0, t0 := pushes(), time.Now()
+		time.Sleep(20 * time.Millisecond) // the flooder alone: its rate with nobody to share with
+		alone, aloneWall = alone+pushes()-a0, aloneWall+time.Since(t0)
 		flood.Process.Signal(syscall.SIGSTOP)
 		time.Sleep(2 * time.Millisecond) // let its requests in flight drain
 		x := block()
 		flood.Process.Signal(syscall.SIGCONT)
 		time.Sleep(2 * time.Millisecond) // the flood back at full speed
-		f0, m0, v0, w0 := cpuTicks(flood.Process.Pid), cpuTicks(os.Getpid()), cpuTicks(victimCmd.Process.Pid), time.Now()
+		f0, m0, v0, w0, d0 := cpuTicks(flood.Process.Pid), cpuTicks(os.Getpid()), cpuTicks(victimCmd.Process.Pid), time.Now(), pushes()
 		y := block()
+		during += pushes() - d0
 		fl += cpuTicks(flood.Process.Pid) - f0
 		me += cpuTicks(os.Getpid()) - m0
 		vi += cpuTicks(victimCmd.Process.Pid) - v0
@@ -317,16 +330,12 @@ func TestFloodFairness(t *testing.T) {
 	pq, pl := p99(quiet), p99(loud)
 	busy := func(ticks int64) float64 { return float64(ticks) / 100 / wall.Seconds() } // USER_HZ
 	t.Logf("during the flood (%v): CPUs busy: flooder %.2f, daemon %.2f, victim %.2f (of %d)", wall.Round(time.Millisecond), busy(fl), busy(me), busy(vi), runtime.NumCPU())
-	var pushes uint64
-	for _, cs := range e.srv.Status().Clients {
-		if int(cs.PID) == flood.Process.Pid {
-			pushes = cs.Pushes
-		}
-	}
-	t.Logf("victim p99 8 B READ: %v without the flood, %v with it (%.2fx); medians %v, %v; the flooder pushed %d",
-		pq, pl, float64(pl)/float64(pq), p50(quiet), p50(loud), pushes)
-	if pushes < 1000 {
-		t.Errorf("flooder pushed only %d requests: no flood", pushes)
+	rate := func(n uint64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e6 }
+	t.Logf("victim p99 8 B READ: %v without the flood, %v with it (%.2fx); medians %v, %v",
+		pq, pl, float64(pl)/float64(pq), p50(quiet), p50(loud))
+	t.Logf("flooder: %.2f M requests/s alone, %.2f M/s beside the victim", rate(alone, aloneWall), rate(during, wall))
+	if during < 1000 {
+		t.Errorf("flooder pushed only %d requests beside the victim: no flood", during)
 	}
 	if pl > 2*pq {
 		// A known gap, measured and reported rather than hidden: the
@@ -336,7 +345,12 @@ func TestFloodFairness(t *testing.T) {
 		// both busy (the daemon serving it ~0.8 of a core, the flooder
 		// ~0.5), and the victim's wake-ups, in its own process and in the
 		// daemon, wait for the kernel to give a thread a core: hundreds of
-		// microseconds at p99. Set KRCORE_STRICT_FAIRNESS=1 to fail here.
+		// microseconds at p99. A pump that gave up its core (sched_yield)
+		// after every completion that woke a sleeping client met 2x
+		// (1.0-1.25x) but halved the flooder's rate alone and cut it 25x
+		// beside the victim; yielding only when another client was served
+		// in the last millisecond kept the flood's rate and did not help
+		// (7.6-12x). Set KRCORE_STRICT_FAIRNESS=1 to fail here.
 		if os.Getenv("KRCORE_STRICT_FAIRNESS") != "" {
 			t.Errorf("flood raised the victim's p99 from %v to %v", pq, pl)
 		}
