@@ -35,7 +35,7 @@
 // The CQ is busy-polled for up to 100ms per wait, as perftest polls. In a
 // build without the tag, -provider ibverbs exits with status 2 and the
 // provider's "built without rdma support" error, and `go build ./...`
-// needs no C library: the choice lives in ibverbs_rdma.go/ibverbs_stub.go.
+// needs no C library: the choice lives in package provider/ibverbs.
 //
 //	krbench -server -provider ibverbs -ib-dev rxe0 -gid-idx 1
 //	krbench -client 10.0.0.1 -provider ibverbs -ib-dev rxe0 -gid-idx 1 connect vq-lat read-lat
