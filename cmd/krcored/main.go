@@ -137,6 +137,12 @@ func (cfg *config) checkProvider() error {
 		if cfg.IBDev != "" || cfg.IBPort != 1 || cfg.GIDIdx != -1 {
 			return errors.New("-ib-dev, -ib-port and -gid-idx are for -provider ibverbs")
 		}
+		if cfg.Meta != "" && cfg.Listen == "" {
+			// Without -listen the soft RNIC lives in this process's
+			// memory, and joining fails only after the MetaServer's
+			// retries time out.
+			return errors.New("-meta on the soft RNIC needs -listen: an in-memory soft RNIC reaches no other process")
+		}
 		return nil
 	case providerIBVerbs:
 	default:

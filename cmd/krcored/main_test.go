@@ -102,6 +102,7 @@ func TestProviderUsage(t *testing.T) {
 		{"-provider", "tcp"},
 		{"-ib-dev", "rxe0"},
 		{"-gid-idx", "1"},
+		{"-meta", "addr=127.0.0.1:1 qpn=5 qkey=1"},
 		{"-provider", "ibverbs", "-listen", "127.0.0.1:0"},
 		{"-provider", "ibverbs", "-ib-port", "0"},
 		{"-provider", "ibverbs", "-gid-idx", "-2"},
