@@ -197,7 +197,7 @@ func (c *client) runKrConnect() (err error) {
 	}
 	st1 := kr.api.Stats()
 	info := []perf.Field{
-		{Key: "Runtimes", Value: fmt.Sprintf("client %s; joined the MetaServer of server node %d (%s)", c.where(kr), kr.server, kr.info.Addr)},
+		{Key: "Runtimes", Value: fmt.Sprintf("client %s; joined the MetaServer of server node %d (%s)", c.where(kr), kr.server, kr.info)},
 		{Key: "Fabric", Value: c.fabricIn},
 		{Key: "Series", Value: connSeriesText(st1.RCOnly, kr.rt == nil)},
 		{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", pairBlocks, per)},
