@@ -11,7 +11,12 @@
 #      rxe0: the raw RC connect phases beside KRCore cold and warm connects
 #      (the runtime in RC-only mode: rxe has no DC), 8 B READ and WRITE
 #      through a VQ beside a raw RC QP, and 8 B READ, WRITE, SEND and atomic
-#      latency.
+#      latency;
+#   4. krcored -provider ibverbs on rxe0 (RC-only: rxe has no DC), joined to
+#      the MetaServer of a krbench -server -keep-runtime, and krbench -client
+#      -daemon: warm connects and 8 B READ/WRITE and 64 B SEND through the
+#      daemon beside the raw RC connect phases, MetaServer fetch and raw QP
+#      on the client's own device; then krctl status and list qps.
 #
 # Every step must exit 0; the outputs are printed. Exit status: 0 when all
 # passed, 1 on a failure, 124/125 when the VM itself failed (run-rdma-vm.sh).
@@ -19,7 +24,8 @@
 #   .ci/rdma-interop.sh
 #   KRCORE_INTEROP_ITERS=1000 .ci/rdma-interop.sh   # longer ping-pongs
 #
-# A warm run (VM cache built by an earlier run) takes about 30 s.
+# A warm run (VM cache built by an earlier run) takes about 90 s under TCG
+# (step 4: a few hundred usec to ms per round trip through the daemon).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -32,9 +38,9 @@ case "$iters" in ''|*[!0-9]*) echo "rdma-interop: KRCORE_INTEROP_ITERS=$iters is
 # Build outside the tree: the VM shares only this directory.
 work=$(mktemp -d /tmp/krcore-rdma-interop.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-echo "== go build -tags rdma ./cmd/krbench"
-go vet -tags rdma ./cmd/krbench
-go build -tags rdma -o "$work/krbench" ./cmd/krbench
+echo "== go build -tags rdma ./cmd/krbench ./cmd/krcored ./cmd/krctl"
+go vet -tags rdma ./cmd/krbench ./cmd/krcored ./cmd/krctl
+for c in krbench krcored krctl; do go build -tags rdma -o "$work/$c" ./cmd/$c; done
 
 # The guest's part. Its shell is bash; every step is bounded by timeout(1).
 cat >"$work/interop.sh" <<'GUEST'
@@ -99,6 +105,66 @@ ib="-provider ibverbs -ib-dev $dev -gid-idx $gid -timeout 30s"
 pair "krbench -provider ibverbs: raw RC vs KRCore connect, VQ vs QP, 8 B latencies, two processes on $dev" 18517 \
   "./krbench -server -once -port 18517 $ib" \
   "./krbench -client 127.0.0.1:18517 $ib connect vq-lat read-lat write-lat send-lat atomic-lat -n $iters"
+
+# bounded_wait PID SECONDS: wait for PID, killing it after SECONDS; its
+# exit status.
+bounded_wait() {
+  local pid=$1 rc
+  ( sleep "$2"; kill "$pid" 2>/dev/null ) & local wpid=$!
+  wait "$pid"; rc=$?
+  kill $wpid 2>/dev/null; wait $wpid 2>/dev/null
+  return $rc
+}
+
+# daemon_step PORT: a -keep-runtime server, krcored on rxe0 joined to its
+# MetaServer, krbench -client -daemon through it, krctl; all must exit 0.
+daemon_step() {
+  local port=$1 sock=/tmp/krcored-interop.sock src=0 crc=0 krc=0 s1=0 s2=0 meta kpid spid
+  echo
+  echo "== krcored -provider ibverbs on $dev (RC-only) <- krbench -client -daemon: connect, vq through the daemon beside raw RC"
+  rm -f $sock
+  # -idle: the control connection is silent while the client measures
+  # connects/s through the daemon, which takes minutes under TCG.
+  echo "-- server: ./krbench -server -once -keep-runtime -idle 10m -port $port $ib"
+  ./krbench -server -once -keep-runtime -idle 10m -port $port $ib >dsrv.out 2>&1 &
+  spid=$!
+  if ! wait_listen "$port"; then kill $spid 2>/dev/null; wait $spid; cat dsrv.out; fail=1; return; fi
+  meta=$(sed -n 's/^krbench server meta: //p' dsrv.out)
+  echo "-- server's MetaServer: $meta"
+  # -spin: the pump polls the rings as krbench polls its CQs, as krbench
+  # daemon runs it; -node 100: outside the ids the server hands clients.
+  local kcmd="./krcored -provider ibverbs -ib-dev $dev -gid-idx $gid -node 100 -spin 200us -socket $sock -log-level info"
+  echo "-- daemon: $kcmd -meta \"$meta\""
+  timeout 300 $kcmd -meta "$meta" >kd.out 2>&1 &
+  kpid=$!
+  for _ in $(seq 1 200); do [ -S $sock ] && break; kill -0 $kpid 2>/dev/null || break; sleep 0.05; done
+  if [ ! -S $sock ]; then
+    echo "interop: krcored made no socket in 10 s"; kill $kpid $spid 2>/dev/null; wait $kpid; wait $spid
+    sed 's/^/   krcored| /' kd.out; sed 's/^/   server| /' dsrv.out; fail=1; return
+  fi
+  # -n: each warm connect through the daemon is a ring round trip between
+  # two processes, a few hundred usec under TCG; the connects/s series
+  # makes 100 per -n per goroutine and block.
+  local ccmd="./krbench -client 127.0.0.1:$port $ib -daemon $sock connect vq -n $dn"
+  timeout 180 $ccmd >dcli.out 2>&1 || crc=$?
+  timeout 20 ./krctl -socket $sock status >ctl.out 2>&1 || s1=$?
+  echo "-- ./krctl list qps" >>ctl.out
+  timeout 20 ./krctl -socket $sock list qps >>ctl.out 2>&1 || s2=$?
+  kill -TERM $kpid 2>/dev/null
+  bounded_wait $kpid 20 || krc=$?
+  bounded_wait $spid 60 || src=$?
+  sed 's/^/   server| /' dsrv.out
+  sed 's/^/   krcored| /' kd.out
+  echo "-- client: $ccmd"
+  sed 's/^/   client| /' dcli.out
+  echo "-- ./krctl -socket $sock status"
+  sed 's/^/   krctl| /' ctl.out
+  echo "-- daemon step: server exit $src, krcored exit $krc, client exit $crc, krctl status $s1, list qps $s2"
+  if [ "$src" != 0 ] || [ "$krc" != 0 ] || [ "$crc" != 0 ] || [ "$s1" != 0 ] || [ "$s2" != 0 ]; then fail=1; fi
+}
+dn=$(( iters < 50 ? iters : 50 ))
+daemon_step 18518
+
 echo
 if [ "$fail" = 0 ]; then echo "interop: all passed"; else echo "interop: FAILED"; fi
 exit $fail

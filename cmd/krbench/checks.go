@@ -127,6 +127,11 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 		prefix := place + " "
 		if r := rep.FindAt(place, testKrConnect, perf.ModeLat); r != nil {
 			cold, warm, mr, rd := r.LabelRow(seriesCold), r.LabelRow(seriesWarm), r.LabelRow(seriesMetaRead), r.LabelRow(seriesRead8)
+			if dw := r.LabelRow(seriesWarm + daemonSuffix); dw != nil {
+				// Through krcored: its own target, and ratios without the
+				// embedded runtime's.
+				out = append(out, daemonConnectChecks(rep, place, dw)...)
+			}
 			if warm != nil {
 				out = append(out, perf.Figure(prefix+"krcore warm connect t_typical", warm.Typical, "usec").Below(targetWarmConnectUsec))
 			}
@@ -167,8 +172,13 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 				if !ok {
 					continue
 				}
-				c := perf.Figure(fmt.Sprintf("%skrcore warm connects/s, %s goroutine(s), median block", prefix, g), row.MsgRate, "M/s")
-				if g == "1" {
+				g, daemon := strings.CutSuffix(g, daemonSuffix)
+				how := ""
+				if daemon {
+					how = " through krcored"
+				}
+				c := perf.Figure(fmt.Sprintf("%skrcore warm connects/s%s, %s goroutine(s), median block", prefix, how, g), row.MsgRate, "M/s")
+				if g == "1" && !daemon {
 					c = c.AtLeast(targetWarmConnectMps)
 				}
 				out = append(out, c)
@@ -178,19 +188,26 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 			{testVQRead, "VQ 8B READ"}, {testVQWrite, "VQ 8B WRITE"}, {testVQSend, "VQ 64B SEND RTT"},
 		} {
 			if r := rep.FindAt(place, t.test, perf.ModeLat); r != nil {
-				vq, qp := r.LabelRow(seriesVQ), r.LabelRow(seriesQP)
-				if vq != nil && qp != nil {
+				if vq, qp := r.LabelRow(seriesVQ), r.LabelRow(seriesQP); vq != nil && qp != nil {
 					c := perf.RatioOf(fmt.Sprintf("%s%s t_typical / raw QP t_typical (interleaved)", prefix, t.name), vq.Typical, qp.Typical)
 					if t.test == testVQRead {
 						c = c.AtMost(targetVQVsQPRead)
 					}
 					out = append(out, c)
 				}
+				// Through krcored the ratio has no target: the daemon's
+				// is against the embedded runtime (krbench daemon).
+				if vq, qp := r.LabelRow(seriesVQ+daemonSuffix), r.LabelRow(seriesQP); vq != nil && qp != nil {
+					out = append(out, perf.RatioOf(fmt.Sprintf("%s%s through krcored t_typical / raw QP t_typical (interleaved)", prefix, t.name), vq.Typical, qp.Typical))
+				}
 			}
 			if r := rep.FindAt(place, t.test, perf.ModeBW); r != nil {
-				vq, qp := r.BandwidthLabelRow(seriesVQ+medianSuffix), r.BandwidthLabelRow(seriesQP+medianSuffix)
-				if vq != nil && qp != nil {
-					out = append(out, perf.RatioOf(fmt.Sprintf("%s%s MsgRate / raw QP MsgRate (median blocks, interleaved)", prefix, t.name), vq.MsgRate, qp.MsgRate))
+				qp := r.BandwidthLabelRow(seriesQP + medianSuffix)
+				for _, via := range []struct{ suffix, name string }{{"", ""}, {daemonSuffix, " through krcored"}} {
+					if vq := r.BandwidthLabelRow(seriesVQ + via.suffix + medianSuffix); vq != nil && qp != nil {
+						out = append(out, perf.RatioOf(fmt.Sprintf("%s%s%s MsgRate / raw QP MsgRate (median blocks, interleaved)",
+							prefix, t.name, via.name), vq.MsgRate, qp.MsgRate))
+					}
 				}
 			}
 		}
@@ -211,6 +228,20 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 			out = append(out,
 				perf.RatioOf("walkthrough: raw RC connect / VQ cold connect t_typical (interleaved)", rc.Typical, cold.Typical),
 				perf.RatioOf("walkthrough: raw RC connect / VQ warm connect t_typical (interleaved)", rc.Typical, warm.Typical))
+		}
+	}
+	return out
+}
+
+// daemonConnectChecks are the connect table's figures through krcored:
+// warm connect latency (the daemon's target) and the raw RC connect and
+// MetaServer READ against it.
+func daemonConnectChecks(rep *perf.Report, place string, warm *perf.LatencyStats) []perf.Check {
+	prefix := place + " "
+	out := []perf.Check{perf.Figure(prefix+"krcore warm connect through krcored t_typical", warm.Typical, "usec").Below(targetDaemonConnectUsec)}
+	if conn := rep.FindAt(place, testConnect, perf.ModeLat); conn != nil {
+		if total := conn.LabelRow("total"); total != nil {
+			out = append(out, perf.RatioOf(prefix+"raw RC connect total / krcore warm connect through krcored t_typical", total.Typical, warm.Typical))
 		}
 	}
 	return out

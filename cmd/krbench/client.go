@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/verbs"
@@ -108,7 +107,7 @@ func runInprocSuite(ctx context.Context, cfg *config, out *output, stderr io.Wri
 	if cfg.verbose {
 		logf = func(format string, a ...any) { fmt.Fprintf(stderr, "krbench inproc server: "+format+"\n", a...) }
 	}
-	go func() { served <- serve(ctx, &scfg, fab, ln, true, logf) }()
+	go func() { served <- serve(ctx, &scfg, fab, nil, ln, true, logf) }()
 	err = runSuite(ctx, cfg, ln.Addr().String(), fab, out, stderr)
 	if err != nil {
 		cancel()
@@ -135,8 +134,7 @@ type client struct {
 	fabricIn  string // "client-addr <-> server-addr"
 	transport string // "soft RC", "ibverbs RC"
 
-	stderr   io.Writer   // where the runtimes' warnings go
-	nextNode core.NodeID // the node id of the next client runtime
+	stderr io.Writer // where the runtimes' warnings go
 }
 
 // runSuite connects to the server at addr and runs cfg's tests.
@@ -152,7 +150,7 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 	}
 	host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
 	c := &client{ctx: ctx, cfg: cfg, ctl: newCtrl(ctx, conn), host: host, out: out, logf: logf, place: fab.placement(),
-		transport: fab.transport(), stderr: stderr, nextNode: firstClientNode}
+		transport: fab.transport(), stderr: stderr}
 	defer c.ctl.Close()
 
 	c.dev, err = fab.newNode("client")

@@ -15,7 +15,7 @@ import (
 )
 
 // protocolVersion is the control protocol's version; both sides must agree.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // Control operations. The client sends one request at a time and reads the
 // reply; the server never speaks first. Strict request/reply keeps the
@@ -72,9 +72,12 @@ type msg struct {
 	Port int `json:"port,omitempty"` // raw: the baseline listener's port
 
 	// KRCore runtime: the server's MetaServer (meta.Info.String) and node
-	// id, which the client's runtime joins.
+	// id, which the client's runtime joins, and the node id the client's
+	// runtime takes: the server hands them out, so that a runtime it keeps
+	// across sessions (-keep-runtime) never meets two clients under one id.
 	Meta   string `json:"meta,omitempty"`
 	NodeID uint64 `json:"node_id,omitempty"`
+	Client uint64 `json:"client,omitempty"`
 }
 
 // ctrl is one end of the control connection.

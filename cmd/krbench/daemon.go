@@ -301,7 +301,7 @@ func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error
 	if err := rt.Export(dRegion, table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
 		return err
 	}
-	echo, err := newVQEcho(rt, echoPort, vqPoll{spin: *spin})
+	echo, err := newVQEcho(core.Embed(rt), echoPort, vqPoll{spin: *spin})
 	if err != nil {
 		return err
 	}

@@ -6,13 +6,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
 // fabric makes the RNICs a run uses: soft RNIC nodes, or a real device
-// through libibverbs. It and ibverbs_*.go are the only places krbench
-// names a provider; everything else speaks verbs.
+// through libibverbs. It is the only place krbench names a provider;
+// everything else speaks verbs.
 type fabric interface {
 	// newNode starts a node for one side ("client", "server").
 	newNode(side string) (verbs.Device, error)
@@ -70,7 +71,7 @@ func (memFabric) transport() string { return "soft RC" }
 func (memFabric) describe(dev verbs.Device) string { return "soft RNIC " + dev.Port().Addr }
 
 // ibvFabric opens a real RDMA device through libibverbs for each side
-// (ibverbs_rdma.go; a build without -tags rdma fails with the provider's
+// (ibverbs.Open; a build without -tags rdma fails with the provider's
 // "built without rdma support" error). Both sides may be on one host and
 // even one device (two processes on rxe0), or on two hosts.
 type ibvFabric struct {
@@ -81,7 +82,7 @@ type ibvFabric struct {
 }
 
 func (f ibvFabric) newNode(side string) (verbs.Device, error) {
-	d, err := openIBVerbs(f.ctx, f.dev, f.port, f.gidIdx)
+	d, err := ibverbs.Open(f.ctx, f.dev, f.port, f.gidIdx)
 	if err != nil {
 		name := f.dev
 		if name == "" {
@@ -134,8 +135,8 @@ func (cfg *config) applyProvider(set map[string]bool, specs []string) error {
 	default:
 		return bad("-provider %q: want soft or ibverbs", cfg.provider)
 	}
-	if !ibverbsBuilt {
-		return fmt.Errorf("%w: -provider ibverbs: %w", errUsage, openErr())
+	if !ibverbs.Built {
+		return fmt.Errorf("%w: -provider ibverbs: %w", errUsage, ibverbs.ErrNotBuilt)
 	}
 	switch {
 	case cfg.role == roleInproc || cfg.role == roleDemo:

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/perf"
@@ -39,23 +40,26 @@ const (
 	vqTwoSidedSize = 64
 )
 
-// krRuntime is a client-side runtime joined to the server's MetaServer.
+// krRuntime is the client side's KRCore runtime, joined to the server's
+// MetaServer: one embedded in this process, or krcored's (-daemon).
 type krRuntime struct {
-	rt     *core.Runtime
+	api    core.API
+	rt     *core.Runtime // the embedded runtime; nil through krcored
 	server core.NodeID
 	info   meta.Info
 }
 
-// close closes the client runtime.
+// close closes the embedded runtime or detaches from krcored.
 func (k *krRuntime) close() error {
-	if err := k.rt.Close(); err != nil {
+	if err := k.api.Close(); err != nil {
 		return fmt.Errorf("close client runtime: %w", err)
 	}
 	return nil
 }
 
-// startKr has the server start its runtime (once per session) and starts a
-// client runtime on this side's RNIC under a fresh node id.
+// startKr has the server start its runtime (once per session, unless it
+// keeps one) and starts a client runtime on this side's RNIC under the node
+// id the server hands out, or attaches to krcored with -daemon.
 func (c *client) startKr() (*krRuntime, error) {
 	cfg := c.cfg
 	rep, err := c.ctl.call(&msg{Op: opKrStart}, cfg.timeout)
@@ -66,19 +70,63 @@ func (c *client) startKr() (*krRuntime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server's MetaServer: %w", err)
 	}
-	if rep.NodeID == 0 {
-		return nil, errors.New("server's runtime has node id 0")
+	if rep.NodeID == 0 || rep.Client == 0 {
+		return nil, fmt.Errorf("server's runtime has node id %d and gave the client %d", rep.NodeID, rep.Client)
 	}
-	node := c.nextNode
-	c.nextNode++
+	server := core.NodeID(rep.NodeID)
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.timeout)
 	defer cancel()
+	if cfg.daemon != "" {
+		return c.attachKr(ctx, server, info)
+	}
+	node := core.NodeID(rep.Client)
 	rt, err := core.New(ctx, core.Config{Device: c.dev, Node: node, Meta: []meta.Info{info},
 		Credits: max(128, cfg.txDepth), Logger: slogTo(c.stderr)})
 	if err != nil {
 		return nil, fmt.Errorf("start client KRCore runtime (node %d): %w", node, err)
 	}
-	return &krRuntime{rt: rt, server: core.NodeID(rep.NodeID), info: info}, nil
+	return &krRuntime{api: core.Embed(rt), rt: rt, server: server, info: info}, nil
+}
+
+// attachKr attaches to the krcored at -daemon.
+func (c *client) attachKr(ctx context.Context, server core.NodeID, info meta.Info) (*krRuntime, error) {
+	cl, err := krclient.Attach(ctx, krclient.Options{Socket: c.cfg.daemon, CallTimeout: c.cfg.timeout})
+	if err != nil {
+		return nil, fmt.Errorf("attach krcored at %s: %w", c.cfg.daemon, err)
+	}
+	if cl.Node() == server {
+		cl.Close()
+		return nil, fmt.Errorf("krcored at %s runs node %d, the server's own id", c.cfg.daemon, server)
+	}
+	return &krRuntime{api: cl, server: server, info: info}, nil
+}
+
+// where says which runtime the KRCore series run on, for table preambles.
+func (c *client) where(kr *krRuntime) string {
+	if kr.rt == nil {
+		return fmt.Sprintf("node %d: krcored at %s, through package client", kr.api.Node(), c.cfg.daemon)
+	}
+	return fmt.Sprintf("node %d: embedded in this process", kr.api.Node())
+}
+
+// daemonSuffix marks the rows of series that went through krcored.
+const daemonSuffix = "_" + seriesDaemon
+
+// label is a KRCore series' row label: suffixed with daemonSuffix when it
+// went through krcored.
+func (c *client) label(series string) string {
+	if c.cfg.daemon != "" {
+		return series + daemonSuffix
+	}
+	return series
+}
+
+// krTitle is a KRCore table's title, saying when it went through krcored.
+func (c *client) krTitle(t string) string {
+	if c.cfg.daemon != "" {
+		return t + " through krcored"
+	}
+	return t
 }
 
 // connIters is the iterations of the KRCore connect series: -n, else the
@@ -90,6 +138,8 @@ func (cfg *config) connIters() (iters, warmup int) { return cfg.iters(modeLat, 8
 // one MetaServer READ), warm (peer cached), the MetaServer lookup alone
 // (meta.Client.Fetch, the READ a cold connect makes), and an 8 B READ on a
 // raw RC QP to the MetaServer's node. Then warm connects per second.
+// Through krcored there is no cold series: clients cannot make the daemon's
+// runtime forget a peer.
 func (c *client) runKrConnect() (err error) {
 	cfg := c.cfg
 	kr, err := c.startKr()
@@ -97,8 +147,7 @@ func (c *client) runKrConnect() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, kr.close()) }()
-	rt, server := kr.rt, kr.server
-	q, err := rt.Queue()
+	q, err := kr.api.Queue()
 	if err != nil {
 		return err
 	}
@@ -115,130 +164,197 @@ func (c *client) runKrConnect() (err error) {
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
 	dl := newDeadline(c.ctx, cfg.timeout)
 	defer dl.close()
-	spec := opSpec{op: verbs.OpRead, size: 8, remote: r.mr}
+	b := &connBlocks{kr: kr, q: q, mc: mc, dl: dl, r: r}
 
 	iters, warmup := cfg.connIters()
 	per := perBlock(iters)
-	var cold, warm, fetch, read []time.Duration
-	coldBlock := func(n int, keep bool) error {
-		for i := range n {
-			// A fresh VQ to a node the runtime does not know.
-			fresh, err := rt.Queue()
-			if err != nil {
-				return err
-			}
-			ctx := dl.get()
-			if err := rt.Forget(ctx, server); err != nil {
-				fresh.Close()
-				return fmt.Errorf("forget the server: %w", err)
-			}
-			t0 := time.Now()
-			err = fresh.Connect(ctx, server)
-			d := time.Since(t0)
-			fresh.Close()
-			if err != nil {
-				return fmt.Errorf("cold connect #%d: %w", i, err)
-			}
-			if keep {
-				cold = append(cold, d)
-			}
-		}
-		return nil
-	}
-	warmBlock := func(n int, keep bool) error {
-		for i := range n {
-			ctx := dl.get()
-			t0 := time.Now()
-			err := q.Connect(ctx, server)
-			d := time.Since(t0)
-			if err != nil {
-				return fmt.Errorf("warm connect #%d: %w", i, err)
-			}
-			if keep {
-				warm = append(warm, d)
-			}
-		}
-		return nil
-	}
-	fetchBlock := func(n int, keep bool) error {
-		for i := range n {
-			ctx := dl.get()
-			t0 := time.Now()
-			_, err := mc.Fetch(ctx, server)
-			d := time.Since(t0)
-			if err != nil {
-				return fmt.Errorf("MetaServer fetch #%d: %w", i, err)
-			}
-			if keep {
-				fetch = append(fetch, d)
-			}
-		}
-		return nil
-	}
-	readBlock := func(n int, keep bool) error {
-		s, err := r.ep.latency(r.p, spec, 0, n)
-		if keep {
-			read = append(read, s...)
-		}
-		return err
+	series := []func(int, bool) error{b.warmBlock, b.fetchBlock, b.readBlock}
+	if kr.rt != nil {
+		series = append([]func(int, bool) error{b.coldBlock}, series...)
 	}
 	// Warm-up: the first fetch learns the table's geometry (a UD round
 	// trip), the first READs dial the fabric link if nothing did yet.
 	if err := mc.Hello(dl.get()); err != nil {
 		return fmt.Errorf("MetaServer hello: %w", err)
 	}
-	for _, f := range []func(int, bool) error{coldBlock, warmBlock, fetchBlock, readBlock} {
+	for _, f := range series {
 		if err := f(warmup, false); err != nil {
-			return err
+			return c.connectErr(kr, err)
 		}
 	}
-	st0, ms0 := rt.Stats(), rt.MetaStats()
-	c.logf("krcore connect: %d blocks of %d cold, warm, MetaServer fetches and READs", pairBlocks, per)
-	if err := alternateN(
-		func() error { return coldBlock(per, true) },
-		func() error { return warmBlock(per, true) },
-		func() error { return fetchBlock(per, true) },
-		func() error { return readBlock(per, true) },
-	); err != nil {
+	st0 := kr.api.Stats()
+	var ms0 meta.ClientStats
+	if kr.rt != nil {
+		ms0 = kr.rt.MetaStats()
+	}
+	c.logf("krcore connect: %d blocks of %d of %d series", pairBlocks, per, len(series))
+	blocks := make([]func() error, len(series))
+	for i, f := range series {
+		blocks[i] = func() error { return f(per, true) }
+	}
+	if err := alternateN(blocks...); err != nil {
 		return err
 	}
-	st1, ms1 := rt.Stats(), rt.MetaStats()
-	colds, reads := st1.ColdConnects-st0.ColdConnects, ms1.Reads-ms0.Reads
-	if want := uint64(len(cold)); colds != want {
-		return fmt.Errorf("krcore connect: %d of %d cold connects were cold (the runtime kept the peer: an RC connection?)", colds, want)
+	st1 := kr.api.Stats()
+	info := []perf.Field{
+		{Key: "Runtimes", Value: fmt.Sprintf("client %s; joined the MetaServer of server node %d (%s)", c.where(kr), kr.server, kr.info)},
+		{Key: "Fabric", Value: c.fabricIn},
+		{Key: "Series", Value: connSeriesText(st1.RCOnly, kr.rt == nil)},
+		{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", pairBlocks, per)},
 	}
-	series := "cold: Runtime.Forget(node), then Connect of a fresh VQ (peer and meta cache empty: one MetaServer READ); warm: Queue.Connect, peer cached; " +
-		"meta_read: meta.Client.Fetch of the server's record (the READ a cold connect makes: one 512 B bucket over DC); " +
-		"read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"
-	if st1.RCOnly {
-		series = "RC-only mode (no DC on the device). cold: Runtime.Forget(node) (closes the pooled RC QP, both ends), then Connect of a fresh VQ: " +
-			"one MetaServer READ over the meta client's kept RC QP, then an RC QP built with the node (UD handshake: create, connect both ends); " +
-			"warm: Queue.Connect with the RC QP pooled; meta_read: meta.Client.Fetch of the server's record (one 512 B bucket READ over RC); " +
-			"read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"
+	if kr.rt != nil {
+		ms1 := kr.rt.MetaStats()
+		colds, reads := st1.ColdConnects-st0.ColdConnects, ms1.Reads-ms0.Reads
+		if want := uint64(len(b.cold)); colds != want {
+			return fmt.Errorf("krcore connect: %d of %d cold connects were cold (the runtime kept the peer: an RC connection?)", colds, want)
+		}
+		info = append(info, perf.Field{Key: "Cold connects", Value: fmt.Sprintf("%d, costing %d MetaServer READs", colds, reads)})
 	}
-	rows := []perf.LatencyStats{perf.Latency(0, cold), perf.Latency(0, warm), perf.Latency(8, fetch), perf.Latency(8, read)}
-	for i, l := range []string{seriesCold, seriesWarm, seriesMetaRead, seriesRead8} {
-		rows[i].Label = l
+	info = append(info, perf.Field{Key: "CQ polling", Value: "read_8B: " + c.polling() + "; connects and meta_read: the runtime's and meta client's own waits"})
+	var rows []perf.LatencyStats
+	if kr.rt != nil {
+		rows = append(rows, labelled(perf.Latency(0, b.cold), seriesCold))
 	}
+	rows = append(rows, labelled(perf.Latency(0, b.warm), c.label(seriesWarm)),
+		labelled(perf.Latency(8, b.fetch), seriesMetaRead), labelled(perf.Latency(8, b.read), seriesRead8))
 	if err := c.out.add(perf.Result{
-		Title: "KRCore Connect Test (interleaved)", Test: testKrConnect, Mode: perf.ModeLat, Column: "series", Placement: c.place,
-		Info: []perf.Field{
-			{Key: "Runtimes", Value: fmt.Sprintf("client node %d joined the MetaServer embedded in server node %d (%s)", rt.Node(), server, kr.info.Addr)},
-			{Key: "Fabric", Value: c.fabricIn},
-			{Key: "Series", Value: series},
-			{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", pairBlocks, per)},
-			{Key: "Cold connects", Value: fmt.Sprintf("%d, costing %d MetaServer READs", colds, reads)},
-			{Key: "CQ polling", Value: "read_8B: " + c.polling() + "; connects and meta_read: the runtime's and meta client's own waits"},
-		},
-		Latency: rows,
+		Title: c.krTitle("KRCore Connect Test (interleaved)"), Test: testKrConnect, Mode: perf.ModeLat, Column: "series", Placement: c.place,
+		Info: info, Latency: rows,
 	}); err != nil {
 		return err
 	}
-	rate, err := connectRate(c.ctx, rt, server, cfg, c.place, c.fabricIn)
+	rate, err := c.connectRate(kr)
 	if err != nil {
 		return err
 	}
 	return c.out.add(rate)
+}
+
+// labelled sets l's label.
+func labelled(l perf.LatencyStats, label string) perf.LatencyStats {
+	l.Label = label
+	return l
+}
+
+// connSeriesText says what the connect table's series measure.
+func connSeriesText(rcOnly, daemon bool) string {
+	warm := "warm: Queue.Connect, peer cached"
+	switch {
+	case daemon && rcOnly:
+		warm = "warm_daemon: VQ.Connect through krcored (a ring round trip; the daemon's runtime has the RC QP pooled); " +
+			"no cold series (clients cannot make the daemon forget a peer)"
+	case daemon:
+		warm = "warm_daemon: VQ.Connect through krcored (a ring round trip; the daemon's runtime has the peer cached); " +
+			"no cold series (clients cannot make the daemon forget a peer)"
+	case rcOnly:
+		warm = "warm: Queue.Connect with the RC QP pooled"
+	}
+	read := "read_8B: one 8 B RDMA READ on a raw RC QP to the MetaServer's node"
+	switch {
+	case rcOnly:
+		return "RC-only mode (no DC on the device). " + coldText(daemon,
+			"cold: Runtime.Forget(node) (closes the pooled RC QP, both ends), then Connect of a fresh VQ: "+
+				"one MetaServer READ over the meta client's kept RC QP, then an RC QP built with the node (UD handshake: create, connect both ends); ") +
+			warm + "; meta_read: meta.Client.Fetch of the server's record (one 512 B bucket READ over RC); " + read
+	}
+	return coldText(daemon, "cold: Runtime.Forget(node), then Connect of a fresh VQ (peer and meta cache empty: one MetaServer READ); ") +
+		warm + "; meta_read: meta.Client.Fetch of the server's record (the READ a cold connect makes: one 512 B bucket over DC); " + read
+}
+
+// coldText is the cold series' description, empty through krcored.
+func coldText(daemon bool, s string) string {
+	if daemon {
+		return ""
+	}
+	return s
+}
+
+// connBlocks are the connect table's series, each run in blocks of n
+// (kept or, warming up, thrown away).
+type connBlocks struct {
+	kr                      *krRuntime
+	q                       core.VQ
+	mc                      *meta.Client
+	dl                      *deadline
+	r                       *rdmaRun
+	cold, warm, fetch, read []time.Duration
+}
+
+// coldBlock: a fresh VQ to a node the runtime does not know.
+func (b *connBlocks) coldBlock(n int, keep bool) error {
+	for i := range n {
+		fresh, err := b.kr.rt.Queue()
+		if err != nil {
+			return err
+		}
+		ctx := b.dl.get()
+		if err := b.kr.rt.Forget(ctx, b.kr.server); err != nil {
+			fresh.Close()
+			return fmt.Errorf("forget the server: %w", err)
+		}
+		t0 := time.Now()
+		err = fresh.Connect(ctx, b.kr.server)
+		d := time.Since(t0)
+		fresh.Close()
+		if err != nil {
+			return fmt.Errorf("cold connect #%d: %w", i, err)
+		}
+		if keep {
+			b.cold = append(b.cold, d)
+		}
+	}
+	return nil
+}
+
+func (b *connBlocks) warmBlock(n int, keep bool) error {
+	for i := range n {
+		ctx := b.dl.get()
+		t0 := time.Now()
+		err := b.q.Connect(ctx, b.kr.server)
+		d := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("warm connect #%d: %w", i, err)
+		}
+		if keep {
+			b.warm = append(b.warm, d)
+		}
+	}
+	return nil
+}
+
+func (b *connBlocks) fetchBlock(n int, keep bool) error {
+	for i := range n {
+		ctx := b.dl.get()
+		t0 := time.Now()
+		_, err := b.mc.Fetch(ctx, b.kr.server)
+		d := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("MetaServer fetch #%d: %w", i, err)
+		}
+		if keep {
+			b.fetch = append(b.fetch, d)
+		}
+	}
+	return nil
+}
+
+func (b *connBlocks) readBlock(n int, keep bool) error {
+	spec := opSpec{op: verbs.OpRead, size: 8, remote: b.r.mr}
+	s, err := b.r.ep.latency(b.r.p, spec, 0, n)
+	if keep {
+		b.read = append(b.read, s...)
+	}
+	return err
+}
+
+// connectErr adds, through krcored, the likely cause of a failed first
+// connect to the server: a daemon that joined another MetaServer.
+func (c *client) connectErr(kr *krRuntime, err error) error {
+	if kr.rt != nil || err == nil {
+		return err
+	}
+	return fmt.Errorf("%w (through krcored at %s, node %d: did it start with -meta of this server's MetaServer, printed by -keep-runtime?)",
+		err, c.cfg.daemon, kr.api.Node())
 }
 
 // rateOps is how many warm connects each goroutine makes per row.
@@ -252,15 +368,16 @@ func (cfg *config) rateOps() int {
 // connectRate measures warm connects per second with one goroutine and
 // with one per core (GOMAXPROCS), each on its own VQ, in alternating
 // blocks.
-func connectRate(ctx context.Context, rt *core.Runtime, server core.NodeID, cfg *config, place, fabricIn string) (perf.Result, error) {
+func (c *client) connectRate(kr *krRuntime) (perf.Result, error) {
+	ctx, rt, server, cfg := c.ctx, kr.api, kr.server, c.cfg
 	gs := []int{1}
 	if n := runtime.GOMAXPROCS(0); n > 1 {
 		gs = append(gs, n)
 	}
-	res := perf.Result{Title: "KRCore Warm Connect Rate Test", Test: testKrRate, Mode: perf.ModeBW, Column: "goroutines", Placement: place,
+	res := perf.Result{Title: c.krTitle("KRCore Warm Connect Rate Test"), Test: testKrRate, Mode: perf.ModeBW, Column: "goroutines", Placement: c.place,
 		Info: []perf.Field{
-			{Key: "Runtime", Value: fmt.Sprintf("node %d, embedded in this process; peer node %d cached", rt.Node(), server)},
-			{Key: "Fabric", Value: fabricIn},
+			{Key: "Runtime", Value: fmt.Sprintf("%s; peer node %d cached", c.where(kr), server)},
+			{Key: "Fabric", Value: c.fabricIn},
 			{Key: "Rate", Value: "MsgRate = million Queue.Connect calls per second, all goroutines together (each on its own VQ)"},
 			{Key: "Rows", Value: "N: the whole series of N goroutines; N" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"},
 		}}
@@ -290,12 +407,12 @@ func connectRate(ctx context.Context, rt *core.Runtime, server core.NodeID, cfg 
 	for k, g := range gs {
 		n := g * per * pairBlocks
 		bw := perf.Bandwidth(0, []perf.Mark{{}, {At: total[k], Msgs: n}}, 1)
-		bw.Label = strconv.Itoa(g)
+		bw.Label = c.label(strconv.Itoa(g))
 		res.Bandwidth = append(res.Bandwidth, bw)
 	}
 	for k, g := range gs {
 		bw := perf.MedianBlock(0, blocks[k], 1)
-		bw.Label = strconv.Itoa(g) + medianSuffix
+		bw.Label = c.label(strconv.Itoa(g)) + medianSuffix
 		res.Bandwidth = append(res.Bandwidth, bw)
 	}
 	return res, nil
@@ -303,10 +420,10 @@ func connectRate(ctx context.Context, rt *core.Runtime, server core.NodeID, cfg 
 
 // connectBurst has g goroutines make n warm connects each, and returns the
 // time from their common start to the last one's end.
-func connectBurst(ctx context.Context, rt *core.Runtime, server core.NodeID, g, n int, timeout time.Duration) (time.Duration, error) {
+func connectBurst(ctx context.Context, rt core.API, server core.NodeID, g, n int, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	qs := make([]*core.Queue, g)
+	qs := make([]core.VQ, g)
 	defer func() {
 		for _, q := range qs {
 			if q != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -59,6 +60,41 @@ type krServer struct {
 	rt   *core.Runtime
 	mem  *core.MR // exported as regionName
 	echo *vqEcho
+	dev  verbs.Device // the device it owns: only a kept runtime's (-keep-runtime)
+	// nextClient is the node id the next client runtime takes.
+	nextClient core.NodeID
+}
+
+// keepKrServer starts the runtime -keep-runtime keeps for every session,
+// on a device of its own that outlives the sessions' devices.
+func keepKrServer(ctx context.Context, cfg *config, fab fabric, log *slog.Logger) (*krServer, error) {
+	if t, ok := fab.(tcpFabric); ok {
+		// The sessions' soft nodes listen on -fabric-addr; this one takes
+		// a port of its own on the same host.
+		host, _, err := net.SplitHostPort(t.listen)
+		if err != nil {
+			return nil, fmt.Errorf("-fabric-addr %q: %w", t.listen, err)
+		}
+		fab = tcpFabric{listen: net.JoinHostPort(host, "0")}
+	}
+	dev, err := fab.newNode("kept runtime")
+	if err != nil {
+		return nil, err
+	}
+	k, err := startKrServer(ctx, dev, log, cfg.timeout, newVQPoll(cfg, fab.placement()))
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	k.dev = dev
+	return k, nil
+}
+
+// clientNode hands out the node id of a client runtime.
+func (k *krServer) clientNode() core.NodeID {
+	id := k.nextClient
+	k.nextClient++
+	return id
 }
 
 func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, timeout time.Duration, poll vqPoll) (_ *krServer, err error) {
@@ -68,7 +104,7 @@ func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, time
 	if err != nil {
 		return nil, fmt.Errorf("start KRCore runtime: %w", err)
 	}
-	k := &krServer{rt: rt}
+	k := &krServer{rt: rt, nextClient: firstClientNode}
 	defer func() {
 		if err != nil {
 			k.close()
@@ -80,7 +116,7 @@ func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, time
 	if err = rt.Export(regionName, k.mem, 0, regionSize, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
 		return nil, fmt.Errorf("export runtime region: %w", err)
 	}
-	if k.echo, err = newVQEcho(rt, echoPort, poll); err != nil {
+	if k.echo, err = newVQEcho(core.Embed(rt), echoPort, poll); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -97,6 +133,9 @@ func (k *krServer) close() error {
 	if k.rt != nil {
 		errs = append(errs, k.rt.Close())
 	}
+	if k.dev != nil {
+		errs = append(errs, k.dev.Close())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close KRCore runtime: %w", err)
 	}
@@ -106,9 +145,9 @@ func (k *krServer) close() error {
 // vqEcho answers every message to its bound port with the same bytes, sent
 // back to the sender's port through the same VQ.
 type vqEcho struct {
-	rt    *core.Runtime
+	rt    core.API
 	poll  vqPoll
-	q     *core.Queue
+	q     core.VQ
 	in    *core.MR // echoSlots receive buffers of maxVQMessage
 	out   *core.MR // the echo's source
 	to    core.NodeID
@@ -117,7 +156,7 @@ type vqEcho struct {
 	comp  []core.Completion
 }
 
-func newVQEcho(rt *core.Runtime, port uint32, poll vqPoll) (_ *vqEcho, err error) {
+func newVQEcho(rt core.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
 	e := &vqEcho{rt: rt, poll: poll, msgs: make([]core.Message, echoSlots), comp: make([]core.Completion, 1)}
 	defer func() {
 		if err != nil {
@@ -131,7 +170,7 @@ func newVQEcho(rt *core.Runtime, port uint32, poll vqPoll) (_ *vqEcho, err error
 	if err = e.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if e.in, e.out, err = vqBuffers(core.Embed(rt), e.q); err != nil {
+	if e.in, e.out, err = vqBuffers(rt, e.q); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -159,8 +198,8 @@ func vqBuffers(rt core.API, q core.VQ) (in, out *core.MR, err error) {
 	return in, out, nil
 }
 
-// closeVQ closes a queue and deregisters its buffers.
-func closeVQ(rt *core.Runtime, q *core.Queue, mrs ...*core.MR) error {
+// closeVQ closes a queue (if any) and deregisters its buffers.
+func closeVQ(rt core.API, q core.VQ, mrs ...*core.MR) error {
 	if q != nil {
 		q.Close()
 	}
@@ -262,18 +301,7 @@ func newVQPing(ctx context.Context, rt core.API, port uint32, to core.NodeID, to
 	return v, nil
 }
 
-func (v *vqPing) close() error {
-	var errs []error
-	if v.q != nil {
-		v.q.Close()
-	}
-	for _, m := range []*core.MR{v.in, v.out} {
-		if m != nil {
-			errs = append(errs, v.rt.Deregister(m))
-		}
-	}
-	return errors.Join(errs...)
-}
+func (v *vqPing) close() error { return closeVQ(v.rt, v.q, v.in, v.out) }
 
 // run does warmup+iters round trips of size bytes (at least 8: each
 // message carries a sequence number the echo must return) and returns the

@@ -32,10 +32,12 @@
 // RC-only mode (cold connect: one MetaServer READ over RC plus an RC
 // handshake over UD; warm: the pooled RC QP); cluster and mesh run on
 // in-process soft nodes and only when named.
-// The CQ is busy-polled for up to 100ms per wait, as perftest polls. In a
+// The CQ is busy-polled for up to 100ms per wait, as perftest polls.
+// krcored takes the same -provider, -ib-dev, -ib-port and -gid-idx, so the
+// daemon mode below runs on real verbs too. In a
 // build without the tag, -provider ibverbs exits with status 2 and the
 // provider's "built without rdma support" error, and `go build ./...`
-// needs no C library: the choice lives in ibverbs_rdma.go/ibverbs_stub.go.
+// needs no C library: the choice lives in package provider/ibverbs.
 //
 //	krbench -server -provider ibverbs -ib-dev rxe0 -gid-idx 1
 //	krbench -client 10.0.0.1 -provider ibverbs -ib-dev rxe0 -gid-idx 1 connect vq-lat read-lat
@@ -84,6 +86,27 @@
 //     node connects a VQ to every other, cold) vs raw RC (every pair: a QP
 //     on each node, endpoints over loopback TCP, RTR/RTS on both). Always
 //     in this process.
+//
+// # Through krcored
+//
+// -daemon SOCKET (with -client) runs the KRCore side of the connect and vq
+// tests through the krcored listening at SOCKET (package client) instead of
+// a runtime embedded in the client, and labels those rows *_daemon (vq_daemon,
+// warm_daemon, 1_daemon ...); the raw side (RC connect phases, the MetaServer
+// fetch, the raw QP and RC SEND baselines) stays on the client's own device,
+// so each ratio is still measured in one run. Cold connects need
+// Runtime.Forget, which the daemon does not offer to clients: the connect
+// table then has no cold row. krcored must have joined the server's
+// MetaServer, which a server started with -keep-runtime keeps for every
+// session and prints at startup:
+//
+//	krbench -server -keep-runtime                      # krbench server meta: addr=... qpn=N qkey=N
+//	krcored -node 100 -meta "addr=... qpn=N qkey=N" -socket /tmp/krcored.sock
+//	krbench -client HOST -daemon /tmp/krcored.sock connect vq
+//
+// Without -keep-runtime the server starts a runtime per client session, as
+// before. Either way it hands out the client runtimes' node ids (2, 3 ...),
+// so krcored's -node must be outside them.
 //
 // Rates (the vq bw tables, connects per second) add each series' median
 // block as a row of its own (label *_median_block), and the checks use it:
@@ -227,6 +250,12 @@ type config struct {
 	port       int
 	fabricAddr string
 	once       bool
+	// keepRuntime (-keep-runtime, server): one KRCore runtime for every
+	// session, started at startup; its MetaServer is printed for krcored.
+	keepRuntime bool
+	// daemon (-daemon SOCKET, client): the connect and vq tests' runtime
+	// is the krcored at SOCKET instead of one embedded in this process.
+	daemon string
 
 	provider string // -provider: soft or ibverbs
 	ibDev    string // -ib-dev: ibverbs device ("" the first)
@@ -360,6 +389,10 @@ const usageText = `usage:
 
 providers: -provider soft (default) or ibverbs (a build with -tags rdma; -ib-dev, -ib-port, -gid-idx)
 
+through krcored: krbench -server -keep-runtime prints "krbench server meta: INFO"; start
+  krcored -meta "INFO" -socket S on the client's host, then krbench -client HOST -daemon S connect vq:
+  the KRCore side of connect and vq goes through the daemon (rows *_daemon), the raw side stays here
+
 tests: -test LIST or words after the flags: read write send atomic connect vq mesh cluster raw all,
        optionally with a mode: read-lat, write_bw, vq-lat ... (perftest names);
        krcore = cluster,connect,vq,mesh (the KRCore runtime vs raw verbs)
@@ -436,6 +469,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.ibPort, "ib-port", 1, "ibverbs: device port")
 	fs.IntVar(&cfg.gidIdx, "gid-idx", -1, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
 	fs.BoolVar(&cfg.once, "once", false, "server: exit after the first client")
+	fs.BoolVar(&cfg.keepRuntime, "keep-runtime", false, "server: start the KRCore runtime at startup, keep it for every client, and print its MetaServer (\""+strings.TrimSpace(metaPrefix)+" ...\") for krcored's -meta")
+	fs.StringVar(&cfg.daemon, "daemon", "", "client: run the connect and vq tests' KRCore side through the krcored at `SOCKET` (joined to a -keep-runtime server's MetaServer)")
 	fs.StringVar(&testList, "test", "", "tests: read,write,send,atomic,connect,vq,mesh,cluster,raw,all (default all)")
 	fs.StringVar(&modeList, "mode", "", "modes: lat,bw (default both)")
 	fs.IntVar(&cfg.size, "s", 0, "message size in bytes (default 8 for lat, 65536 for bw)")
@@ -740,6 +775,12 @@ func validate(cfg *config, set map[string]bool) error {
 		return bad("-idle %v: want a positive duration", cfg.idle)
 	case cfg.nodes < 2 || cfg.nodes > maxNodes:
 		return bad("-nodes %d: want 2..%d", cfg.nodes, maxNodes)
+	case set["keep-runtime"] && cfg.role != roleServer:
+		return bad("-keep-runtime is the server's")
+	case set["daemon"] && (cfg.role != roleClient || cfg.daemon == ""):
+		return bad("-daemon SOCKET is the client's: its connect and vq tests go through the krcored at SOCKET")
+	case cfg.daemon != "" && !slices.Contains(cfg.tests, testConnect) && !slices.Contains(cfg.tests, testVQ):
+		return bad("-daemon routes the connect and vq tests through krcored: name one of them")
 	}
 	if _, _, err := net.SplitHostPort(cfg.fabricAddr); err != nil {
 		return bad("-fabric-addr %q: %v", cfg.fabricAddr, err)

@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,6 +78,9 @@ func TestUsageErrors(t *testing.T) {
 		{"-inproc", "mesh", "-nodes", "1"},
 		{"-inproc", "cluster", "-nodes", "1000"},
 		{"-inproc", "vq-fast"},
+		{"-inproc", "-daemon", "/tmp/krcored.sock", "vq"},
+		{"-client", "h", "-daemon", "/tmp/krcored.sock", "read"},
+		{"-client", "h", "-keep-runtime", "vq"},
 	} {
 		code, stdout, stderr := runKrbench(t, context.Background(), args...)
 		if code != 2 {
@@ -355,20 +360,29 @@ func TestDeadOrSilentServer(t *testing.T) {
 // and a function that stops it (SIGINT's path) and returns the exit status.
 func startServer(t *testing.T, args ...string) (string, func() int) {
 	t.Helper()
+	addr, _, stop := startServerOut(t, args...)
+	return addr, stop
+}
+
+// startServerOut is startServer that also returns the server's stdout
+// up to its listening line.
+func startServerOut(t *testing.T, args ...string) (addr, out string, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
+	var outb, errb syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, append([]string{"-server", "-port", "0"}, args...), &out, &errb) }()
+	go func() { done <- run(ctx, append([]string{"-server", "-port", "0"}, args...), &outb, &errb) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), listenPrefix) {
+	for !strings.Contains(outb.String(), listenPrefix) {
 		if time.Now().After(deadline) {
 			cancel()
 			t.Fatalf("server did not start: %s", errb.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	addr := strings.TrimSpace(strings.TrimPrefix(out.String(), listenPrefix))
-	return addr, func() int {
+	out = outb.String()
+	_, addr, _ = strings.Cut(out, listenPrefix)
+	return strings.TrimSpace(addr), out, func() int {
 		cancel()
 		select {
 		case code := <-done:
@@ -582,6 +596,90 @@ func TestDaemonBench(t *testing.T) {
 	checkTargets(t, rep,
 		"own node: daemon 8B READ t_typical minus embedded t_typical",
 		"warm connect through the daemon t_typical")
+}
+
+// TestClientDaemon runs krbench -client -daemon: a -keep-runtime server in
+// this process, krcored as a child process joined to its MetaServer (this
+// binary's krcored role), and the client in a process of its own, whose
+// connect and vq tests go through the daemon beside the raw baselines.
+func TestClientDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	addr, out, stop := startServerOut(t, "-keep-runtime", "-timeout", "10s")
+	defer stop()
+	line, _, _ := strings.Cut(out, "\n")
+	info, ok := strings.CutPrefix(line, metaPrefix)
+	if !ok {
+		t.Fatalf("server printed no MetaServer before listening: %q", out)
+	}
+	sock := filepath.Join(t.TempDir(), "krcored.sock")
+	krcoredProcess(t, sock, "-node", "100", "-meta", info)
+
+	rep := parseTables(t, krbenchProcess(t, "-client", addr, "-daemon", sock, "-n", "20", "-timeout", "10s", "connect", "vq"))
+	for _, want := range []struct {
+		test string
+		mode perf.Mode
+		rows []string
+	}{
+		{testKrConnect, perf.ModeLat, []string{seriesWarm + daemonSuffix, seriesMetaRead, seriesRead8}},
+		{testVQRead, perf.ModeLat, []string{seriesVQ + daemonSuffix, seriesQP}},
+		{testVQWrite, perf.ModeLat, []string{seriesVQ + daemonSuffix, seriesQP}},
+		{testVQSend, perf.ModeLat, []string{seriesVQ + daemonSuffix, seriesQP}},
+	} {
+		r := rep.FindAt(placementCross, want.test, want.mode)
+		if r == nil {
+			t.Errorf("no %s %s table", want.test, want.mode)
+			continue
+		}
+		for _, l := range want.rows {
+			if row := r.LabelRow(l); row == nil || row.Iterations == 0 {
+				t.Errorf("%s: row %s: %+v", want.test, l, row)
+			}
+		}
+		if r.LabelRow(seriesCold) != nil || r.LabelRow(seriesVQ) != nil {
+			t.Errorf("%s: an embedded row in a run through the daemon", want.test)
+		}
+	}
+	if r := rep.FindAt(placementCross, testVQRead, perf.ModeBW); r == nil || r.BandwidthLabelRow(seriesVQ+daemonSuffix+medianSuffix) == nil {
+		t.Errorf("vq-read bw: no %s row: %+v", seriesVQ+daemonSuffix+medianSuffix, r)
+	}
+	if r := rep.FindAt(placementCross, testKrRate, perf.ModeBW); r == nil || r.BandwidthLabelRow("1"+daemonSuffix) == nil {
+		t.Errorf("krcore-rate: no 1%s row: %+v", daemonSuffix, r)
+	}
+	checkTargets(t, rep, "cross-process krcore warm connect through krcored t_typical")
+}
+
+// krcoredProcess starts this test binary in krbench's krcored role on
+// socket sock with args, waits for the socket, and stops the daemon
+// (SIGTERM) when t ends.
+func krcoredProcess(t *testing.T, sock string, args ...string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, append([]string{childKrcored, "-socket", sock}, args...)...)
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("krcored: %v\nstderr: %s", err, stderr.String())
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // it is starting
+		if _, err := os.Stat(sock); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("krcored made no socket %s in 10s: %s", sock, stderr.String())
+		}
+	}
 }
 
 // krbenchProcess runs this test binary as krbench with args, in a process

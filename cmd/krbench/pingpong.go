@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -141,16 +142,10 @@ func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 	if len(words) == 1 {
 		cfg.server = words[0]
 	}
-	if !ibverbsBuilt {
-		return nil, fmt.Errorf("%w: pingpong needs the ibverbs provider: %w", errUsage, openErr())
+	if !ibverbs.Built {
+		return nil, fmt.Errorf("%w: pingpong needs the ibverbs provider: %w", errUsage, ibverbs.ErrNotBuilt)
 	}
 	return cfg, nil
-}
-
-// openErr is what opening an ibverbs device fails with in this build.
-func openErr() error {
-	_, err := openIBVerbs(context.Background(), "", 0, -1)
-	return err
 }
 
 // runPingpong is `krbench pingpong`; it returns the exit status: 0, 1 on
@@ -218,7 +213,7 @@ func newPPCtx(ctx context.Context, cfg *ppConfig) (_ *ppCtx, err error) {
 			c.close()
 		}
 	}()
-	if c.dev, err = openIBVerbs(ctx, cfg.dev, cfg.ibPort, cfg.gidIdx); err != nil {
+	if c.dev, err = ibverbs.Open(ctx, cfg.dev, cfg.ibPort, cfg.gidIdx); err != nil {
 		return nil, err
 	}
 	if c.buf, err = allocBuf(cfg.size); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -318,7 +319,7 @@ func dialT(t *testing.T, addr string) net.Conn {
 }
 
 func TestPingpongFlags(t *testing.T) {
-	if !ibverbsBuilt {
+	if !ibverbs.Built {
 		// Without the rdma tag every pingpong is a usage error naming the
 		// missing provider, with exit status 2.
 		var out, errb bytes.Buffer
@@ -354,7 +355,7 @@ func TestProviderFlag(t *testing.T) {
 	}
 	errb.Reset()
 	code := run(context.Background(), []string{"-client", "127.0.0.1", "-provider", "ibverbs", "read-lat"}, &out, &errb)
-	if !ibverbsBuilt {
+	if !ibverbs.Built {
 		if code != 2 || !strings.Contains(errb.String(), "built without rdma support") {
 			t.Fatalf("untagged -provider ibverbs: exit %d, stderr %q; want 2 and the provider's error", code, errb.String())
 		}

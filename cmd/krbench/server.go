@@ -16,25 +16,40 @@ import (
 )
 
 // listenPrefix starts the line a server prints once it accepts clients;
-// the demo reads the address from it.
-const listenPrefix = "krbench server listening on "
+// the demo reads the address from it. metaPrefix starts the line a
+// -keep-runtime server prints before it: its MetaServer, for krcored's
+// -meta.
+const (
+	listenPrefix = "krbench server listening on "
+	metaPrefix   = "krbench server meta: "
+)
 
 // runServer serves clients one at a time until ctx ends (SIGINT), or after
 // the first client with -once.
-func runServer(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+func runServer(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error) {
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "krbench server: "+format+"\n", a...) }
+	fab := cfg.fabricFor(ctx)
+	var kept *krServer
+	if cfg.keepRuntime {
+		if kept, err = keepKrServer(ctx, cfg, fab, slogTo(logfWriter(logf))); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		defer func() { err = firstErr(err, kept.close()) }()
+		fmt.Fprintf(stdout, "%s%s\n", metaPrefix, kept.rt.MetaInfo())
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.bind, strconv.Itoa(cfg.port)))
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
 	fmt.Fprintf(stdout, "%s%s\n", listenPrefix, ln.Addr())
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "krbench server: "+format+"\n", a...) }
-	return serve(ctx, cfg, cfg.fabricFor(ctx), ln, cfg.once, logf)
+	return serve(ctx, cfg, fab, kept, ln, cfg.once, logf)
 }
 
 // serve accepts control connections on ln and runs one session at a time;
 // a client arriving while another is served is told the server is busy,
 // because two benchmarks sharing two cores would measure each other.
-func serve(ctx context.Context, cfg *config, fab fabric, ln net.Listener, once bool, logf func(string, ...any)) error {
+// kept, if not nil, is the KRCore runtime every session offers.
+func serve(ctx context.Context, cfg *config, fab fabric, kept *krServer, ln net.Listener, once bool, logf func(string, ...any)) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
@@ -73,7 +88,7 @@ func serve(ctx context.Context, cfg *config, fab fabric, ln net.Listener, once b
 			}
 			logf("client %s connected", c.RemoteAddr())
 			done = make(chan error, 1)
-			go func() { done <- serveSession(ctx, cfg, fab, c, logf) }()
+			go func() { done <- serveSession(ctx, cfg, fab, kept, c, logf) }()
 		case sessionErr = <-done:
 			done = nil
 			if sessionErr != nil {
@@ -108,7 +123,8 @@ type session struct {
 	conn *endpoint      // the connect test's current connection
 	cbuf *offheap.Block // the connect test's MR memory, allocated once
 
-	kr *krServer // the KRCore runtime, once a client asked for it
+	kr   *krServer // the KRCore runtime, once a client asked for it
+	kept *krServer // the runtime kept across sessions (-keep-runtime), not the session's to close
 
 	rawLn   net.Listener
 	rawWG   sync.WaitGroup
@@ -118,10 +134,10 @@ type session struct {
 
 // serveSession answers one client's requests until it says bye, goes away,
 // or ctx ends.
-func serveSession(ctx context.Context, cfg *config, fab fabric, conn net.Conn, logf func(string, ...any)) (err error) {
+func serveSession(ctx context.Context, cfg *config, fab fabric, kept *krServer, conn net.Conn, logf func(string, ...any)) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &session{ctx: ctx, cfg: cfg, fab: fab, ctl: newCtrl(ctx, conn), logf: logf}
+	s := &session{ctx: ctx, cfg: cfg, fab: fab, ctl: newCtrl(ctx, conn), logf: logf, kr: kept, kept: kept}
 	defer func() {
 		if cerr := s.close(); cerr != nil && err == nil {
 			err = cerr
@@ -257,7 +273,7 @@ func (s *session) handle(m *msg) (*msg, error) {
 			}
 			s.kr = kr
 		}
-		return &msg{Op: opKrStart, Meta: s.kr.rt.MetaInfo().String(), NodeID: serverNode}, nil
+		return &msg{Op: opKrStart, Meta: s.kr.rt.MetaInfo().String(), NodeID: serverNode, Client: uint64(s.kr.clientNode())}, nil
 
 	case opConnClose:
 		err := s.closeConn()
@@ -379,7 +395,7 @@ func (s *session) closeConn() error {
 // close releases everything the session made.
 func (s *session) close() error {
 	errs := []error{s.rawClose(), s.closeEP(), s.closeConn()}
-	if s.kr != nil {
+	if s.kr != nil && s.kr != s.kept {
 		errs = append(errs, s.kr.close())
 	}
 	if s.cbuf != nil {

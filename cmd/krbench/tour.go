@@ -213,7 +213,7 @@ func (cfg *config) itersOr(mode string, size int) int {
 // tourPingPong runs warmup+iters VQ round trips from src to an echo on
 // dst, the echo in a goroutine this function owns.
 func tourPingPong(ctx context.Context, src, dst *core.Runtime, warmup, iters int, timeout time.Duration, poll vqPoll) ([]time.Duration, error) {
-	echo, err := newVQEcho(dst, tourEchoPort, poll)
+	echo, err := newVQEcho(core.Embed(dst), tourEchoPort, poll)
 	if err != nil {
 		return nil, err
 	}

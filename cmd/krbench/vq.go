@@ -23,12 +23,11 @@ func (c *client) runVQ() (err error) {
 	if err != nil {
 		return err
 	}
-	rt, server := kr.rt, kr.server
 	defer func() { err = firstErr(err, kr.close()) }()
-	v := &vqSide{c: c, rt: rt, server: server, poll: newVQPoll(cfg, c.place)}
+	v := &vqSide{c: c, kr: kr, rt: kr.api, server: kr.server, poll: newVQPoll(cfg, c.place)}
 	if err := v.open(); err != nil {
 		v.close()
-		return err
+		return c.connectErr(kr, err)
 	}
 	defer v.close()
 	modes := cfg.modesOf(testVQ)
@@ -48,12 +47,14 @@ func (c *client) runVQ() (err error) {
 	return nil
 }
 
-// vqSide is the client's runtime end of the VQ tests.
+// vqSide is the client's runtime end of the VQ tests: embedded, or
+// through krcored.
 type vqSide struct {
 	c      *client
-	rt     *core.Runtime
+	kr     *krRuntime
+	rt     core.API
 	server core.NodeID
-	q      *core.Queue // connected to the server, one-sided
+	q      core.VQ // connected to the server, one-sided
 	region *core.Region
 	local  *core.MR
 	poll   vqPoll // waits as the raw QP's poller does
@@ -94,7 +95,7 @@ func (v *vqSide) info(series string) []perf.Field {
 	}
 	return []perf.Field{
 		{Key: "Series", Value: series},
-		{Key: "VQ", Value: fmt.Sprintf("client node %d -> server node %d, embedded runtime; route at the end: %s", v.rt.Node(), v.server, route)},
+		{Key: "VQ", Value: fmt.Sprintf("client %s -> server node %d; route at the end: %s", v.c.where(v.kr), v.server, route)},
 		{Key: "QP", Value: "a raw RC QP between the same two RNICs, its own PD/CQ, no inline data (as the VQ)"},
 		{Key: "Fabric", Value: v.c.fabricIn},
 		{Key: "CQ polling", Value: "qp: " + v.c.polling() + "; vq: " + v.poll.String()},
@@ -154,8 +155,8 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 		return fmt.Errorf("%s: %w", t.test, err)
 	}
 	a, b := perf.Latency(vqOneSidedSize, vq.samples), perf.Latency(vqOneSidedSize, qp.samples)
-	a.Label, b.Label = seriesVQ, seriesQP
-	return c.out.add(perf.Result{Title: t.latTitle, Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
+	a.Label, b.Label = c.label(seriesVQ), seriesQP
+	return c.out.add(perf.Result{Title: c.krTitle(t.latTitle), Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
 		Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
 		Latency: []perf.LatencyStats{a, b}})
 }
@@ -200,7 +201,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	ping, err := newVQPing(c.ctx, core.Embed(v.rt), clientPort, v.server, echoPort, v.poll)
+	ping, err := newVQPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
 	if err != nil {
 		return err
 	}
@@ -251,8 +252,8 @@ func (v *vqSide) twoSidedLat() (err error) {
 		return fmt.Errorf("%s: %w", testVQSend, err)
 	}
 	a, b := perf.Latency(size, vq), perf.Latency(size, qp)
-	a.Label, b.Label = seriesVQ, seriesQP
-	return c.out.add(perf.Result{Title: "VQ vs RC Send ping-pong round trip, 64 B (interleaved)", Test: testVQSend, Mode: perf.ModeLat,
+	a.Label, b.Label = c.label(seriesVQ), seriesQP
+	return c.out.add(perf.Result{Title: c.krTitle("VQ vs RC Send ping-pong round trip, 64 B (interleaved)"), Test: testVQSend, Mode: perf.ModeLat,
 		Column: "series", Placement: c.place,
 		Info: append(v.info("full round trips (not halved): vq: SEND to the server's bound port, its VQ echoes to the port ours is bound to; "+
 			"qp: SEND on a raw RC QP, the server's RC QP echoes"),
@@ -283,8 +284,8 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	}
 	a, b := perf.Bandwidth(vqOneSidedSize, vq.marks, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp.marks, cfg.txDepth)
 	ma, mb := perf.MedianBlock(vqOneSidedSize, vq.blocks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qp.blocks, cfg.txDepth)
-	a.Label, b.Label, ma.Label, mb.Label = seriesVQ, seriesQP, seriesVQ+medianSuffix, seriesQP+medianSuffix
-	return c.out.add(perf.Result{Title: t.bwTitle, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
+	a.Label, b.Label, ma.Label, mb.Label = c.label(seriesVQ), seriesQP, c.label(seriesVQ)+medianSuffix, seriesQP+medianSuffix
+	return c.out.add(perf.Result{Title: c.krTitle(t.bwTitle), Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
 			perf.Field{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
 			perf.Field{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},

@@ -15,6 +15,10 @@ import (
 
 var _ verbs.Provider = (*Provider)(nil)
 
+// Built reports whether this build carries the libibverbs binding: true
+// here, in a build with -tags rdma on Linux with cgo.
+const Built = true
+
 // Devices lists the RDMA devices libibverbs sees ("rxe0", "mlx5_0", ...).
 func (*Provider) Devices() ([]string, error) { return listDevices() }
 

@@ -4,15 +4,14 @@ package ibverbs
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/krcore/krcore/verbs"
 )
 
-// ErrNotBuilt is what every entry point returns in a build without the rdma
-// tag. It wraps verbs.ErrUnsupported, so callers can fall back to another
-// provider with errors.Is(err, verbs.ErrUnsupported).
-var ErrNotBuilt = fmt.Errorf("ibverbs: built without rdma support: rebuild with -tags rdma and libibverbs-dev: %w", verbs.ErrUnsupported)
+// Built reports whether this build carries the libibverbs binding: false
+// here, in a build without -tags rdma (or without cgo, or not on Linux),
+// which needs no C library.
+const Built = false
 
 // Devices fails with ErrNotBuilt: there is no libibverbs in this build.
 func (*Provider) Devices() ([]string, error) { return nil, ErrNotBuilt }
