@@ -304,12 +304,24 @@ func TestMalformedNeighbours(t *testing.T) {
 		g, _ := a.Region(ctx(t), 2, "ctr")
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
+		fuzzing := make(chan struct{})
+		var once sync.Once
 		for i := 0; i < 4; i++ {
 			wg.Add(1)
 			go func(seed uint64) {
 				defer wg.Done()
-				fuzzVQ(t, a, g, seed, stop)
+				fuzzVQ(t, a, g, seed, stop, func() { once.Do(func() { close(fuzzing) }) })
 			}(uint64(i))
+		}
+		// The correct VQs start once a malformed request has been
+		// refused: started together, they sometimes finished before any
+		// fuzzer ran (the test then failed for not having fuzzed).
+		select {
+		case <-fuzzing:
+		case <-ctx(t).Done():
+			close(stop)
+			wg.Wait()
+			t.Fatal("no fuzzer got a request refused")
 		}
 		errs := make(chan error, 8)
 		var good sync.WaitGroup
@@ -335,8 +347,9 @@ func TestMalformedNeighbours(t *testing.T) {
 	}, modeDC, modeNoDC)
 }
 
-// fuzzVQ pushes random, mostly malformed requests until stop.
-func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop chan struct{}) {
+// fuzzVQ pushes random, mostly malformed requests until stop, calling
+// refused once the runtime has refused one of them.
+func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop chan struct{}, refused func()) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	q, _ := rt.Queue()
 	defer q.Close()
@@ -360,6 +373,10 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop ch
 		if _, err := q.Push(ctx(t), false, req); err != nil && !errors.Is(err, core.ErrNoCredit) {
 			t.Errorf("fuzzer push: %v", err)
 			return
+		}
+		if refused != nil && rt.Stats().Refusals > 0 {
+			refused()
+			refused = nil
 		}
 		q.Pop(out)
 	}

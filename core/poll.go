@@ -42,6 +42,9 @@ type poller struct {
 	spinScore atomic.Int32  // see spins
 	spinWaits atomic.Uint32 // waits that did not spin, for probing
 	noSpin    bool          // the device progresses in CQ.Wait: never spin
+	// own stands for the runtime's own waiter (see serveRecvs): it never
+	// displaces another waiter, and any waiter displaces it.
+	own *Queue
 }
 
 func newPoller(rt *Runtime, entries int) (*poller, error) {
@@ -208,7 +211,7 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, woken <-chan struct{}, to
 		// The taker gets the token; it kicks q when it leaves.
 		return pl.sleepAside(ctx, woken, nil)
 	}
-	if *displaced == nil {
+	if *displaced == nil && q != pl.own {
 		*displaced = pl.displace(q)
 	}
 	return pl.sleepAside(ctx, woken, token)

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -105,4 +106,42 @@ func TestRCOnlyBudget(t *testing.T) {
 	if err := q4.Connect(ctx(t), 4); err != nil {
 		t.Fatalf("connect once the dead node's RC QP is gone: %v", err)
 	}
+}
+
+// TestUnpolledReceiver: a node whose applications never poll for messages
+// still keeps its shared receive queue stocked. WRITE_WITH_IMMs beyond its
+// RecvSlots once met an empty SRQ there: the sender's shared QP got RNR
+// NAKs for good and every VQ on it hung behind the message (seen as
+// TestMalformedNeighbours/rc-only hanging, its fuzzers' WRITE_WITH_IMMs
+// having used up the target's slots).
+func TestUnpolledReceiver(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		const slots = 8
+		c := m.start(t, 2, core.Config{RecvSlots: slots})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "r", 64)
+		q := mustQueue(t, a, 2)
+		g, err := q.Region(ctx(t), "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(8, verbs.AccessAll)
+		out := make([]core.Completion, 1)
+		for i := range 4 * slots {
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			req := core.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: g.At(0), Imm: uint32(i)}
+			if _, err := q.Push(wctx, true, req); err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			_, err := q.PopWait(wctx, out)
+			cancel()
+			if err != nil {
+				t.Fatalf("WRITE_WITH_IMM %d to a node that never polls (%d receive slots): %v", i, slots, err)
+			}
+			if out[0].Status != verbs.Success {
+				t.Fatalf("WRITE_WITH_IMM %d: %+v", i, out[0])
+			}
+		}
+	}, modeDC, modeNoDC)
 }

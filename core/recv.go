@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/krcore/krcore/verbs"
@@ -61,6 +62,53 @@ func (r *receiver) onWC(wc *verbs.WC) {
 }
 
 func (r *receiver) close() { r.rt.Deregister(r.mr) }
+
+// serveRecvs is the runtime's own waiter on the receive completion queue,
+// until the runtime stops. A slot of the shared SRQ is posted again only
+// when its completion is dispatched (onWC), and before this goroutine that
+// happened only when an application polled or waited for messages: a node
+// whose applications never did (a server of one-sided requests that a
+// client sends WRITE_WITH_IMM to, or a SEND to an unbound port) ran out of
+// slots after RecvSlots messages. Every QP carrying a message to it then
+// got RNR NAKs for good (the RNR retry count is infinite) and, being
+// shared, held every other VQ's requests behind that message: the hang
+// of TestMalformedNeighbours/rc-only. Like a kernel's completion handler,
+// this waiter keeps the SRQ stocked whoever polls: it sleeps on the queue
+// only while no application waits for messages there (any such waiter
+// displaces it, and it never displaces one) and it never spins.
+func (rt *Runtime) serveRecvs() {
+	defer rt.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with serveRecvs (cancel) or the runtime
+		select {
+		case <-rt.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	pl := rt.recvs
+	q := pl.own
+	token := false
+	var displaced *Queue // stays nil: this waiter never displaces
+	defer func() {
+		if token {
+			pl.passRole()
+		}
+	}()
+	for {
+		woken := q.waker.watch() // before the last look: no wake-up is lost
+		if pl.poll() > 0 {
+			continue
+		}
+		if err := pl.sleep(ctx, q, woken, &token, &displaced); err != nil {
+			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+				rt.log.Warn("receive queue no longer served", "err", err)
+			}
+			return
+		}
+	}
+}
 
 // maxInbox bounds the messages a port holds that arrived before a buffer
 // was posted for them; past it messages are dropped (and counted).

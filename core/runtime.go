@@ -196,8 +196,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.teardown()
 		return nil, fmt.Errorf("core: start node %d: %w", cfg.Node, err)
 	}
-	rt.wg.Add(1)
+	rt.wg.Add(2)
 	go rt.manage()
+	go rt.serveRecvs()
 	return rt, nil
 }
 
@@ -215,6 +216,7 @@ func (rt *Runtime) setup(ctx context.Context) error {
 	if rt.recvs, err = newPoller(rt, c.RecvSlots+1024); err != nil {
 		return err
 	}
+	rt.recvs.own = &Queue{rt: rt} // see serveRecvs
 	if rt.srq, err = rt.pd.CreateSRQ(verbs.SRQInit{MaxWR: c.RecvSlots, MaxSGE: 1}); err != nil {
 		return err
 	}

@@ -311,6 +311,16 @@ func (q *qp) backOff(w *wqe, idx uint64, delay time.Duration) {
 		}
 		q.rnrLeft--
 	}
+	// An RNR NAK is an answer: the retransmission after the back-off
+	// starts the transport timer afresh, as on hardware, so time spent
+	// waiting for a receive never counts toward RETRY_EXC_ERR (only
+	// rnrRetry bounds it). Kept from the first transmission, the deadline
+	// was already past at every retransmission, and the sweep failed the
+	// request whenever it ran while one was on the wire. The requests
+	// behind it go out again too, and are timed from then.
+	for i := idx; i < q.sent; i++ {
+		q.sq[i%uint64(len(q.sq))].sentAt = 0
+	}
 	q.sent = idx
 	q.rnrWait = true
 	q.deadline.Store(0)
