@@ -353,7 +353,8 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop ch
 	r := rand.New(rand.NewPCG(seed, 7))
 	q, _ := rt.Queue()
 	defer q.Close()
-	q.Connect(ctx(t), g.Node)
+	c := ctx(t) // one context for the loop: each ctx(t) adds a cleanup
+	q.Connect(c, g.Node)
 	mine, _ := rt.RegMR(256, verbs.AccessAll)
 	ro, _ := rt.RegMR(256, 0)
 	ops := []verbs.Opcode{0, 99, verbs.OpRead, verbs.OpWrite, verbs.OpFetchAdd, verbs.OpCompareSwap, verbs.OpSend, verbs.OpWriteImm}
@@ -370,7 +371,7 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop ch
 		if r.IntN(4) == 0 {
 			req.Remote.Region = nil
 		}
-		if _, err := q.Push(ctx(t), false, req); err != nil && !errors.Is(err, core.ErrNoCredit) {
+		if _, err := q.Push(c, false, req); err != nil && !errors.Is(err, core.ErrNoCredit) {
 			t.Errorf("fuzzer push: %v", err)
 			return
 		}
