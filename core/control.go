@@ -100,15 +100,8 @@ func (c *control) enqueue(msg []byte) {
 // requests it polls the control QP (or waits for a caller that does).
 func (c *control) serve() {
 	defer c.rt.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := c.rt.untilStop()
 	defer cancel()
-	go func() {
-		select {
-		case <-c.rt.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		if err := c.ep.Wait(ctx, c.work); err != nil {
 			return

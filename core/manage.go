@@ -86,6 +86,21 @@ func (rt *Runtime) loads() ([]peerLoad, map[NodeID]*peer) {
 	return loads, byNode
 }
 
+// untilStop returns a context that ends when the runtime stops, or when
+// cancel is called (which also ends the goroutine watching for the stop):
+// for the runtime's long-lived waiters, whose waits take a context.
+func (rt *Runtime) untilStop() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-rt.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // background runs f in a goroutine the runtime owns, unless it is stopping.
 func (rt *Runtime) background(f func()) {
 	select {

@@ -78,15 +78,8 @@ func (r *receiver) close() { r.rt.Deregister(r.mr) }
 // displaces it, and it never displaces one) and it never spins.
 func (rt *Runtime) serveRecvs() {
 	defer rt.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := rt.untilStop()
 	defer cancel()
-	go func() { // ends with serveRecvs (cancel) or the runtime
-		select {
-		case <-rt.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	pl := rt.recvs
 	q := pl.own
 	token := false
