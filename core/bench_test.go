@@ -297,7 +297,7 @@ func rawDCPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
 
 // vqReader exports 64 B on s and returns a VQ of a connected to it with an
 // 8 B READ request of that region.
-func vqReader(b *testing.B, a, s *core.Runtime) (*core.Queue, core.Request) {
+func vqReader(b testing.TB, a, s *core.Runtime) (*core.Queue, core.Request) {
 	b.Helper()
 	mr, err := s.RegMR(64, verbs.AccessAll)
 	if err != nil {

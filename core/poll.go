@@ -35,6 +35,8 @@ type poller struct {
 	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
 	sctx    context.Context // the role's sleep context, see sleepOnCQ
 	scancel context.CancelFunc
+	wdone   <-chan struct{} // the context whose end cancels sctx, see watch
+	wstop   func() bool
 	role    atomic.Pointer[roleHolder]
 	wake    chan struct{}
 	failed  atomic.Bool // the CQ failed (device gone); logged once
@@ -145,11 +147,7 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool, arm fun
 		if arm != nil {
 			arm()
 		}
-		woken := q.waker.watch() // before the last look: no wake-up is lost
-		if ready() {
-			return nil
-		}
-		if err := pl.sleep(ctx, q, woken, &token, &displaced); err != nil {
+		if done, err := pl.sleep(ctx, q, ready, &token, &displaced); done || err != nil {
 			return err
 		}
 	}
@@ -190,36 +188,50 @@ func (pl *poller) scoreSpin(hit bool) {
 	}
 }
 
-// sleep waits once for something to happen.
-func (pl *poller) sleep(ctx context.Context, q *Queue, woken <-chan struct{}, token *bool, displaced **Queue) error {
+// sleep waits once for something to happen; it reports done when it found
+// ready true. Each of its ways of sleeping looks at ready once more after
+// making sure that a wake-up coming later reaches it, so none is lost.
+func (pl *poller) sleep(ctx context.Context, q *Queue, ready func() bool, token *bool, displaced **Queue) (done bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	select {
 	case <-pl.rt.stop:
-		return ErrClosed
+		return false, ErrClosed
 	default:
 	}
 	if pl.waitMu.TryLock() {
 		*token = false
-		err := pl.sleepOnCQ(ctx, q, woken)
+		gen := q.waker.gen.Load()
+		done, err := pl.sleepOnCQ(ctx, q, ready)
+		var woken <-chan struct{}
+		if errors.Is(err, errRoleTaken) {
+			// Watch before the role frees: the taker kicks q when it
+			// leaves, which may be as soon as it has the role.
+			woken = q.waker.watch()
+		}
 		pl.waitMu.Unlock()
 		pl.passRole()
-		if !errors.Is(err, errRoleTaken) {
-			return err
+		switch {
+		case woken == nil:
+			return done, err
+		case q.waker.gen.Load() != gen:
+			return false, nil // kicked since it took the role: look again
 		}
-		// The taker gets the token; it kicks q when it leaves.
-		return pl.sleepAside(ctx, woken, nil)
+		return pl.sleepAside(ctx, woken, ready, nil)
 	}
 	if *displaced == nil && q != pl.own {
 		*displaced = pl.displace(q)
 	}
-	return pl.sleepAside(ctx, woken, token)
+	return pl.sleepAside(ctx, q.waker.watch(), ready, token)
 }
 
 // sleepAside waits for its queue's wake-up (woken), or for the token that
 // passes the role of sleeping on the completion queue (token not nil).
-func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, token *bool) error {
+func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, ready func() bool, token *bool) (bool, error) {
+	if ready() {
+		return true, nil
+	}
 	var wake chan struct{} // nil: not taking the token
 	if token != nil {
 		wake = pl.wake
@@ -229,11 +241,11 @@ func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, token *
 	case <-wake:
 		*token = true
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-pl.rt.stop:
-		return ErrClosed
+		return false, ErrClosed
 	}
-	return nil
+	return false, nil
 }
 
 // errRoleTaken ends a sleep on the completion queue that another waiter
@@ -275,37 +287,58 @@ type roleHolder struct {
 }
 
 // sleepOnCQ sleeps on the completion queue until it has completions, ctx
-// ends or a dispatcher wakes q. The sleep's context lives across sleeps
+// ends or a dispatcher wakes q (kick cancels the sleep of the role holder
+// it finds, so a holder needs no waker channel: it publishes its role
+// before its last look at ready). The sleep's context lives across sleeps
 // (sctx, guarded by waitMu): a provider may attach work to the context it
 // waits with (the soft RNIC watches it to interrupt a blocked read), and a
 // fresh context per sleep would redo that work and, once cancelled, fire it
 // each time. Only a dispatcher's wake-up or the end of ctx cancels it.
-func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, woken <-chan struct{}) error {
+func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (bool, error) {
 	if pl.sctx == nil || pl.sctx.Err() != nil {
 		pl.sctx, pl.scancel = context.WithCancel(context.Background())
+		pl.stopWatch()
 	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, pl.scancel)
-		defer stop()
-	}
+	pl.watch(ctx)
 	r := &roleHolder{q: q, cancel: pl.scancel}
 	pl.role.Store(r)
 	defer pl.role.Store(nil)
-	select {
-	case <-woken: // finished while the role was being taken
-		return nil
-	default:
+	if ready() { // finished before the role was published
+		return true, nil
 	}
 	err := pl.cq.Wait(pl.sctx)
 	switch {
 	case r.taken.Load():
-		return errRoleTaken
+		return false, errRoleTaken
 	case err == nil || pl.sctx.Err() != nil && ctx.Err() == nil:
-		return nil // woken by a completion or a dispatcher
+		return false, nil // woken by a completion or a dispatcher
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return false, ctx.Err()
 	}
-	return fmt.Errorf("core: wait for completions: %w", err)
+	return false, fmt.Errorf("core: wait for completions: %w", err)
+}
+
+// watch makes the end of ctx cancel the sleep context. The registration
+// stays for the next sleep with the same context (a caller that bounds
+// every wait with one deadline would otherwise pay for registering and
+// removing it on every sleep); if that context ends later, while another
+// waiter sleeps, the sleeper wakes once for nothing and sleeps again.
+// waitMu held.
+func (pl *poller) watch(ctx context.Context) {
+	done := ctx.Done()
+	if done == nil || done == pl.wdone {
+		return
+	}
+	pl.stopWatch()
+	pl.wdone, pl.wstop = done, context.AfterFunc(ctx, pl.scancel)
+}
+
+// stopWatch drops the registration of watch; waitMu held.
+func (pl *poller) stopWatch() {
+	if pl.wstop != nil {
+		pl.wstop()
+		pl.wdone, pl.wstop = nil, nil
+	}
 }
 
 // kick wakes q's waiters, wherever they sleep, and its group's.
@@ -331,6 +364,9 @@ type waker struct {
 	mu    sync.Mutex
 	ch    chan struct{} // nil until someone watches
 	armed atomic.Bool   // ch != nil, read by wake without the lock
+	// gen counts wake-ups, so a waiter that slept without watching (the
+	// completion queue's role holder) can tell whether one came since.
+	gen atomic.Uint64
 }
 
 // watch returns the channel the next wake closes. Call it before the last
@@ -348,6 +384,7 @@ func (w *waker) watch() <-chan struct{} {
 
 // wake wakes the goroutines watching; call it after changing the state.
 func (w *waker) wake() {
+	w.gen.Add(1)
 	if !w.armed.Load() {
 		return
 	}

@@ -89,12 +89,12 @@ func (rt *Runtime) serveRecvs() {
 			pl.passRole()
 		}
 	}()
+	polled := func() bool { return pl.poll() > 0 }
 	for {
-		woken := q.waker.watch() // before the last look: no wake-up is lost
-		if pl.poll() > 0 {
+		if polled() {
 			continue
 		}
-		if err := pl.sleep(ctx, q, woken, &token, &displaced); err != nil {
+		if _, err := pl.sleep(ctx, q, polled, &token, &displaced); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				rt.log.Warn("receive queue no longer served", "err", err)
 			}

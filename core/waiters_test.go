@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -131,4 +132,50 @@ func tcpRuntimes(tb testing.TB, n int, tmpl core.Config) (devs []verbs.Device, r
 		devs, rts = append(devs, dev), append(rts, rt)
 	}
 	return devs, rts
+}
+
+// TestWaitContexts: the end of a waiter's context reaches it while it
+// sleeps on the completion queue, and the end of a context that an
+// earlier waiter used (whose registration the poller keeps for the next
+// sleep) only wakes the current sleeper for nothing: it keeps waiting and
+// gets its completion.
+func TestWaitContexts(t *testing.T) {
+	_, rts := tcpRuntimes(t, 2, core.Config{})
+	q, req := vqReader(t, rts[0], rts[1])
+	var out [1]core.Completion
+
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := q.PopWait(short, out[:]); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PopWait with nothing in flight and a 50ms deadline: %v, want DeadlineExceeded", err)
+	}
+
+	earlier, cancelEarlier := context.WithCancel(context.Background())
+	if _, err := q.Push(earlier, false, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.PopWait(earlier, out[:]); err != nil || out[0].Status != verbs.Success {
+		t.Fatalf("first READ: %v %v", err, out[0].Status)
+	}
+
+	later, cancelLater := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelLater()
+	res := make(chan error, 1)
+	go func() {
+		_, err := q.PopWait(later, out[:])
+		res <- err
+	}()
+	cancelEarlier()
+	select {
+	case err := <-res:
+		t.Fatalf("the waiter returned (%v) when an earlier waiter's context ended, with nothing done", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	req.ID = 2
+	if _, err := q.Push(later, false, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil || out[0].ID != 2 || out[0].Status != verbs.Success {
+		t.Fatalf("second READ: %v, completion %+v", err, out[0])
+	}
 }
