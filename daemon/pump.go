@@ -30,7 +30,9 @@ type pump struct {
 	limit int // the client's requests in flight, over all its VQs
 	done  chan struct{}
 
-	asleep atomic.Bool // armed to sleep, see nudge
+	asleep atomic.Bool  // armed to sleep, see nudge
+	woke   atomic.Int64 // when it last woke to work after brief work, Server.clock
+	nap    *time.Timer  // see share
 
 	// mu guards vqs and the scratch below. Whoever touches a VQ's ring
 	// holds it, so a VQ that remove took out can be unmapped.
@@ -68,18 +70,90 @@ func (p *pump) remove(v *vq) {
 func (p *pump) run() {
 	defer close(p.done)
 	ctx := p.ss.ctx
+	var busy time.Time // when the current stretch of work began
 	for ctx.Err() == nil {
 		if p.round() || p.spinRounds() {
 			p.ss.s.nudge(p)
-			runtime.Gosched() // one batch per turn: the other clients' turn
+			if busy.IsZero() {
+				busy = time.Now()
+			}
+			if !p.share(&busy) {
+				runtime.Gosched() // one batch per turn: the other clients' turn
+			}
 			continue
 		}
+		brief := busy.IsZero() || time.Since(busy) < p.ss.s.cfg.ShareQuantum
+		busy = time.Time{}
 		err := p.g.Wait(ctx, p.round, p.arm)
 		p.disarm()
 		if err != nil {
 			return
 		}
+		if brief {
+			p.woke.Store(p.ss.s.clock())
+		}
 	}
+}
+
+// interactiveFor is how recently a pump must have woken to work, after a
+// stretch of work shorter than the share quantum, for its client to count
+// as interactive (one that sleeps between its requests), see share.
+const interactiveFor = time.Millisecond
+
+// napRatio is how much longer than it worked a paced pump sleeps: it works
+// one quantum in four.
+const napRatio = 3
+
+// share makes a pump that has worked without a break for the share
+// quantum (Config.ShareQuantum) sleep three times as long (napRatio) while
+// another client is interactive, and reports whether it slept. Gosched
+// shares the daemon's Go scheduler between pumps, but not the node's
+// cores: a flood keeps its pump and its own process busy, ~1.4 of 2 cores,
+// and every wake-up of an interactive client (its pump on a doorbell, the
+// client on its completion) then waits for the kernel to preempt one of
+// them, up to a scheduler slice (1.4 ms here) at p99. Pacing the flood to
+// a quarter of a core leaves a core free to run them at once; the flood's
+// own process, its submission ring full, sleeps meanwhile. The flood pays:
+// its rate beside an interactive client falls 4-7x (TestFloodFairness logs
+// it). A client alone, or among clients that keep their pumps busy (as
+// connects/s from 4 processes does), is not paced.
+func (p *pump) share(busy *time.Time) bool {
+	s := p.ss.s
+	ran := time.Since(*busy)
+	if s.cfg.ShareQuantum <= 0 || ran < s.cfg.ShareQuantum || !s.othersInteractive(p) {
+		return false
+	}
+	// ran is a quantum and part of a batch, unless the kernel kept the
+	// pump off its core for a while: it ran long without working long.
+	nap := napRatio * min(ran, 2*s.cfg.ShareQuantum)
+	if p.nap == nil {
+		p.nap = time.NewTimer(nap)
+	} else {
+		p.nap.Reset(nap)
+	}
+	select {
+	case <-p.nap.C:
+	case <-p.ss.ctx.Done():
+	}
+	p.ss.naps.Add(1)
+	*busy = time.Time{}
+	return true
+}
+
+// othersInteractive reports whether the pump of a client other than
+// self's woke to work lately after brief work.
+func (s *Server) othersInteractive(self *pump) bool {
+	ps := s.pumps.Load()
+	if ps == nil {
+		return false
+	}
+	now := s.clock()
+	for _, p := range *ps {
+		if p != self && now-p.woke.Load() < int64(interactiveFor) {
+			return true
+		}
+	}
+	return false
 }
 
 // inflightLocked is how many of the client's requests the runtime holds;

@@ -42,6 +42,7 @@ type session struct {
 	pump *pump // drives every VQ of the client
 
 	pushes, completions, refusals, calls atomic.Uint64
+	naps                                 atomic.Uint64 // times its pump was paced, see pump.share
 	ringCalls                            atomic.Uint64 // control SQEs run (Connect on the ring)
 }
 

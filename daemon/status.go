@@ -62,6 +62,7 @@ type ClientStatus struct {
 	Refusals    uint64     `json:"refusals"`
 	Calls       uint64     `json:"calls"`
 	RingCalls   uint64     `json:"ring_calls"` // control SQEs (Connect) on the VQs' rings
+	Naps        uint64     `json:"naps"`       // times its pump was paced beside an interactive client
 }
 
 // VQStatus describes one client VQ.
@@ -103,7 +104,7 @@ func (s *Server) Status() Status {
 
 func (ss *session) snapshot() ClientStatus {
 	c := ClientStatus{ID: ss.id, PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Pushes: ss.pushes.Load(),
-		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), RingCalls: ss.ringCalls.Load(), Exports: []string{}}
+		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), RingCalls: ss.ringCalls.Load(), Naps: ss.naps.Load(), Exports: []string{}}
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
 	c.MRs, c.MRBytes, c.Regions = len(ss.mrs), ss.mrBytes, len(ss.regions)
@@ -209,6 +210,7 @@ func (s *Server) WriteMetrics(w io.Writer) {
 		{"client_pushes_total", "counter", "Requests a client pushed.", func(c *ClientStatus) any { return c.Pushes }},
 		{"client_completions_total", "counter", "Completions delivered to a client.", func(c *ClientStatus) any { return c.Completions }},
 		{"client_refusals_total", "counter", "A client's refused requests.", func(c *ClientStatus) any { return c.Refusals }},
+		{"client_naps_total", "counter", "Times a client's pump was paced beside an interactive client.", func(c *ClientStatus) any { return c.Naps }},
 	}
 	for _, m := range perClient {
 		metric(m.name, m.typ, m.help, nil, "client")

@@ -72,7 +72,7 @@ const (
 type dConfig struct {
 	socket, metaInfo, krcored string
 	n, procs                  int
-	spin, timeout             time.Duration
+	spin, timeout, share      time.Duration
 	json, check               bool
 	txDepth, cqMod            int
 }
@@ -88,6 +88,7 @@ func parseDaemon(args []string, stderr io.Writer) (*dConfig, error) {
 	fs.IntVar(&d.procs, "procs", 4, "client processes of the connects/s comparison")
 	fs.DurationVar(&d.spin, "spin", 200*time.Microsecond, "poll completions this long before the VQ's own wait (a krcored started here polls its rings as long)")
 	fs.DurationVar(&d.timeout, "timeout", time.Minute, "bound on every wait")
+	fs.DurationVar(&d.share, "share-quantum", 0, "krcored's -share-quantum for a krcored started here (0: its default)")
 	fs.IntVar(&d.txDepth, "tx-depth", 64, "requests in flight in the bw series")
 	fs.IntVar(&d.cqMod, "cq-mod", 16, "one request in cq-mod signaled in the bw series")
 	fs.BoolVar(&d.json, "json", false, "one JSON document")
@@ -335,6 +336,9 @@ func (b *dBench) startDaemon(ctx context.Context, info meta.Info) error {
 		}
 		args = append(args, "-socket", b.sock, "-node", strconv.Itoa(dNodeDaemon), "-listen", "127.0.0.1:0",
 			"-meta", info.String(), "-log-level", "warn", "-spin", b.d.spin.String())
+		if b.d.share != 0 {
+			args = append(args, "-share-quantum", b.d.share.String())
+		}
 		b.child = exec.Command(exe, args...)
 		b.child.Stderr = b.stderr
 		setChildAttrs(b.child)
@@ -705,6 +709,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 	metaText := fs.String("meta", "", "MetaServer to join")
 	fs.String("log-level", "warn", "ignored: warnings and errors are logged")
 	spin := fs.Duration("spin", 0, "how long a client's pump polls before it sleeps")
+	share := fs.Duration("share-quantum", 0, "how long a pump works beside an interactive client before it naps (0: the default)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -725,7 +730,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 		return err
 	}
 	defer rt.Close()
-	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Spin: *spin, Logger: log})
+	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Spin: *spin, ShareQuantum: *share, Logger: log})
 	if err != nil {
 		return err
 	}

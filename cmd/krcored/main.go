@@ -20,7 +20,7 @@
 // other nodes' -meta. The config file is JSON with the flags' names as keys,
 // dashes written as underscores ("socket", "group", "node", "listen",
 // "provider", "ib_dev", "ib_port", "gid_idx", "meta", "metrics",
-// "log_level", "spin", "client_credits", "allow_uids", "allow_gids",
+// "log_level", "spin", "client_credits", "share_quantum", "allow_uids", "allow_gids",
 // "max_vqs", "max_mr_bytes"); flags given on the command line override it.
 // SIGINT or SIGTERM shuts down gracefully: clients get OpBye and fail with
 // client.ErrDaemonGone.
@@ -108,6 +108,7 @@ func load(args []string) (*config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a client's pump polls its rings before it sleeps (0: the runtime's adaptive few microseconds)")
 	fs.IntVar(&cfg.ClientCredits, "client-credits", 256, "requests one client may have in flight over all its VQs")
+	fs.DurationVar(&cfg.ShareQuantum, "share-quantum", 0, "how long a client's pump may work without a break beside an interactive client before it naps three times as long (0: 50us on nodes of at most 4 CPUs, else off; negative: off)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -171,6 +172,7 @@ func merge(dst, flags *config, set map[string]bool) {
 		"meta": func() { dst.Meta = flags.Meta }, "metrics": func() { dst.Metrics = flags.Metrics },
 		"log-level": func() { dst.LogLevel = flags.LogLevel },
 		"spin":      func() { dst.Spin = flags.Spin }, "client-credits": func() { dst.ClientCredits = flags.ClientCredits },
+		"share-quantum": func() { dst.ShareQuantum = flags.ShareQuantum },
 	} {
 		if set[name] {
 			copyFlag()

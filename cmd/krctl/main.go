@@ -195,10 +195,10 @@ func table(w io.Writer, st *daemon.Status, what string) {
 			st.Node, st.Socket, st.Uptime, len(st.Clients), st.Runtime.VQs, st.Runtime.DCIs, st.Runtime.RCs,
 			len(st.MetaEntries)+st.MetaOmitted, st.Runtime.Connects, st.Runtime.Refusals, st.Runtime.Recoveries)
 	case "clients":
-		fmt.Fprintln(w, "ID\tPID\tUID\tGID\tVQS\tMRS\tMR_BYTES\tREGIONS\tPUSHES\tCOMPLETIONS\tREFUSALS\tEXPORTS")
+		fmt.Fprintln(w, "ID\tPID\tUID\tGID\tVQS\tMRS\tMR_BYTES\tREGIONS\tPUSHES\tCOMPLETIONS\tREFUSALS\tNAPS\tEXPORTS")
 		for _, c := range st.Clients {
-			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.ID, c.PID, c.UID, c.GID, len(c.VQs), c.MRs,
-				c.MRBytes, c.Regions, c.Pushes, c.Completions, c.Refusals, strings.Join(c.Exports, ","))
+			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.ID, c.PID, c.UID, c.GID, len(c.VQs), c.MRs,
+				c.MRBytes, c.Regions, c.Pushes, c.Completions, c.Refusals, c.Naps, strings.Join(c.Exports, ","))
 		}
 	case "vqs":
 		fmt.Fprintln(w, "CLIENT\tPID\tVQ\tNODE\tPORT\tOUTSTANDING")
