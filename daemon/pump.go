@@ -114,7 +114,7 @@ const napRatio = 3
 // them, up to a scheduler slice (1.4 ms here) at p99. Pacing the flood to
 // a quarter of a core leaves a core free to run them at once; the flood's
 // own process, its submission ring full, sleeps meanwhile. The flood pays:
-// its rate beside an interactive client falls 4-7x (TestFloodFairness logs
+// its rate beside an interactive client falls 3-5x (TestFloodFairness logs
 // it). A client alone, or among clients that keep their pumps busy (as
 // connects/s from 4 processes does), is not paced.
 func (p *pump) share(busy *time.Time) bool {
