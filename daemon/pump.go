@@ -119,8 +119,11 @@ const napRatio = 3
 // connects/s from 4 processes does), is not paced.
 func (p *pump) share(busy *time.Time) bool {
 	s := p.ss.s
+	if s.cfg.ShareQuantum <= 0 {
+		return false
+	}
 	ran := time.Since(*busy)
-	if s.cfg.ShareQuantum <= 0 || ran < s.cfg.ShareQuantum || !s.othersInteractive(p) {
+	if ran < s.cfg.ShareQuantum || !s.othersInteractive(p) {
 		return false
 	}
 	// ran is a quantum and part of a batch, unless the kernel kept the

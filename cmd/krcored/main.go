@@ -20,8 +20,9 @@
 // other nodes' -meta. The config file is JSON with the flags' names as keys,
 // dashes written as underscores ("socket", "group", "node", "listen",
 // "provider", "ib_dev", "ib_port", "gid_idx", "meta", "metrics",
-// "log_level", "spin", "client_credits", "share_quantum", "allow_uids", "allow_gids",
-// "max_vqs", "max_mr_bytes"); flags given on the command line override it.
+// "log_level", "spin", "client_credits", "share_quantum", "allow_uids",
+// "allow_gids", "max_vqs", "max_mr_bytes"); flags given on the command line
+// override it.
 // SIGINT or SIGTERM shuts down gracefully: clients get OpBye and fail with
 // client.ErrDaemonGone.
 package main
