@@ -432,5 +432,13 @@ func TestStalledVQ(t *testing.T) {
 		}
 		got += n
 	}
+	// The credits came back: the VQ takes requests again (the client
+	// rereads the daemon's retired counter only when its copy says full).
+	for i := range 2 * pushed {
+		read.ID = uint64(i)
+		if cs := run(t, ctx, stalled, read); cs[0].Err() != nil {
+			t.Fatalf("READ %d on the drained VQ: %+v", i, cs[0])
+		}
+	}
 	t.Logf("%d READs held on the stalled VQ; the live one ran 100", pushed)
 }

@@ -38,16 +38,19 @@ type VQ struct {
 	ctlWait chan struct{}
 	ctlMu   sync.Mutex // one control SQE in flight, so CtlDone reports ours
 
-	mu      sync.Mutex
-	closed  bool
-	node    core.NodeID
-	toPort  bool
-	sqTail  uint64  // SQEs written
-	pushed  uint64  // requests pushed (SQEs but receives)
-	ents    []entry // unretired requests, in push order
-	cqHead  uint64
-	recvs   []core.Local // posted receive buffers, in order
-	msgHead uint64
+	mu     sync.Mutex
+	closed bool
+	node   core.NodeID
+	toPort bool
+	sqTail uint64  // SQEs written
+	pushed uint64  // requests pushed (SQEs but receives)
+	ents   []entry // unretired requests, in push order
+	cqHead uint64
+	// The daemon's counters as last read: room reads the ring's only when
+	// these say no, so a push costs no cache line the daemon just wrote.
+	retiredSeen, sqHeadSeen uint64
+	recvs                   []core.Local // posted receive buffers, in order
+	msgHead                 uint64
 }
 
 var _ core.VQ = (*VQ)(nil)
@@ -238,9 +241,16 @@ func (v *VQ) Push(ctx context.Context, wait bool, reqs ...core.Request) (int, er
 // room reports whether one more request fits the credits and the ring;
 // v.mu held.
 func (v *VQ) room() bool {
-	r := v.ring
-	return v.pushed-r.Ctr(wire.Retired).Load() < uint64(v.c.credits) &&
-		v.sqTail-r.Ctr(wire.SQHead).Load() < wire.SQEntries && len(v.ents) < 4*v.c.credits
+	if len(v.ents) >= 4*v.c.credits {
+		return false
+	}
+	if v.pushed-v.retiredSeen >= uint64(v.c.credits) {
+		v.retiredSeen = v.ring.Ctr(wire.Retired).Load()
+	}
+	if v.sqTail-v.sqHeadSeen >= wire.SQEntries {
+		v.sqHeadSeen = v.ring.Ctr(wire.SQHead).Load()
+	}
+	return v.pushed-v.retiredSeen < uint64(v.c.credits) && v.sqTail-v.sqHeadSeen < wire.SQEntries
 }
 
 // put writes one request's SQE; v.mu held.
@@ -303,7 +313,7 @@ func (v *VQ) Pop(out []core.Completion) int {
 		return 0
 	}
 	r := v.ring
-	tail, k := r.Ctr(wire.CQTail).Load(), 0
+	head, tail, k := v.cqHead, r.Ctr(wire.CQTail).Load(), 0
 	for k < len(out) && v.cqHead != tail {
 		e := r.GetCQE(v.cqHead)
 		v.cqHead++
@@ -312,9 +322,13 @@ func (v *VQ) Pop(out []core.Completion) int {
 			k++
 		}
 	}
-	r.Ctr(wire.CQHead).Store(v.cqHead)
-	if r.Ctr(wire.DaemonFullCQ).Load() != 0 {
-		v.door.Ring()
+	if v.cqHead != head {
+		// Stored only when it moved: a spinning Pop that wrote it every
+		// time would take the line from the daemon, which reads it.
+		r.Ctr(wire.CQHead).Store(v.cqHead)
+		if r.Ctr(wire.DaemonFullCQ).Load() != 0 {
+			v.door.Ring()
+		}
 	}
 	if k < len(out) && v.cqHead == tail && v.c.err() != nil {
 		k += v.flush(out[k:])
