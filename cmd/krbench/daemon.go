@@ -66,6 +66,7 @@ const (
 	targetDaemonConnectUsec   = 5.0
 	childKrcored, childConnex = "krcored-child", "daemon-connector"
 	childServer               = "daemon-server"
+	childCoreRTT              = "cross-core-rtt"
 )
 
 // dConfig is krbench daemon's command line.
@@ -172,7 +173,7 @@ func (b *dBench) run() (err error) {
 	if err := b.start(); err != nil {
 		return err
 	}
-	for _, f := range []func() error{b.latency, b.bandwidth, b.twoSided, b.connects, b.rates} {
+	for _, f := range []func() error{b.machine("before"), b.latency, b.machine("after"), b.bandwidth, b.twoSided, b.connects, b.rates} {
 		if err := f(); err != nil {
 			return err
 		}
@@ -512,6 +513,40 @@ func (b *dBench) latency() error {
 		})
 }
 
+// machine reports the cross-core round trip (crossCoreRTT), when the
+// latency series ran: the figure the daemon's own-node cost follows. A
+// child process measures it, so that no thread of this one, nor one the
+// runtime clones from it, keeps the pinning.
+func (b *dBench) machine(when string) func() error {
+	return func() error {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, exe, childCoreRTT).Output()
+		if err != nil {
+			return fmt.Errorf("cross-core round trip: %w", err)
+		}
+		ns, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		if err != nil || ns <= 0 {
+			return nil // not measurable here (one CPU, no affinity)
+		}
+		b.out.extra = append(b.out.extra, perf.Figure(
+			fmt.Sprintf("cross-core round trip of a cache line, %s the latency series", when), ns, " ns"))
+		return nil
+	}
+}
+
+// runCoreRTT is the child that measures crossCoreRTT: it prints the
+// nanoseconds, or 0 when it cannot measure.
+func runCoreRTT(stdout io.Writer) error {
+	rtt, _ := crossCoreRTT(20000, 5)
+	_, err := fmt.Fprintln(stdout, rtt.Nanoseconds())
+	return err
+}
+
 func (b *dBench) bandwidth() error {
 	dl := newDeadline(b.ctx, b.d.timeout)
 	defer dl.close()
@@ -805,6 +840,8 @@ func runDaemonRole(ctx context.Context, args []string, stdout, stderr io.Writer)
 		err = runConnector(ctx, args[1:], stdout)
 	case childServer:
 		err = runDaemonServer(ctx, args[1:], stdout)
+	case childCoreRTT:
+		err = runCoreRTT(stdout)
 	default:
 		return 0, false
 	}

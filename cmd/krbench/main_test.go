@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -596,6 +597,14 @@ func TestDaemonBench(t *testing.T) {
 	checkTargets(t, rep,
 		"own node: daemon 8B READ t_typical minus embedded t_typical",
 		"warm connect through the daemon t_typical")
+	if runtime.GOOS == "linux" && runtime.NumCPU() >= 2 {
+		for _, c := range rep.Checks {
+			if strings.HasPrefix(c.Name, "cross-core round trip") && c.Value > 0 {
+				return
+			}
+		}
+		t.Errorf("no cross-core round trip figure: %+v", rep.Checks)
+	}
 }
 
 // TestClientDaemon runs krbench -client -daemon: a -keep-runtime server in
