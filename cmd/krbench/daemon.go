@@ -235,7 +235,7 @@ func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info,
 	if err != nil {
 		return meta.Info{}, err
 	}
-	args := []string{childServer, "-spin", b.d.spin.String()}
+	args := []string{childServer}
 	if len(metas) > 0 {
 		args = append(args, "-meta", metas[0].String())
 	}
@@ -269,7 +269,6 @@ func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info,
 func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet(childServer, flag.ContinueOnError)
 	metaText := fs.String("meta", "", "MetaServer to join (empty: embed one)")
-	spin := fs.Duration("spin", 0, "poll messages this long before the VQ's own wait (not on a device that progresses in its wait)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -303,15 +302,13 @@ func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error
 	if err := rt.Export(dRegion, table, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
 		return err
 	}
-	// The server plays a remote application. On a device whose waiter moves
-	// the wire (the soft RNIC over TCP), its spin would only hold a core the
+	// The server plays a remote application on a soft node, whose waiter
+	// reads the wire itself (DeviceAttr.ProgressInWait): it waits in
+	// PopMsgsWait without spinning first. A spin would only hold a core the
 	// client's side needs: on 2 cores a 200 us spin made the 64 B SEND round
 	// trip ~217 us embedded and ~475 us through the daemon, against ~72 and
-	// ~98 us without it. So it spins only where spinning pays.
-	if b.devs[0].Attr().ProgressInWait {
-		*spin = 0
-	}
-	echo, err := newVQEcho(core.Embed(rt), echoPort, vqPoll{spin: *spin})
+	// ~98 us without it.
+	echo, err := newVQEcho(core.Embed(rt), echoPort, vqPoll{})
 	if err != nil {
 		return err
 	}
@@ -591,7 +588,7 @@ func (b *dBench) bandwidth() error {
 // each block while the side pings.
 func (b *dBench) twoSided() error {
 	return b.pair("Embedded vs daemon VQ Send ping-pong round trip, 64 B (interleaved)", testDSend, vqTwoSidedSize,
-		"full round trips: SEND to the server's bound port, its VQ echoes to the port ours is bound to (the echo polls only on a device where spinning pays)",
+		"full round trips: SEND to the server's bound port, its VQ echoes to the port ours is bound to (the echo waits without spinning)",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
 			return s.ping.run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
 		})
