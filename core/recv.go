@@ -40,11 +40,23 @@ func (r *receiver) repost(i int) error {
 	return err
 }
 
-// onWC delivers a received message to the queue bound to its port.
+// onWC dispatches a receive completion by its opcode. Only a SEND carries
+// a message: the runtime's own SENDs travel as SEND_WITH_IMM whose
+// immediate names the destination port, behind a header. A
+// WRITE_WITH_IMM consumes a slot too, but its bytes went to the writer's
+// target, not to the slot, which still holds whatever an earlier SEND left
+// there: it is counted and its slot reposted, never read.
 func (r *receiver) onWC(wc *verbs.WC) {
 	i := int(wc.ID &^ recvBit)
 	defer r.repost(i)
-	if wc.Status != verbs.Success || wc.ByteLen < hdrLen {
+	switch {
+	case wc.Status != verbs.Success:
+		return
+	case wc.Op == verbs.WCRecvWriteImm:
+		r.rt.count(&r.rt.stats.writeImms)
+		return
+	case wc.Op != verbs.WCRecv || !wc.HasImm || wc.ByteLen < hdrLen:
+		r.rt.count(&r.rt.stats.dropped)
 		return
 	}
 	b := r.mr.Bytes()[i*r.slot : i*r.slot+int(wc.ByteLen)]

@@ -124,7 +124,10 @@ func (c *Config) defaults() error {
 type Stats struct {
 	Connects, ColdConnects, Refusals, Recoveries, PostErrors uint64
 	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
-	DCIs, RCs, VQs                                           int
+	// WriteImms counts WRITE_WITH_IMM receive completions: consumed,
+	// not delivered to any VQ.
+	WriteImms      uint64
+	DCIs, RCs, VQs int
 	// RCOnly reports that the runtime runs without DC (Config.RCOnly).
 	RCOnly bool
 }
@@ -132,6 +135,7 @@ type Stats struct {
 type counters struct {
 	connects, coldConnects, refusals, recoveries, postErrors atomic.Uint64
 	rcBuilt, rcEvicted, migrations, staleTargets, dropped    atomic.Uint64
+	writeImms                                                atomic.Uint64
 }
 
 // Runtime is KRCore on one node: it owns the shared QPs (a DC target, a
@@ -378,7 +382,7 @@ func (rt *Runtime) Stats() Stats {
 		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
 		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
 		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(),
-		Dropped: s.dropped.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.rcOnly,
+		Dropped: s.dropped.Load(), WriteImms: s.writeImms.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.rcOnly,
 	}
 }
 
