@@ -107,7 +107,31 @@ func (rt *Runtime) failRecs(rs []rec, st verbs.Status) {
 // what wakes it) while the others wait for their queue's wake-up (waker),
 // taking the role over when it frees or from a waiter of another queue
 // (displace). arm, if not nil, runs before every sleep (see Group.Wait).
+//
+// A wait on a queue that is closed (or closes meanwhile) fails with
+// ErrClosed once ready reports false: what finished before is still
+// popped first, and Close wakes the queue's waiters to see it.
 func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool, arm func()) error {
+	closed := false
+	if q != nil {
+		user := ready
+		ready = func() bool {
+			if user() {
+				return true
+			}
+			closed = q.isClosed()
+			return closed
+		}
+	}
+	err := pl.waitReady(ctx, q, ready, arm)
+	if err == nil && closed {
+		err = fmt.Errorf("core: queue %d: %w", q.id, ErrClosed)
+	}
+	return err
+}
+
+// waitReady is wait without the closed queue's check.
+func (pl *poller) waitReady(ctx context.Context, q *Queue, ready func() bool, arm func()) error {
 	token := false       // this goroutine took the role hand-over token
 	var displaced *Queue // the waiter this one took the role from
 	defer func() {
@@ -195,10 +219,8 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, ready func() bool, token 
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	select {
-	case <-pl.rt.stop:
-		return false, ErrClosed
-	default:
+	if pl.rt.stopped() {
+		return false, errRuntimeClosed
 	}
 	if pl.waitMu.TryLock() {
 		*token = false
@@ -243,7 +265,7 @@ func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, ready f
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-pl.rt.stop:
-		return false, ErrClosed
+		return false, errRuntimeClosed
 	}
 	return false, nil
 }
@@ -306,8 +328,13 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (b
 	if ready() { // finished before the role was published
 		return true, nil
 	}
+	if pl.rt.stopped() { // Close looked for a role holder before r was published
+		return false, errRuntimeClosed
+	}
 	err := pl.cq.Wait(pl.sctx)
 	switch {
+	case pl.rt.stopped():
+		return false, errRuntimeClosed // Close cancelled the sleep, or closed the CQ
 	case r.taken.Load():
 		return false, errRoleTaken
 	case err == nil || pl.sctx.Err() != nil && ctx.Err() == nil:
@@ -338,6 +365,17 @@ func (pl *poller) stopWatch() {
 	if pl.wstop != nil {
 		pl.wstop()
 		pl.wdone, pl.wstop = nil, nil
+	}
+}
+
+// errRuntimeClosed fails the waits that the runtime's Close ends.
+var errRuntimeClosed = fmt.Errorf("core: runtime: %w", ErrClosed)
+
+// wakeAll wakes whoever sleeps on the completion queue, so that it sees
+// the runtime stopped (see sleepOnCQ); the others sleep on rt.stop too.
+func (pl *poller) wakeAll() {
+	if r := pl.role.Load(); r != nil {
+		r.cancel()
 	}
 }
 

@@ -47,6 +47,7 @@ type Queue struct {
 	batch    []rec // scratch for Push
 	msgs     inbox
 	closed   bool
+	shut     atomic.Bool // closed, read by waiters without q.mu
 	// reconnecting: RC-only mode, the peer lost its RC QPs and a goroutine
 	// is getting one for the held requests.
 	reconnecting bool
@@ -376,12 +377,16 @@ func (q *Queue) Close() error {
 		return fmt.Errorf("core: queue: %w", ErrClosed)
 	}
 	q.closed = true
+	q.shut.Store(true)
 	q.mu.Unlock()
 	q.Unbind()
 	rt := q.rt
 	rt.mu.Lock()
 	delete(rt.queues, q.id)
 	rt.mu.Unlock()
-	q.waker.wake()
+	rt.kick(q) // its waiters, wherever they sleep, fail with ErrClosed
 	return nil
 }
+
+// isClosed reports whether Close was called.
+func (q *Queue) isClosed() bool { return q.shut.Load() }

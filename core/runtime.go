@@ -434,6 +434,8 @@ func (rt *Runtime) Close() error {
 	}
 	rt.mu.Unlock()
 	close(rt.stop)
+	rt.sends.wakeAll()
+	rt.recvs.wakeAll()
 	rt.ctrl.ep.Shutdown() // wakes control calls and the serving goroutine
 	for _, q := range qs {
 		q.Close()
@@ -446,6 +448,16 @@ func (rt *Runtime) Close() error {
 	rt.wg.Wait()
 	rt.teardown()
 	return nil
+}
+
+// stopped reports whether Close has begun.
+func (rt *Runtime) stopped() bool {
+	select {
+	case <-rt.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // teardown releases whatever setup created.

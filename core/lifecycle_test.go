@@ -1,0 +1,195 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// waitFor runs f and fails t unless f returns within d; what names the
+// call in the failure.
+func waitFor(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- f() }()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+		return nil
+	}
+}
+
+// waiters are the blocking calls of a queue, each run in its own goroutine
+// with a long context: a Close must end them well before it ends.
+var waiters = map[string]func(ctx context.Context, q *core.Queue) error{
+	"PopWait": func(ctx context.Context, q *core.Queue) error {
+		var out [1]core.Completion
+		_, err := q.PopWait(ctx, out[:])
+		return err
+	},
+	"PopMsgsWait": func(ctx context.Context, q *core.Queue) error {
+		var out [1]core.Message
+		_, err := q.PopMsgsWait(ctx, out[:])
+		return err
+	},
+}
+
+// startWaiters starts every waiter on q (several of each, so some sleep on
+// the completion queue and some beside it) and returns their results.
+func startWaiters(ctx context.Context, q *core.Queue) map[string]chan error {
+	res := make(map[string]chan error)
+	for name, w := range waiters {
+		for i := range 3 {
+			ch := make(chan error, 1)
+			res[fmt.Sprintf("%s#%d", name, i)] = ch
+			go func() { ch <- w(ctx, q) }()
+		}
+	}
+	return res
+}
+
+// expectClosed fails t unless every waiter returns an error matching
+// ErrClosed within a second.
+func expectClosed(t *testing.T, res map[string]chan error) {
+	t.Helper()
+	deadline := time.After(time.Second)
+	for name, ch := range res {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, core.ErrClosed) {
+				t.Errorf("%s: %v, want ErrClosed", name, err)
+			}
+		case <-deadline:
+			t.Fatalf("%s still waits a second after Close", name)
+		}
+	}
+}
+
+// settle gives the waiters started just before time to go to sleep, so the
+// Close that follows finds them asleep (if it does not, the test is merely
+// weaker: a waiter that has not slept yet must fail the same way).
+func settle() { time.Sleep(20 * time.Millisecond) }
+
+// TestQueueCloseWakesWaiters: closing a queue wakes every goroutine waiting
+// on it, wherever it sleeps, and fails it with ErrClosed; a wait on a
+// closed queue with nothing left returns at once, while completions
+// already there are still popped first.
+func TestQueueCloseWakesWaiters(t *testing.T) {
+	for _, tr := range []struct {
+		name string
+		tcp  bool
+	}{{"mem", false}, {"tcp", true}} {
+		t.Run(tr.name, func(t *testing.T) {
+			var a, b *core.Runtime
+			if tr.tcp {
+				_, rts := tcpRuntimes(t, 2, core.Config{RCPeers: -1})
+				a, b = rts[0], rts[1]
+			} else {
+				c := start(t, 2, core.Config{RCPeers: -1})
+				a, b = c.Node(1), c.Node(2)
+			}
+			q, _ := reader(t, a, b, "r")
+			if err := q.Bind(9); err != nil {
+				t.Fatal(err)
+			}
+			long, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res := startWaiters(long, q)
+			settle()
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			expectClosed(t, res)
+			for name, w := range waiters {
+				err := waitFor(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
+				if !errors.Is(err, core.ErrClosed) {
+					t.Errorf("%s on a closed queue: %v, want ErrClosed", name, err)
+				}
+			}
+
+			// A completion that finished before Close is still popped.
+			q2, req2 := reader(t, a, b, "r2")
+			if _, err := q2.Push(long, true, req2); err != nil {
+				t.Fatal(err)
+			}
+			for core.DebugDone(q2) == 0 { // dispatch without popping
+				q2.Pop(nil)
+				runtime.Gosched()
+			}
+			q2.Close()
+			var out [1]core.Completion
+			n, err := q2.PopWait(long, out[:])
+			if n != 1 || err != nil || out[0].Status != verbs.Success {
+				t.Errorf("PopWait on a closed queue holding a completion: %d %v %+v, want it popped", n, err, out[0])
+			}
+			if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, core.ErrClosed) {
+				t.Errorf("PopWait on a closed, drained queue: %d %v, want ErrClosed", n, err)
+			}
+		})
+	}
+}
+
+// reader is a queue from a to b connected for 8-byte READs of a region b
+// exports as name, and such a READ.
+func reader(t *testing.T, a, b *core.Runtime, name string) (*core.Queue, core.Request) {
+	t.Helper()
+	serve(t, b, name, 64)
+	g, err := a.Region(ctx(t), b.Node(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := a.RegMR(64, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustQueue(t, a, b.Node()), core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+}
+
+// TestRuntimeCloseWakesWaiters: closing the runtime fails every waiter of
+// every queue, and a group's waiter, with ErrClosed, wherever it sleeps.
+func TestRuntimeCloseWakesWaiters(t *testing.T) {
+	for _, tr := range []struct {
+		name string
+		tcp  bool
+	}{{"mem", false}, {"tcp", true}} {
+		t.Run(tr.name, func(t *testing.T) {
+			var a, b *core.Runtime
+			if tr.tcp {
+				_, rts := tcpRuntimes(t, 2, core.Config{RCPeers: -1})
+				a, b = rts[0], rts[1]
+			} else {
+				c := start(t, 2, core.Config{RCPeers: -1})
+				a, b = c.Node(1), c.Node(2)
+			}
+			long, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			all := map[string]chan error{}
+			for i := range 2 {
+				q, _ := reader(t, a, b, fmt.Sprint("r", i))
+				if err := q.Bind(uint32(10 + i)); err != nil {
+					t.Fatal(err)
+				}
+				for name, ch := range startWaiters(long, q) {
+					all[fmt.Sprintf("queue%d/%s", i, name)] = ch
+				}
+			}
+			g := a.Group()
+			gch := make(chan error, 1)
+			all["Group.Wait"] = gch
+			go func() { gch <- g.Wait(long, func() bool { return false }, nil) }()
+			settle()
+			if err := waitFor(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
+				t.Fatal(err)
+			}
+			expectClosed(t, all)
+		})
+	}
+}
