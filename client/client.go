@@ -57,6 +57,7 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan *wire.Msg
 	gone    error
+	closed  bool // Close was called
 	vqs     map[*VQ]struct{}
 	blocks  map[uint64]*offheap.Block // memory RegMR allocated, by MR id
 	done    chan struct{}             // closed when the reader stops
@@ -322,7 +323,18 @@ func (c *Client) Status(ctx context.Context) ([]byte, error) {
 }
 
 // Close detaches: the daemon reclaims the client's VQs, MRs and exports.
+// Calls from now on, and those waiting, fail with ErrClosed (core's).
 func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("client: %w", core.ErrClosed)
+	}
+	c.closed = true
+	if c.gone == nil {
+		c.gone = fmt.Errorf("client: %w", core.ErrClosed)
+	}
+	c.mu.Unlock()
 	c.conn.Close()
 	<-c.done
 	c.mu.Lock()
@@ -334,6 +346,7 @@ func (c *Client) Close() error {
 	c.blocks = map[uint64]*offheap.Block{}
 	c.mu.Unlock()
 	for _, v := range vqs {
+		v.shutdown()
 		v.release()
 	}
 	for _, b := range blocks {

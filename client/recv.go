@@ -24,8 +24,8 @@ func (v *VQ) Unbind() { v.c.callT(wire.NewMsg(wire.OpUnbind, 0).U64(v.id)) }
 func (v *VQ) PushRecv(bufs ...core.Local) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.closed {
-		return fmt.Errorf("client: push receive: %w", core.ErrClosed)
+	if v.closed || v.shut.Load() {
+		return fmt.Errorf("client: push receive: %w", v.errClosed())
 	}
 	if err := v.c.err(); err != nil {
 		return err
@@ -54,11 +54,19 @@ func (v *VQ) PopMsgs(out []core.Message) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
-		return 0
+		k := copy(out, v.leftMsgs)
+		v.leftMsgs = v.leftMsgs[k:]
+		return k
 	}
+	return len(v.popMsgRing(out[:0], len(out)))
+}
+
+// popMsgRing appends up to max (-1: all) messages from the message ring to
+// out and tells the daemon; v.mu held, the ring mapped.
+func (v *VQ) popMsgRing(out []core.Message, max int) []core.Message {
 	r := v.ring
-	tail, k := r.Ctr(wire.MsgTail).Load(), 0
-	for ; k < len(out) && v.msgHead != tail; k++ {
+	tail := r.Ctr(wire.MsgTail).Load()
+	for len(out) != max && v.msgHead != tail {
 		h, data := r.GetMsg(v.msgHead)
 		m := core.Message{Len: int(h.Len), From: h.From, Port: h.Port, Imm: h.Imm,
 			HasImm: h.Flags&wire.MsgHasImm != 0, Status: h.Status}
@@ -69,14 +77,14 @@ func (v *VQ) PopMsgs(out []core.Message) int {
 		} else {
 			m.Data = append([]byte(nil), data...)
 		}
-		out[k] = m
+		out = append(out, m)
 		v.msgHead++
 	}
 	r.Ctr(wire.MsgHead).Store(v.msgHead)
 	if r.Ctr(wire.DaemonFullMsg).Load() != 0 {
 		v.door.Ring()
 	}
-	return k
+	return out
 }
 
 // PopMsgsWait is PopMsgs that waits for at least one message.
@@ -84,6 +92,9 @@ func (v *VQ) PopMsgsWait(ctx context.Context, out []core.Message) (int, error) {
 	for {
 		if n := v.PopMsgs(out); n > 0 {
 			return n, nil
+		}
+		if v.shut.Load() {
+			return 0, v.errClosed()
 		}
 		if err := v.c.err(); err != nil {
 			return 0, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
@@ -38,14 +39,24 @@ type VQ struct {
 	ctlWait chan struct{}
 	ctlMu   sync.Mutex // one control SQE in flight, so CtlDone reports ours
 
-	mu     sync.Mutex
-	closed bool
-	node   core.NodeID
-	toPort bool
-	sqTail uint64  // SQEs written
-	pushed uint64  // requests pushed (SQEs but receives)
-	ents   []entry // unretired requests, in push order
-	cqHead uint64
+	// shut is set when Close (or Client.Close) begins; done closes then,
+	// waking waiters queued for a bell. Sleepers look at the ring's
+	// counters without mu, so they hold live shared, and release takes it
+	// exclusively before it unmaps the ring.
+	shut atomic.Bool
+	done chan struct{}
+	live sync.RWMutex
+
+	mu       sync.Mutex
+	closed   bool // released: the ring is gone, left and leftMsgs hold what it held
+	left     []core.Completion
+	leftMsgs []core.Message
+	node     core.NodeID
+	toPort   bool
+	sqTail   uint64  // SQEs written
+	pushed   uint64  // requests pushed (SQEs but receives)
+	ents     []entry // unretired requests, in push order
+	cqHead   uint64
 	// The daemon's counters as last read: room reads the ring's only when
 	// these say no, so a push costs no cache line the daemon just wrote.
 	retiredSeen, sqHeadSeen uint64
@@ -65,7 +76,8 @@ func (c *Client) Queue() (core.VQ, error) {
 }
 
 func (c *Client) newVQ() (*VQ, error) {
-	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1), ctlWait: make(chan struct{}, 1)}
+	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1), ctlWait: make(chan struct{}, 1),
+		done: make(chan struct{})}
 	if err := v.alloc(); err != nil {
 		v.release()
 		return nil, err
@@ -102,9 +114,37 @@ func (v *VQ) alloc() error {
 	return nil
 }
 
-// release frees the client's side of the VQ.
+// shutdown fails the VQ's calls from now on with ErrClosed and wakes its
+// waiters to see it; it reports whether it was the first.
+func (v *VQ) shutdown() bool {
+	if v.shut.Swap(true) {
+		return false
+	}
+	close(v.done)
+	for _, b := range []*wire.Bell{v.cq, v.msg, v.ctl} {
+		if b != nil {
+			b.Ring()
+		}
+	}
+	return true
+}
+
+// errClosed is what calls on a closed VQ fail with.
+func (v *VQ) errClosed() error {
+	return fmt.Errorf("client: queue %d: %w", v.id, core.ErrClosed)
+}
+
+// release frees the client's side of the VQ once its sleepers have left,
+// keeping the completions and messages its rings still held for Pop and
+// PopMsgs.
 func (v *VQ) release() {
+	v.live.Lock()
+	defer v.live.Unlock()
 	v.mu.Lock()
+	if v.ring != nil && !v.closed {
+		v.left = v.popCQ(v.left, -1)
+		v.leftMsgs = v.popMsgRing(v.leftMsgs, -1)
+	}
 	v.closed = true
 	v.mu.Unlock()
 	for _, b := range []*wire.Bell{v.door, v.cq, v.msg, v.ctl} {
@@ -126,8 +166,8 @@ func (v *VQ) wake() {
 
 // usable is nil when the VQ may take requests; v.mu held.
 func (v *VQ) usable() error {
-	if v.closed {
-		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+	if v.closed || v.shut.Load() {
+		return v.errClosed()
 	}
 	if err := v.c.err(); err != nil {
 		return err
@@ -170,8 +210,8 @@ func (v *VQ) putCtl(ctx context.Context, e *wire.SQE) (uint64, error) {
 	defer v.mu.Unlock()
 	ringRoom := func() bool { return v.sqTail-v.ring.Ctr(wire.SQHead).Load() < wire.SQEntries }
 	for {
-		if v.closed {
-			return 0, fmt.Errorf("client: queue: %w", core.ErrClosed)
+		if v.closed || v.shut.Load() {
+			return 0, v.errClosed()
 		}
 		if err := v.c.err(); err != nil {
 			return 0, err
@@ -288,17 +328,31 @@ func (v *VQ) waitLocked(ctx context.Context, cond func() bool) error {
 	})
 }
 
-// sleep waits the wire way for ready, one sleeper per bell at a time.
+// sleep waits the wire way for ready, one sleeper per bell at a time,
+// until ctx ends, the daemon goes or the VQ closes (ErrClosed).
 func (v *VQ) sleep(ctx context.Context, token chan struct{}, bell *wire.Bell, flag int, ready func() bool) error {
+	v.live.RLock()
+	defer v.live.RUnlock()
+	if v.shut.Load() {
+		return v.errClosed()
+	}
 	select {
 	case token <- struct{}{}:
+	case <-v.done:
+		return v.errClosed()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-token }()
-	err := wire.Wait(ctx, ready, v.ring.Ctr(flag), bell, v.c.err)
+	stop := func() error {
+		if v.shut.Load() {
+			return v.errClosed()
+		}
+		return v.c.err()
+	}
+	err := wire.Wait(ctx, ready, v.ring.Ctr(flag), bell, stop)
 	if errors.Is(err, wire.ErrBellClosed) {
-		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+		return v.errClosed()
 	}
 	return err
 }
@@ -310,16 +364,27 @@ func (v *VQ) Pop(out []core.Completion) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
-		return 0
+		k := copy(out, v.left)
+		v.left = v.left[k:]
+		return k
 	}
+	k := len(v.popCQ(out[:0], len(out))) // fills out in place
+	if k < len(out) && v.cqHead == v.ring.Ctr(wire.CQTail).Load() && v.c.err() != nil && !v.shut.Load() {
+		k += v.flush(out[k:])
+	}
+	return k
+}
+
+// popCQ appends up to max (-1: all) completions from the completion ring
+// to out and tells the daemon; v.mu held, the ring mapped.
+func (v *VQ) popCQ(out []core.Completion, max int) []core.Completion {
 	r := v.ring
-	head, tail, k := v.cqHead, r.Ctr(wire.CQTail).Load(), 0
-	for k < len(out) && v.cqHead != tail {
+	head, tail := v.cqHead, r.Ctr(wire.CQTail).Load()
+	for len(out) != max && v.cqHead != tail {
 		e := r.GetCQE(v.cqHead)
 		v.cqHead++
 		if c, ok := v.retire(e); ok {
-			out[k] = c
-			k++
+			out = append(out, c)
 		}
 	}
 	if v.cqHead != head {
@@ -330,10 +395,7 @@ func (v *VQ) Pop(out []core.Completion) int {
 			v.door.Ring()
 		}
 	}
-	if k < len(out) && v.cqHead == tail && v.c.err() != nil {
-		k += v.flush(out[k:])
-	}
-	return k
+	return out
 }
 
 // retire matches a completion to its request: earlier unsignaled requests
@@ -369,6 +431,9 @@ func (v *VQ) PopWait(ctx context.Context, out []core.Completion) (int, error) {
 		if n := v.Pop(out); n > 0 {
 			return n, nil
 		}
+		if v.shut.Load() {
+			return 0, v.errClosed()
+		}
 		if err := v.c.err(); err != nil {
 			return 0, err
 		}
@@ -401,13 +466,13 @@ func (v *VQ) Region(ctx context.Context, name string) (*core.Region, error) {
 }
 
 // Close releases the queue here and in the daemon.
+//
+// Its waiters wake and fail with ErrClosed; completions and messages that
+// had arrived are still popped first.
 func (v *VQ) Close() error {
-	v.mu.Lock()
-	if v.closed {
-		v.mu.Unlock()
-		return fmt.Errorf("client: queue: %w", core.ErrClosed)
+	if !v.shutdown() {
+		return v.errClosed()
 	}
-	v.mu.Unlock()
 	_, err := v.c.callT(wire.NewMsg(wire.OpCloseVQ, 0).U64(v.id))
 	v.c.mu.Lock()
 	delete(v.c.vqs, v)

@@ -1,0 +1,151 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// vqWaiters are a VQ's blocking calls, run with a long context: a Close
+// must end them long before it ends.
+var vqWaiters = map[string]func(ctx context.Context, q core.VQ) error{
+	"PopWait": func(ctx context.Context, q core.VQ) error {
+		var out [1]core.Completion
+		_, err := q.PopWait(ctx, out[:])
+		return err
+	},
+	"PopMsgsWait": func(ctx context.Context, q core.VQ) error {
+		var out [1]core.Message
+		_, err := q.PopMsgsWait(ctx, out[:])
+		return err
+	},
+}
+
+// startVQWaiters starts two of each waiter on q (one sleeps on the bell,
+// one waits for its turn) and returns their results by name.
+func startVQWaiters(ctx context.Context, q core.VQ, prefix string) map[string]chan error {
+	res := map[string]chan error{}
+	for name, w := range vqWaiters {
+		for i := range 2 {
+			ch := make(chan error, 1)
+			res[fmt.Sprintf("%s%s#%d", prefix, name, i)] = ch
+			go func() { ch <- w(ctx, q) }()
+		}
+	}
+	return res
+}
+
+// expectClosed fails t unless every waiter fails with ErrClosed within a
+// second.
+func expectClosed(t *testing.T, res map[string]chan error) {
+	t.Helper()
+	deadline := time.After(time.Second)
+	for name, ch := range res {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, core.ErrClosed) {
+				t.Errorf("%s: %v, want ErrClosed", name, err)
+			}
+		case <-deadline:
+			t.Fatalf("%s still waits a second after Close", name)
+		}
+	}
+}
+
+// within fails t unless f returns within a second.
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- f() }()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(time.Second):
+		t.Fatalf("%s did not return within a second", what)
+		return nil
+	}
+}
+
+// TestVQCloseWakesWaiters: closing a daemon VQ wakes its waiters with
+// ErrClosed; waits on the closed VQ return at once, after what had already
+// arrived is popped.
+func TestVQCloseWakesWaiters(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	c := attach(t, e)
+	q, g := connect(t, ctx, c)
+	if err := q.Bind(9); err != nil {
+		t.Fatal(err)
+	}
+	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := startVQWaiters(long, q, "")
+	time.Sleep(20 * time.Millisecond) // let them fall asleep; awake they must fail the same
+	if err := within(t, "Close", q.Close); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, res)
+	for name, w := range vqWaiters {
+		if err := within(t, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, core.ErrClosed) {
+			t.Errorf("%s on a closed VQ: %v, want ErrClosed", name, err)
+		}
+	}
+
+	// A completion that arrived before Close is still popped after it.
+	q2, _ := connect(t, ctx, c)
+	buf, _ := c.RegMR(64, verbs.AccessAll)
+	if _, err := q2.Push(ctx, true, core.Request{ID: 7, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the READ's completion on the ring", func() bool { return client.DebugCompleted(q2) > 0 })
+	q2.Close()
+	var out [1]core.Completion
+	if n, err := q2.PopWait(long, out[:]); n != 1 || err != nil || out[0].ID != 7 || out[0].Status != verbs.Success {
+		t.Errorf("PopWait on a closed VQ holding a completion: %d %v %+v, want it", n, err, out[0])
+	}
+	if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, core.ErrClosed) {
+		t.Errorf("PopWait on a closed, drained VQ: %d %v, want ErrClosed", n, err)
+	}
+}
+
+// TestClientCloseWakesWaiters: closing the client wakes every VQ's
+// waiters with ErrClosed, and later calls fail with it.
+func TestClientCloseWakesWaiters(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	c := attach(t, e)
+	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all := map[string]chan error{}
+	var qs []core.VQ
+	for i := range 2 {
+		q, _ := connect(t, ctx, c)
+		if err := q.Bind(uint32(10 + i)); err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q)
+		for k, ch := range startVQWaiters(long, q, fmt.Sprintf("vq%d/", i)) {
+			all[k] = ch
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := within(t, "Client.Close", c.Close); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, all)
+	if _, err := c.Queue(); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Queue after Close: %v, want ErrClosed", err)
+	}
+	if _, err := qs[0].Push(ctx, false, core.Request{Op: verbs.OpRead}); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Push after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+}
