@@ -6,12 +6,17 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
 )
+
+// ErrNodeExists: a node with that id is already running in the cluster.
+var ErrNodeExists = errors.New("cluster: node id in use")
 
 // Config shapes a cluster.
 type Config struct {
@@ -33,10 +38,11 @@ type Cluster struct {
 	Runtimes []*core.Runtime
 }
 
-// Start brings up cfg.Nodes nodes. Node 1 embeds the MetaServer.
+// Start brings up cfg.Nodes nodes, within ctx. Node 1 embeds the
+// MetaServer.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Nodes <= 0 {
-		return nil, fmt.Errorf("cluster: %d nodes", cfg.Nodes)
+		return nil, fmt.Errorf("cluster: %d nodes: %w", cfg.Nodes, verbs.ErrInvalid)
 	}
 	c := &Cluster{Fabric: cfg.Fabric}
 	if c.Fabric == nil {
@@ -54,8 +60,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
-// Add starts one more node with the given id.
+// Add starts one more node with the given id, within ctx. An id already
+// running is refused (ErrNodeExists): close that node first (see Remove).
 func (c *Cluster) Add(ctx context.Context, cfg Config, id core.NodeID) error {
+	if id == 0 {
+		return fmt.Errorf("cluster: node id 0: %w", verbs.ErrInvalid)
+	}
+	if c.Node(id) != nil {
+		return fmt.Errorf("cluster: add node %d: %w", id, ErrNodeExists)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cluster: add node %d: %w", id, err)
+	}
 	sc := cfg.Soft
 	sc.Name = fmt.Sprintf("node%d-%p", id, c)
 	dev, err := c.Fabric.NewNode(sc)
@@ -68,6 +84,10 @@ func (c *Cluster) Add(ctx context.Context, cfg Config, id core.NodeID) error {
 		rc.Meta = append(rc.Meta[:0:0], c.Runtimes[0].MetaInfo())
 	}
 	rt, err := core.New(ctx, rc)
+	if err == nil && ctx.Err() != nil {
+		rt.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
 		dev.Close()
 		return fmt.Errorf("cluster: node %d: %w", id, err)
@@ -85,6 +105,30 @@ func (c *Cluster) Node(id core.NodeID) *core.Runtime {
 		}
 	}
 	return nil
+}
+
+// Remove stops node id and takes it out of the cluster, as a crash would
+// for its peers when kill is true (its NIC dies first: no deregistration),
+// or cleanly (the runtime closes first) when it is false. It fails with
+// verbs.ErrInvalid when no such node runs.
+func (c *Cluster) Remove(id core.NodeID, kill bool) error {
+	for i, rt := range c.Runtimes {
+		if rt.Node() != id {
+			continue
+		}
+		dev := c.Devices[i]
+		if kill {
+			dev.Close()
+			rt.Close()
+		} else {
+			rt.Close()
+			dev.Close()
+		}
+		c.Runtimes = append(c.Runtimes[:i:i], c.Runtimes[i+1:]...)
+		c.Devices = append(c.Devices[:i:i], c.Devices[i+1:]...)
+		return nil
+	}
+	return fmt.Errorf("cluster: remove node %d: not running: %w", id, verbs.ErrInvalid)
 }
 
 // Close stops every node, the MetaServer's last.
