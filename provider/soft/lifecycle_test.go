@@ -144,3 +144,47 @@ func TestBlackHolePeer(t *testing.T) {
 		t.Fatalf("got %+v after %v, want RETRY_EXC_ERR within the timeout", wc, time.Since(start))
 	}
 }
+
+// TestDuplicateNameFails: a second node given a name already on the fabric
+// is refused with ErrAddrInUse (and ErrInvalid), and the fabric stays
+// usable: the first node keeps working and nodes come and go as before.
+func TestDuplicateNameFails(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fab := soft.NewFabric()
+		first, err := fab.NewNode(soft.Config{Name: "twin"})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer first.Close()
+		dup, err := fab.NewNode(soft.Config{Name: "twin"})
+		if err == nil {
+			dup.Close()
+			t.Error("second node named twin: no error")
+		}
+		if !errors.Is(err, soft.ErrAddrInUse) || !errors.Is(err, verbs.ErrInvalid) {
+			t.Errorf("second node named twin: %v, want ErrAddrInUse wrapping ErrInvalid", err)
+		}
+		if !first.Port().Active {
+			t.Error("the first node was closed by the refused second one")
+		}
+		if devs, _ := (&soft.Provider{Fabric: fab}).Devices(); len(devs) != 1 || devs[0] != first.Addr() {
+			t.Errorf("fabric lists %v, want only %s", devs, first.Addr())
+		}
+		other, err := fab.NewNode(soft.Config{Name: "other"})
+		if err != nil {
+			t.Errorf("new node after the refusal: %v", err)
+			return
+		}
+		if err := other.Close(); err != nil {
+			t.Errorf("close after the refusal: %v", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("NewNode or Close on the fabric hung after a duplicate name")
+	}
+}

@@ -155,14 +155,23 @@ func (fab *Fabric) NewNode(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	if _, dup := fab.nodes[n.addr]; dup {
-		n.Close()
-		return nil, fmt.Errorf("soft: node address %s already on the fabric: %w", n.addr, verbs.ErrInvalid)
+	_, dup := fab.nodes[n.addr]
+	if !dup {
+		fab.nodes[n.addr] = n
 	}
-	fab.nodes[n.addr] = n
+	fab.mu.Unlock()
+	if dup {
+		// Closed without fab.mu held: Close takes it to leave the fabric
+		// (and leaves the node already there in place).
+		n.Close()
+		return nil, fmt.Errorf("soft: node address %s already on the fabric: %w", n.addr, ErrAddrInUse)
+	}
 	return n, nil
 }
+
+// ErrAddrInUse is returned by Fabric.NewNode when another node on the
+// fabric has the address asked for. It wraps verbs.ErrInvalid.
+var ErrAddrInUse = fmt.Errorf("address in use: %w", verbs.ErrInvalid)
 
 func (fab *Fabric) lookup(addr string) *Node {
 	if fab == nil {
