@@ -288,9 +288,9 @@ func (c *Client) Region(ctx context.Context, node core.NodeID, name string) (*co
 	if err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
-	id, n, access, addr := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32()), r.GetU64()
-	g := core.Region{Node: node, Name: name, Len: n, Access: access, Addr: addr}
-	return core.HandleRegion(core.Handle{Owner: c, ID: id}, g), r.Err()
+	id, n, access := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32())
+	r.GetU64() // reserved
+	return core.HandleRegion(core.Handle{Owner: c, ID: id}, node, name, n, access), r.Err()
 }
 
 // regionID is the daemon's id of a region this client learned, or 0.

@@ -185,7 +185,7 @@ func TestIsolation(t *testing.T) {
 	hA, _ := bufA.Handle()
 	hR, _ := ga.Handle()
 	stolenMR := core.HandleMR(core.Handle{Owner: b, ID: hA.ID}, make([]byte, 4096), verbs.AccessAll)
-	stolenRegion := core.HandleRegion(core.Handle{Owner: b, ID: hR.ID}, *ga)
+	stolenRegion := core.HandleRegion(core.Handle{Owner: b, ID: hR.ID}, ga.Node(), ga.Name(), ga.Len(), ga.Access())
 
 	var wg sync.WaitGroup
 	var failures atomic.Int64

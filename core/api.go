@@ -123,12 +123,13 @@ func (m *MR) Handle() (h Handle, ok bool) {
 // Access is the access the MR was registered with.
 func (m *MR) Access() verbs.Access { return m.access }
 
-// HandleRegion makes a Region with g's public fields that another
-// implementation of API learned (krcored keeps the rkey); the runtime
-// refuses it in its own requests. For API implementations only.
-func HandleRegion(h Handle, g Region) *Region {
-	g.rkey, g.handle = 0, &h
-	return &g
+// HandleRegion makes a Region that another implementation of API learned
+// (krcored keeps the rkey and its own record of the grant, which its
+// requests are checked against): node, name, n and access are what that
+// implementation reports of it. The runtime refuses it in its own
+// requests. For API implementations only.
+func HandleRegion(h Handle, node NodeID, name string, n uint64, access verbs.Access) *Region {
+	return &Region{g: &grant{node: node, name: name, len: n, access: access}, handle: &h}
 }
 
 // Handle returns the handle of a Region made by HandleRegion; ok is false
@@ -152,22 +153,27 @@ func ConnectOptions(opts ...ConnectOption) (port uint32, toPort bool) {
 
 // checkOwner refuses requests naming memory or regions that are not this
 // runtime's: an MR of another runtime or of a daemon client carries keys
-// the shared QPs must never see, and a region learned from another node than
-// the VQ's peer is not a grant for the peer. q.mu held.
-func (q *Queue) checkOwner(r *Request) *refusal {
+// the shared QPs must never see; a Region this runtime did not hand out
+// (the zero value, another runtime's, a daemon client's) carries no grant
+// of this runtime's; and a region learned from another node than the VQ's
+// peer is not a grant for the peer. g is the record r's Region holds.
+// q.mu held.
+func (q *Queue) checkOwner(r *Request, g *grant) *refusal {
 	if m := r.Local.MR; m != nil && r.Local.Len != 0 && m.rt != q.rt {
 		return &refusal{verbs.LocProtErr, "local MR is not this runtime's"}
 	}
 	if r.Op.IsSend() || !r.Op.Valid() {
 		return nil
 	}
-	switch g := r.Remote.Region; {
-	case g == nil:
+	switch {
+	case r.Remote.Region == nil:
 		return nil // check refuses it
-	case g.handle != nil:
-		return &refusal{verbs.RemAccessErr, fmt.Sprintf("region %q was not learned by this runtime", g.Name)}
-	case g.Node != q.peer.node:
-		return &refusal{verbs.RemAccessErr, fmt.Sprintf("region %q of node %d on a VQ connected to node %d", g.Name, g.Node, q.peer.node)}
+	case g == nil:
+		return &refusal{verbs.RemInvReqErr, "a Region the runtime did not hand out (made as a literal or zero value)"}
+	case g.rt != q.rt:
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("region %q was not learned by this runtime", g.name)}
+	case g.node != q.peer.node:
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("region %q of node %d on a VQ connected to node %d", g.name, g.node, q.peer.node)}
 	}
 	return nil
 }

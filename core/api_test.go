@@ -49,7 +49,7 @@ func TestForeignRefused(t *testing.T) {
 	own, _ := api.RegMR(64, verbs.AccessAll)
 	other, _ := n2.RegMR(64, verbs.AccessAll)
 	handle := core.HandleMR(core.Handle{ID: 7}, make([]byte, 64), verbs.AccessAll)
-	hregion := core.HandleRegion(core.Handle{ID: 8}, *g)
+	hregion := core.HandleRegion(core.Handle{ID: 8}, g.Node(), g.Name(), g.Len(), g.Access())
 	reqs := []core.Request{
 		{ID: 1, Op: verbs.OpRead, Local: other.Range(0, 8), Remote: g.At(0)},
 		{ID: 2, Op: verbs.OpRead, Local: handle.Range(0, 8), Remote: g.At(0)},

@@ -235,12 +235,13 @@ func (c *control) callPeer(ctx context.Context, p *peer, typ byte, body []byte) 
 	return m.body, nil
 }
 
-// export is a region this node offers under a name.
+// export is a region this node offers under a name: its own MR over
+// exactly the exported bytes with exactly the exported rights, so the rkey
+// a client learns reaches nothing else of mr, whatever the client does
+// with it; the RNIC refuses the rest with REM_ACCESS_ERR.
 type export struct {
-	mr     *MR
-	off    int
-	len    int
-	access verbs.Access
+	mr  *MR      // the MR it was exported from
+	reg verbs.MR // the export's own registration
 }
 
 // Export offers n bytes at offset off of mr to every node under name, with
@@ -250,42 +251,75 @@ func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) 
 	if !rt.ownMR(mr) {
 		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, ErrRefused)
 	}
-	if name == "" || len(name) > 200 || off < 0 || n <= 0 || off+n > mr.Len() {
+	if name == "" || len(name) > 200 || off < 0 || n <= 0 || off > mr.Len() || n > mr.Len()-off {
 		return fmt.Errorf("core: export %q [%d,+%d) of a %d-byte MR: %w", name, off, n, mr.Len(), verbs.ErrInvalid)
 	}
 	remote := verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
 	if access&^remote != 0 || access&^mr.access != 0 {
 		return fmt.Errorf("core: export %q with %s from an MR with %s: %w", name, access, mr.access, verbs.ErrInvalid)
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if _, dup := rt.exports[name]; dup {
-		return fmt.Errorf("core: export %q: name taken: %w", name, verbs.ErrBusy)
+	// Remote writes need LOCAL_WRITE on the registration (as verbs
+	// requires); the MR has it when it has them, and the export's lkey
+	// never leaves the runtime.
+	reg, err := rt.pd.RegMR(mr.Bytes()[off:off+n], access|mr.access&verbs.AccessLocalWrite)
+	if err != nil {
+		return fmt.Errorf("core: export %q: register [%d,+%d): %w", name, off, n, err)
 	}
-	rt.exports[name] = &export{mr: mr, off: off, len: n, access: access}
-	return nil
+	rt.mu.Lock()
+	switch _, dup := rt.exports[name]; {
+	case dup:
+		err = fmt.Errorf("core: export %q: name taken: %w", name, verbs.ErrBusy)
+	case !mr.live(): // Deregister withdraws mr's exports after marking it
+		err = fmt.Errorf("core: export %q from a deregistered MR: %w", name, ErrClosed)
+	default:
+		rt.exports[name] = &export{mr: mr, reg: reg}
+	}
+	rt.mu.Unlock()
+	if err != nil {
+		reg.Close()
+	}
+	return err
 }
 
-// Unexport withdraws a name. Clients that learned it keep their handle;
-// revoke access for good by deregistering the MR.
+// Unexport withdraws a name and revokes it: its registration goes, so
+// clients that learned it get REM_ACCESS_ERR from now on. The memory stays
+// the caller's MR's.
 func (rt *Runtime) Unexport(name string) {
 	rt.mu.Lock()
+	e := rt.exports[name]
 	delete(rt.exports, name)
 	rt.mu.Unlock()
+	if e != nil {
+		e.revoke()
+	}
 }
 
+// revoke deregisters the export. The RNIC finishes an operation copying
+// through it first (as verbs' dereg_mr does), and a later one fails.
+func (e *export) revoke() {
+	if err := e.reg.Close(); err != nil {
+		e.mr.rt.log.Warn("revoke export", "err", err)
+	}
+}
+
+// unexportMR revokes every export of m.
 func (rt *Runtime) unexportMR(m *MR) {
+	var gone []*export
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	for name, e := range rt.exports {
 		if e.mr == m {
 			delete(rt.exports, name)
+			gone = append(gone, e)
 		}
+	}
+	rt.mu.Unlock()
+	for _, e := range gone {
+		e.revoke()
 	}
 }
 
 // describeRegion answers a region lookup: status (1 byte; 0 found), then
-// address, rkey, length and access.
+// address, rkey, length and access of the export's own registration.
 func (rt *Runtime) describeRegion(name string) []byte {
 	rt.mu.Lock()
 	e := rt.exports[name]
@@ -294,10 +328,11 @@ func (rt *Runtime) describeRegion(name string) []byte {
 		return []byte{1}
 	}
 	b := make([]byte, 1, 25)
-	b = binary.LittleEndian.AppendUint64(b, e.mr.mr.Addr()+uint64(e.off))
-	b = binary.LittleEndian.AppendUint32(b, e.mr.mr.RKey())
-	b = binary.LittleEndian.AppendUint64(b, uint64(e.len))
-	return binary.LittleEndian.AppendUint32(b, uint32(e.access))
+	b = binary.LittleEndian.AppendUint64(b, e.reg.Addr())
+	b = binary.LittleEndian.AppendUint32(b, e.reg.RKey())
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.reg.Len()))
+	remote := verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
+	return binary.LittleEndian.AppendUint32(b, uint32(e.reg.Access()&remote))
 }
 
 // Region learns the region node exports under name.
@@ -309,10 +344,11 @@ func (rt *Runtime) Region(ctx context.Context, node NodeID, name string) (*Regio
 	if len(resp) != 25 || resp[0] != 0 {
 		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, ErrNoRegion)
 	}
-	return &Region{
-		Node: node, Name: name, Addr: binary.LittleEndian.Uint64(resp[1:]), rkey: binary.LittleEndian.Uint32(resp[9:]),
-		Len: binary.LittleEndian.Uint64(resp[13:]), Access: verbs.Access(binary.LittleEndian.Uint32(resp[21:])),
-	}, nil
+	le := binary.LittleEndian
+	return &Region{g: &grant{
+		rt: rt, node: node, name: name, addr: le.Uint64(resp[1:]), rkey: le.Uint32(resp[9:]),
+		len: le.Uint64(resp[13:]), access: verbs.Access(le.Uint32(resp[21:])),
+	}}, nil
 }
 
 var errRCRefused = errors.New("core: peer refused the RC connection")

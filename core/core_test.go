@@ -243,7 +243,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx(t), g.Node); err != nil {
+	if err := q.Connect(ctx(t), g.Node()); err != nil {
 		return err
 	}
 	local, _ := rt.RegMR(8*n, verbs.AccessAll)
@@ -354,7 +354,7 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop ch
 	q, _ := rt.Queue()
 	defer q.Close()
 	c := ctx(t) // one context for the loop: each ctx(t) adds a cleanup
-	q.Connect(c, g.Node)
+	q.Connect(c, g.Node())
 	mine, _ := rt.RegMR(256, verbs.AccessAll)
 	ro, _ := rt.RegMR(256, 0)
 	ops := []verbs.Opcode{0, 99, verbs.OpRead, verbs.OpWrite, verbs.OpFetchAdd, verbs.OpCompareSwap, verbs.OpSend, verbs.OpWriteImm}

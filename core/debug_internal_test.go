@@ -1,6 +1,10 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/krcore/krcore/verbs"
+)
 
 func (q *Queue) debugState() string {
 	q.mu.Lock()
@@ -24,3 +28,22 @@ func DebugPQP(rt *Runtime) string {
 	}
 	return s
 }
+
+// Forge returns a Region whose record is g's with its bounds moved and its
+// rights widened, as code that edits the record through unsafe would make
+// it: the requester's checks pass it, so only the exporter's RNIC stands
+// between it and memory it was not granted. rkeyOf, if not nil, lends its
+// rkey.
+func Forge(g *Region, grow uint64, shift int64, add verbs.Access, rkeyOf *Region) *Region {
+	f := *g.g
+	f.len += grow
+	f.addr = uint64(int64(f.addr) + shift)
+	f.access |= add
+	if rkeyOf != nil {
+		f.rkey = rkeyOf.g.rkey
+	}
+	return &Region{g: &f}
+}
+
+// MRUses is how many requests and receive buffers hold m.
+func MRUses(m *MR) int64 { return m.uses.Load() }

@@ -57,6 +57,18 @@
 // gone) is reset and reconnected: only the culprit's requests fail, every
 // other VQ's requests are reposted in order.
 //
+// The checks never rest on what a caller can edit. A Region is an opaque
+// handle on the runtime's own record of the grant, so a Region the runtime
+// did not hand out (the zero value, another runtime's) is refused before
+// it reaches a shared QP. And where the memory lives, an export is its own
+// MR over exactly the exported bytes with exactly the exported rights: the
+// rkey a client learns reaches nothing else, and the exporter's RNIC
+// refuses the rest with REM_ACCESS_ERR (Unexport and Deregister revoke
+// it). An MR is held by every request using it until that request
+// finishes: Deregister refuses new requests at once but leaves the
+// registration and the memory to the ones already on a shared QP, which
+// pulling it from under them would fail and break the QP for everyone.
+//
 // # Inspection
 //
 // Stats counts what the runtime did; PoolQPs lists its shared QPs one by

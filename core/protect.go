@@ -33,10 +33,11 @@ func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.status} }
 // check is the protection every request passes before it may touch a shared
 // QP: the opcode must be valid and make sense for how the VQ is connected,
 // the local range must lie inside the caller's own MR with the access the
-// operation needs, the remote range inside a region the caller was granted,
-// with its access, and sizes and alignment must hold. It is pure: the
-// decision depends only on its arguments.
-func check(r *Request, twoSided bool, lim limits) *refusal {
+// operation needs, the remote range inside g (the runtime's record of the
+// region the request names; nil for none) with its access, and sizes and
+// alignment must hold. It reads nothing of the caller's Region. It is pure:
+// the decision depends only on its arguments.
+func check(r *Request, g *grant, twoSided bool, lim limits) *refusal {
 	refuse := func(st verbs.Status, format string, a ...any) *refusal {
 		return &refusal{status: st, why: fmt.Sprintf(format, a...)}
 	}
@@ -52,7 +53,7 @@ func check(r *Request, twoSided bool, lim limits) *refusal {
 		}
 		return nil
 	}
-	return checkRemote(r)
+	return checkRemote(r, g)
 }
 
 // checkLocal checks the request's local buffer.
@@ -85,9 +86,9 @@ func checkLocal(r *Request, lim limits) *refusal {
 	return nil
 }
 
-// checkRemote checks a one-sided request's remote range against its region.
-func checkRemote(r *Request) *refusal {
-	g := r.Remote.Region
+// checkRemote checks a one-sided request's remote range against g, the
+// record of its region.
+func checkRemote(r *Request, g *grant) *refusal {
 	if g == nil {
 		return &refusal{verbs.RemInvReqErr, fmt.Sprintf("%s without a remote region", r.Op)}
 	}
@@ -96,8 +97,8 @@ func checkRemote(r *Request) *refusal {
 		n = 8
 	}
 	off := r.Remote.Off
-	if off > g.Len || n > g.Len-off {
-		return &refusal{verbs.RemAccessErr, fmt.Sprintf("remote range [%d,+%d) outside region %q of %d bytes", off, n, g.Name, g.Len)}
+	if off > g.len || n > g.len-off {
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("remote range [%d,+%d) outside region %q of %d bytes", off, n, g.name, g.len)}
 	}
 	var need verbs.Access
 	switch {
@@ -105,14 +106,14 @@ func checkRemote(r *Request) *refusal {
 		need = verbs.AccessRemoteRead
 	case r.Op.IsAtomic():
 		need = verbs.AccessRemoteAtomic
-		if (g.Addr+off)%8 != 0 {
+		if (g.addr+off)%8 != 0 {
 			return &refusal{verbs.RemInvReqErr, fmt.Sprintf("atomic at misaligned remote offset %d", off)}
 		}
 	default:
 		need = verbs.AccessRemoteWrite
 	}
-	if g.Access&need != need {
-		return &refusal{verbs.RemAccessErr, fmt.Sprintf("%s on region %q granted only %s", r.Op, g.Name, g.Access)}
+	if g.access&need != need {
+		return &refusal{verbs.RemAccessErr, fmt.Sprintf("%s on region %q granted only %s", r.Op, g.name, g.access)}
 	}
 	return nil
 }

@@ -18,10 +18,10 @@ func TestCheck(t *testing.T) {
 	ro := &MR{mr: fakeVerbsMR{}, access: 0}
 	dead := &MR{mr: fakeVerbsMR{}, access: verbs.AccessAll}
 	dead.dead.Store(true)
-	g := &Region{Name: "r", Len: 1024, Addr: 1 << 20, Access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
 	lim := limits{maxMsg: 1 << 20}
 	ok := Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(0)}
-	if r := check(&ok, false, lim); r != nil {
+	if r := check(&ok, grantOf(&ok), false, lim); r != nil {
 		t.Fatalf("good READ refused: %v", r)
 	}
 	cases := []struct {
@@ -46,7 +46,7 @@ func TestCheck(t *testing.T) {
 		{"SEND without a port", Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}, false, verbs.LocQPOpErr},
 	}
 	for _, c := range cases {
-		r := check(&c.req, c.two, lim)
+		r := check(&c.req, grantOf(&c.req), c.two, lim)
 		if r == nil {
 			t.Errorf("%s: accepted", c.name)
 			continue
@@ -56,7 +56,7 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	send := Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}
-	if r := check(&send, true, lim); r != nil {
+	if r := check(&send, grantOf(&send), true, lim); r != nil {
 		t.Errorf("SEND on a port refused: %v", r)
 	}
 }
@@ -70,12 +70,12 @@ func FuzzCheck(f *testing.F) {
 	f.Add(uint8(verbs.OpSend), -1, 1<<30, uint64(1<<63), uint8(2), true)
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
 		mrs := []*MR{{mr: fakeVerbsMR{}, access: verbs.AccessAll}, {mr: fakeVerbsMR{}}, nil}
-		g := &Region{Name: "r", Len: 1024, Addr: 1 << 20, Access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
 		r := Request{Op: verbs.Opcode(op), Local: Local{MR: mrs[int(which)%3], Off: off, Len: n}, Remote: g.At(roff)}
 		if which&4 != 0 {
 			r.Remote.Region = nil
 		}
-		if check(&r, two, limits{maxMsg: 1 << 20}) != nil {
+		if check(&r, grantOf(&r), two, limits{maxMsg: 1 << 20}) != nil {
 			return
 		}
 		if !r.Op.Valid() {
@@ -84,11 +84,19 @@ func FuzzCheck(f *testing.F) {
 		if n > 0 && (r.Local.MR == nil || off < 0 || off+n > r.Local.MR.Len()) {
 			t.Fatalf("local range [%d,+%d) accepted", off, n)
 		}
-		if !r.Op.IsSend() && (r.Remote.Region == nil || roff > g.Len || uint64(max(n, 8)) > g.Len) {
+		if !r.Op.IsSend() && (r.Remote.Region == nil || roff > g.Len() || uint64(max(n, 8)) > g.Len()) {
 			t.Fatalf("remote offset %d len %d accepted", roff, n)
 		}
 		if r.Op == verbs.OpWrite || r.Op == verbs.OpWriteImm {
 			t.Fatalf("%s accepted on a read-only region", r.Op)
 		}
 	})
+}
+
+// grantOf is the record r's Region holds, as Queue.accept reads it.
+func grantOf(r *Request) *grant {
+	if r.Remote.Region == nil {
+		return nil
+	}
+	return r.Remote.Region.g
 }

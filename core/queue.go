@@ -17,6 +17,9 @@ type entry struct {
 	done     bool
 	status   verbs.Status
 	n        uint32
+	// mr is the local MR the request uses, held (MR.use) until it
+	// finishes so that Deregister leaves its memory to it.
+	mr *MR
 }
 
 // Queue is a virtual queue: to its user it behaves like one private RC QP
@@ -217,9 +220,16 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	q.ents[(q.head+q.n)%len(q.ents)] = e
 	q.n++
 	q.credits--
-	ref := q.checkOwner(r)
+	var g *grant // read once: every check and the post use this record
+	if reg := r.Remote.Region; reg != nil {
+		g = reg.g
+	}
+	ref := q.checkOwner(r, g)
 	if ref == nil {
-		ref = check(r, q.toPort, q.rt.lim)
+		ref = check(r, g, q.toPort, q.rt.lim)
+	}
+	if ref == nil && r.Local.Len > 0 && !r.Local.MR.use() {
+		ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
 	}
 	if ref != nil {
 		q.rt.count(&q.rt.stats.refusals)
@@ -231,11 +241,12 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	x := rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = r.Local.sge(), true
+		q.ents[(q.head+q.n-1)%len(q.ents)].mr = r.Local.MR // released as it finishes
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
 	} else {
-		x.raddr, x.rkey = r.Remote.Region.Addr+r.Remote.Off, r.Remote.Region.rkey
+		x.raddr, x.rkey = g.addr+r.Remote.Off, g.rkey
 	}
 	return x, true
 }
@@ -304,6 +315,10 @@ func (q *Queue) finishLocked(seq uint64, st verbs.Status, n uint32) {
 		return
 	}
 	e := &q.ents[(q.head+i)%len(q.ents)]
+	if m := e.mr; m != nil && !e.done {
+		e.mr = nil
+		m.unuse()
+	}
 	e.done, e.status, e.n = true, st, n
 	q.rt.kick(q)
 }
@@ -378,6 +393,7 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	q.shut.Store(true)
+	q.dropBufs(nil)
 	q.mu.Unlock()
 	q.Unbind()
 	rt := q.rt

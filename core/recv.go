@@ -138,6 +138,7 @@ func (q *Queue) deliver(m Message, data []byte) bool {
 		buf := in.bufs[0]
 		in.bufs = in.bufs[1:]
 		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
+		buf.MR.unuse() // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
@@ -199,8 +200,47 @@ func (q *Queue) PushRecv(bufs ...Local) error {
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
 	}
+	for i, b := range bufs {
+		if !b.MR.use() { // deregistered since the check
+			for _, u := range bufs[:i] {
+				u.MR.unuse()
+			}
+			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
+		}
+	}
 	q.msgs.bufs = append(q.msgs.bufs, bufs...)
 	return nil
+}
+
+// dropBufs forgets the posted receive buffers in m (every one if m is nil)
+// and their holds on their MRs; q.mu held.
+func (q *Queue) dropBufs(m *MR) {
+	kept := q.msgs.bufs[:0]
+	for _, b := range q.msgs.bufs {
+		if m == nil || b.MR == m {
+			b.MR.unuse()
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	clear(q.msgs.bufs[len(kept):])
+	q.msgs.bufs = kept
+}
+
+// dropRecvBufs forgets every queue's posted receive buffers in m, which is
+// being deregistered: messages never land in it again.
+func (rt *Runtime) dropRecvBufs(m *MR) {
+	rt.mu.RLock()
+	qs := make([]*Queue, 0, len(rt.queues))
+	for _, q := range rt.queues {
+		qs = append(qs, q)
+	}
+	rt.mu.RUnlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		q.dropBufs(m)
+		q.mu.Unlock()
+	}
 }
 
 // PopMsgs moves received messages into out and returns how many. It never

@@ -347,8 +347,16 @@ func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
 	return &MR{mr: mr, rt: rt, access: access}, nil
 }
 
-// Deregister releases an MR from RegMR or Register. Remote operations on
-// regions exported from it fail from now on.
+// Deregister releases an MR from RegMR or Register. From now on the
+// runtime refuses requests and receive buffers naming it, and remote
+// operations on regions exported from it fail with REM_ACCESS_ERR. Its
+// requests already on a shared QP (perhaps behind other VQs' requests)
+// keep it: pulling the registration from under them would fail them on
+// the QP and break it for everyone. So Deregister waits, polling, until
+// they finish (within 2x the retry timeout: each either completes or times
+// out by then), then deregisters the memory and frees what RegMR
+// allocated. If some are still in flight then, it returns an error
+// wrapping verbs.ErrBusy and the last of them releases the MR.
 func (rt *Runtime) Deregister(m *MR) error {
 	if !rt.ownMR(m) {
 		return fmt.Errorf("core: deregister an MR of another runtime: %w", ErrRefused)
@@ -357,13 +365,28 @@ func (rt *Runtime) Deregister(m *MR) error {
 		return fmt.Errorf("core: deregister: %w", ErrClosed)
 	}
 	rt.unexportMR(m)
-	err := m.mr.Close()
-	if m.blk != nil {
-		if cerr := m.blk.Close(); err == nil {
-			err = cerr
+	rt.dropRecvBufs(m)
+	if err := rt.drain(m); err != nil {
+		m.deferred.Store(true)
+		if m.uses.Load() == 0 { // the last use went as we gave up
+			return m.release()
 		}
+		return fmt.Errorf("core: deregister: %d requests still use the MR (%v); released when they finish: %w", m.uses.Load(), err, verbs.ErrBusy)
 	}
-	return err
+	return m.release()
+}
+
+// drain waits until no request or receive buffer uses m (dead), polling
+// the send completions itself, for at most twice the retry timeout.
+func (rt *Runtime) drain(m *MR) error {
+	if m.uses.Load() == 0 {
+		return nil
+	}
+	w := &Queue{rt: rt} // a stand-in for the waiter, as serveRecvs's
+	m.drained.Store(w)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rt.retryTimeout())
+	defer cancel()
+	return rt.sends.wait(ctx, w, func() bool { return m.uses.Load() == 0 }, nil)
 }
 
 func (rt *Runtime) count(c *atomic.Uint64) { c.Add(1) }

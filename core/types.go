@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/krcore/krcore/offheap"
@@ -23,6 +24,16 @@ type MR struct {
 	dead   atomic.Bool
 	handle *Handle // set by HandleMR: registered by another API implementation
 	buf    []byte  // the memory of a HandleMR
+
+	// uses counts what may still make the RNIC or the runtime touch the
+	// memory: requests accepted and not finished, receive buffers posted
+	// and not filled. Deregister leaves the registration and the memory to
+	// them (see Runtime.Deregister).
+	uses     atomic.Int64
+	drained  atomic.Pointer[Queue] // Deregister's stand-in waiter, kicked when uses reaches 0
+	deferred atomic.Bool           // Deregister gave up waiting: the last use releases
+	released sync.Once
+	relErr   error // of the release, set inside released
 }
 
 // Bytes is the registered memory.
@@ -46,6 +57,46 @@ func (m *MR) Range(off, n int) Local { return Local{MR: m, Off: off, Len: n} }
 
 func (m *MR) live() bool { return !m.dead.Load() }
 
+// use holds m for a request or a receive buffer; it fails once m is
+// deregistered. Increment first, then look: Deregister marks m dead first,
+// then looks at uses, so one of the two sees the other.
+func (m *MR) use() bool {
+	m.uses.Add(1)
+	if m.dead.Load() {
+		m.unuse()
+		return false
+	}
+	return true
+}
+
+// unuse drops a hold of use. The last one on a deregistered MR wakes
+// Deregister, or releases m itself if Deregister stopped waiting.
+func (m *MR) unuse() {
+	if m.uses.Add(-1) != 0 || !m.dead.Load() {
+		return
+	}
+	if w := m.drained.Load(); w != nil {
+		m.rt.kick(w)
+	}
+	if m.deferred.Load() {
+		m.release()
+	}
+}
+
+// release deregisters m from the device and frees the memory RegMR
+// allocated for it, once.
+func (m *MR) release() error {
+	m.released.Do(func() {
+		m.relErr = m.mr.Close()
+		if m.blk != nil {
+			if err := m.blk.Close(); m.relErr == nil {
+				m.relErr = err
+			}
+		}
+	})
+	return m.relErr
+}
+
 // Local is a range of a local MR.
 type Local struct {
 	MR  *MR
@@ -58,16 +109,50 @@ func (l Local) sge() verbs.SGE {
 }
 
 // Region is a remote memory region a node exported under a name, as a
-// client learned it. The runtime keeps its rkey and bounds: requests name a
-// Region and an offset, never a raw key.
+// client learned it. It is an opaque handle on the runtime's own record of
+// the grant (address, rkey, bounds, access), which nothing outside the
+// runtime can make or change: requests name a Region and an offset, never
+// a raw key, and a Region the runtime did not hand out (the zero value,
+// another runtime's) is refused. Copies share the record.
 type Region struct {
-	Node   NodeID
-	Name   string
-	Len    uint64
-	Access verbs.Access
-	Addr   uint64 // remote virtual address of byte 0
-	rkey   uint32
+	g      *grant
 	handle *Handle // set by HandleRegion: learned by another API implementation
+}
+
+// grant is what a runtime learned of an exported region; immutable once
+// made. The exporter registered the region as its own MR covering exactly
+// [addr, addr+len) with exactly access, so the rkey grants nothing else.
+type grant struct {
+	rt     *Runtime // the runtime that learned it; nil for HandleRegion
+	node   NodeID
+	name   string
+	len    uint64
+	access verbs.Access
+	addr   uint64 // remote virtual address of byte 0
+	rkey   uint32
+}
+
+// Node is the node that exports the region.
+func (g *Region) Node() NodeID { return g.grant().node }
+
+// Name is the name the region is exported under.
+func (g *Region) Name() string { return g.grant().name }
+
+// Len is the region's length in bytes.
+func (g *Region) Len() uint64 { return g.grant().len }
+
+// Access is the remote access the exporter granted.
+func (g *Region) Access() verbs.Access { return g.grant().access }
+
+// noGrant stands for the record of a Region the runtime did not hand out.
+var noGrant grant
+
+// grant is g's record, or an empty one (never nil).
+func (g *Region) grant() *grant {
+	if g == nil || g.g == nil {
+		return &noGrant
+	}
+	return g.g
 }
 
 // At names offset off of the region, for a request.

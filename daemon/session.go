@@ -272,7 +272,7 @@ func (ss *session) region(m *wire.Msg, r *wire.Msg) error {
 	ss.mu.Lock()
 	ss.regions[id] = g
 	ss.mu.Unlock()
-	r.U64(id).U64(g.Len).U32(uint32(g.Access)).U64(g.Addr)
+	r.U64(id).U64(g.Len()).U32(uint32(g.Access())).U64(0) // the address stays here with the rkey
 	return nil
 }
 

@@ -23,7 +23,7 @@ const (
 	OpDeregister               // u64 mr; -
 	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access; -
 	OpUnexport                 // str name; -
-	OpRegion                   // u64 node, str name; u64 region, u64 len, u32 access, u64 addr
+	OpRegion                   // u64 node, str name; u64 region, u64 len, u32 access, u64 0 (reserved)
 	OpQueue                    // fds ring memfd, doorbell, completion bell, message bell; u64 vq
 	OpConnect                  // u64 vq, u64 node, u8 to port, u32 port; -
 	OpBind                     // u64 vq, u32 port; -
