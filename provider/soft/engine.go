@@ -89,7 +89,7 @@ const (
 // to send it on; q.mu is held. A request that fails local checks completes
 // here with its error.
 func (q *qp) next(out *frame) (link, uint64, bool) {
-	for q.state == verbs.StateRTS && !q.rnrWait && q.sent < q.posted && !q.destroyed {
+	for q.state == verbs.StateRTS && !q.rnrWait && q.halt == verbs.Success && q.sent < q.posted && !q.destroyed {
 		idx := q.sent
 		w := &q.sq[idx%uint64(len(q.sq))]
 		if q.typ == verbs.DCI && q.done < idx && q.sq[(idx-1)%uint64(len(q.sq))].dest != w.dest {
@@ -107,6 +107,13 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 		}
 		if st := q.build(w, out); st != verbs.Success {
 			out.release()
+			if q.done < idx {
+				// Earlier requests still wait for their responses
+				// (READ data, atomics, ACKs): they complete when those
+				// arrive, then this one with st (see complete).
+				q.halt = st
+				return nil, 0, false
+			}
 			q.complete(w, idx, st, 0)
 			continue
 		}
@@ -138,14 +145,14 @@ func (q *qp) route(w *wqe) link {
 // this PD's MRs with the access the operation needs, and lengths.
 func (q *qp) build(w *wqe, f *frame) verbs.Status {
 	wr := &w.wr
-	*f = frame{typ: frameRequest, op: wr.Op, srcQPN: q.num, psn: w.psn, segs: f.segs[:0], held: f.held[:0]}
+	*f = frame{typ: frameRequest, op: wr.Op, srcQPN: q.num, psn: w.psn, gen: q.gen, segs: f.segs[:0], held: f.held[:0]}
 	switch q.typ {
 	case verbs.RC, verbs.UC:
 		f.dstQPN = q.dest.QPN
 	case verbs.UD:
 		f.dstQPN, f.rkey = wr.RemoteQPN, wr.QKey
 	case verbs.DCI:
-		f.dstQPN, f.dckey, f.flags, f.gen = wr.RemoteQPN, wr.DCKey, flagDC, q.gen
+		f.dstQPN, f.dckey, f.flags = wr.RemoteQPN, wr.DCKey, flagDC
 	}
 	if wr.Op.HasImm() {
 		f.flags |= flagImm
@@ -231,8 +238,11 @@ func ackOnly(op verbs.Opcode) bool {
 func (q *qp) onResponse(f *frame, r io.Reader) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.done >= q.sent || q.typ == verbs.UD || q.typ == verbs.UC {
-		return // stale: the QP was flushed or reset meanwhile
+	if q.done >= q.sent || q.typ == verbs.UD || q.typ == verbs.UC || f.gen != q.gen {
+		// Stale: the QP was flushed, or the response answers a request
+		// from before a reset (another generation), whose PSNs the new
+		// requests may reuse.
+		return
 	}
 	idx := q.done
 	w := &q.sq[idx%uint64(len(q.sq))]
@@ -322,6 +332,7 @@ func (q *qp) backOff(w *wqe, idx uint64, delay time.Duration) {
 		q.sq[i%uint64(len(q.sq))].sentAt = 0
 	}
 	q.sent = idx
+	q.halt = verbs.Success // a request that failed its local check is checked again when resent
 	q.rnrWait = true
 	q.deadline.Store(0)
 	if q.rnrTimerT != nil {
@@ -342,7 +353,7 @@ var framePool = sync.Pool{New: func() any { return new(frame) }}
 func (n *Node) serve(lk link, f *frame, r io.Reader) {
 	q := n.lookupQP(f.dstQPN)
 	resp := framePool.Get().(*frame)
-	*resp = frame{typ: frameResponse, dstQPN: f.srcQPN, srcQPN: f.dstQPN, psn: f.psn, segs: resp.segs[:0], held: resp.held[:0]}
+	*resp = frame{typ: frameResponse, dstQPN: f.srcQPN, srcQPN: f.dstQPN, psn: f.psn, gen: f.gen, segs: resp.segs[:0], held: resp.held[:0]}
 	reply := false
 	if q == nil {
 		// Hardware drops packets for unknown QPs; a DC request to an

@@ -43,7 +43,7 @@ const maxPayload = 1 << 30
 
 // protocolVersion is carried in hello frames; a peer speaking another
 // version is refused.
-const protocolVersion = 2
+const protocolVersion = 3
 
 var errFrame = errors.New("soft: malformed frame")
 
@@ -65,7 +65,7 @@ type frame struct {
 	imm    uint32
 	rlen   uint32 // READ length, atomic length
 	dckey  uint64
-	gen    uint32   // DCI incarnation: a DCT sequences each (node, DCI, gen)
+	gen    uint32   // requester incarnation: a DCT sequences each (node, DCI, gen); responses echo it
 	segs   [][]byte // outbound payload
 	plen   uint32   // payload length (decoded frames)
 	held   []*mr    // MRs the outbound payload points into

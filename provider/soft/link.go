@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"bytes"
 	"io"
 	"strings"
 	"sync"
@@ -56,8 +57,83 @@ func (n *Node) receive(lk link, f *frame, r io.Reader) {
 	case frameRequest:
 		n.serve(lk, f, r)
 	case frameResponse:
-		if q := n.lookupQP(f.dstQPN); q != nil {
-			q.onResponse(f, r)
+		if n.holding.Load() && n.hold(f, r) {
+			return
+		}
+		n.deliver(f, r)
+	}
+}
+
+// deliver hands a response to the QP it is addressed to.
+func (n *Node) deliver(f *frame, r io.Reader) {
+	if q := n.lookupQP(f.dstQPN); q != nil {
+		q.onResponse(f, r)
+	}
+}
+
+// heldResponse is a response HoldResponses keeps back: its header and a
+// copy of its payload.
+type heldResponse struct {
+	f       frame
+	payload []byte
+}
+
+// HoldResponses makes the node keep every response that arrives for its
+// QPs (READ data, atomic results, ACKs and NAKs) instead of handing it to
+// the QP, until the returned release is called, which hands them over in
+// the order they arrived. It is fault injection, for tests: a slow
+// network or responder, so requests stay outstanding for as long as a test
+// needs (they still time out with RETRY_EXC_ERR after the QP's timeout).
+// held reports how many responses are held; release may be called more
+// than once.
+func (n *Node) HoldResponses() (held func() int, release func()) {
+	n.holdMu.Lock()
+	n.holding.Store(true)
+	n.holdMu.Unlock()
+	return n.heldCount, n.releaseHeld
+}
+
+// heldCount is how many responses HoldResponses holds now.
+func (n *Node) heldCount() int {
+	n.holdMu.Lock()
+	defer n.holdMu.Unlock()
+	return len(n.held)
+}
+
+// hold keeps a response back while HoldResponses is in force, reporting
+// whether it did.
+func (n *Node) hold(f *frame, r io.Reader) bool {
+	n.holdMu.Lock()
+	defer n.holdMu.Unlock()
+	if !n.holding.Load() {
+		return false
+	}
+	h := heldResponse{f: *f, payload: make([]byte, f.plen)}
+	h.f.segs, h.f.held, h.f.rd = nil, nil, segReader{}
+	if _, err := io.ReadFull(r, h.payload); err != nil {
+		return true // a truncated frame: its link is dying anyway
+	}
+	n.held = append(n.held, h)
+	return true
+}
+
+// releaseHeld hands the held responses over in arrival order, and those
+// that arrive meanwhile after them, then stops holding.
+func (n *Node) releaseHeld() {
+	for {
+		n.holdMu.Lock()
+		batch := n.held
+		n.held = nil
+		if len(batch) == 0 {
+			n.holding.Store(false)
+			n.holdMu.Unlock()
+			return
+		}
+		n.holdMu.Unlock()
+		for i := range batch {
+			h := &batch[i]
+			h.f.plen = uint32(len(h.payload))
+			n.deliver(&h.f, bytes.NewReader(h.payload))
 		}
 	}
 }

@@ -36,6 +36,10 @@ type Node struct {
 	qps     map[uint32]*qp
 	nextQPN uint32
 
+	holding atomic.Bool // HoldResponses is in force
+	holdMu  sync.Mutex  // guards held, and holding's changes
+	held    []heldResponse
+
 	mem     memLinks
 	ln      net.Listener
 	linkMu  sync.Mutex

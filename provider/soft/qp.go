@@ -64,7 +64,7 @@ type qp struct {
 	rnrLeft  int
 	nextPSN  uint32               // PSN of the next request posted
 	rqPSN    uint32               // PSN the responder expects next
-	gen      uint32               // DCI: this incarnation's generation
+	gen      uint32               // this incarnation's generation, new at every RTR->RTS
 	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
 
 	sq                 []wqe
@@ -74,10 +74,16 @@ type qp struct {
 	more               []frame // requests batched behind out (pump only)
 	rnrTimerT          *time.Timer
 	rnrWait            bool // the head is waiting out an RNR back-off
-	link               link // RC/UC: the link to the connected peer
-	rq                 []rwqe
-	rqHead, rqN        int
-	destroyed          bool
+	// halt is the status of the request at sent, which failed its local
+	// check while earlier requests still waited for their responses: it
+	// is reported (and the QP errored) once they are answered, as rxe's
+	// completer reports an errored WQE only when it reaches the head.
+	// Success while the requester is not halted.
+	halt        verbs.Status
+	link        link // RC/UC: the link to the connected peer
+	rq          []rwqe
+	rqHead, rqN int
+	destroyed   bool
 }
 
 // CreateQP creates a QP in RESET.
@@ -211,6 +217,7 @@ func (q *qp) resetQueues() {
 	q.tail.Store(0)
 	q.deadline.Store(0)
 	q.rnrWait = false
+	q.halt = verbs.Success
 	if q.rnrTimerT != nil {
 		q.rnrTimerT.Stop()
 	}
@@ -315,7 +322,9 @@ func (q *qp) toRTR(a verbs.QPAttr) error {
 
 func (q *qp) toRTS(a verbs.QPAttr) {
 	if q.state == verbs.StateRTR {
-		q.gen = uint32(q.node.keys.next())
+		for old := q.gen; q.gen == old; {
+			q.gen = uint32(q.node.keys.next()) // never the previous life's
+		}
 	}
 	q.nextPSN = a.SQPSN & psnMask
 	q.timeout = q.node.cfg.RetryTimeout
@@ -444,6 +453,8 @@ func (q *qp) retire(tag uint64) {
 
 // complete reports the head-most outstanding send request's outcome; q.mu
 // is held. A failure moves the QP to ERR and flushes everything behind it.
+// Completions are in order: once the last request before a halted one is
+// answered, the halted one's local error is reported.
 func (q *qp) complete(w *wqe, idx uint64, st verbs.Status, byteLen uint32) {
 	if st != verbs.Success {
 		q.failLocked(st, idx, true)
@@ -453,6 +464,10 @@ func (q *qp) complete(w *wqe, idx uint64, st verbs.Status, byteLen uint32) {
 	q.rnrLeft = q.rnrRetry
 	if w.signaled {
 		q.pushSend(w, idx, verbs.Success, byteLen)
+	}
+	if q.halt != verbs.Success && q.done == q.sent {
+		q.failLocked(q.halt, q.done, true)
+		return
 	}
 	q.armDeadline()
 }
@@ -490,26 +505,24 @@ func (q *qp) fail(st verbs.Status) {
 }
 
 // failLocked errors the QP. If culprit, the request at idx completes with st
-// and the rest with WR_FLUSH_ERR; otherwise all complete with st.
+// and the rest with WR_FLUSH_ERR; otherwise all complete with st. A request
+// never completes SUCCESS here: the culprit is always the oldest
+// outstanding request (complete and next see to it), and anything still
+// outstanding has not been answered, so it is flushed.
 func (q *qp) failLocked(st verbs.Status, idx uint64, culprit bool) {
 	if q.destroyed {
 		return
 	}
 	q.state = verbs.StateErr
 	q.rnrWait = false
+	q.halt = verbs.Success
 	q.deadline.Store(0)
 	for i := q.done; i < q.posted; i++ {
 		s := verbs.WRFlushErr
 		if !culprit || i == idx {
 			s = st
 		}
-		if culprit && i < idx {
-			s = verbs.Success // completed before the culprit (UC/UD never wait)
-		}
-		w := &q.sq[i%uint64(len(q.sq))]
-		if s != verbs.Success || w.signaled {
-			q.pushSend(w, i, s, 0)
-		}
+		q.pushSend(&q.sq[i%uint64(len(q.sq))], i, s, 0)
 	}
 	q.done, q.sent = q.posted, q.posted
 	q.flushRecvs()

@@ -28,7 +28,7 @@
 // # Wire protocol
 //
 // A TCP link starts with a hello from each side (the dialer's first) carrying
-// the protocol version (currently 2) and the node's fabric address; a peer on
+// the protocol version (currently 3) and the node's fabric address; a peer on
 // another version is refused. Every frame is a 4-byte big-endian length
 // followed by a 64-byte header and a payload:
 //
@@ -50,8 +50,14 @@
 //	 44    4 immediate data
 //	 48    4 READ length
 //	 52    8 DC access key
-//	 60    4 DCI generation (new each time a DCI reaches RTS)
+//	 60    4 requester generation (new each time an RC QP or DCI
+//	         reaches RTS; a response echoes its request's)
 //	 64      payload: SEND/WRITE data, READ response data
+//
+// A requester accepts a response only if it carries the generation the QP
+// has now: a QP reset and made ready again may reuse its PSNs, and a
+// response to a request from its previous life (held in a slow network or
+// responder) must not complete a new request.
 //
 // Requests on one QP carry consecutive PSNs; the responder executes only the
 // PSN it expects and drops the rest, so after an RNR NAK the requester goes

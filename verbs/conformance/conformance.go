@@ -46,9 +46,12 @@ const (
 	CapRandomKeys = "random-keys"
 	// CapCQOverrun: reporting a CQ overrun with ErrCQOverrun.
 	CapCQOverrun = "cq-overrun"
+	// CapHoldResponses: keeping a device's responses back to hold its
+	// requests in flight. Also skipped when Options.HoldResponses is nil.
+	CapHoldResponses = "hold-responses"
 )
 
-var knownCaps = []string{CapDC, CapSRQ, CapAtomic, CapInline, CapUD, CapUC, CapLinkKill, CapRetry, CapRandomKeys, CapCQOverrun}
+var knownCaps = []string{CapDC, CapSRQ, CapAtomic, CapInline, CapUD, CapUC, CapLinkKill, CapRetry, CapRandomKeys, CapCQOverrun, CapHoldResponses}
 
 // Options tune the suite to a provider.
 type Options struct {
@@ -69,6 +72,13 @@ type Options struct {
 	// can check that outstanding work fails with RETRY_EXC_ERR instead of
 	// hanging. nil skips those tests.
 	KillLink func(a, b verbs.Device) error
+	// HoldResponses, if set, makes device a keep back every response that
+	// arrives for its QPs (a slow network or responder), so the suite can
+	// hold requests in flight across a local error or a QP reset. held
+	// reports how many responses it holds; release hands them to the QPs
+	// in arrival order and stops holding. Tests that need it are skipped
+	// when it is nil; the others that use it when set still run without.
+	HoldResponses func(a verbs.Device) (held func() int, release func())
 }
 
 func (o Options) retryTimeout() time.Duration {
@@ -115,6 +125,7 @@ func groups() []group {
 		{"Order", orderTests()},
 		{"RemoteError", remoteErrorTests()},
 		{"LocalError", localErrorTests()},
+		{"InFlight", inFlightTests()},
 		{"RNR", rnrTests()},
 		{"UD", udTests()},
 		{"DC", dcTests()},
@@ -150,6 +161,9 @@ func runCase(t *testing.T, f Factory, o Options, tc testCase) {
 		}
 		if c == CapLinkKill && o.KillLink == nil {
 			t.Skip("Options.KillLink is nil: cannot break the link")
+		}
+		if c == CapHoldResponses && o.HoldResponses == nil {
+			t.Skip("Options.HoldResponses is nil: cannot hold responses back")
 		}
 	}
 	e := newEnv(t, f, o)

@@ -17,13 +17,16 @@ const retryTimeout = 200 * time.Millisecond
 // let later requests dial a new TCP link.)
 func killNode(_, b verbs.Device) error { return b.Close() }
 
+// holdResponses holds back the responses that reach soft node a.
+func holdResponses(a verbs.Device) (func() int, func()) { return a.(*soft.Node).HoldResponses() }
+
 // TestSoftMem runs the suite on two soft nodes joined by the in-memory
 // wire.
 func TestSoftMem(t *testing.T) {
 	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
 		fab := soft.NewFabric()
 		return newNode(t, fab, soft.Config{}), newNode(t, fab, soft.Config{})
-	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode})
+	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode, HoldResponses: holdResponses})
 }
 
 // TestSoftTCP runs the suite on two soft nodes that reach each other only
@@ -35,7 +38,7 @@ func TestSoftTCP(t *testing.T) {
 	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
 		cfg := soft.Config{Listen: "127.0.0.1:0"}
 		return newNode(t, nil, cfg), newNode(t, nil, cfg)
-	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode})
+	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode, HoldResponses: holdResponses})
 }
 
 // newNode starts a soft node on fab, or on no fabric (TCP only) if nil.

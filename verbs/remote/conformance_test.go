@@ -69,11 +69,15 @@ func killLink(_, b verbs.Device) error {
 	return err
 }
 
+// holdResponses holds back the responses that reach device a, the soft
+// node in this process.
+func holdResponses(a verbs.Device) (func() int, func()) { return a.(*soft.Node).HoldResponses() }
+
 // TestConformanceAcrossProcesses runs the conformance suite with device b
 // in another process.
 func TestConformanceAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-process conformance run skipped in -short mode")
 	}
-	conformance.Run(t, crossProcess, conformance.Options{RetryTimeout: retryTimeout, KillLink: killLink})
+	conformance.Run(t, crossProcess, conformance.Options{RetryTimeout: retryTimeout, KillLink: killLink, HoldResponses: holdResponses})
 }
