@@ -207,8 +207,8 @@ func MedianBlock(bytes int, blocks [][]Mark, minSpan int) BandwidthStats {
 }
 
 // Check is a derived figure and, optionally, the target it should meet:
-// usually a ratio of two figures measured in the same run (DESIGN.md
-// section 8: compare as ratios, because the machines are shared and noisy),
+// usually a ratio of two figures measured in the same run (docs/DESIGN.md
+// section 1: compare as ratios, because the machines are shared and noisy),
 // sometimes an absolute figure such as an in-process latency.
 type Check struct {
 	// Name says what is compared, e.g.
