@@ -4,7 +4,9 @@
 //
 //	krcored [-config FILE] [-socket PATH] [-group NAME] [-node N] [-listen ADDR]
 //	        [-provider soft|ibverbs] [-ib-dev NAME] [-ib-port N] [-gid-idx N]
-//	        [-meta "addr=HOST:PORT qpn=N qkey=N"] [-metrics ADDR] [-log-level info]
+//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-metrics ADDR] [-log-level info]
+//	        [-spin D] [-share-quantum D] [-call-timeout D] [-client-credits N]
+//	        [-max-vqs N] [-max-mr-bytes N]
 //
 // The device is a soft RNIC by default: reachable by other hosts over TCP
 // with -listen, in-memory otherwise. -provider ibverbs opens a real RDMA
@@ -17,21 +19,29 @@
 // the provider's "built without rdma support" error.
 //
 // Without -meta the daemon embeds the MetaServer and logs its address for
-// other nodes' -meta. The config file is JSON with the flags' names as keys,
-// dashes written as underscores ("socket", "group", "node", "listen",
-// "provider", "ib_dev", "ib_port", "gid_idx", "meta", "metrics",
-// "log_level", "spin", "client_credits", "share_quantum", "allow_uids",
-// "allow_gids", "max_vqs", "max_mr_bytes"); flags given on the command line
-// override it.
+// other nodes' -meta. -meta may be repeated: the runtime registers with
+// every MetaServer listed and a Connect fails over between them.
+//
+// The config file is one JSON object with the flags' names as keys, dashes
+// written as underscores ("socket", "group", "node", "listen", "provider",
+// "ib_dev", "ib_port", "gid_idx", "meta", "metrics", "log_level", "spin",
+// "share_quantum", "call_timeout", "client_credits", "max_vqs",
+// "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
+// given on the command line override it. "meta" is a list of MetaServers
+// (or one string). Durations are Go duration strings as the flags take
+// ("10us", "5s"); an integer is read as nanoseconds. An unknown key, a value
+// of the wrong type and a value out of range (from the file or a flag) are
+// refused with the key and the reason: node, ib_port, client_credits,
+// max_vqs, max_mr_bytes and call_timeout must be at least 1, gid_idx at
+// least -1, spin at least 0; share_quantum takes any duration (negative:
+// pacing off).
 // SIGINT or SIGTERM shuts down gracefully: clients get OpBye and fail with
 // client.ErrDaemonGone.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,141 +53,15 @@ import (
 
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
-	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
-// config is the daemon's configuration: file, then flags.
-type config struct {
-	daemon.Config
-	Node     uint64 `json:"node"`
-	Listen   string `json:"listen"`
-	Provider string `json:"provider"`
-	IBDev    string `json:"ib_dev"`
-	IBPort   int    `json:"ib_port"`
-	GIDIdx   int    `json:"gid_idx"`
-	Meta     string `json:"meta"`
-	Metrics  string `json:"metrics"`
-	LogLevel string `json:"log_level"`
-}
-
-// Providers -provider accepts.
-const (
-	providerSoft    = "soft"
-	providerIBVerbs = "ibverbs"
-)
-
-// newConfig is the configuration before the file and the flags: the file
-// starts from it too, so a key it leaves out keeps the flag's default.
-func newConfig() *config {
-	return &config{Node: 1, LogLevel: "info", Provider: providerSoft, IBPort: 1, GIDIdx: -1}
-}
-
 func main() {
 	if err := run(context.Background(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "krcored:", err)
 		os.Exit(1)
-	}
-}
-
-// parse reads the configuration (load) and checks it.
-func parse(args []string) (*config, error) {
-	cfg, err := load(args)
-	if err != nil {
-		return nil, err
-	}
-	return cfg, cfg.checkProvider()
-}
-
-// load reads the config file, if -config names one, and the flags over it.
-func load(args []string) (*config, error) {
-	cfg := newConfig()
-	fs := flag.NewFlagSet("krcored", flag.ContinueOnError)
-	file := fs.String("config", "", "JSON config file (flags override it)")
-	fs.StringVar(&cfg.Socket, "socket", "", "Unix socket (default $XDG_RUNTIME_DIR/krcored.sock or /run/krcored.sock)")
-	fs.StringVar(&cfg.Group, "group", "", "group owning the socket (mode 0660); its members may attach")
-	fs.Uint64Var(&cfg.Node, "node", cfg.Node, "this node's cluster-wide id")
-	fs.StringVar(&cfg.Listen, "listen", "", "soft RNIC TCP address for other hosts (empty: in-memory only)")
-	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "RNIC: soft (the pure-Go soft RNIC) or ibverbs (a real device; needs -tags rdma)")
-	fs.StringVar(&cfg.IBDev, "ib-dev", "", "ibverbs: RDMA `device` (default the first, as ibv_devices lists them)")
-	fs.IntVar(&cfg.IBPort, "ib-port", cfg.IBPort, "ibverbs: device port")
-	fs.IntVar(&cfg.GIDIdx, "gid-idx", cfg.GIDIdx, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
-	fs.StringVar(&cfg.Meta, "meta", "", "remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); empty embeds one")
-	fs.StringVar(&cfg.Metrics, "metrics", "", "HTTP address serving Prometheus metrics at /metrics (empty: off)")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
-	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a client's pump polls its rings before it sleeps (0: the runtime's adaptive few microseconds)")
-	fs.IntVar(&cfg.ClientCredits, "client-credits", 256, "requests one client may have in flight over all its VQs")
-	fs.DurationVar(&cfg.ShareQuantum, "share-quantum", 0, "how long a client's pump may work without a break beside an interactive client before it naps three times as long (0: 50us on nodes of at most 4 CPUs, else off; negative: off)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if *file != "" {
-		b, err := os.ReadFile(*file)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		fromFile := newConfig()
-		if err := json.Unmarshal(b, fromFile); err != nil {
-			return nil, fmt.Errorf("config %s: %w", *file, err)
-		}
-		// flags set on the command line win over the file
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		merge(fromFile, cfg, set)
-		cfg = fromFile
-	}
-	return cfg, nil
-}
-
-// checkProvider refuses flags that do not fit the chosen provider, and
-// -provider ibverbs in a build that cannot open a device.
-func (cfg *config) checkProvider() error {
-	switch cfg.Provider {
-	case providerSoft:
-		if cfg.IBDev != "" || cfg.IBPort != 1 || cfg.GIDIdx != -1 {
-			return errors.New("-ib-dev, -ib-port and -gid-idx are for -provider ibverbs")
-		}
-		if cfg.Meta != "" && cfg.Listen == "" {
-			// Without -listen the soft RNIC lives in this process's
-			// memory, and joining fails only after the MetaServer's
-			// retries time out.
-			return errors.New("-meta on the soft RNIC needs -listen: an in-memory soft RNIC reaches no other process")
-		}
-		return nil
-	case providerIBVerbs:
-	default:
-		return fmt.Errorf("-provider %q: want soft or ibverbs", cfg.Provider)
-	}
-	switch {
-	case !ibverbs.Built:
-		return fmt.Errorf("-provider ibverbs: %w", ibverbs.ErrNotBuilt)
-	case cfg.Listen != "":
-		return errors.New("-listen is the soft RNIC's; an ibverbs device has its own address")
-	case cfg.IBPort < 1:
-		return fmt.Errorf("-ib-port %d: ports count from 1", cfg.IBPort)
-	case cfg.GIDIdx < -1:
-		return fmt.Errorf("-gid-idx %d: want an index, or -1 to let the provider choose", cfg.GIDIdx)
-	}
-	return nil
-}
-
-// merge copies the flags set on the command line over the file's values.
-func merge(dst, flags *config, set map[string]bool) {
-	for name, copyFlag := range map[string]func(){
-		"socket": func() { dst.Socket = flags.Socket }, "group": func() { dst.Group = flags.Group },
-		"node": func() { dst.Node = flags.Node }, "listen": func() { dst.Listen = flags.Listen },
-		"provider": func() { dst.Provider = flags.Provider }, "ib-dev": func() { dst.IBDev = flags.IBDev },
-		"ib-port": func() { dst.IBPort = flags.IBPort }, "gid-idx": func() { dst.GIDIdx = flags.GIDIdx },
-		"meta": func() { dst.Meta = flags.Meta }, "metrics": func() { dst.Metrics = flags.Metrics },
-		"log-level": func() { dst.LogLevel = flags.LogLevel },
-		"spin":      func() { dst.Spin = flags.Spin }, "client-credits": func() { dst.ClientCredits = flags.ClientCredits },
-		"share-quantum": func() { dst.ShareQuantum = flags.ShareQuantum },
-	} {
-		if set[name] {
-			copyFlag()
-		}
 	}
 }
 
@@ -203,12 +87,8 @@ func run(ctx context.Context, args []string) error {
 	// On a device without DC (every ibverbs device: mlx5dv is not bound)
 	// core.New sets RC-only mode itself.
 	rc := core.Config{Device: dev, Node: cfg.Node, Logger: log}
-	if cfg.Meta != "" {
-		info, err := meta.ParseInfo(cfg.Meta)
-		if err != nil {
-			return err
-		}
-		rc.Meta = []meta.Info{info}
+	if rc.Meta, err = cfg.Meta.infos(); err != nil {
+		return err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rt, err := core.New(startCtx, rc)

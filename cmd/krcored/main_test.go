@@ -123,3 +123,126 @@ func TestProviderUsage(t *testing.T) {
 		t.Errorf("the socket %s was made", sock)
 	}
 }
+
+// writeConfig writes a config file and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "krcored.json")
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+// TestConfigRefused refuses, in the file and on the command line alike, an
+// unknown key, a value of the wrong type or out of range, and says which
+// key and why.
+func TestConfigRefused(t *testing.T) {
+	for _, c := range []struct {
+		file string   // config file body, or "" for none
+		args []string // flags
+		want []string // in the error, besides errConfig
+	}{
+		{file: `{"max_vq": 4}`, want: []string{`unknown field "max_vq"`}},
+		{file: `{"socket": "/tmp/x.sock", "Spin": "1us", "shareQuantum": 5}`, want: []string{"unknown field"}},
+		{file: `{"client_credits": -1}`, want: []string{"client_credits", "-1", "at least 1"}},
+		{file: `{"client_credits": 0}`, want: []string{"client_credits", "at least 1"}},
+		{file: `{"max_vqs": -3}`, want: []string{"max_vqs", "-3", "at least 1"}},
+		{file: `{"max_mr_bytes": -4096}`, want: []string{"max_mr_bytes", "at least 1"}},
+		{file: `{"node": 0}`, want: []string{"node", "at least 1"}},
+		{file: `{"node": -1}`, want: []string{"node"}},
+		{file: `{"spin": "-1us"}`, want: []string{"spin", "-1µs", "at least 0s"}},
+		{file: `{"spin": "10 microseconds"}`, want: []string{`key "spin"`}},
+		{file: `{"spin": 1.5}`, want: []string{`key "spin"`, "duration"}},
+		{file: `{"call_timeout": "0s"}`, want: []string{"call_timeout", "at least 1ns"}},
+		{file: `{"share_quantum": true}`, want: []string{`key "share_quantum"`}},
+		{file: `{"allow_uids": [-1]}`, want: []string{"allow_uids"}},
+		{file: `{"max_vqs": "4"}`, want: []string{"max_vqs"}},
+		{file: `{"meta": 5}`, want: []string{`key "meta"`}},
+		{file: `{"meta": ["addr=127.0.0.1:1"]}`, args: []string{"-listen", "127.0.0.1:0"}, want: []string{"meta"}},
+		{file: `{"log_level": "loud"}`, want: []string{"log_level", "loud"}},
+		{file: `{"node": 2} {"node": 3}`, want: []string{"after the JSON object"}},
+		{file: `{"provider": "ibverbs", "gid_idx": -2}`, want: []string{"gid_idx", "-2", "at least -1"}},
+		{args: []string{"-client-credits", "-5"}, want: []string{"client_credits (-client-credits) -5", "at least 1"}},
+		{args: []string{"-max-vqs", "0"}, want: []string{"max_vqs (-max-vqs) 0"}},
+		{args: []string{"-max-mr-bytes", "-1"}, want: []string{"max_mr_bytes (-max-mr-bytes) -1"}},
+		{args: []string{"-spin", "-5us"}, want: []string{"spin (-spin) -5µs"}},
+		{args: []string{"-call-timeout", "-1s"}, want: []string{"call_timeout (-call-timeout) -1s"}},
+		{args: []string{"-node", "0"}, want: []string{"node (-node) 0"}},
+		{args: []string{"-provider", "ibverbs", "-ib-port", "256"}, want: []string{"ib_port", "256"}},
+		{args: []string{"-log-level", "chatty"}, want: []string{"log_level", "chatty"}},
+		{args: []string{"-meta", "addr=127.0.0.1:1 qpn=x", "-listen", "127.0.0.1:0"}, want: []string{"-meta", "qpn=x"}},
+		// a good file does not save a bad flag, nor a good flag a bad file
+		{file: `{"client_credits": 8}`, args: []string{"-client-credits", "-8"}, want: []string{"client_credits", "-8"}},
+		{file: `{"client_credits": -8}`, args: []string{"-max-vqs", "8"}, want: []string{"client_credits", "-8"}},
+	} {
+		args := c.args
+		if c.file != "" {
+			args = append([]string{"-config", writeConfig(t, c.file)}, args...)
+		}
+		_, err := parse(args)
+		if err == nil {
+			t.Errorf("%s %q: accepted", c.file, c.args)
+			continue
+		}
+		if !errors.Is(err, errConfig) {
+			t.Errorf("%s %q: %v: not errConfig", c.file, c.args, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %q: %v: does not say %q", c.file, c.args, err, w)
+			}
+		}
+	}
+}
+
+// TestConfigDurations reads the file's durations as Go duration strings, as
+// the flags take them, or as integer nanoseconds; a flag overrides the file.
+func TestConfigDurations(t *testing.T) {
+	conf := writeConfig(t, `{"spin": "10us", "share_quantum": "-1ns", "call_timeout": 2000000000, "client_credits": 16, "max_vqs": 2, "max_mr_bytes": 65536}`)
+	cfg, err := parse([]string{"-config", conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Spin != 10*time.Microsecond || cfg.ShareQuantum != -1 || cfg.CallTimeout != 2*time.Second ||
+		cfg.ClientCredits != 16 || cfg.MaxVQs != 2 || cfg.MaxMRBytes != 65536 {
+		t.Errorf("config %+v: want spin 10us, share quantum -1ns, call timeout 2s, credits 16, 2 VQs, 64 KiB", cfg.Config)
+	}
+	cfg, err = parse([]string{"-config", conf, "-spin", "3us", "-call-timeout", "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Spin != 3*time.Microsecond || cfg.CallTimeout != time.Minute || cfg.ClientCredits != 16 {
+		t.Errorf("config %+v: want the flags' spin 3us and call timeout 1m, the file's credits 16", cfg.Config)
+	}
+	cfg, err = parse(nil)
+	if err != nil || cfg.ClientCredits != 256 || cfg.MaxVQs != 64 || cfg.MaxMRBytes != 1<<30 || cfg.CallTimeout != 5*time.Second {
+		t.Errorf("defaults %+v %v: want 256 credits, 64 VQs, 1 GiB, 5s", cfg, err)
+	}
+}
+
+// TestConfigMeta takes several MetaServers: a list in the file, a repeated
+// -meta on the command line, which replaces the file's list.
+func TestConfigMeta(t *testing.T) {
+	a, b, c := "addr=127.0.0.1:1 qpn=5 qkey=1", "addr=127.0.0.1:2 qpn=6 qkey=1", "addr=127.0.0.1:3 qpn=7 qkey=1"
+	conf := writeConfig(t, `{"listen": "127.0.0.1:0", "meta": ["`+a+`", "`+b+`"]}`)
+	cfg, err := parse([]string{"-config", conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := cfg.Meta.infos()
+	if err != nil || len(infos) != 2 || infos[0].QPN != 5 || infos[1].QPN != 6 {
+		t.Errorf("file: %v %v: want MetaServers with QPNs 5 and 6", infos, err)
+	}
+	cfg, err = parse([]string{"-config", conf, "-meta", c, "-meta", a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if infos, err = cfg.Meta.infos(); err != nil || len(infos) != 2 || infos[0].QPN != 7 || infos[1].QPN != 5 {
+		t.Errorf("flags: %v %v: want the command line's MetaServers, QPNs 7 and 5", infos, err)
+	}
+	conf = writeConfig(t, `{"listen": "127.0.0.1:0", "meta": "`+b+`"}`)
+	if cfg, err = parse([]string{"-config", conf}); err != nil || len(cfg.Meta) != 1 {
+		t.Errorf("one string: %v %v: want one MetaServer", cfg, err)
+	}
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/provider/ibverbs"
+)
+
+// config is the daemon's configuration: file, then flags.
+type config struct {
+	daemon.Config
+	Node     uint64   `json:"node"`
+	Listen   string   `json:"listen"`
+	Provider string   `json:"provider"`
+	IBDev    string   `json:"ib_dev"`
+	IBPort   int      `json:"ib_port"`
+	GIDIdx   int      `json:"gid_idx"`
+	Meta     metaList `json:"meta"`
+	Metrics  string   `json:"metrics"`
+	LogLevel string   `json:"log_level"`
+}
+
+// Providers -provider accepts.
+const (
+	providerSoft    = "soft"
+	providerIBVerbs = "ibverbs"
+)
+
+// newConfig is the configuration before the file and the flags: the file
+// starts from it too, so a key it leaves out keeps the flag's default. The
+// daemon's limits are spelled out here (not left 0 for daemon.New to fill
+// in) so that 0 from a flag or the file is a value checked like any other.
+func newConfig() *config {
+	return &config{Node: 1, LogLevel: "info", Provider: providerSoft, IBPort: 1, GIDIdx: -1,
+		Config: daemon.Config{MaxVQs: 64, MaxMRBytes: 1 << 30, ClientCredits: 256, CallTimeout: 5 * time.Second}}
+}
+
+// errConfig reports a configuration krcored refuses: an unknown key, a
+// value of the wrong type or out of range, flags that do not fit together.
+var errConfig = errors.New("bad configuration")
+
+// parse reads the configuration (load) and checks it.
+func parse(args []string) (*config, error) {
+	cfg, err := load(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	return cfg, nil
+}
+
+// load reads the config file, if -config names one, and the flags over it:
+// the flags are parsed once to find the file, and again over the file's
+// values, so a flag given on the command line wins.
+func load(args []string) (*config, error) {
+	cfg := newConfig()
+	fs, file := flags(cfg)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *file == "" {
+		return cfg, nil
+	}
+	cfg = newConfig()
+	if err := cfg.readFile(*file); err != nil {
+		return nil, err
+	}
+	fs, _ = flags(cfg)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// flags binds krcored's flags to cfg, their defaults cfg's values.
+func flags(cfg *config) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("krcored", flag.ContinueOnError)
+	file := fs.String("config", "", "JSON config file (flags override it)")
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket (default $XDG_RUNTIME_DIR/krcored.sock or /run/krcored.sock)")
+	fs.StringVar(&cfg.Group, "group", cfg.Group, "group owning the socket (mode 0660); its members may attach")
+	fs.Uint64Var(&cfg.Node, "node", cfg.Node, "this node's cluster-wide id (at least 1)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "soft RNIC TCP address for other hosts (empty: in-memory only)")
+	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "RNIC: soft (the pure-Go soft RNIC) or ibverbs (a real device; needs -tags rdma)")
+	fs.StringVar(&cfg.IBDev, "ib-dev", cfg.IBDev, "ibverbs: RDMA `device` (default the first, as ibv_devices lists them)")
+	fs.IntVar(&cfg.IBPort, "ib-port", cfg.IBPort, "ibverbs: device port")
+	fs.IntVar(&cfg.GIDIdx, "gid-idx", cfg.GIDIdx, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
+	fs.Var(&metaFlag{list: &cfg.Meta}, "meta", "a remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); repeat it for several, which the runtime fails over between; none embeds one")
+	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "HTTP address serving Prometheus metrics at /metrics (empty: off)")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.DurationVar(&cfg.Spin, "spin", cfg.Spin, "how long a client's pump polls its rings before it sleeps (0: the runtime's adaptive few microseconds)")
+	fs.IntVar(&cfg.ClientCredits, "client-credits", cfg.ClientCredits, "requests one client may have in flight over all its VQs (at least 1)")
+	fs.DurationVar(&cfg.ShareQuantum, "share-quantum", cfg.ShareQuantum, "how long a client's pump may work without a break beside an interactive client before it naps three times as long (0: 50us on nodes of at most 4 CPUs, else off; negative: off)")
+	fs.DurationVar(&cfg.CallTimeout, "call-timeout", cfg.CallTimeout, "bound on a client's control call that talks to other nodes (Connect, Region)")
+	fs.IntVar(&cfg.MaxVQs, "max-vqs", cfg.MaxVQs, "VQs one client may have (at least 1)")
+	fs.Int64Var(&cfg.MaxMRBytes, "max-mr-bytes", cfg.MaxMRBytes, "bytes one client may register (at least 1)")
+	return fs, file
+}
+
+// readFile decodes the JSON config file over cfg. A key krcored does not
+// know, a value of the wrong type, a duration that does not parse, or
+// anything after the object is an error naming the file and the key.
+func (cfg *config) readFile(name string) error {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	// The durations shadow daemon.Config's (a shallower field wins in
+	// encoding/json), so they take Go duration strings.
+	keys := struct {
+		*config
+		Spin         duration `json:"spin"`
+		ShareQuantum duration `json:"share_quantum"`
+		CallTimeout  duration `json:"call_timeout"`
+	}{cfg, duration{"spin", &cfg.Spin}, duration{"share_quantum", &cfg.ShareQuantum},
+		duration{"call_timeout", &cfg.CallTimeout}}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&keys); err != nil {
+		return fmt.Errorf("%w: config %s: %w", errConfig, name, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: config %s: data after the JSON object", errConfig, name)
+	}
+	return nil
+}
+
+// duration is a config file's duration: a Go duration string ("10us",
+// "1.5ms") as the flags take, or an integer count of nanoseconds.
+type duration struct {
+	key string
+	d   *time.Duration
+}
+
+// UnmarshalJSON reads a duration string or integer nanoseconds.
+func (d duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("key %q: %w", d.key, err)
+		}
+		*d.d = v
+		return nil
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("key %q: %s: want a duration such as \"10us\" or integer nanoseconds", d.key, b)
+	}
+	*d.d = time.Duration(v)
+	return nil
+}
+
+// metaList is the MetaServers krcored's runtime uses, each as
+// meta.ParseInfo reads it. The config file's "meta" is a list of them or
+// one string.
+type metaList []string
+
+// UnmarshalJSON reads a list of MetaServers or a single one.
+func (l *metaList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = metaList{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("key \"meta\": %s: want a list of \"addr=HOST:PORT qpn=N qkey=N\" strings", b)
+	}
+	*l = list
+	return nil
+}
+
+// infos parses the MetaServers.
+func (l metaList) infos() ([]meta.Info, error) {
+	infos := make([]meta.Info, 0, len(l))
+	for _, s := range l {
+		info, err := meta.ParseInfo(s)
+		if err != nil {
+			return nil, fmt.Errorf("meta (-meta): %w", err)
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// metaFlag is the repeatable -meta: the command line's list replaces the
+// config file's, and each -meta adds one.
+type metaFlag struct {
+	list *metaList
+	set  bool
+}
+
+func (f *metaFlag) String() string {
+	if f == nil || f.list == nil {
+		return ""
+	}
+	return fmt.Sprint([]string(*f.list))
+}
+
+// Set adds a MetaServer, dropping the file's on the first.
+func (f *metaFlag) Set(s string) error {
+	if !f.set {
+		*f.list, f.set = nil, true
+	}
+	*f.list = append(*f.list, s)
+	return nil
+}
+
+// check refuses values out of range and flags that do not fit together or
+// the chosen provider, naming the key (and its flag) and why.
+func (cfg *config) check() error {
+	if err := cfg.checkRanges(); err != nil {
+		return err
+	}
+	if _, err := cfg.Meta.infos(); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("log_level (-log-level) %q: want debug, info, warn or error", cfg.LogLevel)
+	}
+	return cfg.checkProvider()
+}
+
+// checkRanges checks every numeric key.
+func (cfg *config) checkRanges() error {
+	for _, c := range []struct {
+		key, flag string
+		v, min    int64
+	}{
+		{"node", "node", int64(min(cfg.Node, 1<<62)), 1},
+		{"ib_port", "ib-port", int64(cfg.IBPort), 1},
+		{"gid_idx", "gid-idx", int64(cfg.GIDIdx), -1},
+		{"client_credits", "client-credits", int64(cfg.ClientCredits), 1},
+		{"max_vqs", "max-vqs", int64(cfg.MaxVQs), 1},
+		{"max_mr_bytes", "max-mr-bytes", cfg.MaxMRBytes, 1},
+		{"spin", "spin", int64(cfg.Spin), 0},
+		{"call_timeout", "call-timeout", int64(cfg.CallTimeout), 1},
+	} {
+		if c.v < c.min {
+			return fmt.Errorf("%s (-%s) %s: want at least %s", c.key, c.flag, show(c.key, c.v), show(c.key, c.min))
+		}
+	}
+	if cfg.IBPort > 255 {
+		return fmt.Errorf("ib_port (-ib-port) %d: ports are numbered 1 to 255", cfg.IBPort)
+	}
+	return nil
+}
+
+// show prints a key's value: durations as durations.
+func show(key string, v int64) string {
+	switch key {
+	case "spin", "call_timeout":
+		return time.Duration(v).String()
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// checkProvider refuses flags that do not fit the chosen provider, and
+// -provider ibverbs in a build that cannot open a device.
+func (cfg *config) checkProvider() error {
+	switch cfg.Provider {
+	case providerSoft:
+		if cfg.IBDev != "" || cfg.IBPort != 1 || cfg.GIDIdx != -1 {
+			return errors.New("-ib-dev, -ib-port and -gid-idx are for -provider ibverbs")
+		}
+		if len(cfg.Meta) > 0 && cfg.Listen == "" {
+			// Without -listen the soft RNIC lives in this process's
+			// memory, and joining fails only after the MetaServer's
+			// retries time out.
+			return errors.New("-meta on the soft RNIC needs -listen: an in-memory soft RNIC reaches no other process")
+		}
+		return nil
+	case providerIBVerbs:
+	default:
+		return fmt.Errorf("-provider %q: want soft or ibverbs", cfg.Provider)
+	}
+	switch {
+	case !ibverbs.Built:
+		return fmt.Errorf("-provider ibverbs: %w", ibverbs.ErrNotBuilt)
+	case cfg.Listen != "":
+		return errors.New("-listen is the soft RNIC's; an ibverbs device has its own address")
+	}
+	return nil
+}
