@@ -245,10 +245,7 @@ func (v *VQ) waitCtl(ctx context.Context, seq uint64) error {
 	if s != seq {
 		return fmt.Errorf("control outcome for SQE %d, want %d: %w", s, seq, wire.ErrMalformed)
 	}
-	if code != wire.CodeOK {
-		return wire.CodeError(code, "connect")
-	}
-	return nil
+	return v.ring.CtlErr(code)
 }
 
 // Push submits requests in order through the submission ring; the daemon

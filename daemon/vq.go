@@ -147,6 +147,7 @@ func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
 	if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
 		v.ss.refusals.Add(1)
 	}
+	v.ring.PutCtlErr(err)
 	v.ring.Ctr(wire.CtlDone).Store(wire.CtlResult(seq, wire.ErrorCode(err)))
 	wire.Notify(v.ring.Ctr(v.ctlFlag), v.ctl)
 }

@@ -11,7 +11,10 @@
 //	off size field
 //	  0    1 op (OpHello ...)
 //	  1    1 code: 0 in requests and successful responses, else an error code
-//	         (CodeClosed ...) and the body is the error's text
+//	         (CodeClosed ...) and the body is the error: its text, then the
+//	         names of the sentinels, the WC status and the completion error
+//	         it matches (see errors.go), so errors.Is and errors.As answer on
+//	         the client as they did in the daemon
 //	  2    6 reserved, zero
 //	  8    8 sequence number, little-endian; a response repeats its request's
 //
@@ -55,7 +58,9 @@
 // where the VQ pointed) and publishes its outcome in the header counter
 // CtlDone (line 12) as CtlResult: (sequence number + 1) << 8 | error code
 // (CodeOK ...), then rings the control bell if the client's sleep flag
-// ClientCtl (line 13) is set. A client of the first protocol sent no control
+// ClientCtl (line 13) is set. A failed one's error, encoded as on the
+// socket, is in the header at byte 1024 (a u16 length, then the body),
+// written before CtlDone. A client of the first protocol sent no control
 // bell; the daemon then rings the completion bell and checks ClientCQ. The
 // client keeps one control SQE in flight per VQ, so CtlDone reports its own;
 // a value for an older sequence number is a control SQE it gave up on.

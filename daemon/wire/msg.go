@@ -57,38 +57,13 @@ const (
 	CodeCanceled
 )
 
-// sentinels maps codes to the errors they stand for, so errors.Is gives
-// on the client what it gave in the daemon.
-var sentinels = map[uint8]error{
+// codes maps the first protocol's codes to the errors they stand for; the
+// body after the text carries every sentinel (see errors.go).
+var codes = map[uint8]error{
 	CodeClosed: core.ErrClosed, CodeNotConnected: core.ErrNotConnected, CodePortInUse: core.ErrPortInUse,
 	CodeNoRegion: core.ErrNoRegion, CodeUnreachable: core.ErrUnreachable, CodeRefused: core.ErrRefused,
 	CodeInvalid: verbs.ErrInvalid, CodeBusy: verbs.ErrBusy, CodeDeadline: context.DeadlineExceeded,
 	CodeLimit: verbs.ErrLimit, CodeCanceled: context.Canceled,
-}
-
-// ErrorCode is the code that carries err (CodeOK for nil).
-func ErrorCode(err error) uint8 {
-	if err == nil {
-		return CodeOK
-	}
-	for _, c := range []uint8{CodeClosed, CodeNotConnected, CodePortInUse, CodeNoRegion, CodeUnreachable,
-		CodeRefused, CodeInvalid, CodeBusy, CodeDeadline, CodeLimit, CodeCanceled} {
-		if errors.Is(err, sentinels[c]) {
-			return c
-		}
-	}
-	return CodeOther
-}
-
-// ErrRemote wraps every error the daemon reported.
-var ErrRemote = errors.New("krcored")
-
-// CodeError rebuilds an error the daemon sent.
-func CodeError(code uint8, text string) error {
-	if s := sentinels[code]; s != nil {
-		return fmt.Errorf("%w: %s: %w", ErrRemote, text, s)
-	}
-	return fmt.Errorf("%w: %s", ErrRemote, text)
 }
 
 // ErrMalformed reports a control message that does not parse.
@@ -174,10 +149,10 @@ func (m *Msg) Err() error { return m.err }
 // Reply starts the response to m.
 func (m *Msg) Reply() *Msg { return &Msg{Op: m.Op, Seq: m.Seq} }
 
-// Fail makes m an error response carrying err.
+// Fail makes m an error response carrying err: its text and identity.
 func (m *Msg) Fail(err error) *Msg {
 	m.Code, m.b = ErrorCode(err), nil
-	return m.Str(err.Error())
+	return m.putError(err, MaxMessage/4)
 }
 
 // Error returns the error a response carries, or nil.
@@ -185,5 +160,5 @@ func (m *Msg) Error() error {
 	if m.Code == CodeOK {
 		return nil
 	}
-	return CodeError(m.Code, m.GetStr())
+	return m.getError(m.Code)
 }
