@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 			os.Exit(runFlooder(sock))
 		case "victim":
 			os.Exit(runVictim(sock))
+		case "node":
+			os.Exit(runNode())
 		}
 		os.Exit(runChild(sock))
 	}

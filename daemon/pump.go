@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -396,6 +397,31 @@ func (p *pump) complete(v *vq) bool {
 	v.ss.completions.Add(uint64(n))
 	wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
 	return true
+}
+
+// drain waits, for at most the call timeout, until the runtime holds none
+// of vqs' requests: it pops their completions and drops them (their client
+// is gone). The pump must have stopped (its session ended), so no request
+// is pushed meanwhile.
+func (p *pump) drain(vqs map[uint64]*vq) error {
+	ctx, cancel := context.WithTimeout(p.ss.s.ctx, p.ss.s.cfg.CallTimeout)
+	defer cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	left := 0
+	done := func() bool {
+		left = 0
+		for _, v := range vqs {
+			for p.g.Pop(v.q, p.out) > 0 {
+			}
+			left += v.q.Outstanding()
+		}
+		return left == 0
+	}
+	if err := p.g.Wait(ctx, done, nil); err != nil {
+		return fmt.Errorf("daemon: %d requests did not finish: %w", left, err)
+	}
+	return nil
 }
 
 // startConnect runs the Connect SQE at seq in its own goroutine: a cold

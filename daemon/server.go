@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/offheap"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,6 +95,18 @@ type Server struct {
 	attached, reclaimed, denied atomic.Uint64
 
 	pumps atomic.Pointer[[]*pump] // every session's, for nudge; copied on change
+
+	// stranded holds the memory of MRs the runtime could not deregister
+	// yet (see memory.release): mapped until the daemon exits.
+	stranded []*offheap.Block
+}
+
+// strand keeps blk mapped for good.
+func (s *Server) strand(blk *offheap.Block) {
+	s.mu.Lock()
+	s.stranded = append(s.stranded, blk)
+	s.mu.Unlock()
+	s.log.Warn("MR still in use after deregistration: its memory stays mapped", "bytes", len(blk.Bytes()))
 }
 
 // clock is the time since the server started, in ns: a monotonic clock

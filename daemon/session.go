@@ -203,11 +203,21 @@ func (ss *session) deregister(id uint64, err error) error {
 	if mem == nil {
 		return fmt.Errorf("deregister MR %d: not this client's: %w", id, core.ErrRefused)
 	}
-	return mem.release(ss.s.rt)
+	return mem.release(ss.s)
 }
 
-func (mem *memory) release(rt *core.Runtime) error {
-	err := rt.Deregister(mem.mr)
+// release deregisters the MR and unmaps its memory. The runtime's
+// Deregister waits for the requests that use the MR; when some are still
+// in flight as it gives up (verbs.ErrBusy) the runtime deregisters the MR
+// when they finish, and the memory stays mapped: a posted request may
+// still move bytes into or out of it, so it is never unmapped under one.
+// Such a block is kept (Server.stranded) until the daemon exits.
+func (mem *memory) release(s *Server) error {
+	err := s.rt.Deregister(mem.mr)
+	if errors.Is(err, verbs.ErrBusy) {
+		s.strand(mem.blk)
+		return err
+	}
 	if cerr := mem.blk.Close(); err == nil {
 		err = cerr
 	}
@@ -348,7 +358,13 @@ func (ss *session) vqCall(m *wire.Msg) error {
 }
 
 // reclaim releases everything the client owned; it runs once, when the
-// client's socket closed for whatever reason.
+// client's socket closed for whatever reason. The order matters to the
+// other clients, whose requests share the client's QPs: first no more of
+// its requests reach the runtime (the pump stops), then its requests
+// already on shared QPs finish (drain), and only then are its VQs closed
+// and its MRs deregistered and unmapped. Deregistering under a posted
+// request would fail it on the shared QP, and unmapping under it would
+// have the RNIC write into memory that is gone.
 func (ss *session) reclaim() {
 	ss.cancel()
 	<-ss.pump.done
@@ -358,6 +374,9 @@ func (ss *session) reclaim() {
 	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]bool{}, map[uint64]*core.Region{}
 	ss.mrBytes = 0
 	ss.mu.Unlock()
+	if err := ss.pump.drain(vqs); err != nil {
+		ss.s.log.Warn("reclaim: requests still in flight", "client", ss.id, "err", err)
+	}
 	for _, v := range vqs {
 		v.close()
 	}
@@ -365,7 +384,7 @@ func (ss *session) reclaim() {
 		ss.s.rt.Unexport(name)
 	}
 	for _, mem := range mrs {
-		if err := mem.release(ss.s.rt); err != nil {
+		if err := mem.release(ss.s); err != nil {
 			ss.s.log.Warn("reclaim MR", "client", ss.id, "err", err)
 		}
 	}
