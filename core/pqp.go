@@ -44,8 +44,11 @@ type pqp struct {
 	pooled atomic.Bool
 	// remoteQPN is the peer's end of an RC QP.
 	remoteQPN uint32
-	depth     int
-	hdr       *MR // depth header slots for two-sided messages
+	// sqPSN is the PSN the DCI's send queue last started at (repair picks
+	// a new one each time it makes the DCI ready again).
+	sqPSN uint32
+	depth int
+	hdr   *MR // depth header slots for two-sided messages
 
 	mu          sync.Mutex
 	recs        []rec // in flight, ring of depth
@@ -68,7 +71,7 @@ func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pqp{rt: rt, qp: qp, rc: rc, depth: depth, hdr: hdr, recs: make([]rec, depth),
+	return &pqp{rt: rt, qp: qp, rc: rc, sqPSN: qp.Endpoint().PSN, depth: depth, hdr: hdr, recs: make([]rec, depth),
 		wrs: make([]verbs.SendWR, 0, depth), sges: make([]verbs.SGE, 0, 2*depth)}, nil
 }
 

@@ -104,7 +104,10 @@ func (rt *Runtime) repair(p *pqp, repost []rec) {
 	}
 	err := p.qp.Modify(verbs.QPAttr{State: verbs.StateReset})
 	if err == nil {
-		err = verbs.Ready(p.qp, rt.cfg.Path)
+		// A new starting PSN, as on hardware: responses to the DCI's
+		// previous life may still arrive, and must not match new requests.
+		p.sqPSN = newPSN(p.sqPSN)
+		err = verbs.ReadyAt(p.qp, rt.cfg.Path, p.sqPSN)
 	}
 	p.mu.Lock()
 	if err != nil {
@@ -148,4 +151,13 @@ func (p *pqp) destroy() {
 	p.rt.removePQP(p)
 	qp.Close()
 	p.rt.Deregister(p.hdr)
+}
+
+// newPSN picks a random 24-bit starting PSN other than old.
+func newPSN(old uint32) uint32 {
+	for {
+		if psn := uint32(randUint64()) & (1<<24 - 1); psn != old {
+			return psn
+		}
+	}
 }

@@ -65,14 +65,20 @@ func Connect(qp QP, remote Endpoint, p Path) error {
 
 // Ready moves a UD QP or DCI to RTS, or a DCT to RTR: the states in which
 // they send and receive without a connected peer.
-func Ready(qp QP, p Path) error {
+func Ready(qp QP, p Path) error { return ReadyAt(qp, p, qp.Endpoint().PSN) }
+
+// ReadyAt is Ready with the send queue starting at PSN psn. A QP reset and
+// made ready again should start at a new PSN, as on hardware: responses to
+// its previous life may still be on the wire, and a requester that matches
+// them by PSN would take them for answers to its new requests.
+func ReadyAt(qp QP, p Path, psn uint32) error {
 	retry, rnr := p.retries()
 	steps := []QPAttr{
 		{State: StateInit, Access: p.access(), QKey: p.QKey},
 		{State: StateRTR, MTU: p.MTU, MinRNRTimer: p.MinRNRTimer},
 	}
 	if qp.Type() != DCT {
-		steps = append(steps, QPAttr{State: StateRTS, SQPSN: qp.Endpoint().PSN, Timeout: p.Timeout, RetryCount: retry, RNRRetry: rnr})
+		steps = append(steps, QPAttr{State: StateRTS, SQPSN: psn, Timeout: p.Timeout, RetryCount: retry, RNRRetry: rnr})
 	}
 	for _, a := range steps {
 		if err := qp.Modify(a); err != nil {
