@@ -99,6 +99,16 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			w.sentAt = q.node.now()
 		}
 		lk := q.route(w)
+		if lk == nil && q.typ == verbs.UD && q.done == idx && q.node.unreachable(w.dest) {
+			// UD never waits for its destination: a datagram to a
+			// port that is gone is lost on the wire, as on any
+			// fabric. Waiting would hold every datagram queued
+			// behind it (to live ports) until the retry timeout
+			// failed the QP, flushing its receives too.
+			q.sent++
+			q.complete(w, idx, verbs.Success, 0)
+			continue
+		}
 		if lk == nil {
 			if q.done == idx {
 				q.deadline.Store(w.sentAt + int64(q.timeout))

@@ -166,6 +166,19 @@ func (n *Node) route(addr string, q *qp) link {
 	return n.tcpRoute(addr, q)
 }
 
+// unreachable reports that no link to addr is up or coming (route found
+// none): no node of the in-memory fabric has it, or the last dial of the
+// TCP link to it failed and none is in progress.
+func (n *Node) unreachable(addr string) bool {
+	if addr == "" || strings.HasPrefix(addr, "mem:") {
+		return addr != n.addr && n.fab.lookup(addr) == nil
+	}
+	n.linkMu.Lock()
+	defer n.linkMu.Unlock()
+	l := n.tcp[addr]
+	return l != nil && l.conn == nil && !l.dialing && !l.lastFail.IsZero()
+}
+
 // memLinkTo makes (or finds) the in-memory link pair between n and peer.
 func (n *Node) memLinkTo(peer *Node) *memLink {
 	n.mem.mu.Lock()

@@ -257,12 +257,19 @@ func (n *Node) dial(l *tcpLink) {
 	l.dialing = false
 	if err != nil || l.conn != nil || n.closed.Load() {
 		// Refused, failed, or the peer's own dial won the race.
+		var waiters []*qp
 		if err != nil {
 			l.lastFail = time.Now()
+			// The QPs waiting for the link look again: a UD
+			// datagram to it is lost now rather than at its timeout.
+			waiters, l.waiters = l.waiters, nil
 		}
 		n.linkMu.Unlock()
 		if conn != nil {
 			conn.Close()
+		}
+		for _, q := range waiters {
+			q.pump()
 		}
 		return
 	}
