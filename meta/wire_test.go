@@ -159,8 +159,9 @@ func TestServerAnswersInvalid(t *testing.T) {
 }
 
 // TestServerSurvivesUnreachableClient: a request whose reply address
-// nobody answers breaks the server's UD QP (on the soft fabric); the
-// server resets it, keeping its number, and goes on serving.
+// nobody answers costs the server nothing: the reply is lost on the wire
+// (UD never waits for its destination), and the server goes on serving at
+// once, on the same QP.
 func TestServerSurvivesUnreachableClient(t *testing.T) {
 	nodes := memNodes(t, 2)
 	ctx := testCtx(t)
@@ -169,7 +170,7 @@ func TestServerSurvivesUnreachableClient(t *testing.T) {
 	req := sampleRequest(opHello)
 	req.reply = verbs.Endpoint{Addr: "mem:nobody", QPN: 77}
 	raw.send(req.encode(nil))
-	eventually(t, 5*time.Second, "server UD QP reset", func() bool { return srv.Stats().Resets == 1 })
+	eventually(t, 5*time.Second, "the request served", func() bool { return srv.Stats().Requests == 1 })
 	c := startClient(t, nodes[1], []Info{srv.Info()}, fastClient)
 	if err := c.Register(ctx, recordOf(nodes[1], 1), 0); err != nil {
 		t.Fatalf("after the reset: %v", err)
