@@ -83,9 +83,15 @@ func TestOneSided(t *testing.T) {
 				core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)},
 				core.Request{ID: 2, Op: verbs.OpWrite, Local: buf.Range(64, 32), Remote: g.At(1024), Unsignaled: true},
 				core.Request{ID: 3, Op: verbs.OpFetchAdd, Local: buf.Range(128, 8), Remote: g.At(2048), Compare: 5},
+				core.Request{ID: 4, Op: verbs.OpWrite, Local: buf.Range(96, 20), Remote: g.At(1100)},
 			)
-			if len(out) != 2 || out[0].ID != 1 || out[1].ID != 3 || out[0].Err() != nil || out[1].Err() != nil {
+			if len(out) != 3 || out[0].ID != 1 || out[1].ID != 3 || out[2].ID != 4 || out[0].Err() != nil || out[1].Err() != nil || out[2].Err() != nil {
 				t.Fatalf("completions %+v", out)
+			}
+			for i, want := range []int{17, 8, 20} { // the bytes each moved
+				if out[i].Len != want {
+					t.Errorf("request %d (%s): Len %d, want %d", out[i].ID, out[i].Op, out[i].Len, want)
+				}
 			}
 			if got := string(buf.Bytes()[:17]); got != "hello from node 2" {
 				t.Errorf("READ got %q", got)

@@ -135,8 +135,8 @@ func TestOneSided(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range reqs {
-			if wc := pop1(t, q); wc.ID != uint64(i+1) || wc.Status != verbs.Success {
-				t.Fatalf("completion %d: %+v", i, wc)
+			if wc := pop1(t, q); wc.ID != uint64(i+1) || wc.Status != verbs.Success || wc.Len != reqs[i].Local.Len {
+				t.Fatalf("completion %d: %+v, want SUCCESS moving %d bytes", i, wc, reqs[i].Local.Len)
 			}
 		}
 		if string(local.Bytes()[:6]) != "from b" || string(remote.Bytes()[200:206]) != "from b" {
@@ -170,8 +170,8 @@ func TestTwoSided(t *testing.T) {
 		msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
 		copy(msg.Bytes(), "ping")
 		cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
-		if wc := pop1(t, cli); wc.Status != verbs.Success {
-			t.Fatalf("send: %+v", wc)
+		if wc := pop1(t, cli); wc.Status != verbs.Success || wc.Len != 4 {
+			t.Fatalf("send: %+v, want SUCCESS moving 4 bytes", wc)
 		}
 		var msgs [1]core.Message
 		if _, err := srv.PopMsgsWait(ctx(t), msgs[:]); err != nil {

@@ -195,10 +195,10 @@ func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
 		return out // stale: from before a recovery
 	}
 	for p.base < seq {
-		out = p.retire(out, verbs.Success, 0)
+		out = p.retire(out)
 	}
 	if wc.Status == verbs.Success {
-		out = p.retire(out, verbs.Success, wc.ByteLen)
+		out = p.retire(out)
 		if len(p.backlog) > 0 {
 			out = appendLost(out, p.drainLocked())
 		}
@@ -224,10 +224,14 @@ func (p *pqp) seqOf(id uint64) (uint64, bool) {
 	return p.base + uint64(d), true
 }
 
-// retire removes the oldest in-flight record with the given outcome.
-func (p *pqp) retire(out []finished, st verbs.Status, n uint32) []finished {
+// retire removes the oldest in-flight record, which succeeded. It moved
+// its local buffer's bytes (READ, WRITE, SEND payload, an atomic's 8): the
+// record's own length, since a NIC reports a send-side length only for
+// some opcodes (mlx5: READ and atomics), and an unsignaled request
+// retired by a later completion has no completion of its own.
+func (p *pqp) retire(out []finished) []finished {
 	r := &p.recs[p.base%uint64(p.depth)]
-	out = append(out, finished{q: r.q, seq: r.seq, status: st, n: n})
+	out = append(out, finished{q: r.q, seq: r.seq, status: verbs.Success, n: r.local.Length})
 	*r = rec{}
 	p.base++
 	p.n--

@@ -265,7 +265,7 @@ func (q *qp) onResponse(f *frame, r io.Reader) {
 			if !ackOnly(w.wr.Op) {
 				return // a READ or atomic answers for itself: not ours
 			}
-			q.complete(w, idx, verbs.Success, 0)
+			q.complete(w, idx, verbs.Success, uint32(w.wr.Len()))
 			idx++
 			w = &q.sq[idx%uint64(len(q.sq))]
 		}
@@ -289,7 +289,8 @@ var synStatus = [numSyndromes]verbs.Status{
 }
 
 // land places a READ's data or an atomic's original value in the
-// requester's SGEs.
+// requester's SGEs, and returns the status and the bytes the request moved
+// (for a WC's ByteLen).
 func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
 	switch w.wr.Op {
 	case verbs.OpRead:
@@ -318,7 +319,7 @@ func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
 		m.done()
 		return verbs.Success, 8
 	}
-	return verbs.Success, f.rlen
+	return verbs.Success, uint32(w.wr.Len()) // a WRITE or SEND the ACK says landed
 }
 
 // backOff handles an RNR NAK: wait the responder's timer, then go back to

@@ -205,3 +205,41 @@ func BenchmarkRead8(b *testing.B) {
 		})
 	}
 }
+
+// TestSendSideByteLen: a successful WRITE, WRITE_WITH_IMM and SEND report
+// the bytes they moved in ByteLen, whether acknowledged one by one or by
+// a later cumulative ACK (a batch of WRITEs over TCP), and inline or not.
+func TestSendSideByteLen(t *testing.T) {
+	for name, mk := range pairs(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t)
+			x, y := connectPair(t, a, b, 8192)
+			if _, err := y.qp.PostRecv([]verbs.RecvWR{{ID: 100, SGL: []verbs.SGE{verbs.SGEOf(y.mr, 4096, 1024)}}, {ID: 101, SGL: []verbs.SGE{verbs.SGEOf(y.mr, 5120, 1024)}}}); err != nil {
+				t.Fatal(err)
+			}
+			var wrs []verbs.SendWR
+			want := map[uint64]uint32{}
+			for i := range 16 {
+				n := 10 * (i + 1)
+				wr := verbs.SendWR{ID: uint64(i + 1), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, n)}, RemoteAddr: y.mr.Addr() + uint64(i*256), RKey: y.mr.RKey()}
+				if i%2 == 1 && n <= 64 { // 20, 40 and 60 B go inline (MaxInline 64)
+					wr.Flags |= verbs.Inline
+				}
+				wrs, want[wr.ID] = append(wrs, wr), uint32(n)
+			}
+			wrs = append(wrs,
+				verbs.SendWR{ID: 17, Op: verbs.OpWriteImm, Flags: verbs.Signaled, Imm: 7, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 33)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()},
+				verbs.SendWR{ID: 18, Op: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 20), verbs.SGEOf(x.mr, 100, 21)}})
+			want[17], want[18] = 33, 41
+			if _, err := x.qp.PostSend(wrs); err != nil {
+				t.Fatal(err)
+			}
+			for range wrs {
+				wc := waitWC(t, x.cq)
+				if wc.Status != verbs.Success || wc.ByteLen != want[wc.ID] {
+					t.Errorf("WR %d (%s): status %s, ByteLen %d, want SUCCESS and %d", wc.ID, wc.Op, wc.Status, wc.ByteLen, want[wc.ID])
+				}
+			}
+		})
+	}
+}
