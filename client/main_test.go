@@ -35,6 +35,12 @@ func TestMain(m *testing.M) {
 			os.Exit(runVictim(sock))
 		case "node":
 			os.Exit(runNode())
+		case "checker":
+			os.Exit(runChecker(sock))
+		case "churner":
+			os.Exit(runChurner(sock))
+		case "churnvictim":
+			os.Exit(runChurnVictim(sock))
 		}
 		os.Exit(runChild(sock))
 	}
