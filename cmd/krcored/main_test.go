@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -9,11 +10,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/ibverbs"
+	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -244,5 +250,112 @@ func TestConfigMeta(t *testing.T) {
 	conf = writeConfig(t, `{"listen": "127.0.0.1:0", "meta": "`+b+`"}`)
 	if cfg, err = parse([]string{"-config", conf}); err != nil || len(cfg.Meta) != 1 {
 		t.Errorf("one string: %v %v: want one MetaServer", cfg, err)
+	}
+}
+
+// metaServer starts a MetaServer on a soft RNIC over TCP; stop takes it
+// down (server and RNIC), as when its host goes.
+func metaServer(t *testing.T) (info string, stop func()) {
+	t.Helper()
+	dev, err := soft.NewFabric().NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := meta.NewServer(dev, meta.ServerConfig{})
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { srv.Close(); dev.Close() }) }
+	t.Cleanup(stop)
+	return srv.Info().String(), stop
+}
+
+// attachWhenUp attaches to the daemon starting at sock.
+func attachWhenUp(t *testing.T, ctx context.Context, sock string) *client.Client {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := client.Attach(actx, client.Options{Socket: sock})
+		cancel()
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // the daemon is starting
+	}
+}
+
+// TestMetaFailover runs krcored with two MetaServers (-meta twice) and
+// node 2 registered with both; with the first MetaServer down, a client's
+// cold Connect through the daemon is answered by the second and its READ
+// of node 2 works.
+func TestMetaFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, stopA := metaServer(t)
+	b, _ := metaServer(t)
+	infoA, _ := meta.ParseInfo(a)
+	infoB, _ := meta.ParseInfo(b)
+	dev2, err := soft.NewFabric().NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev2.Close()
+	rt2, err := core.New(ctx, core.Config{Device: dev2, Node: 2, Meta: []meta.Info{infoA, infoB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close()
+	table, _ := rt2.RegMR(4096, verbs.AccessAll)
+	copy(table.Bytes(), "hello from node 2")
+	if err := rt2.Export("table", table, 0, 4096, verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+
+	sock := filepath.Join(t.TempDir(), "krcored.sock")
+	dctx, dcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(dctx, []string{"-socket", sock, "-node", "1", "-listen", "127.0.0.1:0", "-meta", a, "-meta", b, "-log-level", "error"})
+	}()
+	defer func() { dcancel(); <-done }()
+	c := attachWhenUp(t, ctx, sock)
+
+	stopA()
+	q, err := c.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(ctx, 2); err != nil {
+		t.Fatalf("connect with the first MetaServer down: %v", err)
+	}
+	g, err := q.Region(ctx, "table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := c.RegMR(4096, verbs.AccessAll)
+	if _, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]core.Completion, 1)
+	if _, err := q.PopWait(ctx, out); err != nil || out[0].Err() != nil || string(buf.Bytes()[:17]) != "hello from node 2" {
+		t.Fatalf("READ of node 2: %v %+v %q", err, out[0], buf.Bytes()[:17])
+	}
+	raw, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st daemon.Status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Meta.Failovers == 0 {
+		t.Errorf("meta cache %+v: want a failover to the second MetaServer", st.Meta)
 	}
 }
