@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -195,22 +197,22 @@ func runChurnVictim(sock string) int {
 	out := make([]core.Completion, 16)
 	for i := uint64(0); ; i++ {
 		q := qs[i%2]
-		r := core.Request{ID: i, Op: verbs.OpRead, Local: mr.Range(0, 4096), Remote: cst.At(i % 60 * 1024)}
+		r := core.Request{ID: i, Op: verbs.OpRead, Local: mr.Range(0, 16<<10), Remote: cst.At(i % 48 * 1024)}
 		if i%3 == 0 {
-			r = core.Request{ID: i, Op: verbs.OpWrite, Local: mr.Range(8192, 4096), Remote: scratch.At(uint64(slot*churnSlot + int(i%3)*4096))}
+			r = core.Request{ID: i, Op: verbs.OpWrite, Local: mr.Range(16<<10, churnSlot), Remote: scratch.At(uint64(slot * churnSlot))}
 		}
 		if _, err := q.Push(context.Background(), true, r); err != nil {
 			fmt.Fprintln(os.Stderr, "victim:", err)
 			return 1
 		}
-		if q.Outstanding() > 8 {
+		if q.Outstanding() > 32 {
 			q.PopWait(context.Background(), out)
 		}
 	}
 }
 
 // runChurner makes and drops MRs and VQs mid-traffic until its stdin
-// closes: each round an MR and a VQ with READs of "const" in flight, then
+// closes: each round an MR and a VQ with 64 READs of 16 KiB in flight, then
 // either the MR is deregistered under them and the VQ drained and closed,
 // or the VQ is closed under them and the MR deregistered. Its own
 // requests may fail; it checks only that nothing hangs. It prints "churned
@@ -262,9 +264,9 @@ func churnRound(ctx context.Context, c *client.Client, cst *core.Region, deregFi
 	if err := q.Connect(ctx, 2); err != nil {
 		return err
 	}
-	reqs := make([]core.Request, 32)
+	reqs := make([]core.Request, 64)
 	for i := range reqs {
-		reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%16*4096, 4096), Remote: cst.At(uint64(i * 1024))}
+		reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%4*(16<<10), 16<<10), Remote: cst.At(uint64(i % 48 * 1024))}
 	}
 	if _, err := q.Push(ctx, false, reqs...); err != nil && !errors.Is(err, core.ErrNoCredit) {
 		return err
@@ -285,7 +287,7 @@ func churnRound(ctx context.Context, c *client.Client, cst *core.Region, deregFi
 }
 
 // TestChurn runs krcored with client processes that churn beside checkers,
-// all on the same shared QPs (one remote node, DCIs only): victims keep
+// all on the same shared QPs (one remote node over TCP, DCIs only): victims keep
 // READs and WRITEs in flight until they are SIGKILLed, one after another;
 // churners deregister MRs and close VQs with requests in flight; checkers
 // verify every byte of every READ and WRITE. A wrong byte, a failed
@@ -299,7 +301,9 @@ func TestChurn(t *testing.T) {
 			t.Fatalf("%s=%q: %v", churnEnv, s, err)
 		}
 	}
-	e := startEnv(t, core.Config{RCPeers: -1})
+	// Over TCP, as between hosts: requests stay in flight long enough
+	// for a kill or a deregistration to catch them on the shared DCIs.
+	e := startCluster(t, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}, Soft: soft.Config{Listen: "127.0.0.1:0"}})
 	node2 := e.c.Node(2)
 	cst, err := node2.RegMR(churnConst, verbs.AccessAll)
 	if err != nil {
@@ -318,7 +322,7 @@ func TestChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const checkers, churners = 3, 2
+	const checkers, churners = 3, 3
 	type talker struct {
 		name  string
 		in    io.WriteCloser

@@ -108,12 +108,18 @@ type env struct {
 // daemon on node 1; rt, if given, is the template of the nodes' runtimes.
 func startEnv(t testing.TB, rt ...core.Config) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	cfg := cluster.Config{Nodes: 2}
 	if len(rt) > 0 {
 		cfg.Runtime = rt[0]
 	}
+	return startCluster(t, cfg)
+}
+
+// startCluster is startEnv with the whole cluster configuration.
+func startCluster(t testing.TB, cfg cluster.Config) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

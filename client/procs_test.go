@@ -220,10 +220,14 @@ func TestKillLoop(t *testing.T) {
 				return
 			default:
 			}
-			_, err := qb.Push(ctx, true, core.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
+			// Each READ gets its own deadline: the kills take longer
+			// than one (ctxT's) on a loaded machine.
+			octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := qb.Push(octx, true, core.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
 			if err == nil {
-				_, err = qb.PopWait(ctx, out)
+				_, err = qb.PopWait(octx, out)
 			}
+			cancel()
 			if err != nil || out[0].Err() != nil || out[0].ID != i {
 				failed.Add(1)
 				t.Errorf("B: %v %+v", err, out[0])
