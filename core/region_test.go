@@ -21,7 +21,7 @@ type exporter struct {
 
 const exportLen = 1024
 
-func newExporter(t *testing.T, rt *core.Runtime) *exporter {
+func newExporter(t testing.TB, rt *core.Runtime) *exporter {
 	t.Helper()
 	mr, err := rt.RegMR(3*exportLen, verbs.AccessAll)
 	if err != nil {
