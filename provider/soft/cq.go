@@ -76,9 +76,10 @@ func (n *Node) CreateCQ(entries int) (verbs.CQ, error) {
 	}
 	c := &cq{node: n, ring: make([]cqe, entries), bell: make(chan struct{}, 1)}
 	c.readStop = c.stopReading
-	n.mu.Lock()
-	n.cqs[c] = struct{}{}
-	n.mu.Unlock()
+	if err := track(n, n.cqs, c); err != nil {
+		n.release(&n.counts.cq)
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -388,9 +389,7 @@ func (c *cq) Close() error {
 		c.actx, c.astop = nil, nil
 	}
 	c.node.release(&c.node.counts.cq)
-	c.node.mu.Lock()
-	delete(c.node.cqs, c)
-	c.node.mu.Unlock()
+	untrack(c.node, c.node.cqs, c)
 	return nil
 }
 

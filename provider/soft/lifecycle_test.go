@@ -1,6 +1,7 @@
 package soft_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -186,5 +187,79 @@ func TestDuplicateNameFails(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("NewNode or Close on the fabric hung after a duplicate name")
+	}
+}
+
+// TestCloseReleasesEverything: a node's Close destroys every object made
+// from it (QPs, AHs, SRQs, MRs, CQs, PDs), unpins the registered memory,
+// wakes a CQ waiter with ErrClosed, and leaves later Closes of the objects
+// reporting ErrClosed.
+func TestCloseReleasesEverything(t *testing.T) {
+	fab := soft.NewFabric()
+	n, err := fab.NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := fab.NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	blk, err := offheap.Alloc(1 << 16)
+	must(err)
+	defer blk.Close()
+	pd, err := n.AllocPD()
+	must(err)
+	cq, err := n.CreateCQ(64)
+	must(err)
+	mr, err := pd.RegMR(blk.Bytes(), verbs.AccessAll)
+	must(err)
+	srq, err := pd.CreateSRQ(verbs.SRQInit{MaxWR: 8, MaxSGE: 1})
+	must(err)
+	ah, err := pd.CreateAH(verbs.AHAttr{Dest: verbs.Endpoint{Addr: peer.Addr()}})
+	must(err)
+	rc, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq})
+	must(err)
+	dci, err := pd.CreateQP(verbs.QPInit{Type: verbs.DCI, SendCQ: cq, RecvCQ: cq})
+	must(err)
+	must(verbs.Ready(dci, verbs.Path{}))
+	_, err = srq.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(mr, 0, 64)}}})
+	must(err)
+	if s := n.Stats(); s.PDs != 1 || s.CQs != 1 || s.MRs != 1 || s.QPs != 2 || s.SRQs != 1 {
+		t.Fatalf("before Close: %+v", s)
+	}
+	if err := blk.Close(); !errors.Is(err, offheap.ErrPinned) {
+		t.Fatalf("freeing registered memory: %v, want ErrPinned", err)
+	}
+
+	waited := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		waited <- cq.Wait(ctx)
+	}()
+	must(n.Close())
+	if err := <-waited; !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("CQ waiter woken by Close with %v, want ErrClosed", err)
+	}
+	if s := n.Stats(); s != (soft.Stats{}) {
+		t.Errorf("after Close the node still holds %+v", s)
+	}
+	if err := blk.Close(); err != nil {
+		t.Errorf("memory still pinned after the node closed: %v", err)
+	}
+	for name, c := range map[string]io.Closer{"RC QP": rc, "DCI": dci, "AH": ah, "SRQ": srq, "MR": mr, "CQ": cq, "PD": pd} {
+		if err := c.Close(); !errors.Is(err, verbs.ErrClosed) {
+			t.Errorf("%s closed after its node: %v, want ErrClosed", name, err)
+		}
+	}
+	if _, err := n.AllocPD(); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("AllocPD on a closed node: %v, want ErrClosed", err)
 	}
 }

@@ -22,7 +22,12 @@ func (n *Node) AllocPD() (verbs.PD, error) {
 	if err := n.reserve(&n.counts.pd, n.attr.MaxPD, "PD"); err != nil {
 		return nil, err
 	}
-	return &pd{node: n}, nil
+	p := &pd{node: n}
+	if err := track(n, n.pds, p); err != nil {
+		n.release(&n.counts.pd)
+		return nil, err
+	}
+	return p, nil
 }
 
 func (p *pd) Close() error {
@@ -33,6 +38,7 @@ func (p *pd) Close() error {
 		return fmt.Errorf("soft: PD: %w", verbs.ErrClosed)
 	}
 	p.node.release(&p.node.counts.pd)
+	untrack(p.node, p.node.pds, p)
 	return nil
 }
 
@@ -96,6 +102,10 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	}
 	n.mrs[m.key] = m
 	n.mrMu.Unlock()
+	if n.closed.Load() { // the node closed meanwhile: destroyAll may have missed m
+		m.Close()
+		return nil, errNodeClosed
+	}
 	return m, nil
 }
 
@@ -166,7 +176,12 @@ func (p *pd) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
 	if err := p.use(); err != nil {
 		return nil, err
 	}
-	return &ah{pd: p, dest: attr.Dest}, nil
+	a := &ah{pd: p, dest: attr.Dest}
+	if err := track(p.node, p.node.ahs, a); err != nil {
+		p.refs.Add(-1)
+		return nil, err
+	}
+	return a, nil
 }
 
 func (a *ah) Dest() verbs.Endpoint { return a.dest }
@@ -176,5 +191,6 @@ func (a *ah) Close() error {
 		return fmt.Errorf("soft: address handle: %w", verbs.ErrClosed)
 	}
 	a.pd.refs.Add(-1)
+	untrack(a.pd.node, a.pd.node.ahs, a)
 	return nil
 }

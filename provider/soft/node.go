@@ -2,6 +2,7 @@ package soft
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,12 @@ type Node struct {
 	lent   atomic.Int32   // TCP links whose read role is lent (read.go)
 	wg     sync.WaitGroup // goroutines the node owns: listener, links, sweeper
 
-	mu     sync.Mutex // guards the counts and cqs below
+	mu     sync.Mutex // guards the counts and the live objects below
 	counts struct{ pd, cq, mr, qp, srq int }
 	cqs    map[*cq]struct{}
+	pds    map[*pd]struct{}
+	srqs   map[*srq]struct{}
+	ahs    map[*ah]struct{}
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*mr // by key (lkey == rkey)
@@ -60,7 +64,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 	n := &Node{
 		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr, cfg.NoDC), mtu: cfg.MTU, keys: newKeySource(),
 		start: time.Now(), stop: make(chan struct{}),
-		cqs: make(map[*cq]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
+		cqs: make(map[*cq]struct{}), pds: make(map[*pd]struct{}), srqs: make(map[*srq]struct{}), ahs: make(map[*ah]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
 		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}),
 	}
 	// QPNs are 24 bits; start somewhere random so numbers from a restarted
@@ -127,7 +131,10 @@ func (n *Node) Port() verbs.PortAttr {
 }
 
 // Close stops the node: its listener and links close, every QP moves to
-// ERR (flushing its work), and every later call fails with ErrClosed.
+// ERR (flushing its work), waiters on its CQs are woken with ErrClosed,
+// everything made from it (QPs, AHs, SRQs, MRs, CQs, PDs) is destroyed and
+// its memory unpinned, and every later call fails with ErrClosed (a later
+// Close of one of those objects too).
 func (n *Node) Close() error {
 	if n.closed.Swap(true) {
 		return errNodeClosed
@@ -157,7 +164,67 @@ func (n *Node) Close() error {
 		c.wakeAll()
 	}
 	n.wg.Wait()
+	n.destroyAll()
 	return nil
+}
+
+// destroyAll destroys every object made from the closed node, users
+// before what they use. An object its owner destroys meanwhile reports
+// ErrClosed to one of the two, which is all either needs.
+func (n *Node) destroyAll() {
+	n.qpMu.RLock()
+	objs := appendValues(nil, n.qps)
+	n.qpMu.RUnlock()
+	n.mrMu.RLock()
+	objs = appendValues(objs, n.mrs)
+	n.mrMu.RUnlock()
+	n.mu.Lock()
+	objs = appendKeys(objs, n.ahs)
+	objs = appendKeys(objs, n.srqs)
+	objs = appendKeys(objs, n.cqs)
+	objs = appendKeys(objs, n.pds)
+	n.mu.Unlock()
+	for _, o := range objs {
+		o.Close()
+	}
+}
+
+func appendValues[K comparable, V io.Closer](dst []io.Closer, m map[K]V) []io.Closer {
+	for _, v := range m {
+		dst = append(dst, v)
+	}
+	return dst
+}
+
+func appendKeys[K interface {
+	comparable
+	io.Closer
+}](dst []io.Closer, set map[K]struct{}) []io.Closer {
+	for k := range set {
+		dst = append(dst, k)
+	}
+	return dst
+}
+
+// track adds a new object to its node's set of live ones, unless the node
+// is closed (then the caller destroys the object and fails): with the
+// check under n.mu, an object is either in the set destroyAll empties or
+// sees the node closed.
+func track[K comparable](n *Node, set map[K]struct{}, k K) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() {
+		return errNodeClosed
+	}
+	set[k] = struct{}{}
+	return nil
+}
+
+// untrack removes a destroyed object from its node's set.
+func untrack[K comparable](n *Node, set map[K]struct{}, k K) {
+	n.mu.Lock()
+	delete(set, k)
+	n.mu.Unlock()
 }
 
 // Stats counts a node's live objects, for leak checks.

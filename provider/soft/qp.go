@@ -115,6 +115,10 @@ func (p *pd) CreateQP(init verbs.QPInit) (verbs.QP, error) {
 	q.num = n.nextQPN
 	n.qps[q.num] = q
 	n.qpMu.Unlock()
+	if n.closed.Load() { // the node closed meanwhile: destroyAll may have missed q
+		q.Close()
+		return nil, errNodeClosed
+	}
 	return q, nil
 }
 

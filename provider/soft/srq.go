@@ -34,7 +34,13 @@ func (p *pd) CreateSRQ(init verbs.SRQInit) (verbs.SRQ, error) {
 		n.release(&n.counts.srq)
 		return nil, err
 	}
-	return &srq{pd: p, maxSGE: max(init.MaxSGE, 1), ring: make([]rwqe, init.MaxWR)}, nil
+	s := &srq{pd: p, maxSGE: max(init.MaxSGE, 1), ring: make([]rwqe, init.MaxWR)}
+	if err := track(n, n.srqs, s); err != nil {
+		p.refs.Add(-1)
+		n.release(&n.counts.srq)
+		return nil, err
+	}
+	return s, nil
 }
 
 func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
@@ -84,5 +90,6 @@ func (s *srq) Close() error {
 	s.closed = true
 	s.pd.refs.Add(-1)
 	s.pd.node.release(&s.pd.node.counts.srq)
+	untrack(s.pd.node, s.pd.node.srqs, s)
 	return nil
 }

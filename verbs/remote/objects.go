@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -168,10 +169,12 @@ func (m *mr) Bytes() []byte { return m.buf }
 func (m *mr) Access() verbs.Access { return m.info.Access }
 
 // Close deregisters on the server, then releases the client block's pin.
-// If the server is gone its registration went with it, so the pin goes too.
+// If the server is gone, or the registration already is (ErrClosed: its
+// device was closed, which destroys what was made from it), the pin goes
+// too.
 func (m *mr) Close() error {
 	err := m.c.closeHandle(m.h)
-	if err == nil || m.c.connLost(err) {
+	if err == nil || errors.Is(err, verbs.ErrClosed) || m.c.connLost(err) {
 		m.c.unpin(m)
 	}
 	return err
