@@ -291,8 +291,10 @@ func churnRound(ctx context.Context, c *client.Client, cst *core.Region, deregFi
 // READs and WRITEs in flight until they are SIGKILLed, one after another;
 // churners deregister MRs and close VQs with requests in flight; checkers
 // verify every byte of every READ and WRITE. A wrong byte, a failed
-// completion, a hang or a dead daemon fails it. KRCORE_CHURN sets the
-// duration (default 20s).
+// completion, a hang or a dead daemon fails it. Now and then node 1 holds
+// its responses for a few milliseconds (a slow network), so that kills and
+// deregistrations find requests in flight. KRCORE_CHURN sets the duration
+// (default 20s).
 func TestChurn(t *testing.T) {
 	dur := churnDefault
 	if s := os.Getenv(churnEnv); s != "" {
@@ -337,6 +339,37 @@ func TestChurn(t *testing.T) {
 		_, in, lines := startTalker(t, e.sock, modeEnv+"=churner")
 		talkers = append(talkers, talker{fmt.Sprintf("churner %d", i), in.(io.WriteCloser), lines})
 	}
+	// A slow network now and then: node 1 holds the responses it gets
+	// for up to 30 ms, so kills and deregistrations catch requests in
+	// flight behind the checkers' on the shared DCIs.
+	stopSlow, slowDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			_, release := e.c.Devices[0].HoldResponses()
+			hold := time.NewTimer(time.Duration(rng.IntN(30)) * time.Millisecond)
+			select {
+			case <-hold.C:
+			case <-stopSlow:
+			}
+			release()
+			pause := time.NewTimer(time.Duration(10+rng.IntN(60)) * time.Millisecond)
+			select {
+			case <-pause.C:
+			case <-stopSlow:
+				return
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stopSlow:
+		default:
+			close(stopSlow)
+		}
+		<-slowDone
+	}()
 	// Victims, one after another: started, let run until the daemon has
 	// taken some of their requests, killed.
 	kills := 0
@@ -356,6 +389,8 @@ func TestChurn(t *testing.T) {
 		child.Wait()
 		kills++
 	}
+	close(stopSlow)
+	<-slowDone
 	var reads, writes, mrs, vqs uint64
 	for _, tk := range talkers {
 		tk.in.Close()
