@@ -27,7 +27,10 @@ type vqFuzz struct {
 	guarded *core.MR // guard | fz | guard on node 2
 	regions []fuzzRegion
 	q       *core.Queue
-	mrs     []*core.MR // the fuzzed VQ's MRs, some deregistered
+	toPort  bool        // q is connected to the receiver's port: SEND allowed
+	mrs     []*core.MR  // the fuzzed VQ's MRs, some deregistered
+	rq      *core.Queue // node 2's receiver, bound to fuzzPort
+	rmrs    []*core.MR  // its receive MRs, some deregistered
 	nextID  uint64
 	reads   int // READs verified
 	// lastPopped is the ID of the fuzzed VQ's last completion: IDs grow in
@@ -44,7 +47,10 @@ type fuzzRegion struct {
 	readOnly bool // from ro: a WRITE or atomic never succeeds
 }
 
-const fzLen = 1024
+const (
+	fzLen    = 1024
+	fuzzPort = 77
+)
 
 // FuzzVQ drives a VQ with random requests (every opcode, local and remote
 // ranges in and out of bounds, forged, foreign and zero regions, MRs of
@@ -60,6 +66,8 @@ func FuzzVQ(f *testing.F) {
 	f.Add([]byte{0, 2, 0, 0, 4, 0, 5, 0, 0, 8, 1, 0, 0, 2, 1, 0, 0, 5, 0, 64, 0, 0, 3, 0, 1, 6, 7})
 	f.Add([]byte{0, 0, 6, 2, 1, 0, 8, 4, 0, 0, 1, 3, 0, 0, 200, 3, 0, 5, 255, 255, 255, 4, 0, 0, 1, 2, 3})
 	f.Add([]byte{1, 5, 0, 0, 0, 0, 0, 4, 3, 3, 3, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 2, 0, 2, 1, 2, 2, 3})
+	f.Add([]byte{0, 4, 1, 8, 0, 0, 0, 7, 5, 3, 0, 0, 0, 0, 8, 1, 1, 1, 7, 6, 3, 9, 0, 0, 0, 9, 0, 7, 5, 3, 0, 0, 0, 0, 2, 5, 3, 32, 0, 0, 0})
+	f.Add([]byte{1, 4, 1, 8, 0, 2, 0, 8, 0, 0, 0, 0, 5, 3, 31, 0, 0, 0, 9, 0, 7, 5, 3, 0, 0, 0, 0, 4, 0, 3, 1})
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		if len(prog) == 0 {
 			return
@@ -106,8 +114,24 @@ func newVQFuzz(t *testing.T, m mode) *vqFuzz {
 	for i := 0; i < 3; i++ {
 		z.newMR(i)
 	}
-	z.newQueue()
+	if z.rq, err = z.b.Queue(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.rq.Close() })
+	if err := z.rq.Bind(fuzzPort); err != nil {
+		t.Fatal(err)
+	}
+	z.newRecvMR()
+	z.newQueue(false)
 	return z
+}
+
+func (z *vqFuzz) newRecvMR() {
+	mr, err := z.b.RegMR(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		z.t.Fatal(err)
+	}
+	z.rmrs = append(z.rmrs, mr)
 }
 
 // learn (re)learns the regions the fuzzed VQ may name.
@@ -164,15 +188,19 @@ func (z *vqFuzz) deregister(m *core.MR) {
 	z.newMR(len(z.mrs))
 }
 
-func (z *vqFuzz) newQueue() {
+func (z *vqFuzz) newQueue(toPort bool) {
 	q, err := z.a.Queue()
 	if err != nil {
 		z.t.Fatal(err)
 	}
-	if err := q.Connect(z.ctx, 2); err != nil {
+	var opts []core.ConnectOption
+	if toPort {
+		opts = append(opts, core.ToPort(fuzzPort))
+	}
+	if err := q.Connect(z.ctx, 2, opts...); err != nil {
 		z.t.Fatal(err)
 	}
-	z.q = q
+	z.q, z.toPort = q, toPort
 	z.t.Cleanup(func() { q.Close() })
 }
 
@@ -188,7 +216,7 @@ func (z *vqFuzz) run(prog []byte) {
 	}
 	arg := func() int { return max(next(), 0) }
 	for step := 0; step < 64; step++ {
-		switch next() % 8 {
+		switch next() % 10 {
 		case -1:
 			return
 		case 0, 1, 2:
@@ -203,7 +231,7 @@ func (z *vqFuzz) run(prog []byte) {
 			for _, m := range z.mrs {
 				z.deregister(m)
 			}
-			z.newQueue()
+			z.newQueue(arg()%2 == 1)
 		case 5:
 			z.b.Unexport("ro")
 			if err := z.b.Export("ro", z.e.mr, z.e.roOff, exportLen, verbs.AccessRemoteRead); err != nil {
@@ -217,6 +245,16 @@ func (z *vqFuzz) run(prog []byte) {
 			z.q.Pop(out[:])
 		case 7:
 			z.request(arg(), arg(), arg(), arg(), arg(), arg()|0x80)
+		case 8:
+			m := z.rmrs[arg()%len(z.rmrs)]
+			z.rq.PushRecv(m.Range([]int{0, 64, 4000, -1}[arg()%4], []int{64, 16, 4096, 0}[arg()%4]))
+		case 9:
+			m := z.rmrs[arg()%len(z.rmrs)]
+			if err := z.b.Deregister(m); err != nil && !errors.Is(err, core.ErrClosed) {
+				z.t.Fatalf("deregister a receive MR: %v", err)
+			}
+			z.newRecvMR()
+			z.popMsgs()
 		}
 	}
 }
@@ -298,8 +336,13 @@ func (z *vqFuzz) checkCompletion(r *core.Request, fr *fuzzRegion, wc core.Comple
 	if wc.Status != verbs.Success {
 		return
 	}
-	if r.Op.IsSend() || !r.Op.Valid() {
+	switch {
+	case !r.Op.Valid():
+		z.t.Fatalf("opcode %d succeeded: %+v", r.Op, wc)
+	case r.Op.IsSend() && !z.toPort:
 		z.t.Fatalf("%s succeeded on a VQ without a port: %+v", r.Op, wc)
+	case r.Op.IsSend():
+		return
 	}
 	switch {
 	case fr == nil || !fr.legit:
@@ -324,6 +367,26 @@ func (z *vqFuzz) checkCompletion(r *core.Request, fr *fuzzRegion, wc core.Comple
 	}
 }
 
+// popMsgs pops the receiver's messages and checks each fits its buffer
+// and carries no secret.
+func (z *vqFuzz) popMsgs() {
+	var msgs [16]core.Message
+	for n := z.rq.PopMsgs(msgs[:]); n > 0; n = z.rq.PopMsgs(msgs[:]) {
+		for _, m := range msgs[:n] {
+			data := m.Data
+			if m.Buf != nil {
+				if m.Len > m.Buf.Len || m.Data != nil {
+					z.t.Fatalf("message of %d bytes in a %d-byte buffer", m.Len, m.Buf.Len)
+				}
+				data = nil // the buffer's MR may be deregistered by now
+			}
+			if bytes.Contains(data, secretPattern) {
+				z.t.Fatal("a message carries a secret")
+			}
+		}
+	}
+}
+
 // drain waits for every request of the fuzzed VQ, within a bound: a last
 // signaled READ completes only after every request before it (unsignaled
 // successes complete unseen), and then nothing may be outstanding.
@@ -341,6 +404,7 @@ func (z *vqFuzz) drain() {
 	if n := z.q.Outstanding(); n != 0 {
 		z.t.Fatalf("drain: %d outstanding after the last completion (%s)", n, core.DebugState(z.q))
 	}
+	z.popMsgs()
 }
 
 // checkMemory: node 2's secret, read-only export and guards are as made.
