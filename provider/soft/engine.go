@@ -247,7 +247,20 @@ func ackOnly(op verbs.Opcode) bool {
 // so every request an ACK covers went to the DCT that sent it.
 func (q *qp) onResponse(f *frame, r io.Reader) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.answer(f, r)
+	// A DCI stops transmitting at a request for another target while
+	// requests to the current one are in flight (next); once they are all
+	// answered, it resumes here, unless a pump is running (the in-memory
+	// wire answers inside the pump's own send) and will go on by itself.
+	resume := q.typ == verbs.DCI && q.state == verbs.StateRTS && q.done == q.sent && q.sent < q.posted && !q.pumping
+	q.mu.Unlock()
+	if resume {
+		q.pump()
+	}
+}
+
+// answer applies a response to the requests it answers; q.mu is held.
+func (q *qp) answer(f *frame, r io.Reader) {
 	if q.done >= q.sent || q.typ == verbs.UD || q.typ == verbs.UC || f.gen != q.gen {
 		// Stale: the QP was flushed, or the response answers a request
 		// from before a reset (another generation), whose PSNs the new

@@ -12,6 +12,34 @@ func dcTests() []testCase {
 	return []testCase{
 		{name: "OneDCIManyDCTs", needs: dc, run: testDCManyTargets},
 		{name: "WrongKey", needs: dc, run: testDCWrongKey},
+		{name: "PipelinedTargets", needs: dc, run: testDCPipelinedTargets},
+	}
+}
+
+// testDCPipelinedTargets: READs to two DCTs (one on each device) posted in
+// one batch, the target changing from one WR to the next: a DCI serves one
+// target at a time, so each switch waits for the previous target's
+// responses, and then transmission goes on by itself. Every READ
+// completes, in order, with its target's bytes.
+func testDCPipelinedTargets(t *testing.T, e *env) {
+	dci, cq := e.a.dcInitiator()
+	targets := []*dcTarget{e.b.dcTarget(0xaaaa), e.a.dcTarget(0xbbbb)}
+	ahs := []verbs.AH{e.a.ah(targets[0].dct.Endpoint()), e.a.ah(targets[1].dct.Endpoint())}
+	fill(targets[0].mem.mem, 0x51)
+	fill(targets[1].mem.mem, 0x62)
+	const reads = 6
+	local := e.a.mr(reads*64, verbs.AccessAll)
+	wrs := make([]verbs.SendWR, reads)
+	for i := range wrs {
+		d := targets[i%2]
+		wrs[i] = d.via(ahs[i%2], readWR(uint64(i+1), local.sge(i*64, 64), d.mem, i*64))
+	}
+	post(t, dci, wrs...)
+	for i, wc := range e.wcs(cq, reads) {
+		wantOK(t, wc, uint64(i+1), verbs.WCRead, dci)
+		if d := targets[i%2]; !bytes.Equal(local.mem[i*64:(i+1)*64], d.mem.mem[i*64:(i+1)*64]) {
+			t.Fatalf("READ %d from target %d returned other bytes", i+1, i%2)
+		}
 	}
 }
 
