@@ -12,6 +12,15 @@
 //   - the target checks rkey, bounds, access flags and PD on every remote
 //     operation; a violation completes the request with REM_ACCESS_ERR, moves
 //     the requester QP to ERR and flushes its later requests (WR_FLUSH_ERR);
+//   - completions are in posting order, and a request completes SUCCESS
+//     only once its response is in (READ data landed, atomic result
+//     written, ACK received; UC and UD once on the wire). A request that
+//     fails its local check (a bad or deregistered lkey) while earlier
+//     ones still wait for their responses stops the send queue: the
+//     earlier ones complete as their responses arrive, then it reports
+//     its error and the rest flush, as rxe's completer does;
+//   - a QP reset and made ready again is a new incarnation: responses to
+//     requests from before the reset are dropped, whatever their PSN;
 //   - posting to a full send queue or a QP not in RTS fails; send queue slots
 //     are freed only when a later signaled completion is polled (as mlx5);
 //   - RC is in order and exactly once; a SEND without a posted receive is
