@@ -15,8 +15,8 @@ func inFlightTests() []testCase {
 	dc := []string{CapDC}
 	hold := []string{CapHoldResponses}
 	return []testCase{
-		{name: "LocalErrorBehindReads/RC", run: func(t *testing.T, e *env) { testLocalErrorBehindReads(t, e, e.rcReader()) }},
-		{name: "LocalErrorBehindReads/DCI", needs: dc, run: func(t *testing.T, e *env) { testLocalErrorBehindReads(t, e, e.dcReader()) }},
+		{name: "LocalErrorBehindInFlight/RC", run: func(t *testing.T, e *env) { testLocalErrorBehindInFlight(t, e, e.rcReader()) }},
+		{name: "LocalErrorBehindInFlight/DCI", needs: dc, run: func(t *testing.T, e *env) { testLocalErrorBehindInFlight(t, e, e.dcReader()) }},
 		{name: "StaleAfterReset/RC", needs: hold, run: func(t *testing.T, e *env) { testStaleAfterReset(t, e, e.rcReader()) }},
 		{name: "StaleAfterReset/DCI", needs: append(hold, CapDC), run: func(t *testing.T, e *env) { testStaleAfterReset(t, e, e.dcReader()) }},
 	}
@@ -34,7 +34,7 @@ type reader struct {
 	cq     verbs.CQ
 	remote region
 	// address fills in what a WR needs to reach remote (a DCI's AH, DCT
-	// number and key); nil for RC.
+	// number and key; nothing for RC).
 	address func(verbs.SendWR) verbs.SendWR
 	// rearm resets the requester (and for RC its peer) and makes it ready
 	// again with the PSNs it had.
@@ -42,17 +42,14 @@ type reader struct {
 }
 
 func (r *reader) read(id uint64, dst verbs.SGE, off int) verbs.SendWR {
-	wr := readWR(id, dst, r.remote, off)
-	if r.address != nil {
-		wr = r.address(wr)
-	}
-	return wr
+	return r.address(readWR(id, dst, r.remote, off))
 }
 
 // rcReader is an RC pair; rearm resets both QPs and connects them again.
 func (e *env) rcReader() *reader {
 	p := e.rc(rcOpts{})
-	return &reader{qp: p.qa, cq: p.ca, remote: e.b.mr(regionSize, verbs.AccessAll), rearm: func() {
+	same := func(wr verbs.SendWR) verbs.SendWR { return wr }
+	return &reader{qp: p.qa, cq: p.ca, remote: e.b.mr(regionSize, verbs.AccessAll), address: same, rearm: func() {
 		for _, q := range []verbs.QP{p.qa, p.qb} {
 			if err := q.Modify(verbs.QPAttr{State: verbs.StateReset}); err != nil {
 				e.t.Fatalf("reset %s QP %d: %v", q.Type(), q.Num(), err)
@@ -87,27 +84,50 @@ func (e *env) hold() (held func() int, release func()) {
 	return held, release
 }
 
-// testLocalErrorBehindReads: READs are posted, then a READ into a
-// deregistered MR, which fails its local check while the READs before it
-// may still wait for their data (held back when the provider can). Every
-// completion is in posting order and either SUCCESS with the READ's bytes
-// in its buffer or an error: never SUCCESS with the buffer untouched.
-// The failing READ itself never succeeds.
-func testLocalErrorBehindReads(t *testing.T, e *env, r *reader) {
+// testLocalErrorBehindInFlight: READs, a WRITE and (with atomics) a
+// FETCH_ADD are posted, then a READ into a deregistered MR, which fails its
+// local check while the requests before it may still wait for their
+// responses (held back when the provider can: then nothing may complete
+// before they are let go). Every completion is in posting order and either
+// SUCCESS with the request's effect in place (the READ's bytes in its
+// buffer, the WRITE's at the target, the atomic's original value fetched)
+// or an error: never SUCCESS without its response. The failing READ
+// itself never succeeds.
+func testLocalErrorBehindInFlight(t *testing.T, e *env, r *reader) {
 	fill(r.remote.mem, 0x31)
 	local := e.a.mr(inFlightReads*inFlightChunk, verbs.AccessAll)
 	gone := e.a.mr(inFlightChunk, verbs.AccessAll)
 	if err := gone.Close(); err != nil {
 		t.Fatalf("deregister: %v", err)
 	}
-	_, release := e.hold()
+	// Slot i of local and remote belongs to request i+1: READs, then a
+	// WRITE from local to remote, then a FETCH_ADD (another READ without
+	// atomics).
+	const writeSlot, atomicSlot = inFlightReads - 2, inFlightReads - 1
+	slot := func(i int) (int, int) { return i * inFlightChunk, (i + 1) * inFlightChunk }
+	fill(local.mem[writeSlot*inFlightChunk:(writeSlot+1)*inFlightChunk], 0x77)
+	atomics := e.lacks(CapAtomic) == ""
+	before := r.remote.u64(atomicSlot * inFlightChunk)
 	wrs := make([]verbs.SendWR, 0, inFlightReads+1)
 	for i := range inFlightReads {
-		wrs = append(wrs, r.read(uint64(i+1), local.sge(i*inFlightChunk, inFlightChunk), i*inFlightChunk))
+		id, lo := uint64(i+1), i*inFlightChunk
+		switch {
+		case i == writeSlot:
+			wrs = append(wrs, r.address(writeWR(id, local.sge(lo, inFlightChunk), r.remote, lo)))
+		case i == atomicSlot && atomics:
+			wrs = append(wrs, r.address(faaWR(id, local.sge(lo, 8), r.remote, lo, 3)))
+		default:
+			wrs = append(wrs, r.read(id, local.sge(lo, inFlightChunk), lo))
+		}
 	}
 	culprit := uint64(inFlightReads + 1)
 	wrs = append(wrs, r.read(culprit, gone.sge(0, inFlightChunk), 0))
+	held, release := e.hold()
 	post(t, r.qp, wrs...)
+	if e.o.HoldResponses != nil {
+		e.eventually("responses to be held", func() bool { return held() > 0 })
+		empty(t, r.cq) // the first request waits for its response: nothing may complete
+	}
 	release()
 	got := e.wcs(r.cq, len(wrs))
 	ok := 0
@@ -115,19 +135,33 @@ func testLocalErrorBehindReads(t *testing.T, e *env, r *reader) {
 		if wc.ID != uint64(i+1) {
 			t.Fatalf("completions out of posting order: %s", describe(got))
 		}
-		switch {
-		case wc.ID == culprit && wc.Status == verbs.Success:
-			t.Fatalf("the READ into a deregistered MR completed SUCCESS: %s", describe(got))
-		case wc.Status != verbs.Success:
+		if wc.ID == culprit {
+			if wc.Status == verbs.Success {
+				t.Fatalf("the READ into a deregistered MR completed SUCCESS: %s", describe(got))
+			}
 			continue
 		}
-		off := int(wc.ID-1) * inFlightChunk
-		if !bytes.Equal(local.mem[off:off+inFlightChunk], r.remote.mem[off:off+inFlightChunk]) {
-			t.Fatalf("READ %d completed SUCCESS but its buffer does not hold the remote bytes: %s", wc.ID, describe(got))
+		if wc.Status != verbs.Success {
+			continue
+		}
+		lo, hi := slot(i)
+		switch {
+		case i == writeSlot:
+			if !bytes.Equal(r.remote.mem[lo:hi], local.mem[lo:hi]) {
+				t.Fatalf("WRITE %d completed SUCCESS but its bytes are not at the target: %s", wc.ID, describe(got))
+			}
+		case i == atomicSlot && atomics:
+			if local.u64(lo) != before || r.remote.u64(lo) != before+3 {
+				t.Fatalf("FETCH_ADD %d completed SUCCESS but fetched %#x (word was %#x, now %#x): %s", wc.ID, local.u64(lo), before, r.remote.u64(lo), describe(got))
+			}
+		default:
+			if !bytes.Equal(local.mem[lo:hi], r.remote.mem[lo:hi]) {
+				t.Fatalf("READ %d completed SUCCESS but its buffer does not hold the remote bytes: %s", wc.ID, describe(got))
+			}
 		}
 		ok++
 	}
-	t.Logf("%d of %d READs ahead of the failing one completed SUCCESS with their data; the failing one: %s", ok, inFlightReads, got[len(got)-1].Status)
+	t.Logf("%d of %d requests ahead of the failing one completed SUCCESS with their effect; the failing one: %s", ok, inFlightReads, got[len(got)-1].Status)
 	empty(t, r.cq)
 }
 
