@@ -20,11 +20,14 @@ type API interface {
 	// Register registers caller-owned off-heap memory (package offheap; a
 	// daemon client needs offheap.AllocShared memory).
 	Register(buf []byte, access verbs.Access) (*MR, error)
-	// Deregister releases an MR from RegMR or Register.
+	// Deregister releases an MR from RegMR or Register: refused to new
+	// requests at once, released once the requests already using it
+	// finish (see Runtime.Deregister).
 	Deregister(m *MR) error
-	// Export offers n bytes at offset off of mr to every node under name.
+	// Export offers n bytes at offset off of mr to every node under name,
+	// as a registration of exactly those bytes with exactly access.
 	Export(name string, mr *MR, off, n int, access verbs.Access) error
-	// Unexport withdraws a name this API exported.
+	// Unexport withdraws and revokes a name this API exported.
 	Unexport(name string) error
 	// Region learns the region node exports under name.
 	Region(ctx context.Context, node NodeID, name string) (*Region, error)
