@@ -84,7 +84,7 @@ func testSRQFull(t *testing.T, e *env) {
 }
 
 func oneSidedTests() []testCase {
-	return []testCase{{name: "NoTargetInvolvement", run: testOneSided}}
+	return []testCase{{name: "NoTargetInvolvement", run: testOneSided}, {name: "SubRegistration", run: testSubRegistration}}
 }
 
 // testOneSided: READ, WRITE and atomics complete although the target
