@@ -29,6 +29,8 @@ const (
 	ctlRCCloseResp
 	ctlRCReady // body: the caller's QPN (4) and the receiver's QPN (4)
 	ctlRCReadyResp
+	ctlPing // no body: are you there? (see probe)
+	ctlPingResp
 )
 
 // Control limits and timing. A first attempt waits ctlTimeout for its
@@ -163,8 +165,11 @@ func (c *control) handle(ctx context.Context, raw []byte) {
 	if !ok {
 		return
 	}
+	c.rt.heardFrom(m.from)
 	var resp []byte
 	switch m.typ {
+	case ctlPing:
+		resp = []byte{0}
 	case ctlRegionReq:
 		resp = c.rt.describeRegion(string(m.body))
 	case ctlRCReq:
@@ -202,10 +207,16 @@ func (c *control) call(ctx context.Context, node NodeID, typ byte, body []byte) 
 	if err != nil {
 		return nil, err
 	}
+	if err := p.deadErr(); err != nil {
+		return nil, fmt.Errorf("core: control call to node %d: %w", node, err)
+	}
 	resp, err := c.callPeer(ctx, p, typ, body)
-	if errors.Is(err, udrpc.ErrNoReply) {
+	if peerSilent(err) {
 		if changed, rerr := p.refresh(ctx); rerr == nil && changed {
 			resp, err = c.callPeer(ctx, p, typ, body)
+		}
+		if peerSilent(err) {
+			c.rt.markDead(p, err)
 		}
 	}
 	if err != nil {

@@ -57,6 +57,17 @@ func (m mode) start(t *testing.T, nodes int, rc core.Config) *cluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	c, err := cluster.Start(ctx, m.config(nodes, rc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// config is the cluster configuration start uses: the mode's, with short
+// timeouts (Add takes it to restart a node).
+func (m mode) config(nodes int, rc core.Config) cluster.Config {
 	if rc.Path.Timeout == 0 {
 		rc.Path = verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
 	}
@@ -64,12 +75,7 @@ func (m mode) start(t *testing.T, nodes int, rc core.Config) *cluster.Cluster {
 		rc.RCOnly = m.rcOnly
 		rc.RCPeers = max(rc.RCPeers, 0)
 	}
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond, NoDC: m.noDC}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond, NoDC: m.noDC}}
 }
 
 func ctx(t *testing.T) context.Context {

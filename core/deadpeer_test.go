@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,3 +84,87 @@ func TestDeadPeerSparesControlPath(t *testing.T) {
 
 var _ = verbs.OpRead
 
+
+// TestDeadPeerFailsFast: once a peer is found dead, what is addressed to
+// it fails at once (requests with RETRY_EXC_ERR, control calls and
+// connects with an error naming it that matches ErrPeerDead) instead of
+// after a retry timeout each; when the node comes back (restarted under
+// the same id) the runtime finds it alive again and traffic resumes.
+func TestDeadPeerFailsFast(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		rc := core.Config{DCIs: 1, RCPeers: -1}
+		c := m.start(t, 3, rc)
+		a := c.Node(1)
+		q, req := reader(t, a, c.Node(3), "r")
+		if _, err := q.Push(ctx(t), true, req); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pop1(t, q); wc.Status != verbs.Success {
+			t.Fatalf("READ before the death: %+v", wc)
+		}
+		if err := c.Remove(3, true); err != nil {
+			t.Fatal(err)
+		}
+		// The first request finds the death, after the transport's timeout.
+		if _, err := q.Push(ctx(t), true, req); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pop1(t, q); wc.Status == verbs.Success {
+			t.Fatalf("READ from a dead node: %+v", wc)
+		} else {
+			t.Logf("first READ from the dead node: %v", wc.Status)
+		}
+		const fast = 100 * time.Millisecond // the transport's timeout is 300ms, a control call's 400ms
+		for i := range 5 {
+			t0 := time.Now()
+			if _, err := q.Push(ctx(t), true, req); err != nil {
+				t.Fatal(err)
+			}
+			if wc := pop1(t, q); wc.Status != verbs.RetryExcErr {
+				t.Fatalf("READ %d from a dead node: %+v, want RETRY_EXC_ERR", i, wc)
+			}
+			_, rerr := a.Region(ctx(t), 3, "r")
+			q2, _ := a.Queue()
+			cerr := q2.Connect(ctx(t), 3)
+			q2.Close()
+			if d := time.Since(t0); d > fast {
+				t.Errorf("round %d against a dead node took %v, want under %v", i, d, fast)
+			}
+			for what, err := range map[string]error{"Region": rerr, "Connect": cerr} {
+				if !errors.Is(err, core.ErrPeerDead) || !strings.Contains(err.Error(), "node 3") {
+					t.Errorf("%s of a dead node: %v, want ErrPeerDead naming node 3", what, err)
+				}
+			}
+		}
+		if n := a.Stats().PeersDead; n != 1 {
+			t.Errorf("PeersDead %d, want 1", n)
+		}
+
+		// Node 3 comes back: the probe finds it, and the same queue reads
+		// from its new region.
+		if err := c.Add(ctx(t), m.config(3, rc), 3); err != nil {
+			t.Fatal(err)
+		}
+		serve(t, c.Node(3), "r", 64)
+		t0 := time.Now()
+		var g *core.Region
+		for {
+			var err error
+			if g, err = a.Region(ctx(t), 3, "r"); err == nil {
+				break
+			}
+			if !errors.Is(err, core.ErrPeerDead) || time.Since(t0) > 5*time.Second {
+				t.Fatalf("region of node 3 %v after its restart: %v", time.Since(t0), err)
+			}
+			time.Sleep(5 * time.Millisecond) // the probe runs on its own schedule
+		}
+		t.Logf("node 3 known alive %v after its restart", time.Since(t0))
+		req.Remote = g.At(0)
+		if _, err := q.Push(ctx(t), true, req); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pop1(t, q); wc.Status != verbs.Success {
+			t.Fatalf("READ after the restart: %+v", wc)
+		}
+	}, modeDC, modeNoDC)
+}

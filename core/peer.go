@@ -32,6 +32,10 @@ type peer struct {
 	tgt  atomic.Pointer[target]
 	rcl  atomic.Pointer[[]*pqp] // RC QPs VQs may use
 	ops  atomic.Uint64          // requests pushed, for hotness
+	// dead is set while the peer is known dead (see markDead); probeNow
+	// wakes its probe.
+	dead     atomic.Pointer[deathNote]
+	probeNow chan struct{}
 
 	mu       sync.Mutex // guards the fields below and RC changes
 	building bool
@@ -94,7 +98,7 @@ func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
 		}
 		return nil, fmt.Errorf("core: connect to node %d: %w", node, err)
 	}
-	p = &peer{rt: rt, node: node}
+	p = &peer{rt: rt, node: node, probeNow: make(chan struct{}, 1)}
 	t, err := rt.newTarget(p, rec)
 	if err != nil {
 		return nil, err

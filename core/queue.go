@@ -99,6 +99,9 @@ func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption)
 	if err != nil {
 		return err
 	}
+	if err := p.deadErr(); err != nil {
+		return fmt.Errorf("core: connect: %w", err)
+	}
 	if q.rt.rcOnly {
 		if err := q.rt.ensureRC(ctx, p); err != nil {
 			return err
@@ -162,16 +165,16 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, erro
 // within ctx; q.mu held, released while building.
 func (q *Queue) routeLocked(ctx context.Context) error {
 	p := q.peer
-	if !q.rt.rcOnly || len(p.rcs()) > 0 {
-		return nil
+	if !q.rt.rcOnly || len(p.rcs()) > 0 || p.dead.Load() != nil {
+		return nil // a dead peer's requests are refused (accept)
 	}
 	q.mu.Unlock()
 	err := q.rt.ensureRC(ctx, p)
 	q.mu.Lock()
-	if err != nil {
+	if err != nil && p.dead.Load() == nil {
 		return err
 	}
-	return q.usable()
+	return q.usable() // a dead peer's requests are refused (accept)
 }
 
 // CanPush reports whether Push would accept a request now without waiting
@@ -227,6 +230,9 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	ref := q.checkOwner(r, g)
 	if ref == nil {
 		ref = check(r, g, q.toPort, q.rt.lim)
+	}
+	if ref == nil && q.peer.dead.Load() != nil {
+		ref = deadRefusal
 	}
 	if ref == nil && r.Local.Len > 0 && !r.Local.MR.use() {
 		ref = &refusal{verbs.LocProtErr, "local MR deregistered"}

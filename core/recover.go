@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/krcore/krcore/verbs"
@@ -49,10 +50,16 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	if st == verbs.RetryExcErr {
 		rt.meta.Invalidate(culprit.target.peer.node)
 		// In RC-only mode an RC QP whose other end is gone times out
-		// while its peer lives: the new RC QP that repair builds tells
-		// which, and only if it cannot be had do the rest fail.
+		// while its peer lives: a ping tells which; a live peer's
+		// requests move to the new RC QP that repair builds.
+		cause := fmt.Errorf("request %s on QP %d", st, p.qp.Num())
 		if !(p.rc != nil && rt.rcOnly) {
 			deadPeer = culprit.target.peer
+			rt.markDead(deadPeer, cause)
+		} else if err := rt.ping(ctx, culprit.target.peer); peerSilent(err) {
+			// One ping tells, within probeTimeout, what building the
+			// new RC QP would tell only after a control call's retries.
+			rt.markDead(culprit.target.peer, fmt.Errorf("%w, then %w", cause, err))
 		}
 	}
 	var fin []finished

@@ -124,6 +124,8 @@ func (c *Config) defaults() error {
 type Stats struct {
 	Connects, ColdConnects, Refusals, Recoveries, PostErrors uint64
 	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
+	// PeersDead counts the times a peer was found dead (see ErrPeerDead).
+	PeersDead uint64
 	// WriteImms counts WRITE_WITH_IMM receive completions: consumed,
 	// not delivered to any VQ.
 	WriteImms      uint64
@@ -135,6 +137,7 @@ type Stats struct {
 type counters struct {
 	connects, coldConnects, refusals, recoveries, postErrors atomic.Uint64
 	rcBuilt, rcEvicted, migrations, staleTargets, dropped    atomic.Uint64
+	peersDead                                                atomic.Uint64
 	writeImms                                                atomic.Uint64
 }
 
@@ -404,7 +407,7 @@ func (rt *Runtime) Stats() Stats {
 	return Stats{
 		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
 		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
-		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(),
+		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(), PeersDead: s.peersDead.Load(),
 		Dropped: s.dropped.Load(), WriteImms: s.writeImms.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.rcOnly,
 	}
 }

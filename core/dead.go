@@ -1,0 +1,130 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/udrpc"
+	"github.com/krcore/krcore/verbs"
+)
+
+// ErrPeerDead: the node stopped answering (its requests timed out with
+// RETRY_EXC_ERR, or its control QP gave no reply), and the runtime fails
+// what is addressed to it at once until a probe finds it alive again.
+var ErrPeerDead = errors.New("core: peer dead")
+
+// Probing a dead peer: the first probe comes probeFirst after the death,
+// each next one twice as late, up to probeMax; a probe waits probeTimeout
+// for its answer. A control request from the peer probes at once.
+const (
+	probeFirst   = 20 * time.Millisecond
+	probeMax     = time.Second
+	probeTimeout = 8 * ctlTimeout
+)
+
+// deathNote is why and since when a peer is known dead.
+type deathNote struct {
+	since time.Time
+	cause error
+}
+
+// deadErr is nil while p is not known dead, else an error naming it and
+// wrapping ErrPeerDead.
+func (p *peer) deadErr() error {
+	d := p.dead.Load()
+	if d == nil {
+		return nil
+	}
+	return fmt.Errorf("node %d gave no answer (%v) and has not since %s: %w",
+		p.node, d.cause, d.since.Format("15:04:05.000"), ErrPeerDead)
+}
+
+// markDead records that p stopped answering and starts the probe that
+// finds it alive again.
+func (rt *Runtime) markDead(p *peer, cause error) {
+	if !p.dead.CompareAndSwap(nil, &deathNote{since: time.Now(), cause: cause}) {
+		return
+	}
+	rt.count(&rt.stats.peersDead)
+	rt.log.Warn("peer dead: failing its requests at once until it answers again", "peer", p.node, "cause", cause)
+	rt.background(func() { rt.probe(p) })
+}
+
+// probe pings a dead peer, backing off, until it answers (the peer is
+// alive again) or the runtime stops.
+func (rt *Runtime) probe(p *peer) {
+	ctx, cancel := rt.untilStop()
+	defer cancel()
+	wait := probeFirst
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.probeNow:
+		}
+		err := rt.ping(ctx, p)
+		if err == nil {
+			p.dead.Store(nil)
+			rt.log.Info("peer alive again", "peer", p.node)
+			return
+		}
+		rt.log.Debug("peer still dead", "peer", p.node, "err", err)
+		wait = min(2*wait, probeMax)
+		t.Reset(wait)
+	}
+}
+
+// ping asks p's control QP for an answer, once its record is refetched
+// (the node may have restarted with a new control QP and DC target).
+// An answer that does not come within probeTimeout is ErrNoReply.
+func (rt *Runtime) ping(ctx context.Context, p *peer) error {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := p.refresh(pctx)
+	if err == nil {
+		_, err = rt.ctrl.callPeer(pctx, p, ctlPing, nil)
+	}
+	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+		err = fmt.Errorf("ping node %d: %w within %v", p.node, udrpc.ErrNoReply, probeTimeout)
+	}
+	return err
+}
+
+// probeSoon makes a dead peer's probe ping it now: something came from it.
+func (p *peer) probeSoon() {
+	if p.dead.Load() == nil {
+		return
+	}
+	select {
+	case p.probeNow <- struct{}{}:
+	default:
+	}
+}
+
+// peerSilent reports whether a control call's error shows the peer gave
+// no answer, or is no longer registered (its lease lapsed), rather than
+// that this runtime closed or the caller gave up.
+func peerSilent(err error) bool {
+	return errors.Is(err, udrpc.ErrNoReply) || errors.Is(err, meta.ErrNotFound)
+}
+
+// deadRefusal is how a request to a dead peer completes: as on a private
+// RC QP whose peer is gone, RETRY_EXC_ERR, but at once.
+var deadRefusal = &refusal{verbs.RetryExcErr, "peer dead"}
+
+// heardFrom notes a control request from node: if it is known dead, its
+// probe pings it now rather than at its next turn.
+func (rt *Runtime) heardFrom(node NodeID) {
+	rt.mu.RLock()
+	p := rt.peers[node]
+	rt.mu.RUnlock()
+	if p != nil {
+		p.probeSoon()
+	}
+}
