@@ -31,6 +31,8 @@ const (
 	ctlRCReadyResp
 	ctlPing // no body: are you there? (see probe)
 	ctlPingResp
+	ctlRCIdle // body as ctlRCClose: how long has your end been idle? (see peerIdle)
+	ctlRCIdleResp
 )
 
 // Control limits and timing. A first attempt waits ctlTimeout for its
@@ -176,6 +178,8 @@ func (c *control) handle(ctx context.Context, raw []byte) {
 		resp = c.rt.acceptRC(ctx, m.from, m.body)
 	case ctlRCClose:
 		resp = c.rt.closeRC(m.from, m.body)
+	case ctlRCIdle:
+		resp = c.rt.idleRC(m.from, m.body)
 	case ctlRCReady:
 		resp = c.rt.readyRC(m.from, m.body)
 	default:

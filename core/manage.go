@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"time"
 )
@@ -30,10 +31,7 @@ func (rt *Runtime) manage() {
 		loads, byNode := rt.loads()
 		build, evict := pp.plan(loads)
 		for _, n := range evict {
-			p := byNode[n]
-			for _, pq := range p.rcs() {
-				rt.background(func() { rt.evictRC(pq) })
-			}
+			rt.evictIdleRCs(byNode[n], pp.coldWindows)
 		}
 		for _, n := range build {
 			p := byNode[n]
@@ -78,7 +76,7 @@ func (rt *Runtime) loads() ([]peerLoad, map[NodeID]*peer) {
 		} else {
 			p.idle = 0
 		}
-		l := peerLoad{node: p.node, ops: d, rcs: len(p.rcs()), idle: p.idle}
+		l := peerLoad{node: p.node, ops: d, rcs: len(p.rcs()), built: builtRCs(p.rcs()), idle: p.idle}
 		p.mu.Unlock()
 		loads = append(loads, l)
 		byNode[p.node] = p
@@ -113,4 +111,78 @@ func (rt *Runtime) background(f func()) {
 		defer rt.wg.Done()
 		f()
 	}()
+}
+
+// builtRCs counts the RC QPs of l that this node built.
+func builtRCs(l []*pqp) int {
+	n := 0
+	for _, pq := range l {
+		if pq.built {
+			n++
+		}
+	}
+	return n
+}
+
+// evictIdleRCs evicts, in the background, the RC QPs to p that this node
+// built, each once its other end confirms it is idle too: the plan saw
+// only this node's requests, and the peer may be sending its own over the
+// same QP. The peer must have pushed nothing for as many windows as this
+// node (up to coldWindows); a peer that does not answer is not using it.
+func (rt *Runtime) evictIdleRCs(p *peer, coldWindows int) {
+	p.mu.Lock()
+	busy, need := p.evicting, min(p.idle, coldWindows)
+	p.evicting = true
+	p.mu.Unlock()
+	if busy {
+		return
+	}
+	rt.background(func() {
+		defer func() {
+			p.mu.Lock()
+			p.evicting = false
+			p.mu.Unlock()
+		}()
+		for _, pq := range p.rcs() {
+			if !pq.built {
+				continue
+			}
+			if idle, err := rt.peerIdle(pq); err == nil && idle < need {
+				rt.log.Debug("RC QP kept: its other end uses it", "peer", p.node, "qpn", pq.qp.Num(), "peer idle windows", idle)
+				continue
+			}
+			rt.evictRC(pq)
+		}
+	})
+}
+
+// peerIdle asks the other end of pq how many windows it has pushed nothing
+// to this node and has nothing in flight on pq (0 if it has).
+func (rt *Runtime) peerIdle(pq *pqp) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
+	defer cancel()
+	resp, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCIdle, qpnPair(pq.qp.Num(), pq.remoteQPN))
+	if err != nil {
+		return 0, err
+	}
+	if len(resp) != 5 || resp[0] != rcOK {
+		return 0, errRCRefused // it no longer has its end
+	}
+	return int(binary.LittleEndian.Uint32(resp[1:])), nil
+}
+
+// idleRC is the passive side of peerIdle: how many windows this node has
+// pushed nothing to the caller, 0 while it has requests on the QP.
+func (rt *Runtime) idleRC(from NodeID, body []byte) []byte {
+	pq := rt.rcByPair(from, body)
+	if pq == nil {
+		return []byte{rcFailed}
+	}
+	idle := 0
+	if pq.idle() {
+		pq.rc.mu.Lock()
+		idle = pq.rc.idle
+		pq.rc.mu.Unlock()
+	}
+	return binary.LittleEndian.AppendUint32([]byte{rcOK}, uint32(idle))
 }

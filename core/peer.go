@@ -39,6 +39,7 @@ type peer struct {
 
 	mu       sync.Mutex // guards the fields below and RC changes
 	building bool
+	evicting bool // evictIdleRCs is asking the peer
 	lastOps  uint64
 	idle     int
 	// RC-only mode: a build in progress (closed when it ends), and whether

@@ -7,7 +7,12 @@ type peerLoad struct {
 	node NodeID
 	ops  uint64 // requests pushed to the peer in the window
 	rcs  int    // RC QPs the peer has
-	idle int    // consecutive windows without requests
+	// built is how many of them this node built. An RC QP another node
+	// built carries that node's requests, which this one never sees (a
+	// one-sided READ costs the target no CPU): only its builder can tell
+	// whether it is idle, so only the builder evicts it.
+	built int
+	idle  int // consecutive windows without requests
 }
 
 // poolPolicy bounds and shapes the RC pool.
@@ -23,6 +28,8 @@ type poolPolicy struct {
 // served hottest first while the budget of N peers lasts; when it is full a
 // hot peer may take the place of the coldest RC peer if that one was idle
 // in this window. Peers idle for coldWindows lose their RC QPs regardless.
+// Only RC QPs this node built are evicted (see peerLoad.built), and the
+// caller evicts them only if the other end is idle too (see evictIdle).
 func (pp poolPolicy) plan(loads []peerLoad) (build, evict []NodeID) {
 	if pp.peers <= 0 {
 		return nil, nil
@@ -33,12 +40,12 @@ func (pp poolPolicy) plan(loads []peerLoad) (build, evict []NodeID) {
 		if l.rcs == 0 {
 			continue
 		}
-		if l.idle >= pp.coldWindows {
+		if l.built > 0 && l.idle >= pp.coldWindows {
 			evict = append(evict, l.node)
 			continue
 		}
 		holders++
-		if l.ops == 0 {
+		if l.built > 0 && l.ops == 0 {
 			cold = append(cold, l)
 		}
 	}

@@ -44,6 +44,10 @@ type pqp struct {
 	pooled atomic.Bool
 	// remoteQPN is the peer's end of an RC QP.
 	remoteQPN uint32
+	// built: this node built the RC QP (buildRC) rather than accepted it;
+	// only the builder evicts it, and only when both ends are idle (see
+	// evictIdle).
+	built bool
 	// sqPSN is the PSN the DCI's send queue last started at (repair picks
 	// a new one each time it makes the DCI ready again).
 	sqPSN uint32

@@ -50,7 +50,7 @@ func (rt *Runtime) buildRC(ctx context.Context, p *peer) error {
 		qp.Close()
 		return fmt.Errorf("core: RC to node %d: %w", p.node, err)
 	}
-	pq, err := rt.adoptRC(p, qp, remote.QPN)
+	pq, err := rt.adoptRC(p, qp, remote.QPN, true)
 	if err != nil {
 		return err
 	}
@@ -68,13 +68,13 @@ func qpnPair(mine, theirs uint32) []byte {
 
 // adoptRC wraps a connected RC QP so its completions dispatch; VQs use it
 // once addRC puts it in the peer's pool.
-func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32) (*pqp, error) {
+func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32, built bool) (*pqp, error) {
 	pq, err := newPQP(rt, qp, rt.cfg.Depth, p)
 	if err != nil {
 		qp.Close()
 		return nil, err
 	}
-	pq.remoteQPN = remoteQPN
+	pq.remoteQPN, pq.built = remoteQPN, built
 	rt.addPQP(pq)
 	rt.count(&rt.stats.rcBuilt)
 	return pq, nil
@@ -110,7 +110,7 @@ func (rt *Runtime) acceptRC(ctx context.Context, from NodeID, body []byte) []byt
 		}
 	}
 	if err == nil {
-		_, err = rt.adoptRC(p, qp, remote.QPN)
+		_, err = rt.adoptRC(p, qp, remote.QPN, false)
 	}
 	if err != nil {
 		rt.unreserve(p)
