@@ -238,19 +238,29 @@ func (e *Endpoint) dispatch(msg []byte) {
 	}
 }
 
+// silentAttempts is how many whole attempts must go unanswered before a
+// call that its context's deadline ends reports ErrNoReply too.
+const silentAttempts = 3
+
 // Call sends msg, a request with the given id, to to and returns the
 // reply, sending again with a doubling timeout while none comes. Every
 // copy carries the same id, so a peer can answer a copy without acting
-// twice.
+// twice. A call whose context's deadline comes after silentAttempts whole
+// attempts went unanswered fails with an error matching both ErrNoReply
+// and context.DeadlineExceeded: the peer was silent, not merely slow to
+// be asked.
 func (e *Endpoint) Call(ctx context.Context, to Dest, id uint64, msg []byte) ([]byte, error) {
 	timeout := e.cfg.Timeout
 	var last error
-	for range e.cfg.Attempts {
+	for i := range e.cfg.Attempts {
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		rep, err := e.roundTrip(actx, to, id, msg)
 		cancel()
 		if err == nil {
 			return rep, nil
+		}
+		if ctx.Err() != nil && i >= silentAttempts && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w in %d attempts before the deadline: %w", ErrNoReply, i, ctx.Err())
 		}
 		if ctx.Err() != nil || errors.Is(err, e.cfg.Closed) || errors.Is(err, ErrTooLong) {
 			return nil, err

@@ -196,3 +196,24 @@ func TestRecoverInPlace(t *testing.T) {
 		t.Fatalf("QPN changed from %d to %d", qpn, c.ep.QPN())
 	}
 }
+
+// TestSilentBeforeDeadline: a call whose context's deadline ends it after
+// several whole attempts went unanswered says the peer was silent
+// (ErrNoReply, and the deadline); one that the deadline ends before that
+// says only the deadline.
+func TestSilentBeforeDeadline(t *testing.T) {
+	fab := soft.NewFabric()
+	dumb := newSide(t, fab, udrpc.Config{})
+	c := newSide(t, fab, udrpc.Config{Timeout: 5 * time.Millisecond, Attempts: 20})
+	for _, tc := range []struct {
+		deadline time.Duration
+		silent   bool
+	}{{2 * time.Millisecond, false}, {200 * time.Millisecond, true}} {
+		ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+		_, err := c.ep.Call(ctx, dumb.dest(t, c.pd), 1, request(c, 1))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, udrpc.ErrNoReply) != tc.silent {
+			t.Errorf("call to a silent peer ended by a %v deadline: %v; want DeadlineExceeded, ErrNoReply %v", tc.deadline, err, tc.silent)
+		}
+	}
+}
