@@ -100,3 +100,49 @@ func TestReverseHotKeepsRC(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // the policy runs on its own schedule
 	}
 }
+
+// TestDeadPeerRCReleased: an idle RC QP to a peer that died is evicted and
+// destroyed, not left half-closed waiting for the dead end to drain.
+func TestDeadPeerRCReleased(t *testing.T) {
+	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 5})
+	a := c.Node(1)
+	q, req := reader(t, a, c.Node(2), "r")
+	var out [4]core.Completion
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Stats().RCs == 0 {
+		if _, err := q.Push(ctx(t), true, req, req); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < 2; {
+			n, err := q.PopWait(ctx(t), out[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no RC QP: %+v", a.Stats())
+		}
+	}
+	if err := c.Remove(2, true); err != nil {
+		t.Fatal(err)
+	}
+	rcLeft := func() int {
+		n := 0
+		for _, p := range a.PoolQPs() {
+			if p.Type == core.QPTypeRC {
+				n++
+			}
+		}
+		return n
+	}
+	for rcLeft() > 0 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatalf("RC QP to the dead peer still there: %+v; %+v", a.PoolQPs(), a.Stats())
+		}
+		time.Sleep(5 * time.Millisecond) // the policy runs on its own schedule
+	}
+	if s := a.Stats(); s.RCEvicted != 1 || s.PeersDead != 1 {
+		t.Errorf("stats %+v, want 1 RC QP evicted and 1 peer dead", s)
+	}
+}

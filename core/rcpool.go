@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -177,7 +178,11 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 		return // the runtime is closing; teardown destroys the QP
 	}
 	if _, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN)); err != nil {
-		rt.log.Warn("peer not told of RC close", "peer", pq.rc.node, "err", err)
+		if errors.Is(err, ErrPeerDead) {
+			pq.closeEnd(false) // its end is gone with it
+		} else {
+			rt.log.Warn("peer not told of RC close", "peer", pq.rc.node, "err", err)
+		}
 	}
 	pq.closeEnd(true)
 }
