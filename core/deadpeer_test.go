@@ -81,8 +81,6 @@ func TestDeadPeerSparesControlPath(t *testing.T) {
 	}
 }
 
-
-
 // TestDeadPeerFailsFast: once a peer is found dead, what is addressed to
 // it fails at once (requests with RETRY_EXC_ERR, control calls and
 // connects with an error naming it that matches ErrPeerDead) instead of
