@@ -18,6 +18,9 @@
 // builds an RC QP to it in the background and moves its VQs over once their
 // DC requests have drained, so nothing is lost or reordered; under the
 // per-node budget (K QPs for each of N peers) cold RC QPs go back to DC.
+// Only the node that built an RC QP evicts it, and only once the other end
+// says it has been idle as long: the accepting end cannot see the
+// builder's one-sided traffic, and either end may push over the QP.
 //
 // # Control path
 //
@@ -26,6 +29,16 @@
 // its MetaServer record: no DC and no connection is needed, and a lost
 // datagram is sent again under the same request id (RC set-up answers a
 // copy with the QP it already made).
+//
+// # Dead peers
+//
+// A peer whose requests time out (RETRY_EXC_ERR) or whose control QP stops
+// answering is known dead: until it answers again, Connect and control
+// calls to it fail at once with an error wrapping ErrPeerDead, and
+// requests to it complete at once with RETRY_EXC_ERR, instead of each
+// waiting out a timeout. A probe owned by the runtime refetches its record
+// and pings it, backing off to once a second; a restarted node is found
+// by the next probe.
 //
 // # RC-only mode
 //
@@ -85,6 +98,8 @@
 // (wr_id carries the VQ). A waiter spins briefly, then sleeps; one sleeper
 // at a time waits on the completion queue for everyone. On a device that
 // makes progress in the thread that waits (verbs.DeviceAttr.ProgressInWait:
-// the soft RNIC, whose waiter reads the wire) waiters do not spin. A Group
+// the soft RNIC, whose waiter reads the wire) waiters do not spin. Closing
+// a queue (or the runtime) wakes its waiters, wherever they sleep, and
+// fails them with ErrClosed once what had finished is popped. A Group
 // lets one goroutine wait for many queues (krcored's per-client pump).
 package core
