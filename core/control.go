@@ -220,7 +220,7 @@ func (c *control) call(ctx context.Context, node NodeID, typ byte, body []byte) 
 			resp, err = c.callPeer(ctx, p, typ, body)
 		}
 		if peerSilent(err) {
-			c.rt.markDead(p, err)
+			c.rt.confirmDead(p, err)
 		}
 	}
 	if err != nil {

@@ -53,6 +53,21 @@ func (rt *Runtime) markDead(p *peer, cause error) {
 	rt.background(func() { rt.probe(p) })
 }
 
+// confirmDead marks p dead after a control call to it went unanswered
+// (cause) only if a ping, on a context of its own, goes unanswered too: a
+// call bounded by a short deadline, on a loaded node, may merely have been
+// slow, and a dead peer's requests are refused.
+func (rt *Runtime) confirmDead(p *peer, cause error) {
+	if p.dead.Load() != nil {
+		return
+	}
+	ctx, cancel := rt.untilStop()
+	defer cancel()
+	if err := rt.ping(ctx, p); peerSilent(err) {
+		rt.markDead(p, fmt.Errorf("%w, then %w", cause, err))
+	}
+}
+
 // probe pings a dead peer, backing off, until it answers (the peer is
 // alive again) or the runtime stops.
 func (rt *Runtime) probe(p *peer) {
