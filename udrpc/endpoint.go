@@ -112,6 +112,7 @@ type Endpoint struct {
 	gen atomic.Uint32 // the QP's incarnation; stale receives are ignored
 
 	txFree chan int
+	txKick chan struct{} // a token: a send buffer came back to txFree
 
 	pendMu  sync.Mutex
 	pending map[uint64]*call
@@ -127,7 +128,8 @@ func New(dev verbs.Device, pd verbs.PD, cfg Config) (*Endpoint, error) {
 	if cfg.ReplyID == nil {
 		return nil, fmt.Errorf("udrpc: config needs ReplyID: %w", verbs.ErrInvalid)
 	}
-	e := &Endpoint{cfg: cfg, txFree: make(chan int, cfg.Depth), pending: make(map[uint64]*call), stop: make(chan struct{})}
+	e := &Endpoint{cfg: cfg, txFree: make(chan int, cfg.Depth), txKick: make(chan struct{}, 1),
+		pending: make(map[uint64]*call), stop: make(chan struct{})}
 	if err := e.setup(dev, pd); err != nil {
 		return nil, errors.Join(fmt.Errorf("udrpc: new endpoint: %w", err), e.Close())
 	}
@@ -197,7 +199,7 @@ func (e *Endpoint) handle(wc *verbs.WC) {
 	kind, gen, idx := uint32(wc.ID>>56), uint32(wc.ID>>32)&0xffffff, int(uint32(wc.ID))
 	switch {
 	case kind == kindSend && idx < e.cfg.Depth:
-		e.txFree <- idx
+		e.putTx(idx)
 	case kind == kindRecv && idx < e.cfg.Depth:
 		e.onRecv(gen, idx, wc)
 	}
@@ -302,19 +304,15 @@ func (e *Endpoint) Send(ctx context.Context, to Dest, msg []byte) error {
 	if len(msg) > e.cfg.MaxMsg {
 		return fmt.Errorf("%w: %d bytes, max %d", ErrTooLong, len(msg), e.cfg.MaxMsg)
 	}
-	var i int
-	select {
-	case i = <-e.txFree:
-	case <-e.stop:
-		return e.cfg.Closed
-	case <-ctx.Done():
-		return ctx.Err()
+	i, err := e.txBuffer(ctx)
+	if err != nil {
+		return err
 	}
 	e.mu.RLock()
 	if e.qp.State() == verbs.StateErr {
 		e.mu.RUnlock()
 		if err := e.recover(); err != nil {
-			e.txFree <- i
+			e.putTx(i)
 			return err
 		}
 		e.mu.RLock()
@@ -331,10 +329,47 @@ func (e *Endpoint) Send(ctx context.Context, to Dest, msg []byte) error {
 		SGL: []verbs.SGE{verbs.SGEOf(e.mr, off, len(msg))}, AH: to.AH, RemoteQPN: to.QPN, QKey: qkey,
 	}
 	if _, err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-		e.txFree <- i
+		e.putTx(i)
 		return fmt.Errorf("udrpc: post to QP %d: %w", to.QPN, err)
 	}
 	return nil
+}
+
+// txBuffer takes a free send buffer. Buffers come back as their send
+// completions are polled, so while none is free it polls the endpoint
+// itself (or waits for whoever does): a goroutine that only sends (the
+// owner answering a burst of requests) would otherwise wait for a poll
+// that nobody makes.
+func (e *Endpoint) txBuffer(ctx context.Context) (int, error) {
+	for {
+		select {
+		case i := <-e.txFree:
+			if len(e.txFree) > 0 {
+				e.kickTx() // the token this sender took may have stood for more
+			}
+			return i, nil
+		case <-e.stop:
+			return 0, e.cfg.Closed
+		default:
+		}
+		if err := e.poll.Wait(ctx, e.txKick); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// putTx returns send buffer i and tells a sender waiting for one.
+func (e *Endpoint) putTx(i int) {
+	e.txFree <- i
+	e.kickTx()
+}
+
+// kickTx tells a sender waiting in txBuffer to look at txFree again.
+func (e *Endpoint) kickTx() {
+	select {
+	case e.txKick <- struct{}{}:
+	default:
+	}
 }
 
 // recover brings a QP that went to ERR (a datagram to an unreachable port)

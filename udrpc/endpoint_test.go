@@ -217,3 +217,26 @@ func TestSilentBeforeDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestSendsWithoutPoller: a goroutine that only sends (a server answering
+// a burst of requests, with no call of its own polling the endpoint) is
+// never held for a send buffer that only a poll of the completion queue
+// would free: more datagrams than the endpoint has send buffers go out at
+// once.
+func TestSendsWithoutPoller(t *testing.T) {
+	fab := soft.NewFabric()
+	rx := newSide(t, fab, udrpc.Config{})
+	tx := newSide(t, fab, udrpc.Config{Depth: 4})
+	to := rx.dest(t, tx.pd)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	for i := range 20 {
+		if err := tx.ep.Send(ctx, to, frame(1, uint64(i))); err != nil {
+			t.Fatalf("send %d of 20 with 4 send buffers and nobody polling: %v", i, err)
+		}
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("20 sends took %v", d)
+	}
+}
