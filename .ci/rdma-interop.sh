@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rdma-interop.sh: krbench on real verbs. Builds cmd/krbench with -tags rdma
 # (cgo + libibverbs) on the host and, in ONE session of the throw-away qemu
-# VM of ../shared/rdma-vm/run-rdma-vm.sh (Debian's kernel, rdma_rxe: rxe0 on
-# dummy0 10.0.0.1, rdma-core's ibverbs-utils), runs:
+# VM of .ci/vm/run-vm.sh (Debian's kernel, rdma_rxe: rxe0 on dummy0
+# 10.0.0.1, rdma-core's ibverbs-utils), runs:
 #
 #   1. krbench pingpong (server) <- rdma-core's ibv_rc_pingpong (client)
 #   2. ibv_rc_pingpong (server)  <- krbench pingpong -e (client: CQ events)
@@ -19,7 +19,7 @@
 #      on the client's own device; then krctl status and list qps.
 #
 # Every step must exit 0; the outputs are printed. Exit status: 0 when all
-# passed, 1 on a failure, 124/125 when the VM itself failed (run-rdma-vm.sh).
+# passed, 1 on a failure, 124/125 when the VM itself failed (run-vm.sh).
 #
 #   .ci/rdma-interop.sh
 #   KRCORE_INTEROP_ITERS=1000 .ci/rdma-interop.sh   # longer ping-pongs
@@ -173,7 +173,7 @@ GUEST
 echo "== running in the rdma VM (rxe0)"
 cd "$work"
 set +e
-RDMA_VM_SHARE="$work" "$VM" "bash ./interop.sh $iters"
+KRCORE_VM_SHARE="$work" "$VM" "bash ./interop.sh $iters"
 rc=$?
 set -e
 echo "rdma-interop: exit $rc, wall time $(( $(date +%s) - start ))s"

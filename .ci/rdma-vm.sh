@@ -2,9 +2,8 @@
 # rdma-vm.sh: prove provider/ibverbs on real RDMA verbs. Builds the
 # package's tests with -tags rdma (cgo + libibverbs) on the host and runs
 # them inside a throw-away qemu VM booting Debian's kernel with rdma_rxe
-# (soft-RoCE, rxe0 on dummy0 10.0.0.1), through ../shared/rdma-vm/run-rdma-vm.sh
-# (the repository is cloned next to shared/). The suite opens rxe0 twice and
-# runs verbs/conformance on it.
+# (soft-RoCE, rxe0 on dummy0 10.0.0.1), through .ci/vm/run-vm.sh. The suite
+# opens rxe0 twice and runs verbs/conformance on it.
 #
 #   .ci/rdma-vm.sh                         # the whole run
 #   .ci/rdma-vm.sh -test.run 'Conformance/RC'   # extra go test flags
@@ -36,7 +35,7 @@ set +e
 # (KRCORE_IBV_DEVICE, KRCORE_IBV_GID_INDEX, KRCORE_IBV_STRICT) on the
 # command line.
 envs=$(env | grep -E '^KRCORE_IBV_[A-Z_]+=[A-Za-z0-9_.-]*$' | tr '\n' ' ' || true)
-RDMA_VM_SHARE="$work" "$VM" "${envs}./ibverbs.test -test.v -test.count=1 -test.timeout=12m $*"
+KRCORE_VM_SHARE="$work" "$VM" "${envs}./ibverbs.test -test.v -test.count=1 -test.timeout=12m $*"
 rc=$?
 set -e
 echo "rdma-vm: exit $rc, wall time $(( $(date +%s) - start ))s"
