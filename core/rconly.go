@@ -84,13 +84,17 @@ func (rt *Runtime) unreserve(p *peer) {
 }
 
 // poolScan counts the peers holding (or reserving) RC QPs and picks the
-// coldest one other than self whose RC QPs are idle: most idle windows,
-// then fewest requests since the last window. poolMu held.
+// coldest one other than self whose RC QPs are idle: one holding an RC QP
+// this node built before one holding only QPs it accepted (whose builder's
+// requests, one-sided, this node never sees: it may keep them hot), then
+// most idle windows, then fewest requests since the last window. poolMu
+// held.
 func (rt *Runtime) poolScan(self *peer) (holders int, victim *peer) {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	var vIdle int
 	var vOps uint64
+	vBuilt := false
 	for _, p := range rt.peers {
 		rcs := p.rcs()
 		if !p.reserved && len(rcs) == 0 {
@@ -103,8 +107,10 @@ func (rt *Runtime) poolScan(self *peer) (holders int, victim *peer) {
 		p.mu.Lock()
 		idle, ops := p.idle, p.ops.Load()-p.lastOps
 		p.mu.Unlock()
-		if victim == nil || idle > vIdle || idle == vIdle && ops < vOps {
-			victim, vIdle, vOps = p, idle, ops
+		built := builtRCs(rcs) > 0
+		colder := idle > vIdle || idle == vIdle && ops < vOps
+		if victim == nil || built && !vBuilt || built == vBuilt && colder {
+			victim, vIdle, vOps, vBuilt = p, idle, ops, built
 		}
 	}
 	return holders, victim

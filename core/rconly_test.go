@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +145,31 @@ func TestUnpolledReceiver(t *testing.T) {
 			}
 		}
 	}, modeDC, modeNoDC)
+}
+
+// TestRCOnlyEvictsOwnFirst: in RC-only mode a node whose pool is full
+// makes room by evicting an idle RC QP it built, not one it accepted from
+// a node that reads it hot: it never sees those one-sided READs, and
+// evicting their QP makes the reader build another at once.
+func TestRCOnlyEvictsOwnFirst(t *testing.T) {
+	c := modeNoDC.start(t, 4, core.Config{RCPeers: 2})
+	a, b := c.Node(1), c.Node(2)
+	q, req := reader(t, a, b, "r") // node 1 builds, node 2 accepts
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go hammer(q, req, stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(50 * time.Millisecond) // windows pass: node 2 sees node 1 idle, as it never pushes to it
+	mustQueue(t, b, 3)                // node 2 builds its own, to node 3, and leaves it idle
+	time.Sleep(30 * time.Millisecond)
+	mustQueue(t, b, 4) // the pool is full: something must go
+	if st := a.Stats(); st.RCEvicted != 0 {
+		t.Errorf("node 1's RC QP, read hot, was evicted by the node that accepted it: %+v", st)
+	}
+	for _, p := range b.PoolQPs() {
+		if p.Type == core.QPTypeRC && p.Peer == 3 && p.State == core.QPReady {
+			t.Errorf("node 2 kept its idle RC QP to node 3 and evicted another: %+v", b.PoolQPs())
+		}
+	}
 }
