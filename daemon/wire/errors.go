@@ -9,6 +9,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -40,6 +41,7 @@ var sentinels = []struct {
 	{"core.ErrUnreachable", core.ErrUnreachable},
 	{"core.ErrRefused", core.ErrRefused},
 	{"core.ErrNoQP", core.ErrNoQP},
+	{"core.ErrPeerDead", core.ErrPeerDead},
 	{"verbs.ErrClosed", verbs.ErrClosed},
 	{"verbs.ErrInvalid", verbs.ErrInvalid},
 	{"verbs.ErrLimit", verbs.ErrLimit},
@@ -58,6 +60,9 @@ var sentinels = []struct {
 	{"meta.ErrNoReply", meta.ErrNoReply},
 	{"meta.ErrBadGeometry", meta.ErrBadGeometry},
 	{"meta.ErrClosed", meta.ErrClosed},
+	{"udrpc.ErrClosed", udrpc.ErrClosed},
+	{"udrpc.ErrNoReply", udrpc.ErrNoReply},
+	{"udrpc.ErrTooLong", udrpc.ErrTooLong},
 	{"offheap.ErrNotOffHeap", offheap.ErrNotOffHeap},
 	{"offheap.ErrClosed", offheap.ErrClosed},
 	{"offheap.ErrPinned", offheap.ErrPinned},
