@@ -104,6 +104,12 @@ type Local struct {
 	Len int
 }
 
+// fits reports whether [Off, Off+Len) lies inside size bytes, computed so
+// that no Off or Len a caller forges can overflow into a false yes.
+func (l Local) fits(size int) bool {
+	return l.Off >= 0 && l.Len >= 0 && l.Off <= size && l.Len <= size-l.Off
+}
+
 func (l Local) sge() verbs.SGE {
 	return verbs.SGE{Addr: l.MR.mr.Addr() + uint64(l.Off), Length: uint32(l.Len), LKey: l.MR.mr.LKey()}
 }

@@ -1,0 +1,77 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// bounded runs f with a context that ends after d and fails t unless f
+// returns within d plus a second: a hang fails the test instead of
+// blocking it.
+func bounded(t *testing.T, d time.Duration, what string, f func(ctx context.Context) error) error {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return waitFor(t, d+time.Second, what, func() error { return f(c) })
+}
+
+// TestHostileRecvBuffers posts receive buffers that lie outside their MR
+// in every way a caller can forge: each is refused, and a message sent
+// afterwards still lands in a good buffer (the receive path survives).
+func TestHostileRecvBuffers(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	srv, err := b.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Bind(9); err != nil {
+		t.Fatal(err)
+	}
+	mr, _ := b.RegMR(4096, verbs.AccessAll)
+	ro, _ := b.RegMR(4096, verbs.AccessRemoteRead)
+	foreign, _ := a.RegMR(4096, verbs.AccessAll)
+	bad := map[string]core.Local{
+		"nil MR":           {Len: 8},
+		"zero MR":          {MR: &core.MR{}, Len: 8},
+		"foreign MR":       foreign.Range(0, 8),
+		"negative off":     mr.Range(-1, 8),
+		"negative len":     mr.Range(0, -8),
+		"zero len":         mr.Range(0, 0),
+		"past the end":     mr.Range(4090, 8),
+		"off MaxInt":       mr.Range(math.MaxInt, 1),
+		"len MaxInt":       mr.Range(1, math.MaxInt),
+		"off+len overflow": mr.Range(math.MaxInt-2, 8),
+		"no LOCAL_WRITE":   ro.Range(0, 8),
+	}
+	for name, l := range bad {
+		if err := srv.PushRecv(l); !errors.Is(err, verbs.ErrInvalid) {
+			t.Errorf("PushRecv(%s): %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := srv.PushRecv(mr.Range(0, 16)); err != nil {
+		t.Fatal(err)
+	}
+	cli := mustQueue(t, a, 2, core.ToPort(9))
+	copy(foreign.Bytes(), "hello")
+	if _, err := cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSend, Local: foreign.Range(0, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pop1(t, cli); wc.Status != verbs.Success {
+		t.Fatalf("send: %+v", wc)
+	}
+	var msgs [1]core.Message
+	if _, err := srv.PopMsgsWait(ctx(t), msgs[:]); err != nil {
+		t.Fatal(err)
+	}
+	if m := msgs[0]; m.Buf == nil || m.Buf.Off != 0 || m.Len != 5 || string(mr.Bytes()[:5]) != "hello" {
+		t.Fatalf("message %+v", m)
+	}
+}
