@@ -75,3 +75,33 @@ func TestHostileRecvBuffers(t *testing.T) {
 		t.Fatalf("message %+v", m)
 	}
 }
+
+// TestHostileEmptyOut hands the waiting Pops an empty slice: they cannot
+// ever return a completion, so they must refuse at once, not wait until
+// their context ends.
+func TestHostileEmptyOut(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	q := mustQueue(t, c.Node(1), 2)
+	if err := q.Bind(5); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(ctx context.Context) error{
+		"PopWait":     func(ctx context.Context) error { _, err := q.PopWait(ctx, nil); return err },
+		"PopMsgsWait": func(ctx context.Context) error { _, err := q.PopMsgsWait(ctx, []core.Message{}); return err },
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			err := bounded(t, 3*time.Second, name, f)
+			if !errors.Is(err, verbs.ErrInvalid) || time.Since(start) > time.Second {
+				t.Errorf("%s with no room: %v after %v, want ErrInvalid at once", name, err, time.Since(start))
+			}
+		})
+	}
+	if n := q.Pop(nil); n != 0 {
+		t.Errorf("Pop(nil) = %d", n)
+	}
+	if n := q.PopMsgs(nil); n != 0 {
+		t.Errorf("PopMsgs(nil) = %d", n)
+	}
+}

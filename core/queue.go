@@ -372,8 +372,12 @@ func (q *Queue) popReady(out []Completion) int {
 }
 
 // PopWait is Pop that waits for at least one completion, spinning briefly
-// and then sleeping, until ctx ends.
+// and then sleeping, until ctx ends. An empty out could never take one:
+// it is refused at once (verbs.ErrInvalid).
 func (q *Queue) PopWait(ctx context.Context, out []Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, fmt.Errorf("core: pop wait: no room for a completion: %w", verbs.ErrInvalid)
+	}
 	var n int
 	err := q.rt.sends.wait(ctx, q, func() bool {
 		n = q.popReady(out)

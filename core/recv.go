@@ -262,8 +262,12 @@ func (q *Queue) popMsgs(out []Message) int {
 	return n
 }
 
-// PopMsgsWait is PopMsgs that waits for at least one message.
+// PopMsgsWait is PopMsgs that waits for at least one message. An empty
+// out could never take one: it is refused at once (verbs.ErrInvalid).
 func (q *Queue) PopMsgsWait(ctx context.Context, out []Message) (int, error) {
+	if len(out) == 0 {
+		return 0, fmt.Errorf("core: pop messages wait: no room for a message: %w", verbs.ErrInvalid)
+	}
 	var n int
 	err := q.rt.recvs.wait(ctx, q, func() bool {
 		n = q.popMsgs(out)
