@@ -105,3 +105,20 @@ func TestHostileEmptyOut(t *testing.T) {
 		t.Errorf("PopMsgs(nil) = %d", n)
 	}
 }
+
+// TestHostileBindClosed binds a port on a closed queue: refused with
+// ErrClosed, and the port stays free for a live queue.
+func TestHostileBindClosed(t *testing.T) {
+	c := start(t, 1, core.Config{})
+	rt := c.Node(1)
+	q, _ := rt.Queue()
+	q.Close()
+	if err := q.Bind(12); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Bind on a closed queue: %v, want ErrClosed", err)
+	}
+	live, _ := rt.Queue()
+	defer live.Close()
+	if err := live.Bind(12); err != nil {
+		t.Errorf("the port a closed queue tried to bind: %v", err)
+	}
+}

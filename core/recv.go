@@ -162,9 +162,15 @@ func (q *Queue) Bind(port uint32) error {
 	return q.rt.bind(q, port)
 }
 
+// bind checks q is open and takes the port under rt.mu, as Unbind gives
+// it back: a Close that began before bind is seen here, and one that
+// begins after unbinds what bind took, so no closed queue keeps a port.
 func (rt *Runtime) bind(q *Queue, port uint32) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.closed || q.isClosed() {
+		return fmt.Errorf("core: bind port %d: %w", port, ErrClosed)
+	}
 	if _, taken := rt.ports[port]; taken {
 		return fmt.Errorf("core: bind port %d: %w", port, ErrPortInUse)
 	}
@@ -177,15 +183,12 @@ func (rt *Runtime) bind(q *Queue, port uint32) error {
 
 // Unbind stops the queue receiving; messages already received stay.
 func (q *Queue) Unbind() {
-	port := q.port.Swap(0)
-	if port == 0 {
-		return
-	}
 	q.rt.mu.Lock()
-	if q.rt.ports[port] == q {
+	defer q.rt.mu.Unlock()
+	port := q.port.Swap(0)
+	if port != 0 && q.rt.ports[port] == q {
 		delete(q.rt.ports, port)
 	}
-	q.rt.mu.Unlock()
 }
 
 // PushRecv posts buffers that messages to the bound port land in, in order.
