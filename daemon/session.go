@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ type session struct {
 	mrBytes int64
 	regions map[uint64]*core.Region
 	vqs     map[uint64]*vq
-	exports map[string]bool
+	exports map[string]uint64 // name: the MR exported, whose Deregister withdraws it
 
 	pump *pump // drives every VQ of the client
 
@@ -48,7 +49,7 @@ type session struct {
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 	ss := &session{s: s, id: s.ids.Add(1), conn: c, cred: cred, mrs: make(map[uint64]*memory),
-		regions: make(map[uint64]*core.Region), vqs: make(map[uint64]*vq), exports: make(map[string]bool)}
+		regions: make(map[uint64]*core.Region), vqs: make(map[uint64]*vq), exports: make(map[string]uint64)}
 	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
 	ss.pump = newPump(ss)
 	return ss
@@ -192,12 +193,9 @@ func (ss *session) deregister(id uint64, err error) error {
 	delete(ss.mrs, id)
 	if mem != nil {
 		ss.mrBytes -= int64(mem.mr.Len())
-		for name := range ss.exports {
-			// the runtime withdraws the MR's exports; forget them here
-			if !ss.s.rt.Exported(name) {
-				delete(ss.exports, name)
-			}
-		}
+		// The runtime's Deregister withdraws the MR's exports: the names
+		// are no longer this client's, and may soon be another's.
+		maps.DeleteFunc(ss.exports, func(_ string, mr uint64) bool { return mr == id })
 	}
 	ss.mu.Unlock()
 	if mem == nil {
@@ -247,7 +245,7 @@ func (ss *session) export(m *wire.Msg) error {
 		return err
 	}
 	ss.mu.Lock()
-	ss.exports[name] = true
+	ss.exports[name] = id
 	ss.mu.Unlock()
 	return nil
 }
@@ -257,7 +255,7 @@ func (ss *session) unexport(name string, err error) error {
 		return err
 	}
 	ss.mu.Lock()
-	mine := ss.exports[name]
+	_, mine := ss.exports[name]
 	delete(ss.exports, name)
 	ss.mu.Unlock()
 	if !mine {
@@ -371,7 +369,7 @@ func (ss *session) reclaim() {
 	ss.conn.Close()
 	ss.mu.Lock()
 	vqs, mrs, exports := ss.vqs, ss.mrs, ss.exports
-	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]bool{}, map[uint64]*core.Region{}
+	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]uint64{}, map[uint64]*core.Region{}
 	ss.mrBytes = 0
 	ss.mu.Unlock()
 	if err := ss.pump.drain(vqs); err != nil {

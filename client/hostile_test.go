@@ -1,0 +1,91 @@
+package client_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestHostileExportName: a name a client exported and lost (its MR
+// deregistered, or unexported) and another client then exported is the
+// other client's: the first can neither withdraw it (Unexport) nor take it
+// with it when it goes (Close), in every order of losing it.
+func TestHostileExportName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(a *client.Client, mr *core.MR) error // a loses "shared"
+		hit  func(a *client.Client) error              // a then acts on the name
+	}{
+		{"deregister then unexport", func(a *client.Client, mr *core.MR) error { return a.Deregister(mr) },
+			func(a *client.Client) error {
+				if err := a.Unexport("shared"); !errors.Is(err, core.ErrRefused) {
+					return errors.Join(errors.New("unexport of a lost name not refused"), err)
+				}
+				return nil
+			}},
+		{"deregister then close", func(a *client.Client, mr *core.MR) error { return a.Deregister(mr) },
+			func(a *client.Client) error { return a.Close() }},
+		{"unexport then unexport", func(a *client.Client, _ *core.MR) error { return a.Unexport("shared") },
+			func(a *client.Client) error {
+				if err := a.Unexport("shared"); !errors.Is(err, core.ErrRefused) {
+					return errors.Join(errors.New("second unexport not refused"), err)
+				}
+				return nil
+			}},
+		{"unexport then close", func(a *client.Client, _ *core.MR) error { return a.Unexport("shared") },
+			func(a *client.Client) error { return a.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEnv(t)
+			ctx := ctxT(t)
+			a, b := attach(t, e), attach(t, e)
+			mrA, err := a.RegMR(4096, verbs.AccessAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Export("shared", mrA, 0, 64, verbs.AccessRemoteRead); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.lose(a, mrA); err != nil {
+				t.Fatal(err)
+			}
+			mrB, err := b.RegMR(4096, verbs.AccessAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(mrB.Bytes(), "B's export")
+			if err := b.Export("shared", mrB, 0, 64, verbs.AccessRemoteRead); err != nil {
+				t.Fatalf("B exporting the name A lost: %v", err)
+			}
+			if err := tc.hit(a); err != nil {
+				t.Error(err)
+			}
+			a.Close() // and when A goes, B's export stays
+			waitFor(t, "A reclaimed", func() bool { return e.srv.Status().Reclaim == 1 })
+			if !e.c.Node(1).Exported("shared") {
+				t.Fatal("B's export withdrawn by A")
+			}
+			// and it still reads as B's, through the node's own runtime
+			q, err := e.c.Node(2).Queue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if err := q.Connect(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			g, err := q.Region(ctx, "shared")
+			if err != nil {
+				t.Fatalf("B's export after A acted: %v", err)
+			}
+			buf, _ := e.c.Node(2).RegMR(64, verbs.AccessAll)
+			out := run(t, ctx, q, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 10), Remote: g.At(0)})
+			if out[0].Err() != nil || string(buf.Bytes()[:10]) != "B's export" {
+				t.Fatalf("READ of B's export: %v %q", out[0].Err(), buf.Bytes()[:10])
+			}
+		})
+	}
+}
