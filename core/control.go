@@ -263,6 +263,9 @@ type export struct {
 // the remote access given (a subset of the MR's). A client learns it with
 // Region; Unexport or Deregister revokes it.
 func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) error {
+	if err := rt.closedErr(fmt.Sprintf("export %q", name)); err != nil {
+		return err
+	}
 	if !rt.ownMR(mr) {
 		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, ErrRefused)
 	}
@@ -282,6 +285,8 @@ func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) 
 	}
 	rt.mu.Lock()
 	switch _, dup := rt.exports[name]; {
+	case rt.closed: // Close began after the check above and will not see it
+		err = fmt.Errorf("core: export %q: runtime: %w", name, ErrClosed)
 	case dup:
 		err = fmt.Errorf("core: export %q: name taken: %w", name, verbs.ErrBusy)
 	case !mr.live(): // Deregister withdraws mr's exports after marking it

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -74,6 +75,97 @@ func TestHostileRecvBuffers(t *testing.T) {
 	if m := msgs[0]; m.Buf == nil || m.Buf.Off != 0 || m.Len != 5 || string(mr.Bytes()[:5]) != "hello" {
 		t.Fatalf("message %+v", m)
 	}
+}
+
+// TestHostileUseAfterClose calls every method of a closed runtime, of a
+// queue of it and of an MR of it: each fails with ErrClosed (or, for calls
+// without an error, returns), within a bound, without a panic.
+func TestHostileUseAfterClose(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	if err := c.Remove(2, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx0 := ctx(t)
+	// Node 3 is closed by hand: its MR, queue and export were made live.
+	if err := c.Add(ctx0, modeDC.config(3, core.Config{}), 3); err != nil {
+		t.Fatal(err)
+	}
+	rt, dev := c.Node(3), c.Devices[len(c.Devices)-1]
+	mr := serve(t, rt, "x", 4096)
+	blk, err := offheap.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blk.Close()
+	if _, err = rt.Register(blk.Bytes(), verbs.AccessAll); err != nil {
+		t.Fatal(err)
+	}
+	q, err := rt.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(ctx0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close released everything made from the runtime, the caller's
+	// registrations and exports too.
+	if st := dev.Stats(); st.MRs != 0 || st.PDs != 0 {
+		t.Errorf("after Close the device still holds %+v", st)
+	}
+	buf := blk.Bytes()[:64]
+	cases := []struct {
+		name string
+		f    func(ctx context.Context) error
+	}{
+		{"Close", func(context.Context) error { return rt.Close() }},
+		{"Queue", func(context.Context) error { _, err := rt.Queue(); return err }},
+		{"RegMR", func(context.Context) error { _, err := rt.RegMR(64, verbs.AccessAll); return err }},
+		{"Register", func(context.Context) error { _, err := rt.Register(buf, verbs.AccessAll); return err }},
+		{"Deregister", func(context.Context) error { return rt.Deregister(mr) }},
+		{"Export", func(context.Context) error { return rt.Export("y", mr, 0, 64, verbs.AccessRemoteRead) }},
+		{"Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 1, "x"); return err }},
+		{"Queue.Connect", func(ctx context.Context) error { return q.Connect(ctx, 1) }},
+		{"Queue.Push", func(ctx context.Context) error {
+			_, err := q.Push(ctx, true, core.Request{Op: verbs.OpWrite})
+			return err
+		}},
+		{"Queue.PopWait", func(ctx context.Context) error {
+			var out [1]core.Completion
+			_, err := q.PopWait(ctx, out[:])
+			return err
+		}},
+		{"Queue.PopMsgsWait", func(ctx context.Context) error {
+			var out [1]core.Message
+			_, err := q.PopMsgsWait(ctx, out[:])
+			return err
+		}},
+		{"Queue.PushRecv", func(context.Context) error { return q.PushRecv(mr.Range(0, 64)) }},
+		{"Queue.Bind", func(context.Context) error { return q.Bind(77) }},
+		{"Queue.Region", func(ctx context.Context) error { _, err := q.Region(ctx, "x"); return err }},
+		{"Queue.Close", func(context.Context) error { return q.Close() }},
+		{"Group.Wait", func(ctx context.Context) error {
+			return rt.Group().Wait(ctx, func() bool { return false }, nil)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := bounded(t, 2*time.Second, tc.name, tc.f)
+			if !errors.Is(err, core.ErrClosed) {
+				t.Errorf("%s after Close: %v, want ErrClosed", tc.name, err)
+			}
+		})
+	}
+	// Calls without an error must merely return.
+	var out [4]core.Completion
+	q.Pop(out[:])
+	q.PopMsgs(make([]core.Message, 4))
+	q.Outstanding()
+	q.Unbind()
+	rt.Unexport("x")
+	rt.Stats()
 }
 
 // TestHostileEmptyOut hands the waiting Pops an empty slice: they cannot

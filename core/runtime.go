@@ -173,6 +173,7 @@ type Runtime struct {
 	ports   map[uint32]*Queue
 	peers   map[NodeID]*peer
 	exports map[string]*export
+	mrs     map[*MR]struct{} // registered and not released: Close releases them
 	closed  bool
 
 	ahMu sync.Mutex
@@ -195,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg: cfg, rcOnly: cfg.RCOnly, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
 		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
 		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
-		exports: make(map[string]*export), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
+		exports: make(map[string]*export), mrs: make(map[*MR]struct{}), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
 	empty := map[uint32]*pqp{}
 	rt.byQPN.Store(&empty)
@@ -328,6 +329,9 @@ func (rt *Runtime) Node() NodeID { return rt.node }
 
 // RegMR allocates and registers size bytes of off-heap memory.
 func (rt *Runtime) RegMR(size int, access verbs.Access) (*MR, error) {
+	if err := rt.closedErr("register"); err != nil {
+		return nil, err
+	}
 	blk, err := offheap.Alloc(size)
 	if err != nil {
 		return nil, err
@@ -342,12 +346,69 @@ func (rt *Runtime) RegMR(size int, access verbs.Access) (*MR, error) {
 }
 
 // Register registers caller-owned off-heap memory (from package offheap).
+// The runtime keeps the MR until Deregister, or until Close releases it.
 func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
+	if err := rt.closedErr("register"); err != nil {
+		return nil, err
+	}
 	mr, err := rt.pd.RegMR(buf, access)
 	if err != nil {
 		return nil, fmt.Errorf("core: register %d bytes: %w", len(buf), err)
 	}
-	return &MR{mr: mr, rt: rt, access: access}, nil
+	m := &MR{mr: mr, rt: rt, access: access}
+	rt.mu.Lock()
+	closed := rt.closed
+	if !closed {
+		rt.mrs[m] = struct{}{}
+	}
+	rt.mu.Unlock()
+	if closed { // Close began meanwhile and will not see m
+		mr.Close()
+		return nil, fmt.Errorf("core: register: runtime: %w", ErrClosed)
+	}
+	return m, nil
+}
+
+// closedErr is ErrClosed, naming what, once Close has begun.
+func (rt *Runtime) closedErr(what string) error {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	if rt.closed {
+		return fmt.Errorf("core: %s: runtime: %w", what, ErrClosed)
+	}
+	return nil
+}
+
+// forget drops a released MR from the set Close releases.
+func (rt *Runtime) forget(m *MR) {
+	rt.mu.Lock()
+	delete(rt.mrs, m)
+	rt.mu.Unlock()
+}
+
+// releaseAll revokes every export and releases every MR still registered,
+// once the QPs that could touch them are gone: a closed runtime leaves
+// nothing registered and no memory of RegMR's allocated. A Deregister of
+// one of them afterwards fails with ErrClosed.
+func (rt *Runtime) releaseAll() {
+	rt.mu.Lock()
+	exps := make([]*export, 0, len(rt.exports))
+	for name, e := range rt.exports {
+		exps = append(exps, e)
+		delete(rt.exports, name)
+	}
+	mrs := make([]*MR, 0, len(rt.mrs))
+	for m := range rt.mrs {
+		mrs = append(mrs, m)
+	}
+	rt.mu.Unlock()
+	for _, e := range exps {
+		e.revoke()
+	}
+	for _, m := range mrs {
+		m.dead.Store(true)
+		m.release()
+	}
 }
 
 // Deregister releases an MR from RegMR or Register. From now on the
@@ -528,6 +589,7 @@ func (rt *Runtime) teardown() {
 			pl.cq.Close()
 		}
 	}
+	rt.releaseAll()
 	if rt.pd != nil {
 		rt.pd.Close()
 	}

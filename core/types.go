@@ -87,6 +87,7 @@ func (m *MR) unuse() {
 // allocated for it, once.
 func (m *MR) release() error {
 	m.released.Do(func() {
+		m.rt.forget(m)
 		m.relErr = m.mr.Close()
 		if m.blk != nil {
 			if err := m.blk.Close(); m.relErr == nil {
