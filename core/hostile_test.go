@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -212,5 +214,93 @@ func TestHostileBindClosed(t *testing.T) {
 	defer live.Close()
 	if err := live.Bind(12); err != nil {
 		t.Errorf("the port a closed queue tried to bind: %v", err)
+	}
+}
+
+// argSentinels are the errors a bad argument may match: what is wrong
+// with it (ErrInvalid, ErrLimit), or that it names what is not the
+// runtime's (ErrRefused), needs a connection (ErrNotConnected) or does
+// not exist (ErrNoRegion, ErrUnreachable, meta.ErrBadRecord for node 0,
+// which no record may have).
+var argSentinels = []error{verbs.ErrInvalid, verbs.ErrLimit, core.ErrRefused, core.ErrNotConnected, core.ErrNoRegion, core.ErrUnreachable, meta.ErrBadRecord}
+
+// TestHostileArgs hands the runtime's registration and export calls every
+// bad argument: each is an error matching a sentinel, never a panic.
+func TestHostileArgs(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	rt, other := c.Node(1), c.Node(2)
+	mr, _ := rt.RegMR(4096, verbs.AccessAll)
+	ro, _ := rt.RegMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	foreign, _ := other.RegMR(4096, verbs.AccessAll)
+	long := strings.Repeat("n", 100000)
+	cases := map[string]func() error{
+		"RegMR -1":           func() error { _, err := rt.RegMR(-1, verbs.AccessAll); return err },
+		"RegMR 0":            func() error { _, err := rt.RegMR(0, verbs.AccessAll); return err },
+		"RegMR MinInt":       func() error { _, err := rt.RegMR(math.MinInt, verbs.AccessAll); return err },
+		"RegMR MaxInt":       func() error { _, err := rt.RegMR(math.MaxInt, verbs.AccessAll); return err },
+		"RegMR bad access":   func() error { _, err := rt.RegMR(64, verbs.Access(1<<30)); return err },
+		"Register nil":       func() error { _, err := rt.Register(nil, verbs.AccessAll); return err },
+		"Register empty":     func() error { _, err := rt.Register([]byte{}, verbs.AccessAll); return err },
+		"Deregister nil":     func() error { return rt.Deregister(nil) },
+		"Deregister zero":    func() error { return rt.Deregister(&core.MR{}) },
+		"Deregister foreign": func() error { return rt.Deregister(foreign) },
+		"Export nil MR":      func() error { return rt.Export("a", nil, 0, 1, verbs.AccessRemoteRead) },
+		"Export zero MR":     func() error { return rt.Export("a", &core.MR{}, 0, 1, verbs.AccessRemoteRead) },
+		"Export foreign":     func() error { return rt.Export("a", foreign, 0, 1, verbs.AccessRemoteRead) },
+		"Export empty name":  func() error { return rt.Export("", mr, 0, 1, verbs.AccessRemoteRead) },
+		"Export long name":   func() error { return rt.Export(long, mr, 0, 1, verbs.AccessRemoteRead) },
+		"Export off -1":      func() error { return rt.Export("a", mr, -1, 1, verbs.AccessRemoteRead) },
+		"Export n -1":        func() error { return rt.Export("a", mr, 0, -1, verbs.AccessRemoteRead) },
+		"Export n 0":         func() error { return rt.Export("a", mr, 0, 0, verbs.AccessRemoteRead) },
+		"Export past end":    func() error { return rt.Export("a", mr, 4000, 97, verbs.AccessRemoteRead) },
+		"Export off MaxInt":  func() error { return rt.Export("a", mr, math.MaxInt, 1, verbs.AccessRemoteRead) },
+		"Export n MaxInt":    func() error { return rt.Export("a", mr, 1, math.MaxInt, verbs.AccessRemoteRead) },
+		"Export write of ro": func() error { return rt.Export("a", ro, 0, 8, verbs.AccessRemoteWrite) },
+		"Export local acc":   func() error { return rt.Export("a", mr, 0, 8, verbs.AccessLocalWrite) },
+		"Bind 0":             func() error { q, _ := rt.Queue(); defer q.Close(); return q.Bind(0) },
+		"Connect node 0": func() error {
+			q, _ := rt.Queue()
+			defer q.Close()
+			return bounded(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0) })
+		},
+		"Connect unknown": func() error {
+			q, _ := rt.Queue()
+			defer q.Close()
+			return bounded(t, 3*time.Second, "Connect 99", func(ctx context.Context) error { return q.Connect(ctx, 99) })
+		},
+		"Region long name": func() error {
+			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, long); return err })
+		},
+		"Region empty name": func() error {
+			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, ""); return err })
+		},
+		"Region node 0": func() error {
+			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 0, "a"); return err })
+		},
+		"Queue.Region unconnected": func() error {
+			q, _ := rt.Queue()
+			defer q.Close()
+			_, err := q.Region(ctx(t), "a")
+			return err
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("panic: %v", p)
+				}
+			}()
+			err := f()
+			for _, want := range argSentinels {
+				if errors.Is(err, want) {
+					return
+				}
+			}
+			t.Errorf("%s: %v, want an error matching one of %v", name, err, argSentinels)
+		})
+	}
+	if rt.Exported("a") {
+		t.Error("a bad Export left a name exported")
 	}
 }

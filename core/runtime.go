@@ -332,6 +332,9 @@ func (rt *Runtime) RegMR(size int, access verbs.Access) (*MR, error) {
 	if err := rt.closedErr("register"); err != nil {
 		return nil, err
 	}
+	if max := rt.dev.Attr().MaxMRSize; size <= 0 || uint64(size) > max {
+		return nil, fmt.Errorf("core: register %d bytes (max %d): %w", size, max, verbs.ErrInvalid)
+	}
 	blk, err := offheap.Alloc(size)
 	if err != nil {
 		return nil, err
