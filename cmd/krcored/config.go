@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/krcore/krcore/daemon"
@@ -71,6 +74,9 @@ func load(args []string) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q: krcored takes flags only", errConfig, fs.Arg(0))
+	}
 	if *file == "" {
 		return cfg, nil
 	}
@@ -109,13 +115,20 @@ func flags(cfg *config) (*flag.FlagSet, *string) {
 	return fs, file
 }
 
-// readFile decodes the JSON config file over cfg. A key krcored does not
-// know, a value of the wrong type, a duration that does not parse, or
-// anything after the object is an error naming the file and the key.
+// maxConfigBytes bounds the config file: krcored's keys fit in a few
+// hundred bytes, and a file that does not end (a device, a FIFO) or a huge
+// one is a mistake, read no further.
+const maxConfigBytes = 1 << 20
+
+// readFile decodes the JSON config file over cfg. A file that is not a
+// regular file or is larger than maxConfigBytes, anything but one JSON
+// object, a key krcored does not know (keys are matched exactly, case
+// included), given twice or null, a value of the wrong type, and a duration
+// that does not parse are errors naming the file and the key.
 func (cfg *config) readFile(name string) error {
-	b, err := os.ReadFile(name)
+	b, err := readConfig(name)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("%w: config %s: %w", errConfig, name, err)
 	}
 	// The durations shadow daemon.Config's (a shallower field wins in
 	// encoding/json), so they take Go duration strings.
@@ -126,6 +139,9 @@ func (cfg *config) readFile(name string) error {
 		CallTimeout  duration `json:"call_timeout"`
 	}{cfg, duration{"spin", &cfg.Spin}, duration{"share_quantum", &cfg.ShareQuantum},
 		duration{"call_timeout", &cfg.CallTimeout}}
+	if err := checkKeys(b, jsonKeys(reflect.TypeOf(keys))); err != nil {
+		return fmt.Errorf("%w: config %s: %w", errConfig, name, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&keys); err != nil {
@@ -135,6 +151,92 @@ func (cfg *config) readFile(name string) error {
 		return fmt.Errorf("%w: config %s: data after the JSON object", errConfig, name)
 	}
 	return nil
+}
+
+// readConfig reads a regular file of at most maxConfigBytes.
+func readConfig(name string) ([]byte, error) {
+	fi, err := os.Stat(name) // before opening: opening a FIFO waits for a writer
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(b) > maxConfigBytes:
+		return nil, fmt.Errorf("larger than %d bytes", maxConfigBytes)
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, errors.New("empty: want a JSON object")
+	}
+	return b, nil
+}
+
+// checkKeys checks the shape encoding/json lets through: b is one JSON
+// object whose keys are each in known, spelled exactly (encoding/json
+// matches them ignoring case), given once (it keeps the last) and not
+// null (it leaves the default).
+func checkKeys(b []byte, known map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("want a JSON object, found %s", firstWord(b))
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key := t.(string) // an object's keys are strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+		switch {
+		case !known[key]:
+			return fmt.Errorf("unknown field %q (keys are spelled exactly: lower case, words joined by underscores)", key)
+		case seen[key]:
+			return fmt.Errorf("key %q given twice", key)
+		case string(v) == "null":
+			return fmt.Errorf("key %q: null: leave the key out for its default", key)
+		}
+		seen[key] = true
+	}
+	return nil
+}
+
+// firstWord is the start of b, to show what a file holds instead of an
+// object.
+func firstWord(b []byte) string {
+	b = bytes.TrimSpace(b)
+	return strconv.Quote(string(b[:min(len(b), 16)]))
+}
+
+// jsonKeys is the JSON keys of struct type t's fields, those of embedded
+// structs included.
+func jsonKeys(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	keys := map[string]bool{}
+	for f := range t.Fields() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-":
+		case f.Anonymous && tag == "":
+			maps.Copy(keys, jsonKeys(f.Type))
+		case tag != "":
+			keys[tag] = true
+		}
+	}
+	return keys
 }
 
 // duration is a config file's duration: a Go duration string ("10us",

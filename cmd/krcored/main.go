@@ -29,9 +29,11 @@
 // "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
 // given on the command line override it. "meta" is a list of MetaServers
 // (or one string). Durations are Go duration strings as the flags take
-// ("10us", "5s"); an integer is read as nanoseconds. An unknown key, a value
-// of the wrong type and a value out of range (from the file or a flag) are
-// refused with the key and the reason: node, ib_port, client_credits,
+// ("10us", "5s"); an integer is read as nanoseconds. An unknown key (keys
+// are spelled exactly, case included), a key given twice or null, a file
+// that is not one JSON object or not a regular file of at most 1 MiB, an
+// argument that is not a flag, a value of the wrong type and a value out of
+// range (from the file or a flag) are refused with the key and the reason: node, ib_port, client_credits,
 // max_vqs, max_mr_bytes and call_timeout must be at least 1, gid_idx at
 // least -1, spin at least 0; share_quantum takes any duration (negative:
 // pacing off).
