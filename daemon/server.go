@@ -24,6 +24,10 @@ import (
 // ErrDenied reports a peer that Config.AllowUIDs/AllowGIDs refuse.
 var ErrDenied = errors.New("daemon: peer not allowed")
 
+// ErrNotSocket reports a Config.Socket path that names something other
+// than a socket: New refuses it rather than replace it.
+var ErrNotSocket = errors.New("daemon: not a socket")
+
 // DefaultSocket is where krcored listens by default:
 // $XDG_RUNTIME_DIR/krcored.sock, or /run/krcored.sock.
 func DefaultSocket() string {
@@ -149,11 +153,9 @@ func New(rt *core.Runtime, cfg Config) (*Server, error) {
 // listen makes the socket, replacing a stale one, with mode 0660 and the
 // group given.
 func listen(path, group string) (*net.UnixListener, error) {
-	if c, err := net.Dial("unixpacket", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("daemon: %s: another krcored is serving: %w", path, core.ErrPortInUse)
+	if err := removeStale(path); err != nil {
+		return nil, err
 	}
-	os.Remove(path) // stale: its daemon is gone
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: listen: %w", err)
@@ -178,6 +180,29 @@ func listen(path, group string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("daemon: socket group %q: %w", group, err)
 	}
 	return ln, nil
+}
+
+// removeStale removes the socket at path if no daemon serves it. Anything
+// at path but a socket (a file, a directory, a symbolic link) is the
+// user's, and an error.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("daemon: socket %s: %w", path, err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("daemon: socket %s: %w (%v): remove it or choose another path", path, ErrNotSocket, fi.Mode().Type())
+	}
+	if c, err := net.Dial("unixpacket", path); err == nil {
+		c.Close()
+		return fmt.Errorf("daemon: %s: another krcored is serving: %w", path, core.ErrPortInUse)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("daemon: remove stale socket %s: %w", path, err)
+	}
+	return nil
 }
 
 // Socket is the path the server listens on.
