@@ -304,3 +304,119 @@ func TestHostileArgs(t *testing.T) {
 		t.Error("a bad Export left a name exported")
 	}
 }
+
+// TestHostileRequests pushes requests with every field a caller can forge
+// wrong, each between two good READs on the same shared QPs, in every
+// mode: each forged request completes in order with the error status a
+// private QP would give (never SUCCESS), the good READs around it get
+// their bytes, and no shared QP needed a recovery.
+func TestHostileRequests(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{})
+		a, b := c.Node(1), c.Node(2)
+		remote := serve(t, b, "data", 4096)
+		copy(remote.Bytes(), "0123456789abcdef")
+		roMR, _ := b.RegMR(4096, verbs.AccessAll)
+		if err := b.Export("ro", roMR, 0, 64, verbs.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		serve(t, c.Node(3), "data", 4096)
+		q := mustQueue(t, a, 2)
+		g, err := q.Region(ctx(t), "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro, err := q.Region(ctx(t), "ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		of3, err := a.Region(ctx(t), 3, "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ofB, err := b.Region(ctx(t), 2, "data") // learned by another runtime
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(4096, verbs.AccessAll)
+		noWrite, _ := a.RegMR(4096, verbs.AccessRemoteRead)
+		foreign, _ := b.RegMR(4096, verbs.AccessAll)
+		gone, _ := a.RegMR(4096, verbs.AccessAll)
+		a.Deregister(gone)
+		rd := func(l core.Local, r core.Remote) core.Request {
+			return core.Request{Op: verbs.OpRead, Local: l, Remote: r}
+		}
+		bad := map[string]core.Request{
+			"opcode 0":              {Op: 0, Local: local.Range(0, 8), Remote: g.At(0)},
+			"opcode 200":            {Op: 200, Local: local.Range(0, 8), Remote: g.At(0)},
+			"SEND without a port":   {Op: verbs.OpSend, Local: local.Range(0, 8)},
+			"READ zero length":      rd(local.Range(0, 0), g.At(0)),
+			"READ nil MR":           rd(core.Local{Len: 8}, g.At(0)),
+			"READ zero MR":          rd(core.Local{MR: &core.MR{}, Len: 8}, g.At(0)),
+			"READ foreign MR":       rd(foreign.Range(0, 8), g.At(0)),
+			"READ deregistered MR":  rd(gone.Range(0, 8), g.At(0)),
+			"READ negative off":     rd(local.Range(-8, 8), g.At(0)),
+			"READ negative len":     rd(local.Range(0, -8), g.At(0)),
+			"READ off MaxInt":       rd(local.Range(math.MaxInt, 8), g.At(0)),
+			"READ len MaxInt":       rd(local.Range(8, math.MaxInt), g.At(0)),
+			"READ past MR end":      rd(local.Range(4090, 8), g.At(0)),
+			"READ no LOCAL_WRITE":   rd(noWrite.Range(0, 8), g.At(0)),
+			"READ nil region":       rd(local.Range(0, 8), core.Remote{Off: 0}),
+			"READ zero region":      rd(local.Range(0, 8), core.Remote{Region: &core.Region{}}),
+			"READ other node":       rd(local.Range(0, 8), of3.At(0)),
+			"READ other runtime's":  rd(local.Range(0, 8), ofB.At(0)),
+			"READ remote past end":  rd(local.Range(0, 8), g.At(4090)),
+			"READ remote MaxUint64": rd(local.Range(0, 8), g.At(math.MaxUint64)),
+			"READ remote wraps":     rd(local.Range(0, 16), g.At(math.MaxUint64-7)),
+			"WRITE read-only":       {Op: verbs.OpWrite, Local: local.Range(0, 8), Remote: ro.At(0)},
+			"WRITE_IMM read-only":   {Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: ro.At(0)},
+			"WRITE nil region":      {Op: verbs.OpWrite, Local: local.Range(0, 8)},
+			"WRITE zero-len nil":    {Op: verbs.OpWrite, Remote: core.Remote{Region: &core.Region{}}},
+			"FAA misaligned":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(3)},
+			"CAS misaligned":        {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4092)},
+			"FAA 4 bytes":           {Op: verbs.OpFetchAdd, Local: local.Range(0, 4), Remote: g.At(0)},
+			"FAA 16 bytes":          {Op: verbs.OpFetchAdd, Local: local.Range(0, 16), Remote: g.At(0)},
+			"FAA zero length":       {Op: verbs.OpFetchAdd, Local: local.Range(0, 0), Remote: g.At(0)},
+			"CAS read-only":         {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: ro.At(0)},
+			"CAS past end":          {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4096)},
+			"FAA unsignaled":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(5), Unsignaled: true},
+			"READ unsignaled":       {Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(4095), Unsignaled: true},
+		}
+		var out [3]core.Completion
+		for name, r := range bad {
+			clear(local.Bytes()[16:32])
+			r.ID = 2
+			reqs := []core.Request{
+				{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
+				r,
+				{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
+			}
+			err := bounded(t, 5*time.Second, name, func(ctx context.Context) error {
+				if _, err := q.Push(ctx, true, reqs...); err != nil {
+					return err
+				}
+				for got := 0; got < 3; {
+					n, err := q.PopWait(ctx, out[got:])
+					if err != nil {
+						return err
+					}
+					got += n
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success ||
+				string(local.Bytes()[16:32]) != "0123456789abcdef" {
+				t.Errorf("%s: the good READs around it: %+v %+v, %q", name, out[0], out[2], local.Bytes()[16:32])
+			}
+			if out[1].ID != 2 || out[1].Status == verbs.Success {
+				t.Errorf("%s: completed %+v, want an error status", name, out[1])
+			}
+		}
+		if st := a.Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
+			t.Errorf("forged requests reached a shared QP: %+v", st)
+		}
+	}, modeDC, modeNoDC)
+}
