@@ -11,6 +11,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -419,4 +420,33 @@ func TestHostileRequests(t *testing.T) {
 			t.Errorf("forged requests reached a shared QP: %+v", st)
 		}
 	}, modeDC, modeNoDC)
+}
+
+// TestHostileDuplicateNode starts a second runtime under a node id a live
+// runtime on another device holds on the same MetaServer: it is refused
+// (the id is in use), and the first keeps its id: peers still reach it,
+// and its region stays its own.
+func TestHostileDuplicateNode(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	serve(t, c.Node(2), "mine", 64)
+	dev, err := c.Fabric.NewNode(soft.Config{RetryTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var dup *core.Runtime
+	err = bounded(t, 5*time.Second, "New", func(ctx context.Context) error {
+		dup, err = core.New(ctx, core.Config{Device: dev, Node: 2, Meta: []meta.Info{c.Node(1).MetaInfo()}})
+		return err
+	})
+	if err == nil {
+		dup.Close()
+		t.Fatal("a second runtime took node id 2 from a live one")
+	}
+	if !errors.Is(err, meta.ErrNodeInUse) {
+		t.Errorf("second node 2: %v, want meta.ErrNodeInUse", err)
+	}
+	if _, err := c.Node(1).Region(ctx(t), 2, "mine"); err != nil {
+		t.Errorf("node 2's region after the refused duplicate: %v", err)
+	}
 }

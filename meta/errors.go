@@ -24,6 +24,9 @@ var (
 	ErrNoReply = errors.New("meta: no reply from server")
 	// ErrBadGeometry: a server's table cannot be read by this client.
 	ErrBadGeometry = errors.New("meta: unusable table geometry")
+	// ErrNodeInUse: a live record (its lease running) holds the node id
+	// for a node at another fabric address.
+	ErrNodeInUse = errors.New("meta: node id in use at another address")
 	// ErrClosed: the client or server is closed.
 	ErrClosed = errors.New("meta: closed")
 )

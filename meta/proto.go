@@ -45,6 +45,7 @@ const (
 	stNotFound  status = 1
 	stTableFull status = 2
 	stInvalid   status = 3
+	stInUse     status = 4
 )
 
 // err maps a status to the error a client returns.
@@ -58,6 +59,8 @@ func (s status) err() error {
 		return ErrTableFull
 	case stInvalid:
 		return fmt.Errorf("%w: refused by the server", ErrBadRecord)
+	case stInUse:
+		return ErrNodeInUse
 	}
 	return fmt.Errorf("meta: unknown reply status %d", uint32(s))
 }

@@ -494,11 +494,18 @@ func (s *Server) apply(req *request, now time.Time) reply {
 }
 
 // register stores a record (in place if the node has one) and starts or
-// extends its lease. Only changed content gets a new version.
+// extends its lease. Only changed content gets a new version. A node id
+// whose record is live at another fabric address is refused (stInUse):
+// taking it would hand the live node's peers to the newcomer, and the
+// live node's later Deregister would remove the newcomer's record. The
+// same address may replace its record (a node restarted on its device).
 func (s *Server) register(req *request, e *entry, now time.Time) reply {
 	rep := reply{op: req.op, id: req.id, node: req.node}
 	rec := req.rec.content()
 	switch {
+	case e != nil && e.rec.Addr != rec.Addr && e.expires.After(now):
+		rep.status = stInUse
+		return rep
 	case e == nil:
 		slot, ver, err := s.tbl.insert(rec)
 		if err != nil {

@@ -60,6 +60,7 @@ var sentinels = []struct {
 	{"meta.ErrNoReply", meta.ErrNoReply},
 	{"meta.ErrBadGeometry", meta.ErrBadGeometry},
 	{"meta.ErrClosed", meta.ErrClosed},
+	{"meta.ErrNodeInUse", meta.ErrNodeInUse},
 	{"udrpc.ErrClosed", udrpc.ErrClosed},
 	{"udrpc.ErrNoReply", udrpc.ErrNoReply},
 	{"udrpc.ErrTooLong", udrpc.ErrTooLong},
