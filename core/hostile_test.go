@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -448,5 +449,84 @@ func TestHostileDuplicateNode(t *testing.T) {
 	}
 	if _, err := c.Node(1).Region(ctx(t), 2, "mine"); err != nil {
 		t.Errorf("node 2's region after the refused duplicate: %v", err)
+	}
+}
+
+// TestHostileDoneContexts passes contexts already cancelled or past their
+// deadline to every blocking call: each returns at once with an error
+// matching the context's, and New leaves nothing on its device.
+func TestHostileDoneContexts(t *testing.T) {
+	c := start(t, 3, core.Config{Credits: 1})
+	a := c.Node(1)
+	serve(t, c.Node(2), "r", 64)
+	full := mustQueue(t, a, 2)
+	g, err := full.Region(ctx(t), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	// Fill the queue's completion ring (4 credits' worth, none popped) so
+	// the next Push must wait for a Pop that never comes.
+	for range 4 {
+		if _, err := full.Push(ctx(t), true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound, _ := a.Queue()
+	defer bound.Close()
+	bound.Bind(3)
+	calls := map[string]func(ctx context.Context) error{
+		"Connect cold": func(ctx context.Context) error {
+			q, _ := a.Queue()
+			defer q.Close()
+			return q.Connect(ctx, 3) // never looked up: a READ of the MetaServer
+		},
+		"Region":    func(ctx context.Context) error { _, err := a.Region(ctx, 2, "r"); return err },
+		"Push wait": func(ctx context.Context) error { _, err := full.Push(ctx, true, core.Request{Op: verbs.OpWrite}); return err },
+		"PopMsgsWait": func(ctx context.Context) error {
+			_, err := bound.PopMsgsWait(ctx, make([]core.Message, 1))
+			return err
+		},
+		"Group.Wait": func(ctx context.Context) error { return a.Group().Wait(ctx, func() bool { return false }, nil) },
+		"New": func(ctx context.Context) error {
+			dev, err := c.Fabric.NewNode(soft.Config{})
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			rt, err := core.New(ctx, core.Config{Device: dev, Node: 9, Meta: []meta.Info{a.MetaInfo()}})
+			if err == nil {
+				rt.Close()
+			} else if st := dev.Stats(); st.MRs+st.PDs+st.QPs+st.CQs+st.SRQs != 0 {
+				return fmt.Errorf("a failed New left %+v: %w", st, err)
+			}
+			return err
+		},
+	}
+	dones := map[string]func() (context.Context, context.CancelFunc){
+		"cancelled": func() (context.Context, context.CancelFunc) {
+			c, cancel := context.WithCancel(context.Background())
+			cancel()
+			return c, cancel
+		},
+		"past deadline": func() (context.Context, context.CancelFunc) {
+			return context.WithDeadline(context.Background(), time.Now().Add(-time.Hour))
+		},
+	}
+	for dname, done := range dones {
+		for name, f := range calls {
+			t.Run(dname+"/"+name, func(t *testing.T) {
+				c, cancel := done()
+				defer cancel()
+				start := time.Now()
+				err := waitFor(t, 3*time.Second, name, func() error { return f(c) })
+				if !errors.Is(err, c.Err()) {
+					t.Errorf("%s: %v, want %v", name, err, c.Err())
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Errorf("%s took %v with a done context", name, d)
+				}
+			})
+		}
 	}
 }

@@ -187,10 +187,14 @@ func (c *Client) Lookup(ctx context.Context, node uint64) (Record, error) {
 // Fetch reads node's record from a server, bypassing the cache, with one
 // RDMA READ of its bucket (more only if the READ raced an update), and
 // caches the result. Servers are tried from the one that last answered;
-// the first answer, record or ErrNotFound, is final.
+// the first answer, record or ErrNotFound, is final. A ctx already done
+// fails it before any READ.
 func (c *Client) Fetch(ctx context.Context, node uint64) (Record, error) {
 	if node == 0 {
 		return Record{}, fmt.Errorf("meta: fetch: %w: node id 0", ErrBadRecord)
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, fmt.Errorf("meta: fetch node %d: %w", node, err)
 	}
 	if err := c.begin(); err != nil {
 		return Record{}, err
@@ -374,8 +378,12 @@ func (c *Client) Deregister(ctx context.Context, node uint64) error {
 
 // each runs fn against every server at once and reports how many
 // succeeded and an error naming each that failed: a *PartialError when
-// some succeeded, a joined error when none did.
+// some succeeded, a joined error when none did. A ctx already done fails
+// it before any request is sent.
 func (c *Client) each(ctx context.Context, what string, node uint64, fn func(context.Context, *conn) (time.Duration, error)) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("meta: %s node %d: %w", what, node, err)
+	}
 	errs := make([]error, len(c.conns))
 	if len(c.conns) == 1 {
 		_, errs[0] = fn(ctx, c.conns[0])
