@@ -481,8 +481,11 @@ func TestHostileDoneContexts(t *testing.T) {
 			defer q.Close()
 			return q.Connect(ctx, 3) // never looked up: a READ of the MetaServer
 		},
-		"Region":    func(ctx context.Context) error { _, err := a.Region(ctx, 2, "r"); return err },
-		"Push wait": func(ctx context.Context) error { _, err := full.Push(ctx, true, core.Request{Op: verbs.OpWrite}); return err },
+		"Region": func(ctx context.Context) error { _, err := a.Region(ctx, 2, "r"); return err },
+		"Push wait": func(ctx context.Context) error {
+			_, err := full.Push(ctx, true, core.Request{Op: verbs.OpWrite})
+			return err
+		},
 		"PopMsgsWait": func(ctx context.Context) error {
 			_, err := bound.PopMsgsWait(ctx, make([]core.Message, 1))
 			return err
