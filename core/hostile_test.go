@@ -533,3 +533,94 @@ func TestHostileDoneContexts(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileCloseMidTraffic closes a runtime while goroutines push and
+// pop READs and WRITEs on several VQs, wait for credits, messages, regions
+// and a group: every one returns within a bound, each call after Close
+// fails with ErrClosed, nothing panics, and the device holds nothing.
+func TestHostileCloseMidTraffic(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{Credits: 4})
+		serve(t, c.Node(2), "r", 1<<16)
+		if err := c.Add(ctx(t), m.config(4, core.Config{Credits: 4}), 4); err != nil {
+			t.Fatal(err)
+		}
+		rt, dev := c.Node(4), c.Devices[len(c.Devices)-1]
+		local, _ := rt.RegMR(1<<16, verbs.AccessAll)
+		res := make(chan error, 64)
+		var n int
+		run := func(f func() error) {
+			n++
+			go func() { res <- f() }()
+		}
+		for i := range 4 {
+			q, err := rt.Queue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Connect(ctx(t), 2); err != nil {
+				t.Fatal(err)
+			}
+			g, err := q.Region(ctx(t), "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := verbs.OpRead
+			if i%2 == 1 {
+				op = verbs.OpWrite
+			}
+			run(func() error { // push and pop until Close fails them
+				out := make([]core.Completion, 8)
+				for k := 0; ; k++ {
+					r := core.Request{ID: uint64(k), Op: op, Local: local.Range(i*4096, 4096), Remote: g.At(uint64(i) * 4096)}
+					if _, err := q.Push(context.Background(), true, r, r); err != nil {
+						return err
+					}
+					if _, err := q.PopWait(context.Background(), out); err != nil {
+						return err
+					}
+				}
+			})
+			run(func() error { // a second popper on the same VQ
+				out := make([]core.Completion, 1)
+				for {
+					if _, err := q.PopWait(context.Background(), out); err != nil {
+						return err
+					}
+				}
+			})
+		}
+		bound, _ := rt.Queue()
+		bound.Bind(44)
+		run(func() error { _, err := bound.PopMsgsWait(context.Background(), make([]core.Message, 1)); return err })
+		run(func() error { return rt.Group().Wait(context.Background(), func() bool { return false }, nil) })
+		run(func() error { // control calls until Close fails them
+			for {
+				if _, err := rt.Region(context.Background(), 3, "none"); !errors.Is(err, core.ErrNoRegion) {
+					return err
+				}
+			}
+		})
+		time.Sleep(50 * time.Millisecond) // let traffic flow; Close must end it whatever its state
+		if err := waitFor(t, 5*time.Second, "Close", rt.Close); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(5 * time.Second)
+		for range n {
+			select {
+			case err := <-res:
+				if !errors.Is(err, core.ErrClosed) {
+					t.Errorf("a call Close ended: %v, want ErrClosed", err)
+				}
+			case <-deadline:
+				t.Fatal("a call still runs 5s after Close")
+			}
+		}
+		if st := dev.Stats(); st.MRs+st.PDs+st.QPs+st.CQs+st.SRQs != 0 {
+			t.Errorf("after Close the device still holds %+v", st)
+		}
+		if _, err := c.Node(1).Region(ctx(t), 2, "r"); err != nil {
+			t.Errorf("the other nodes after node 4 closed: %v", err)
+		}
+	}, modeDC, modeNoDC)
+}
