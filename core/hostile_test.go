@@ -624,3 +624,115 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestHostilePeerKilledMidTraffic kills a peer (its NIC first, as a
+// crash) while VQs have READs in flight to it beside VQs reading from a
+// live node on the same shared QPs: the requests to the dead node end with
+// an error status within a bound, never SUCCESS without their bytes; the
+// reads from the live node all succeed with their bytes; and a new
+// request to the dead node fails fast.
+func TestHostilePeerKilledMidTraffic(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{})
+		a := c.Node(1)
+		for _, id := range []core.NodeID{2, 3} {
+			mr := serve(t, c.Node(id), "r", 4096)
+			for i := range mr.Bytes() {
+				mr.Bytes()[i] = byte(id)
+			}
+		}
+		local, _ := a.RegMR(8*4096, verbs.AccessAll)
+		type vq struct {
+			q    *core.Queue
+			g    *core.Region
+			node core.NodeID
+		}
+		var vqs []vq
+		for i := range 8 {
+			node := core.NodeID(2 + i%2)
+			q := mustQueue(t, a, node)
+			g, err := q.Region(ctx(t), "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			vqs = append(vqs, vq{q, g, node})
+		}
+		res := make(chan error, len(vqs))
+		killed := make(chan struct{})
+		for i, v := range vqs {
+			go func() {
+				buf := local.Bytes()[i*4096 : (i+1)*4096]
+				out := make([]core.Completion, 1)
+				for k := 0; ; k++ {
+					clear(buf)
+					c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := v.q.Push(c, true, core.Request{ID: uint64(k), Op: verbs.OpRead, Local: local.Range(i*4096, 4096), Remote: v.g.At(0)})
+					if err == nil {
+						_, err = v.q.PopWait(c, out)
+					}
+					cancel()
+					switch {
+					case err != nil:
+						res <- fmt.Errorf("VQ to node %d: %w", v.node, err)
+						return
+					case out[0].Status != verbs.Success:
+						if v.node == 3 {
+							res <- fmt.Errorf("READ from the live node: %v", out[0].Err())
+						} else {
+							res <- nil // the dead node's request failed
+						}
+						return
+					case buf[0] != byte(v.node) || buf[4095] != byte(v.node):
+						res <- fmt.Errorf("READ %d from node %d: SUCCESS without its bytes", k, v.node)
+						return
+					}
+					select {
+					case <-killed:
+						if v.node == 3 && k > 200 {
+							res <- nil
+							return
+						}
+					default:
+					}
+				}
+			}()
+		}
+		time.Sleep(30 * time.Millisecond) // traffic flowing; the kill must find it in any state
+		if err := c.Remove(2, true); err != nil {
+			t.Fatal(err)
+		}
+		close(killed)
+		deadline := time.After(15 * time.Second)
+		for range vqs {
+			select {
+			case err := <-res:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-deadline:
+				t.Fatal("a VQ still waits 15s after its peer died")
+			}
+		}
+		q, _ := a.Queue()
+		defer q.Close()
+		start := time.Now()
+		err := bounded(t, 5*time.Second, "Connect to the dead node", func(ctx context.Context) error {
+			if err := q.Connect(ctx, 2); err != nil {
+				return err
+			}
+			_, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: vqs[0].g.At(0)})
+			if err != nil {
+				return err
+			}
+			out := make([]core.Completion, 1)
+			if _, err := q.PopWait(ctx, out); err != nil {
+				return err
+			}
+			return out[0].Err()
+		})
+		if err == nil {
+			t.Error("a READ from the dead node succeeded")
+		}
+		t.Logf("request to the dead node: %v after %v", err, time.Since(start))
+	}, modeDC, modeNoDC)
+}
