@@ -2,8 +2,10 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,10 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // TestHostileSocketPath: a socket path that names something other than a
@@ -62,5 +68,179 @@ func TestHostileSocketPath(t *testing.T) {
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me" {
 		t.Errorf("%s: %q %v", file, b, err)
+	}
+}
+
+// rawClient is a client that speaks the wire protocol by hand.
+type rawClient struct {
+	t    *testing.T
+	conn *net.UnixConn
+	seq  uint64
+}
+
+func dialRaw(t *testing.T, sock string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("unixpacket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawClient{t: t, conn: nc.(*net.UnixConn)}
+}
+
+// call sends m and returns the daemon's reply, failing the test if none
+// comes within 10s.
+func (c *rawClient) call(m *wire.Msg) *wire.Msg {
+	c.t.Helper()
+	c.seq++
+	m.Seq = c.seq
+	if err := wire.Send(c.conn, m); err != nil {
+		c.t.Fatal(err)
+	}
+	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r, err := wire.Recv(c.conn)
+	if err != nil {
+		c.t.Fatalf("op %d: no reply: %v", m.Op, err)
+	}
+	if r.Seq != m.Seq {
+		c.t.Fatalf("op %d: reply to seq %d, want %d", m.Op, r.Seq, m.Seq)
+	}
+	return r
+}
+
+// hello attaches and returns the daemon's largest message.
+func (c *rawClient) hello() int {
+	c.t.Helper()
+	r := c.call(wire.NewMsg(wire.OpHello, 0).U32(wire.Version))
+	if err := r.Error(); err != nil {
+		c.t.Fatal(err)
+	}
+	r.GetU64()
+	r.GetU64()
+	r.GetU32()
+	return int(r.GetU32())
+}
+
+// serveDaemon starts a daemon on node 1 of a two-node cluster; stop
+// closes it, failing the test if that takes more than 10s.
+func serveDaemon(t *testing.T) (c *cluster.Cluster, srv *daemon.Server, sock string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock = filepath.Join(t.TempDir(), "krcored.sock")
+	srv, err = daemon.New(c.Node(1), daemon.Config{Socket: sock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		closed := make(chan struct{})
+		go func() { srv.Close(); <-done; close(closed) }()
+		select {
+		case <-closed:
+			c.Close()
+		case <-time.After(10 * time.Second):
+			t.Error("daemon Close still running after 10s")
+		}
+	}
+	t.Cleanup(stop)
+	return c, srv, sock, stop
+}
+
+// TestHostileBell: a client whose completion bell cannot take a write (an
+// eventfd at its maximum count, a pipe nobody reads) holds up no goroutine
+// of the daemon: when it goes it is reclaimed, and the daemon closes.
+func TestHostileBell(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bell func(t *testing.T) (give, keep int) // give goes to the daemon as the completion bell
+	}{
+		{"eventfd at its maximum", func(t *testing.T) (int, int) {
+			fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var max [8]byte
+			binary.LittleEndian.PutUint64(max[:], 1<<64-2)
+			if _, err := unix.Write(fd, max[:]); err != nil {
+				t.Fatal(err)
+			}
+			return fd, fd
+		}},
+		{"full pipe", func(t *testing.T) (int, int) {
+			var p [2]int
+			if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			junk := make([]byte, 4096)
+			for {
+				if _, err := unix.Write(p[1], junk); err != nil {
+					break // EAGAIN: full
+				}
+			}
+			t.Cleanup(func() { unix.Close(p[1]) })
+			return p[1], p[0]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, srv, sock, stop := serveDaemon(t)
+			hc := dialRaw(t, sock)
+			maxMsg := hc.hello()
+			blk, err := offheap.AllocShared("hostile", wire.RingSize(maxMsg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blk.Close()
+			door, _ := wire.NewBell()
+			defer door.Close()
+			msg, _ := wire.NewBell()
+			defer msg.Close()
+			give, keep := tc.bell(t)
+			defer unix.Close(keep)
+			m := wire.NewMsg(wire.OpQueue, 0)
+			m.FDs = []int{blk.FD(), door.FD(), give, msg.FD()}
+			r := hc.call(m)
+			if r.Error() != nil {
+				t.Fatal(r.Error())
+			}
+			vq := r.GetU64()
+			if r := hc.call(wire.NewMsg(wire.OpConnect, 0).U64(vq).U64(2).U8(0).U32(0)); r.Error() != nil {
+				t.Fatal(r.Error())
+			}
+			ring, _ := wire.NewRing(blk.Bytes(), maxMsg)
+			ring.Ctr(wire.ClientCQ).Store(1) // "I sleep: ring my bell"
+			for i := range uint64(4) {       // refused: no such MR; each completes
+				ring.PutSQE(i, &wire.SQE{Op: uint8(verbs.OpRead), MR: 999, Len: 8})
+			}
+			ring.Ctr(wire.SQTail).Store(4)
+			door.Ring()
+			deadline := time.Now().Add(10 * time.Second)
+			for ring.Ctr(wire.CQTail).Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond) // polling the ring, as a client does
+			}
+			ring.Ctr(wire.ClientCQ).Store(1)
+			ring.PutSQE(4, &wire.SQE{Op: uint8(verbs.OpRead), MR: 999, Len: 8})
+			ring.Ctr(wire.SQTail).Store(5)
+			door.Ring()
+			hc.conn.Close()
+			for srv.Status().Reclaim == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the client with a stuck bell is not reclaimed 10s after it went")
+				}
+				time.Sleep(time.Millisecond) // polling the daemon's state
+			}
+			stop()
+		})
 	}
 }

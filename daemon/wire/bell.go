@@ -41,11 +41,21 @@ func BellFromFD(fd int) *Bell {
 func (b *Bell) FD() int { return int(b.f.Fd()) }
 
 // Ring wakes the waiter. It never blocks: a full counter means a wake-up is
-// pending anyway.
+// pending anyway. The write is one non-blocking write(2), not os.File's
+// Write, which waits in the poller for room: a peer that never reads its
+// bell (an eventfd it filled, or a pipe passed as one) would hold the
+// ringing goroutine for good.
 func (b *Bell) Ring() {
 	var one [8]byte
 	binary.LittleEndian.PutUint64(one[:], 1)
-	b.f.Write(one[:])
+	rc, err := b.f.SyscallConn()
+	if err != nil {
+		return // closed
+	}
+	rc.Write(func(fd uintptr) bool {
+		unix.Write(int(fd), one[:]) // EAGAIN: full, a wake-up is pending
+		return true
+	})
 }
 
 // Sleep blocks until the bell rings, ctx ends or the bell closes.
