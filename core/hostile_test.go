@@ -736,3 +736,47 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 		t.Logf("request to the dead node: %v after %v", err, time.Since(start))
 	}, modeDC, modeNoDC)
 }
+
+// TestHostileMetaServerGone kills the node that embeds the MetaServer:
+// nodes that know each other keep working, and a lookup only the
+// MetaServer could answer fails within its context with an error, never
+// hangs.
+func TestHostileMetaServerGone(t *testing.T) {
+	c := start(t, 4, core.Config{})
+	b := c.Node(2)
+	mr := serve(t, c.Node(3), "r", 64)
+	copy(mr.Bytes(), "still here")
+	q := mustQueue(t, b, 3)
+	g, err := q.Region(ctx(t), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(1, true); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := b.RegMR(64, verbs.AccessAll)
+	err = bounded(t, 5*time.Second, "READ between known nodes", func(ctx context.Context) error {
+		if _, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 10), Remote: g.At(0)}); err != nil {
+			return err
+		}
+		out := make([]core.Completion, 1)
+		if _, err := q.PopWait(ctx, out); err != nil {
+			return err
+		}
+		return out[0].Err()
+	})
+	if err != nil || string(local.Bytes()[:10]) != "still here" {
+		t.Errorf("READ between nodes that know each other without the MetaServer: %v, %q", err, local.Bytes()[:10])
+	}
+	cold, _ := b.Queue()
+	defer cold.Close()
+	err = bounded(t, 3*time.Second, "cold Connect", func(ctx context.Context) error { return cold.Connect(ctx, 4) })
+	if err == nil {
+		t.Log("cold Connect to node 4 succeeded without the MetaServer (a record cached meanwhile)")
+	} else {
+		t.Logf("cold Connect without the MetaServer: %v", err)
+	}
+	if err := waitFor(t, 5*time.Second, "Close without the MetaServer", b.Close); err != nil {
+		t.Error(err)
+	}
+}
