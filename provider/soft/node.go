@@ -1,11 +1,13 @@
 package soft
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/krcore/krcore/verbs"
@@ -73,6 +75,9 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 	switch {
 	case cfg.Listen != "":
 		ln, err := net.Listen("tcp", cfg.Listen)
+		if errors.Is(err, syscall.EADDRINUSE) { // another node or process has it
+			return nil, fmt.Errorf("soft: listen %s: %w: %w", cfg.Listen, ErrAddrInUse, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("soft: listen %s: %w", cfg.Listen, err)
 		}

@@ -185,7 +185,9 @@ func (fab *Fabric) NewNode(cfg Config) (*Node, error) {
 }
 
 // ErrAddrInUse is returned by Fabric.NewNode when another node on the
-// fabric has the address asked for. It wraps verbs.ErrInvalid.
+// fabric has the address asked for, or the TCP address to listen on is
+// taken (by a node on any fabric, or another process). It wraps
+// verbs.ErrInvalid.
 var ErrAddrInUse = fmt.Errorf("address in use: %w", verbs.ErrInvalid)
 
 func (fab *Fabric) lookup(addr string) *Node {
