@@ -490,9 +490,11 @@ func (q *qp) pushSend(w *wqe, idx uint64, st verbs.Status, byteLen uint32) bool 
 }
 
 // armDeadline sets when the oldest transmitted request times out; q.mu is
-// held.
+// held. A UD or UC request awaits no response: it is done once on the
+// wire (pump completes it after the send, with q.mu released), so nothing
+// may time it out meanwhile, however long the sender is delayed there.
 func (q *qp) armDeadline() {
-	if q.done == q.sent || q.rnrWait {
+	if q.done == q.sent || q.rnrWait || q.typ == verbs.UD || q.typ == verbs.UC {
 		q.deadline.Store(0)
 		return
 	}
@@ -542,15 +544,28 @@ func (q *qp) flushRecvs() {
 }
 
 // expire fails the QP if its oldest request is still unanswered at now: the
-// retry count is exhausted.
+// retry count is exhausted. UD has no retry count: a datagram whose link
+// did not come up by then is lost (as one to an unreachable port is, see
+// next) and the datagrams behind it go on; a UD QP never goes to ERR for
+// its destinations, or a control QP that only answers would stop hearing.
 func (q *qp) expire(now int64) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if d := q.deadline.Load(); d == 0 || d >= now || q.done == q.posted {
+		q.mu.Unlock()
 		return
 	}
 	w := &q.sq[q.done%uint64(len(q.sq))]
-	q.complete(w, q.done, verbs.RetryExcErr, 0)
+	if q.typ != verbs.UD {
+		q.complete(w, q.done, verbs.RetryExcErr, 0)
+		q.mu.Unlock()
+		return
+	}
+	if q.sent == q.done {
+		q.sent++
+	}
+	q.complete(w, q.done, verbs.Success, 0)
+	q.mu.Unlock()
+	q.pump()
 }
 
 // PostRecv queues receive buffers.

@@ -2,6 +2,7 @@ package soft_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -143,4 +144,80 @@ func waitWCs(ctx context.Context, t *testing.T, cq verbs.CQ, n int) []verbs.WC {
 		}
 	}
 	return out
+}
+
+// TestUDToSlowLink: a datagram whose TCP link does not come up within the
+// QP's timeout (the peer accepts but never completes the handshake) is
+// lost, as on any fabric; the datagrams behind it to a live node go on and
+// the QP stays RTS. Failing the QP instead flushed its receives, so a
+// control QP that only answers went deaf for good.
+func TestUDToSlowLink(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // never answers the hello
+		}
+	}()
+	defer func() {
+		ln.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var ds [2]verbs.Device
+	for i := range ds {
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 100 * time.Millisecond, DialTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		ds[i] = n
+	}
+	ua, ub := newUDPort(t, ds[0]), newUDPort(t, ds[1])
+	pd, _ := ds[0].AllocPD()
+	defer pd.Close()
+	toSlow, err := pd.CreateAH(verbs.AHAttr{Dest: verbs.Endpoint{Addr: ln.Addr().String(), QPN: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toSlow.Close()
+	toB, err := pd.CreateAH(verbs.AHAttr{Dest: ub.qp.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toB.Close()
+	if _, err := ub.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(ub.mr, 0, 1024)}}}); err != nil {
+		t.Fatal(err)
+	}
+	wr := func(id uint64, ah verbs.AH, qpn uint32) verbs.SendWR {
+		return verbs.SendWR{ID: id, Op: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(ua.mr, 0, 8)},
+			AH: ah, RemoteQPN: qpn, QKey: 7}
+	}
+	if _, err := ua.qp.PostSend([]verbs.SendWR{wr(1, toSlow, 1), wr(2, toB, ub.qp.Num())}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, wc := range waitWCs(ctx, t, ua.cq, 2) {
+		if wc.Status != verbs.Success || wc.ID != uint64(i+1) {
+			t.Errorf("send %d: %+v, want SUCCESS (UD has no acknowledgement)", i+1, wc)
+		}
+	}
+	if got := waitWCs(ctx, t, ub.cq, 1); got[0].Status != verbs.Success || got[0].ID != 1 {
+		t.Errorf("live node's receive: %+v", got[0])
+	}
+	if st := ua.qp.State(); st != verbs.StateRTS {
+		t.Errorf("sender QP is %v after a datagram to a node whose link did not come up, want RTS", st)
+	}
 }
