@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
@@ -241,6 +242,133 @@ func TestHostileBell(t *testing.T) {
 				time.Sleep(time.Millisecond) // polling the daemon's state
 			}
 			stop()
+		})
+	}
+}
+
+// TestHostileControl: control messages out of order, with unknown ops,
+// short or oversized, carrying descriptors they should not, are refused
+// (an error reply, or none for a message that does not parse) to that
+// client only: it is still answered afterwards, and a well-behaved client
+// is served throughout.
+func TestHostileControl(t *testing.T) {
+	_, _, sock, _ := serveDaemon(t)
+	memfd := func(t *testing.T, size int, seal bool) int {
+		fd, err := unix.MemfdCreate("hostile", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Ftruncate(fd, int64(size)); err != nil {
+			t.Fatal(err)
+		}
+		if seal {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	pipe := func(t *testing.T) int {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+		return p[0]
+	}
+	withFDs := func(m *wire.Msg, fds ...int) *wire.Msg { m.FDs = fds; return m }
+	for _, tc := range []struct {
+		name  string
+		hello bool                         // HELLO first
+		msg   func(t *testing.T) *wire.Msg // nil: raw bytes
+		raw   []byte                       // sent as is when msg is nil
+		want  error                        // in the reply; nil: no reply (does not parse)
+	}{
+		{name: "stats before hello", msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpStats, 0) }, want: verbs.ErrInvalid},
+		{name: "status before hello", msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpStatus, 0) }, want: verbs.ErrInvalid},
+		{name: "register before hello", msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "hello twice", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpHello, 0).U32(wire.Version) }, want: verbs.ErrInvalid},
+		{name: "hello wrong version", msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpHello, 0).U32(99) }, want: verbs.ErrInvalid},
+		{name: "hello short", msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpHello, 0) }, want: verbs.ErrInvalid},
+		{name: "op 0", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(0, 0) }, want: verbs.ErrInvalid},
+		{name: "op 255", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(255, 0).U64(1) }, want: verbs.ErrInvalid},
+		{name: "bye from the client", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpBye, 0).Str("x") }, want: verbs.ErrInvalid},
+		{name: "register short", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "register no fd", hello: true, msg: func(*testing.T) *wire.Msg {
+			return wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll))
+		}, want: verbs.ErrInvalid},
+		{name: "register a pipe", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), pipe(t))
+		}, want: verbs.ErrInvalid},
+		{name: "register unsealed", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, false))
+		}, want: verbs.ErrInvalid},
+		{name: "register past the memfd", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(4096).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "register offset overflow", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(1<<64-4096).U64(8192).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "register zero bytes", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(0).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "register two fds", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true), memfd(t, 4096, true))
+		}, want: verbs.ErrInvalid},
+		{name: "deregister unknown", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpDeregister, 0).U64(12345) }, want: core.ErrRefused},
+		{name: "export unknown MR", hello: true, msg: func(*testing.T) *wire.Msg {
+			return wire.NewMsg(wire.OpExport, 0).Str("x").U64(12345).U64(0).U64(8).U32(uint32(verbs.AccessRemoteRead))
+		}, want: core.ErrRefused},
+		{name: "unexport not mine", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpUnexport, 0).Str("table") }, want: core.ErrRefused},
+		{name: "region short", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpRegion, 0).U64(2) }, want: verbs.ErrInvalid},
+		{name: "queue no fds", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpQueue, 0) }, want: verbs.ErrInvalid},
+		{name: "queue pipes", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), pipe(t), pipe(t), pipe(t), pipe(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue small ring", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, 4096, true), pipe(t), pipe(t), pipe(t))
+		}, want: verbs.ErrInvalid},
+		{name: "connect unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg {
+			return wire.NewMsg(wire.OpConnect, 0).U64(12345).U64(2).U8(0).U32(0)
+		}, want: core.ErrRefused},
+		{name: "close unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpCloseVQ, 0).U64(12345) }, want: core.ErrRefused},
+		{name: "stats with an fd", hello: true, msg: func(t *testing.T) *wire.Msg { return withFDs(wire.NewMsg(wire.OpStats, 0), pipe(t)) }},
+		{name: "short header", hello: true, raw: []byte{byte(wire.OpStats), 0, 0}},
+		{name: "empty message", hello: true, raw: []byte{}},
+		{name: "oversized", hello: true, raw: make([]byte, wire.MaxMessage+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := dialRaw(t, sock)
+			if tc.hello {
+				hc.hello()
+			}
+			if tc.msg == nil {
+				if _, err := hc.conn.Write(tc.raw); err != nil {
+					t.Fatal(err)
+				}
+				if len(tc.raw) == 0 {
+					return // a zero-length SEQPACKET message reads as the peer's close
+				}
+			} else {
+				r := hc.call(tc.msg(t))
+				if err := r.Error(); tc.want == nil && err != nil {
+					t.Errorf("reply %v", err)
+				} else if tc.want != nil && !errors.Is(err, tc.want) {
+					t.Errorf("reply %v, want %v", err, tc.want)
+				}
+			}
+			if !tc.hello && tc.want != nil {
+				hc.hello() // refused before HELLO, attached after it
+			}
+			// still answered, the refusal counted
+			if r := hc.call(wire.NewMsg(wire.OpStats, 0)); r.Error() != nil {
+				t.Fatalf("stats after: %v", r.Error())
+			}
 		})
 	}
 }

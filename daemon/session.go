@@ -42,6 +42,8 @@ type session struct {
 
 	pump *pump // drives every VQ of the client
 
+	attached bool // its OpHello was answered; serve's alone
+
 	pushes, completions, refusals, calls atomic.Uint64
 	naps                                 atomic.Uint64 // times its pump was paced, see pump.share
 	ringCalls                            atomic.Uint64 // control SQEs run (Connect on the ring)
@@ -91,33 +93,22 @@ func (ss *session) bye(reason string) {
 	ss.conn.Close()
 }
 
-// handle runs one request and returns its response.
+// handle runs one request and returns its response. OpHello comes first,
+// and once.
 func (ss *session) handle(m *wire.Msg) *wire.Msg {
 	r := m.Reply()
 	var err error
-	switch m.Op {
-	case wire.OpHello:
-		err = ss.hello(m, r)
-	case wire.OpRegister:
-		err = ss.register(m, r)
-	case wire.OpDeregister:
-		err = ss.deregister(m.GetU64(), m.Err())
-	case wire.OpExport:
-		err = ss.export(m)
-	case wire.OpUnexport:
-		err = ss.unexport(m.GetStr(), m.Err())
-	case wire.OpRegion:
-		err = ss.region(m, r)
-	case wire.OpQueue:
-		err = ss.queue(m, r)
-	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ:
-		err = ss.vqCall(m)
-	case wire.OpStats:
-		putStats(r, ss.s.rt.Stats())
-	case wire.OpStatus:
-		err = ss.status(r)
+	switch {
+	case m.Op == wire.OpHello && ss.attached:
+		err = fmt.Errorf("HELLO twice: %w", verbs.ErrInvalid)
+	case m.Op != wire.OpHello && !ss.attached:
+		err = fmt.Errorf("op %d before HELLO: %w", m.Op, verbs.ErrInvalid)
+	case m.Op == wire.OpHello:
+		if err = ss.hello(m, r); err == nil {
+			ss.attached = true
+		}
 	default:
-		err = fmt.Errorf("unknown op %d: %w", m.Op, verbs.ErrInvalid)
+		err = ss.handleOp(m, r)
 	}
 	if err != nil {
 		if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
@@ -126,6 +117,33 @@ func (ss *session) handle(m *wire.Msg) *wire.Msg {
 		return r.Fail(err)
 	}
 	return r
+}
+
+// handleOp runs an attached client's request other than OpHello.
+func (ss *session) handleOp(m *wire.Msg, r *wire.Msg) error {
+	switch m.Op {
+	case wire.OpRegister:
+		return ss.register(m, r)
+	case wire.OpDeregister:
+		return ss.deregister(m.GetU64(), m.Err())
+	case wire.OpExport:
+		return ss.export(m)
+	case wire.OpUnexport:
+		return ss.unexport(m.GetStr(), m.Err())
+	case wire.OpRegion:
+		return ss.region(m, r)
+	case wire.OpQueue:
+		return ss.queue(m, r)
+	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ:
+		return ss.vqCall(m)
+	case wire.OpStats:
+		putStats(r, ss.s.rt.Stats())
+		return nil
+	case wire.OpStatus:
+		return ss.status(r)
+	default:
+		return fmt.Errorf("unknown op %d: %w", m.Op, verbs.ErrInvalid)
+	}
 }
 
 func (ss *session) hello(m *wire.Msg, r *wire.Msg) error {

@@ -20,7 +20,8 @@
 //
 // followed by the body: the op's fields in order, integers little-endian
 // (u8, u32, u64), strings as a u16 length and the bytes. The client sends
-// OpHello first and the daemon answers with the node, the credits of a VQ and
+// OpHello first (the daemon refuses any other op before it, and a second
+// OpHello) and the daemon answers with the node, the credits of a VQ and
 // the largest message. A request may carry descriptors: OpRegister one memfd
 // (the memory, sealed against shrinking), OpQueue one memfd (the VQ's rings)
 // and three eventfds (doorbell, completion bell, message bell), optionally a

@@ -119,7 +119,7 @@ func (m *Msg) Str(s string) *Msg {
 func (m *Msg) take(n int) []byte {
 	if m.err != nil || len(m.b)-m.off < n {
 		if m.err == nil {
-			m.err = fmt.Errorf("%w: op %d: short body", ErrMalformed, m.Op)
+			m.err = fmt.Errorf("%w: op %d: short body: %w", ErrMalformed, m.Op, verbs.ErrInvalid)
 		}
 		return make([]byte, n)
 	}
