@@ -207,8 +207,16 @@ func (e *Endpoint) handle(wc *verbs.WC) {
 
 // onRecv delivers a message and reposts its buffer. Receives of an older
 // incarnation are ignored: their buffers were posted again to the new one.
+// A failed receive of this incarnation on a QP in ERR means the QP broke
+// under its receives: it is recovered here, since an endpoint that only
+// answers requests never sends (which recovers it too) and would never
+// hear again.
 func (e *Endpoint) onRecv(gen uint32, i int, wc *verbs.WC) {
-	if gen != e.gen.Load() || wc.Status == verbs.WRFlushErr {
+	if gen != e.gen.Load() {
+		return
+	}
+	if wc.Status != verbs.Success && e.qp.State() == verbs.StateErr {
+		e.recover() // a failure leaves it in ERR for the next Send to retry
 		return
 	}
 	if wc.Status == verbs.Success && int(wc.ByteLen) > GRHLen {

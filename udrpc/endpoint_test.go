@@ -240,3 +240,78 @@ func TestSendsWithoutPoller(t *testing.T) {
 		t.Errorf("20 sends took %v", d)
 	}
 }
+
+// qpCatcher is a PD that keeps the QP it creates, so a test can break it.
+type qpCatcher struct {
+	verbs.PD
+	qp verbs.QP
+}
+
+func (p *qpCatcher) CreateQP(init verbs.QPInit) (verbs.QP, error) {
+	qp, err := p.PD.CreateQP(init)
+	p.qp = qp
+	return qp, err
+}
+
+// TestServerRecoversBrokenQP: an endpoint that only answers requests,
+// whose QP goes to ERR under its receives, recovers it and answers the
+// next request. Recovered only on a send, it never heard a request again,
+// so never sent: its peers' calls went unanswered for good.
+func TestServerRecoversBrokenQP(t *testing.T) {
+	fab := soft.NewFabric()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dev, err := fab.NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	inner, _ := dev.AllocPD()
+	defer inner.Close()
+	pd := &qpCatcher{PD: inner}
+	work := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var reqs [][]byte
+	ep, err := udrpc.New(dev, pd, udrpc.Config{QKey: 0x1234, ReplyID: replyID, OnRequest: func(m []byte) {
+		mu.Lock()
+		reqs = append(reqs, m)
+		mu.Unlock()
+		select {
+		case work <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &side{dev: dev, pd: pd, ep: ep}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ep.Close()
+	defer cancel()
+	wg.Add(1)
+	go func() { // answers every request, and sends nothing else
+		defer wg.Done()
+		for ep.Wait(ctx, work) == nil {
+			mu.Lock()
+			batch := reqs
+			reqs = nil
+			mu.Unlock()
+			for _, m := range batch {
+				id, qpn := binary.LittleEndian.Uint64(m[1:]), binary.LittleEndian.Uint32(m[9:])
+				ep.Send(ctx, udrpc.Dest{AH: clientAH(t, srv, m), QPN: qpn}, frame(2, id))
+			}
+		}
+	}()
+	c := newSide(t, fab, udrpc.Config{Timeout: 10 * time.Millisecond})
+	to := srv.dest(t, c.pd)
+	if _, err := c.ep.Call(ctx, to, 1, request(c, 1)); err != nil {
+		t.Fatalf("call before the break: %v", err)
+	}
+	if err := pd.qp.Modify(verbs.QPAttr{State: verbs.StateErr}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ep.Call(ctx, to, 2, request(c, 2)); err != nil {
+		t.Fatalf("call after the server's QP broke: %v", err)
+	}
+}
