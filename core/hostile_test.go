@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
@@ -778,5 +779,89 @@ func TestHostileMetaServerGone(t *testing.T) {
 	}
 	if err := waitFor(t, 5*time.Second, "Close without the MetaServer", b.Close); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHostileTwice does what may be done once twice: every second time
+// is an error matching a sentinel, and the first stays intact.
+func TestHostileTwice(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	mr := serve(t, b, "r", 4096)
+	copy(mr.Bytes(), "first")
+	other, _ := b.RegMR(4096, verbs.AccessAll)
+	if err := b.Export("r", other, 0, 64, verbs.AccessRemoteRead); !errors.Is(err, verbs.ErrBusy) {
+		t.Errorf("Export of a taken name: %v, want ErrBusy", err)
+	}
+	long := strings.Repeat("x", 200)
+	if err := b.Export(long, other, 0, 64, verbs.AccessRemoteRead); err != nil {
+		t.Errorf("Export of a 200-byte name: %v", err)
+	} else if _, err := a.Region(ctx(t), 2, long); err != nil {
+		t.Errorf("Region of a 200-byte name: %v", err)
+	}
+	b.Unexport("never exported")
+	b.Unexport(long)
+	b.Unexport(long)
+	if _, err := a.Region(ctx(t), 2, long); !errors.Is(err, core.ErrNoRegion) {
+		t.Errorf("Region of a name unexported twice: %v, want ErrNoRegion", err)
+	}
+	gone, _ := b.RegMR(64, verbs.AccessAll)
+	if err := b.Deregister(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Deregister(gone); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("second Deregister: %v, want ErrClosed", err)
+	}
+	if err := b.Export("gone", gone, 0, 8, verbs.AccessRemoteRead); err == nil {
+		t.Error("Export from a deregistered MR accepted")
+	}
+	q1, _ := b.Queue()
+	defer q1.Close()
+	q2, _ := b.Queue()
+	defer q2.Close()
+	if err := q1.Bind(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Bind(5); !errors.Is(err, core.ErrPortInUse) {
+		t.Errorf("second Bind of a port: %v, want ErrPortInUse", err)
+	}
+	q1.Unbind()
+	q1.Unbind()
+	if err := q2.Bind(5); err != nil {
+		t.Errorf("Bind of a port its queue unbound: %v", err)
+	}
+	q := mustQueue(t, a, 2)
+	if err := q.Connect(ctx(t), 2); err != nil {
+		t.Errorf("Connect to the same node twice: %v", err)
+	}
+	if err := c.Add(ctx(t), modeDC.config(2, core.Config{}), 2); !errors.Is(err, cluster.ErrNodeExists) {
+		t.Errorf("cluster Add of a running id: %v, want ErrNodeExists", err)
+	}
+	if err := c.Remove(9, false); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("cluster Remove of an id not running: %v", err)
+	}
+	g, err := q.Region(ctx(t), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	if _, err := q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 5), Remote: g.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pop1(t, q); wc.Status != verbs.Success || string(local.Bytes()[:5]) != "first" {
+		t.Errorf("READ of the first export after the refused second: %+v %q", wc, local.Bytes()[:5])
+	}
+	// A node connecting to itself reads its own export.
+	self := mustQueue(t, b, 2)
+	gs, err := self.Region(ctx(t), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, _ := b.RegMR(64, verbs.AccessAll)
+	if _, err := self.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: bl.Range(0, 5), Remote: gs.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pop1(t, self); wc.Status != verbs.Success || string(bl.Bytes()[:5]) != "first" {
+		t.Errorf("READ of a node's own export: %+v %q", wc, bl.Bytes()[:5])
 	}
 }
