@@ -279,7 +279,11 @@ func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) 
 	// Remote writes need LOCAL_WRITE on the registration (as verbs
 	// requires); the MR has it when it has them, and the export's lkey
 	// never leaves the runtime.
-	reg, err := rt.pd.RegMR(mr.Bytes()[off:off+n], access|mr.access&verbs.AccessLocalWrite)
+	buf := mr.Bytes()
+	if buf == nil { // Deregister released it meanwhile
+		return fmt.Errorf("core: export %q from a deregistered MR: %w", name, ErrClosed)
+	}
+	reg, err := rt.pd.RegMR(buf[off:off+n], access|mr.access&verbs.AccessLocalWrite)
 	if err != nil {
 		return fmt.Errorf("core: export %q: register [%d,+%d): %w", name, off, n, err)
 	}

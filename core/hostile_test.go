@@ -865,3 +865,25 @@ func TestHostileTwice(t *testing.T) {
 		t.Errorf("READ of a node's own export: %+v %q", wc, bl.Bytes()[:5])
 	}
 }
+
+// TestHostileBytesAfterRelease: an MR's Bytes after Deregister, or after
+// its runtime closed, is empty: the memory RegMR allocated is unmapped,
+// and a slice of it would fault the process when touched.
+func TestHostileBytesAfterRelease(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	rt := c.Node(2)
+	mr, _ := rt.RegMR(64, verbs.AccessAll)
+	if err := rt.Deregister(mr); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(mr.Bytes()); n != 0 {
+		t.Errorf("Bytes after Deregister: %d bytes of unmapped memory", n)
+	}
+	kept, _ := rt.RegMR(64, verbs.AccessAll)
+	if err := c.Remove(2, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kept.Bytes()); n != 0 {
+		t.Errorf("Bytes after the runtime closed: %d bytes of unmapped memory", n)
+	}
+}

@@ -33,13 +33,19 @@ type MR struct {
 	drained  atomic.Pointer[Queue] // Deregister's stand-in waiter, kicked when uses reaches 0
 	deferred atomic.Bool           // Deregister gave up waiting: the last use releases
 	released sync.Once
-	relErr   error // of the release, set inside released
+	relErr   error       // of the release, set inside released
+	freed    atomic.Bool // released: the memory may be unmapped
 }
 
-// Bytes is the registered memory.
+// Bytes is the registered memory, or nil once Deregister or the runtime's
+// Close released it: the memory RegMR allocated is unmapped then, and a
+// slice of it would fault the process when touched.
 func (m *MR) Bytes() []byte {
-	if m.mr == nil {
+	switch {
+	case m.mr == nil:
 		return m.buf
+	case m.freed.Load():
+		return nil
 	}
 	return m.mr.Bytes()
 }
@@ -87,6 +93,7 @@ func (m *MR) unuse() {
 // allocated for it, once.
 func (m *MR) release() error {
 	m.released.Do(func() {
+		m.freed.Store(true)
 		m.rt.forget(m)
 		m.relErr = m.mr.Close()
 		if m.blk != nil {
