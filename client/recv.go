@@ -31,7 +31,7 @@ func (v *VQ) PushRecv(bufs ...core.Local) error {
 		return err
 	}
 	for i, b := range bufs {
-		if v.c.mrID(b.MR) == 0 || b.Off < 0 || b.Len <= 0 || b.Off+b.Len > b.MR.Len() || b.MR.Access()&verbs.AccessLocalWrite == 0 {
+		if v.c.mrID(b.MR) == 0 || b.Len == 0 || !b.Fits(b.MR.Len()) || b.MR.Access()&verbs.AccessLocalWrite == 0 {
 			return fmt.Errorf("client: push receive buffer %d: not inside a live MR of this client with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
 	}
@@ -87,8 +87,12 @@ func (v *VQ) popMsgRing(out []core.Message, max int) []core.Message {
 	return out
 }
 
-// PopMsgsWait is PopMsgs that waits for at least one message.
+// PopMsgsWait is PopMsgs that waits for at least one message. An empty
+// out could never take one: it is refused at once (verbs.ErrInvalid).
 func (v *VQ) PopMsgsWait(ctx context.Context, out []core.Message) (int, error) {
+	if len(out) == 0 {
+		return 0, fmt.Errorf("client: pop messages wait: no room for a message: %w", verbs.ErrInvalid)
+	}
 	for {
 		if n := v.PopMsgs(out); n > 0 {
 			return n, nil

@@ -423,7 +423,11 @@ func (v *VQ) flush(out []core.Completion) int {
 
 // PopWait is Pop that waits for at least one completion: it spins briefly,
 // then sleeps on the completion bell, until ctx ends or the daemon goes.
+// An empty out could never take one: it is refused at once (ErrInvalid).
 func (v *VQ) PopWait(ctx context.Context, out []core.Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, fmt.Errorf("client: pop wait: no room for a completion: %w", verbs.ErrInvalid)
+	}
 	for {
 		if n := v.Pop(out); n > 0 {
 			return n, nil

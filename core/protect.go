@@ -73,7 +73,7 @@ func checkLocal(r *Request, lim limits) *refusal {
 		return &refusal{verbs.LocProtErr, "no local MR"}
 	case !l.MR.live():
 		return &refusal{verbs.LocProtErr, "local MR deregistered"}
-	case !l.fits(l.MR.Len()):
+	case !l.Fits(l.MR.Len()):
 		return &refusal{verbs.LocProtErr, fmt.Sprintf("local range [%d,+%d) outside the %d-byte MR", l.Off, n, l.MR.Len())}
 	}
 	writes := r.Op == verbs.OpRead || r.Op.IsAtomic()

@@ -199,7 +199,7 @@ func (q *Queue) PushRecv(bufs ...Local) error {
 		return fmt.Errorf("core: push receive: %w", ErrClosed)
 	}
 	for i, b := range bufs {
-		if !q.rt.ownMR(b.MR) || !b.MR.live() || b.Len == 0 || !b.fits(b.MR.Len()) || b.MR.access&verbs.AccessLocalWrite == 0 {
+		if !q.rt.ownMR(b.MR) || !b.MR.live() || b.Len == 0 || !b.Fits(b.MR.Len()) || b.MR.access&verbs.AccessLocalWrite == 0 {
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
 	}

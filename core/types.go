@@ -112,9 +112,10 @@ type Local struct {
 	Len int
 }
 
-// fits reports whether [Off, Off+Len) lies inside size bytes, computed so
-// that no Off or Len a caller forges can overflow into a false yes.
-func (l Local) fits(size int) bool {
+// Fits reports whether [Off, Off+Len) lies inside size bytes (an MR's
+// Len), computed so that no Off or Len a caller forges can overflow into
+// a false yes. The runtime and krcored's clients check ranges with it.
+func (l Local) Fits(size int) bool {
 	return l.Off >= 0 && l.Len >= 0 && l.Off <= size && l.Len <= size-l.Off
 }
 
