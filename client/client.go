@@ -163,7 +163,10 @@ func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
 	c.sendMu.Lock()
 	err := wire.Send(c.conn, m)
 	c.sendMu.Unlock()
-	if err != nil {
+	switch {
+	case errors.Is(err, verbs.ErrInvalid): // not sent: too long
+		return nil, fmt.Errorf("client: %w", err)
+	case err != nil:
 		if gone := c.err(); gone != nil {
 			return nil, gone
 		}

@@ -1,8 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
@@ -85,6 +89,105 @@ func TestHostileExportName(t *testing.T) {
 			out := run(t, ctx, q, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 10), Remote: g.At(0)})
 			if out[0].Err() != nil || string(buf.Bytes()[:10]) != "B's export" {
 				t.Fatalf("READ of B's export: %v %q", out[0].Err(), buf.Bytes()[:10])
+			}
+		})
+	}
+}
+
+// TestHostileAPI: bad arguments through the client API fail at once with
+// the error that says why, never a hang: names too long for a control
+// message, requests out of bounds or on a VQ not connected, and every call
+// after Close.
+func TestHostileAPI(t *testing.T) {
+	e := startEnv(t)
+	long := strings.Repeat("n", 70000) // more than a control message holds
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, c *client.Client) error
+		want error
+	}{
+		{"region with a long name", func(ctx context.Context, c *client.Client) error {
+			_, err := c.Region(ctx, 2, long)
+			return err
+		}, verbs.ErrInvalid},
+		{"export with a long name", func(_ context.Context, c *client.Client) error {
+			mr, err := c.RegMR(4096, verbs.AccessAll)
+			if err != nil {
+				return err
+			}
+			return c.Export(long, mr, 0, 64, verbs.AccessRemoteRead)
+		}, verbs.ErrInvalid},
+		{"unexport with a long name", func(_ context.Context, c *client.Client) error { return c.Unexport(long) }, verbs.ErrInvalid},
+		{"VQ region with a long name", func(ctx context.Context, c *client.Client) error {
+			q, err := c.Queue()
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			if err := q.Connect(ctx, 2); err != nil {
+				return err
+			}
+			_, err = q.Region(ctx, long)
+			return err
+		}, verbs.ErrInvalid},
+		{"region of node 0", func(ctx context.Context, c *client.Client) error {
+			_, err := c.Region(ctx, 0, "table")
+			return err
+		}, nil},
+		{"region with an empty name", func(ctx context.Context, c *client.Client) error {
+			_, err := c.Region(ctx, 2, "")
+			return err
+		}, nil},
+		{"close twice", func(_ context.Context, c *client.Client) error {
+			c.Close()
+			return c.Close()
+		}, core.ErrClosed},
+		{"RegMR after close", func(_ context.Context, c *client.Client) error {
+			c.Close()
+			_, err := c.RegMR(4096, verbs.AccessAll)
+			return err
+		}, core.ErrClosed},
+		{"queue after close", func(_ context.Context, c *client.Client) error {
+			c.Close()
+			_, err := c.Queue()
+			return err
+		}, core.ErrClosed},
+		{"region after close", func(ctx context.Context, c *client.Client) error {
+			c.Close()
+			_, err := c.Region(ctx, 2, "table")
+			return err
+		}, core.ErrClosed},
+		{"push after close", func(ctx context.Context, c *client.Client) error {
+			q, g := connect(t, ctx, c)
+			buf, _ := c.RegMR(64, verbs.AccessAll)
+			c.Close()
+			_, err := q.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+			return err
+		}, core.ErrClosed},
+		{"popwait after close", func(ctx context.Context, c *client.Client) error {
+			q, _ := connect(t, ctx, c)
+			c.Close()
+			_, err := q.PopWait(ctx, make([]core.Completion, 1))
+			return err
+		}, core.ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := attach(t, e)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := tc.call(ctx, c)
+			msg := strings.ReplaceAll(fmt.Sprint(err), long, "<long name>")
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waited out its deadline: %s", msg)
+			}
+			if tc.want == nil {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%s, want %v", msg, tc.want)
 			}
 		})
 	}

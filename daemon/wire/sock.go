@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/krcore/krcore/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -11,7 +12,12 @@ import (
 const maxFDs = 5
 
 // Send writes m and its descriptors on c. The descriptors stay the caller's.
+// A message longer than MaxMessage is refused (verbs.ErrInvalid), not sent:
+// the receiver would read it truncated, as malformed, and never answer.
 func Send(c *net.UnixConn, m *Msg) error {
+	if n := HeaderLen + len(m.b); n > MaxMessage {
+		return fmt.Errorf("wire: op %d: message of %d bytes, at most %d: %w", m.Op, n, MaxMessage, verbs.ErrInvalid)
+	}
 	var oob []byte
 	if len(m.FDs) > 0 {
 		oob = unix.UnixRights(m.FDs...)
