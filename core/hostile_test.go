@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -885,5 +887,47 @@ func TestHostileBytesAfterRelease(t *testing.T) {
 	}
 	if n := len(kept.Bytes()); n != 0 {
 		t.Errorf("Bytes after the runtime closed: %d bytes of unmapped memory", n)
+	}
+}
+
+// logCapture is a slog.Handler that keeps the messages logged.
+type logCapture struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCapture) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, r.Level.String()+" "+r.Message)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCapture) WithGroup(string) slog.Handler      { return l }
+
+// TestHostileQuietClose: a Pop after Close and a node killed with exports
+// are what Close and a crash are for: the runtime logs no error or
+// warning about the CQ it closed or the exports its dead device took.
+func TestHostileQuietClose(t *testing.T) {
+	logs := &logCapture{}
+	c := start(t, 3, core.Config{Logger: slog.New(logs)})
+	serve(t, c.Node(2), "r", 64)
+	rt := c.Node(3)
+	q := mustQueue(t, rt, 1)
+	if err := c.Remove(2, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(3, false); err != nil {
+		t.Fatal(err)
+	}
+	q.Pop(make([]core.Completion, 1))
+	q.PopMsgs(make([]core.Message, 1))
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, m := range logs.msgs {
+		if strings.Contains(m, "completion queue failed") || strings.Contains(m, "revoke export") {
+			t.Errorf("logged %q", m)
+		}
 	}
 }

@@ -69,7 +69,9 @@ func (pl *poller) poll() int {
 	rt := pl.rt
 	n, err := pl.cq.Poll(pl.wcs)
 	if err != nil {
-		if !pl.failed.Swap(true) {
+		// A closed runtime's CQ is gone by design: a Pop after Close
+		// meets it, which is no failure to report.
+		if !rt.stopped() && !pl.failed.Swap(true) {
 			rt.log.Error("completion queue failed", "err", err)
 		}
 		return 0
