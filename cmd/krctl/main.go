@@ -79,6 +79,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *sock == "" {
+		return fmt.Errorf("-socket: empty path (leave the flag out for %s)", daemon.DefaultSocket())
+	}
 	st, err := fetch(ctx, *sock)
 	if err != nil {
 		return err
