@@ -270,9 +270,11 @@ func Slice(addr uint64, n int) ([]byte, error) {
 		return nil, ErrNotOffHeap
 	}
 	b := live[i]
-	off := int(p - b.base())
-	if off+n > len(b.buf) || off+n < off {
+	// In uintptr: an address far above the block (2^63 past it or more)
+	// would turn negative as an int offset and pass a signed check.
+	off, size := p-b.base(), uintptr(len(b.buf))
+	if off > size || uintptr(n) > size-off {
 		return nil, ErrNotOffHeap
 	}
-	return b.buf[off : off+n : off+n], nil
+	return b.buf[off : off+uintptr(n) : off+uintptr(n)], nil
 }

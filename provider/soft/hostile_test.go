@@ -64,7 +64,7 @@ func newHostileObjs(t *testing.T, fab *soft.Fabric) *hostileObjs {
 	must(err)
 	o.srq, err = o.pd.CreateSRQ(verbs.SRQInit{MaxWR: 8, MaxSGE: 1})
 	must(err)
-	o.rc, err = o.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: o.cq, RecvCQ: o.cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	o.rc, err = o.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: o.cq, RecvCQ: o.cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
 	must(err)
 	must(verbs.Connect(o.rc, o.rc.Endpoint(), verbs.Path{}))
 	o.ud, err = o.pd.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: o.cq, RecvCQ: o.cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -175,6 +175,10 @@ func TestHostileVerbsArgs(t *testing.T) {
 		"PostSend bad opcode": post(verbs.SendWR{Op: 0, SGL: []verbs.SGE{good}}),
 		"PostSend opcode 200": post(verbs.SendWR{Op: 200, SGL: []verbs.SGE{good}}),
 		"PostSend too many SGEs": post(verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{good, good, good},
+			RemoteAddr: o.mr.Addr(), RKey: o.mr.RKey()}),
+		"PostSend inline at MaxUint64": post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Inline, SGL: []verbs.SGE{{Addr: math.MaxUint64 - 15, Length: 8}},
+			RemoteAddr: o.mr.Addr(), RKey: o.mr.RKey()}),
+		"PostSend inline 2^63 past": post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Inline, SGL: []verbs.SGE{{Addr: o.mr.Addr() + 1<<63, Length: 8}},
 			RemoteAddr: o.mr.Addr(), RKey: o.mr.RKey()}),
 		"PostSend UD no AH": func() error {
 			_, err := o.ud.PostSend([]verbs.SendWR{{Op: verbs.OpSend, SGL: []verbs.SGE{good}}})
