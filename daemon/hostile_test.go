@@ -372,3 +372,61 @@ func TestHostileControl(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileManyConnections: a user who opens connections until the
+// daemon runs out of descriptors makes new clients wait, not the daemon
+// stop: once they close, a client attaches and works.
+func TestHostileManyConnections(t *testing.T) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	_, srv, sock, _ := serveDaemon(t)
+	// the daemon shares this process's descriptor table: leave it 64 more
+	fds, _ := os.ReadDir("/proc/self/fd")
+	low := lim
+	low.Cur = uint64(len(fds) + 64)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 200 { // past the limit: the listen backlog takes the rest, then dialing fails
+		c, err := net.DialTimeout("unixpacket", sock, time.Second)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	// the daemon has taken every descriptor left (opening one fails)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			break
+		}
+		f.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon never reached the descriptor limit")
+		}
+		time.Sleep(time.Millisecond) // polling the descriptor table
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	hc := dialRaw(t, sock) // served: the daemon kept accepting
+	hc.hello()
+	if r := hc.call(wire.NewMsg(wire.OpStats, 0)); r.Error() != nil {
+		t.Fatal(r.Error())
+	}
+	if srv.Status().Attached < 2 {
+		t.Errorf("attached %d", srv.Status().Attached)
+	}
+}

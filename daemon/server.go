@@ -209,18 +209,54 @@ func removeStale(path string) error {
 func (s *Server) Socket() string { return s.cfg.Socket }
 
 // Serve accepts clients until Close (or ctx ends, which closes the server).
+// Running out of descriptors or memory makes it wait and accept again
+// (see acceptBackoff): a user holding many connections open delays the
+// next client, and does not stop the daemon.
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
+	var wait time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("daemon: accept: %w", err)
+			if wait = acceptBackoff(err, wait); wait == 0 {
+				return fmt.Errorf("daemon: accept: %w", err)
+			}
+			s.log.Warn("accept: waiting to accept again", "err", err, "wait", wait)
+			if !s.sleep(wait) {
+				return nil
+			}
+			continue
 		}
+		wait = 0
 		s.admit(c)
+	}
+}
+
+// acceptBackoff is how long to wait after accept failed with err, having
+// waited last (0: first failure), or 0 if err is not one that passes: out
+// of descriptors or memory, or a connection aborted before it was taken.
+func acceptBackoff(err error, last time.Duration) time.Duration {
+	for _, e := range []error{unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM, unix.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return min(max(2*last, 5*time.Millisecond), time.Second)
+		}
+	}
+	return 0
+}
+
+// sleep waits d, or until Close; it reports false on Close.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
 	}
 }
 
