@@ -48,3 +48,34 @@ func TestHostileSlice(t *testing.T) {
 		t.Errorf("Slice inside the block: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestHostileSizes hands every allocation and mapping a bad size: each
+// fails with ErrBadSize, never maps anything.
+func TestHostileSizes(t *testing.T) {
+	small, err := offheap.AllocShared("small", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	for _, size := range []int{0, -1, math.MinInt, math.MaxInt, math.MaxInt - 1} {
+		calls := map[string]func() (*offheap.Block, error){
+			"Alloc":       func() (*offheap.Block, error) { return offheap.Alloc(size) },
+			"AllocShared": func() (*offheap.Block, error) { return offheap.AllocShared("x", size) },
+			"Open":        func() (*offheap.Block, error) { return offheap.Open(small.FD(), size) },
+		}
+		for name, f := range calls {
+			if b, err := f(); !errors.Is(err, offheap.ErrBadSize) {
+				if b != nil {
+					b.Close()
+				}
+				t.Errorf("%s(%d): %v, want ErrBadSize", name, size, err)
+			}
+		}
+	}
+	if b, err := offheap.Open(small.FD(), 1<<20); !errors.Is(err, offheap.ErrBadSize) {
+		if b != nil {
+			b.Close()
+		}
+		t.Errorf("Open of more than the file holds: %v, want ErrBadSize", err)
+	}
+}

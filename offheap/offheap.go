@@ -14,6 +14,7 @@ package offheap
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"sync"
@@ -27,6 +28,19 @@ var ErrNotOffHeap = errors.New("offheap: buffer is not inside an off-heap block"
 
 // ErrClosed reports use of a Block after Close.
 var ErrClosed = errors.New("offheap: block is closed")
+
+// ErrBadSize reports a size that is not positive, too large to map, or
+// larger than the file asked to map.
+var ErrBadSize = errors.New("offheap: bad size")
+
+// checkSize refuses a size that is not positive or whose page-rounded
+// length would overflow an int.
+func checkSize(size int) error {
+	if size <= 0 || size > math.MaxInt-os.Getpagesize() {
+		return fmt.Errorf("%w: %d bytes", ErrBadSize, size)
+	}
+	return nil
+}
 
 // ErrPinned reports a Close of a block that is still registered with an RNIC.
 var ErrPinned = errors.New("offheap: block is pinned by a registration")
@@ -47,8 +61,8 @@ var (
 
 // Alloc maps size bytes of private, zeroed, page-aligned memory.
 func Alloc(size int) (*Block, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("offheap: alloc %d bytes: size must be positive", size)
+	if err := checkSize(size); err != nil {
+		return nil, fmt.Errorf("offheap: alloc: %w", err)
 	}
 	buf, err := unix.Mmap(-1, 0, pageRound(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -61,8 +75,8 @@ func Alloc(size int) (*Block, error) {
 // pages can be mapped by another process through FD (SCM_RIGHTS or
 // /proc/PID/fd/N) and Open.
 func AllocShared(name string, size int) (*Block, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("offheap: alloc shared %q %d bytes: size must be positive", name, size)
+	if err := checkSize(size); err != nil {
+		return nil, fmt.Errorf("offheap: alloc shared %q: %w", name, err)
 	}
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -90,15 +104,15 @@ func AllocShared(name string, size int) (*Block, error) {
 // Open maps size bytes of an existing memfd (or any shareable file). The
 // Block takes ownership of fd and closes it with the Block.
 func Open(fd int, size int) (*Block, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("offheap: open fd %d: size %d must be positive", fd, size)
+	if err := checkSize(size); err != nil {
+		return nil, fmt.Errorf("offheap: open fd %d: %w", fd, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("offheap: open fd %d: %w", fd, err)
 	}
 	if st.Size < int64(size) {
-		return nil, fmt.Errorf("offheap: open fd %d: file has %d bytes, want %d", fd, st.Size, size)
+		return nil, fmt.Errorf("offheap: open fd %d: file has %d bytes, want %d: %w", fd, st.Size, size, ErrBadSize)
 	}
 	return mapShared(fd, size)
 }

@@ -67,6 +67,7 @@ var sentinels = []struct {
 	{"offheap.ErrNotOffHeap", offheap.ErrNotOffHeap},
 	{"offheap.ErrClosed", offheap.ErrClosed},
 	{"offheap.ErrPinned", offheap.ErrPinned},
+	{"offheap.ErrBadSize", offheap.ErrBadSize},
 	{"offheap.ErrNotSealed", offheap.ErrNotSealed},
 	{"context.Canceled", context.Canceled},
 	{"context.DeadlineExceeded", context.DeadlineExceeded},
