@@ -138,6 +138,50 @@ func TestHostileAPI(t *testing.T) {
 			_, err := c.Region(ctx, 2, "")
 			return err
 		}, nil},
+		{"RegMR of 0 bytes", func(_ context.Context, c *client.Client) error {
+			_, err := c.RegMR(0, verbs.AccessAll)
+			return err
+		}, nil},
+		{"RegMR of -1 bytes", func(_ context.Context, c *client.Client) error {
+			_, err := c.RegMR(-1, verbs.AccessAll)
+			return err
+		}, nil},
+		{"RegMR with unknown access bits", func(_ context.Context, c *client.Client) error {
+			_, err := c.RegMR(4096, verbs.Access(0xffff0000))
+			return err
+		}, verbs.ErrInvalid},
+		{"RegMR past the client's limit", func(_ context.Context, c *client.Client) error {
+			_, err := c.RegMR(2<<30, verbs.AccessAll)
+			return err
+		}, verbs.ErrLimit},
+		{"register Go memory", func(_ context.Context, c *client.Client) error {
+			_, err := c.Register(make([]byte, 4096), verbs.AccessAll)
+			return err
+		}, nil},
+		{"export past the MR", func(_ context.Context, c *client.Client) error {
+			mr, err := c.RegMR(4096, verbs.AccessAll)
+			if err != nil {
+				return err
+			}
+			return c.Export("past", mr, 4000, 200, verbs.AccessRemoteRead)
+		}, verbs.ErrInvalid},
+		{"export rights the MR lacks", func(_ context.Context, c *client.Client) error {
+			mr, err := c.RegMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+			if err != nil {
+				return err
+			}
+			return c.Export("rights", mr, 0, 64, verbs.AccessRemoteWrite)
+		}, verbs.ErrInvalid},
+		{"deregister twice", func(_ context.Context, c *client.Client) error {
+			mr, err := c.RegMR(4096, verbs.AccessAll)
+			if err != nil {
+				return err
+			}
+			if err := c.Deregister(mr); err != nil {
+				return err
+			}
+			return c.Deregister(mr)
+		}, nil},
 		{"close twice", func(_ context.Context, c *client.Client) error {
 			c.Close()
 			return c.Close()
@@ -191,4 +235,73 @@ func TestHostileAPI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHostileVQ: requests a VQ cannot carry complete with an error status
+// or fail the call, at once, and leave the VQ (and the other clients)
+// working: out-of-bounds local ranges, a VQ not connected, a port bound
+// twice by two clients.
+func TestHostileVQ(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	a, b := attach(t, e), attach(t, e)
+	q, g := connect(t, ctx, a)
+	buf, err := a.RegMR(4096, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  core.Request
+	}{
+		{"local past the MR", core.Request{Op: verbs.OpRead, Local: buf.Range(4090, 64), Remote: g.At(0)}},
+		{"local at a negative offset", core.Request{Op: verbs.OpRead, Local: buf.Range(-8, 8), Remote: g.At(0)}},
+		{"local of negative length", core.Request{Op: verbs.OpRead, Local: buf.Range(0, -8), Remote: g.At(0)}},
+		{"local offset overflowing", core.Request{Op: verbs.OpRead, Local: buf.Range(1<<62, 8), Remote: g.At(0)}},
+		{"remote past the region", core.Request{Op: verbs.OpRead, Local: buf.Range(0, 64), Remote: g.At(1 << 40)}},
+		{"unknown opcode", core.Request{Op: verbs.Opcode(0x7f), Local: buf.Range(0, 8), Remote: g.At(0)}},
+		{"no region", core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.ID = 7
+			out := run(t, ctx, q, tc.req)
+			if out[0].ID != 7 || out[0].Err() == nil {
+				t.Fatalf("completion %+v, want an error", out[0])
+			}
+			// and the VQ still works
+			out = run(t, ctx, q, core.Request{ID: 8, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+			if out[0].Err() != nil {
+				t.Fatalf("next READ: %v", out[0].Err())
+			}
+		})
+	}
+	t.Run("not connected", func(t *testing.T) {
+		nq, err := a.Queue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nq.Close()
+		_, err = nq.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+		if err == nil {
+			n, perr := nq.PopWait(ctx, make([]core.Completion, 1))
+			if perr != nil || n != 1 {
+				t.Fatalf("pop: %d %v", n, perr)
+			}
+		}
+		if _, err := nq.Region(ctx, "table"); !errors.Is(err, core.ErrNotConnected) {
+			t.Errorf("region on a VQ not connected: %v", err)
+		}
+	})
+	t.Run("port bound twice", func(t *testing.T) {
+		qa, _ := a.Queue()
+		defer qa.Close()
+		qb, _ := b.Queue()
+		defer qb.Close()
+		if err := qa.Bind(4242); err != nil {
+			t.Fatal(err)
+		}
+		if err := qb.Bind(4242); !errors.Is(err, core.ErrPortInUse) {
+			t.Fatalf("B binding A's port: %v, want ErrPortInUse", err)
+		}
+	})
 }
