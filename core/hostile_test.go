@@ -931,3 +931,55 @@ func TestHostileQuietClose(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileConfig starts runtimes with sizes no device can give: New
+// (or the Queue after it) fails with an error matching ErrInvalid or
+// ErrLimit, never panics or allocates without bound.
+func TestHostileConfig(t *testing.T) {
+	c := start(t, 1, core.Config{})
+	cases := map[string]core.Config{
+		"Credits MaxInt":         {Credits: math.MaxInt},
+		"Credits MaxInt/4":       {Credits: math.MaxInt / 4},
+		"Credits 1<<40":          {Credits: 1 << 40},
+		"Depth MaxInt":           {Depth: math.MaxInt},
+		"DCIs 1<<30":             {DCIs: 1 << 30},
+		"MaxMessage MaxInt":      {MaxMessage: math.MaxInt},
+		"RecvSlots MaxInt":       {RecvSlots: math.MaxInt},
+		"RecvSlots x MaxMessage": {RecvSlots: 1 << 20, MaxMessage: 1 << 30},
+		"RCPerPeer MaxInt":       {RCPerPeer: math.MaxInt, RCPeers: 2},
+		"RCPeers MaxInt":         {RCPeers: math.MaxInt},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("panic: %v", p)
+				}
+			}()
+			dev, err := c.Fabric.NewNode(soft.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			cfg.Device, cfg.Node, cfg.Meta = dev, 5, []meta.Info{c.Node(1).MetaInfo()}
+			var rt *core.Runtime
+			err = bounded(t, 5*time.Second, "New", func(ctx context.Context) error {
+				var err error
+				rt, err = core.New(ctx, cfg)
+				return err
+			})
+			if err == nil {
+				defer rt.Close()
+				var q *core.Queue
+				if q, err = rt.Queue(); err == nil {
+					q.Close()
+					t.Logf("%s: accepted", name)
+					return
+				}
+			}
+			if !errors.Is(err, verbs.ErrInvalid) && !errors.Is(err, verbs.ErrLimit) {
+				t.Errorf("%s: %v, want ErrInvalid or ErrLimit", name, err)
+			}
+		})
+	}
+}

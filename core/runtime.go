@@ -108,6 +108,9 @@ func (c *Config) defaults() error {
 	set(&c.ColdWindows, 100)
 	set(&c.MaxMessage, 4096)
 	set(&c.RecvSlots, 1024)
+	if err := c.withinDevice(); err != nil {
+		return err
+	}
 	if c.HotWindow <= 0 {
 		c.HotWindow = 10 * time.Millisecond
 	}
@@ -116,6 +119,27 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// withinDevice refuses sizes the device cannot give (ErrLimit), naming
+// the field: a VQ's Credits size its completion ring (4 per credit), so
+// an unbounded one would make Queue allocate without bound; the others
+// size QPs, the SRQ and receive slots the device would refuse anyway,
+// perhaps after allocating for them.
+func (c *Config) withinDevice() error {
+	a := c.Device.Attr()
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"DCIs", c.DCIs, a.MaxQP}, {"Depth", c.Depth, a.MaxQPWR}, {"Credits", c.Credits, a.MaxQPWR},
+		{"RCPerPeer", c.RCPerPeer, a.MaxQP}, {"RecvSlots", c.RecvSlots, a.MaxSRQWR}, {"MaxMessage", c.MaxMessage, int(a.MaxMsgSize)},
+	} {
+		if f.max > 0 && f.v > f.max {
+			return fmt.Errorf("core: config %s %d exceeds the device's %d: %w", f.name, f.v, f.max, verbs.ErrLimit)
+		}
 	}
 	return nil
 }
