@@ -160,7 +160,8 @@ func serveDaemon(t *testing.T) (c *cluster.Cluster, srv *daemon.Server, sock str
 }
 
 // TestHostileBell: a client whose completion bell cannot take a write (an
-// eventfd at its maximum count, a pipe nobody reads) holds up no goroutine
+// eventfd at its maximum count; a pipe is refused as a bell, see
+// TestHostileControl) holds up no goroutine
 // of the daemon: when it goes it is reclaimed, and the daemon closes.
 func TestHostileBell(t *testing.T) {
 	for _, tc := range []struct {
@@ -178,20 +179,6 @@ func TestHostileBell(t *testing.T) {
 				t.Fatal(err)
 			}
 			return fd, fd
-		}},
-		{"full pipe", func(t *testing.T) (int, int) {
-			var p [2]int
-			if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-				t.Fatal(err)
-			}
-			junk := make([]byte, 4096)
-			for {
-				if _, err := unix.Write(p[1], junk); err != nil {
-					break // EAGAIN: full
-				}
-			}
-			t.Cleanup(func() { unix.Close(p[1]) })
-			return p[1], p[0]
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -278,6 +265,23 @@ func TestHostileControl(t *testing.T) {
 		return p[0]
 	}
 	withFDs := func(m *wire.Msg, fds ...int) *wire.Msg { m.FDs = fds; return m }
+	eventfd := func(t *testing.T) int {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	devZero := func(t *testing.T) int {
+		fd, err := unix.Open("/dev/zero", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	ringSize := wire.RingSize(64 << 10)
 	for _, tc := range []struct {
 		name  string
 		hello bool                         // HELLO first
@@ -329,6 +333,18 @@ func TestHostileControl(t *testing.T) {
 		{name: "queue no fds", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpQueue, 0) }, want: verbs.ErrInvalid},
 		{name: "queue pipes", hello: true, msg: func(t *testing.T) *wire.Msg {
 			return withFDs(wire.NewMsg(wire.OpQueue, 0), pipe(t), pipe(t), pipe(t), pipe(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue good (the cases below differ in one descriptor)", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}},
+		{name: "queue with a pipe for a bell", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), eventfd(t), pipe(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue with /dev/zero for a doorbell", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), devZero(t), eventfd(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue with a memfd for a control bell", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), memfd(t, 4096, true))
 		}, want: verbs.ErrInvalid},
 		{name: "queue small ring", hello: true, msg: func(t *testing.T) *wire.Msg {
 			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, 4096, true), pipe(t), pipe(t), pipe(t))

@@ -50,6 +50,11 @@ type vq struct {
 }
 
 func newVQ(ss *session, fds []int) (*vq, error) {
+	for _, fd := range fds[1:] {
+		if err := wire.CheckEventfd(fd); err != nil {
+			return nil, fmt.Errorf("queue: %w: %w", err, verbs.ErrInvalid)
+		}
+	}
 	size := wire.RingSize(ss.s.rt.MaxMessage())
 	blk, err := offheap.OpenSealed(fds[0], size)
 	if err != nil {

@@ -37,6 +37,20 @@ func BellFromFD(fd int) *Bell {
 	return &Bell{f: os.NewFile(uintptr(fd), "eventfd")}
 }
 
+// CheckEventfd reports an error unless fd is an eventfd: a bell from a
+// less trusted process could be a file or device that is always readable
+// (its watcher would spin) or a pipe.
+func CheckEventfd(fd int) error {
+	target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return fmt.Errorf("wire: bell fd %d: %w", fd, err)
+	}
+	if target != "anon_inode:[eventfd]" {
+		return fmt.Errorf("wire: bell fd %d is %s, not an eventfd", fd, target)
+	}
+	return nil
+}
+
 // FD is the eventfd, to pass to the other side.
 func (b *Bell) FD() int { return int(b.f.Fd()) }
 
