@@ -9,6 +9,7 @@ import (
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -58,20 +59,6 @@ func expectClosed(t *testing.T, res map[string]chan error) {
 	}
 }
 
-// within fails t unless f returns within a second.
-func within(t *testing.T, what string, f func() error) error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() { res <- f() }()
-	select {
-	case err := <-res:
-		return err
-	case <-time.After(time.Second):
-		t.Fatalf("%s did not return within a second", what)
-		return nil
-	}
-}
-
 // TestVQCloseWakesWaiters: closing a daemon VQ wakes its waiters with
 // ErrClosed; waits on the closed VQ return at once, after what had already
 // arrived is popped.
@@ -87,12 +74,12 @@ func TestVQCloseWakesWaiters(t *testing.T) {
 	defer cancel()
 	res := startVQWaiters(long, q, "")
 	time.Sleep(20 * time.Millisecond) // let them fall asleep; awake they must fail the same
-	if err := within(t, "Close", q.Close); err != nil {
+	if err := bounded.Within(t, time.Second, "Close", q.Close); err != nil {
 		t.Fatal(err)
 	}
 	expectClosed(t, res)
 	for name, w := range vqWaiters {
-		if err := within(t, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, core.ErrClosed) {
+		if err := bounded.Within(t, time.Second, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, core.ErrClosed) {
 			t.Errorf("%s on a closed VQ: %v, want ErrClosed", name, err)
 		}
 	}
@@ -135,7 +122,7 @@ func TestClientCloseWakesWaiters(t *testing.T) {
 		}
 	}
 	time.Sleep(20 * time.Millisecond)
-	if err := within(t, "Client.Close", c.Close); err != nil {
+	if err := bounded.Within(t, time.Second, "Client.Close", c.Close); err != nil {
 		t.Fatal(err)
 	}
 	expectClosed(t, all)

@@ -8,21 +8,8 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bounded"
 )
-
-// within fails t unless f returns within d.
-func within(t *testing.T, d time.Duration, what string, f func() error) error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() { res <- f() }()
-	select {
-	case err := <-res:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %v", what, d)
-		return nil
-	}
-}
 
 // TestAddTwice: adding a node whose id already runs is an error, at once,
 // and the cluster keeps working (a node can still be added and closed).
@@ -35,17 +22,17 @@ func TestAddTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	err = within(t, 2*time.Second, "adding node 2 again", func() error { return c.Add(ctx, cfg, 2) })
+	err = bounded.Within(t, 2*time.Second, "adding node 2 again", func() error { return c.Add(ctx, cfg, 2) })
 	if !errors.Is(err, cluster.ErrNodeExists) {
 		t.Fatalf("add node 2 twice: %v, want ErrNodeExists", err)
 	}
-	if err := within(t, 5*time.Second, "adding node 3", func() error { return c.Add(ctx, cfg, 3) }); err != nil {
+	if err := bounded.Within(t, 5*time.Second, "adding node 3", func() error { return c.Add(ctx, cfg, 3) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := within(t, 5*time.Second, "removing node 2", func() error { return c.Remove(2, false) }); err != nil {
+	if err := bounded.Within(t, 5*time.Second, "removing node 2", func() error { return c.Remove(2, false) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := within(t, 5*time.Second, "adding node 2 back", func() error { return c.Add(ctx, cfg, 2) }); err != nil {
+	if err := bounded.Within(t, 5*time.Second, "adding node 2 back", func() error { return c.Add(ctx, cfg, 2) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Runtimes) != 3 {
@@ -69,7 +56,7 @@ func TestContextHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := within(t, 2*time.Second, "Add with a cancelled context", func() error { return c.Add(ended, cfg, 3) }); !errors.Is(err, context.Canceled) {
+	if err := bounded.Within(t, 2*time.Second, "Add with a cancelled context", func() error { return c.Add(ended, cfg, 3) }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Add with a cancelled context: %v, want context.Canceled", err)
 	}
 	if c.Node(3) != nil {
@@ -80,7 +67,7 @@ func TestContextHonoured(t *testing.T) {
 func within2(t *testing.T, f func() (*cluster.Cluster, error)) (*cluster.Cluster, error) {
 	t.Helper()
 	var c *cluster.Cluster
-	err := within(t, 2*time.Second, "Start with a cancelled context", func() error {
+	err := bounded.Within(t, 2*time.Second, "Start with a cancelled context", func() error {
 		var err error
 		c, err = f()
 		return err

@@ -13,20 +13,21 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
-// bounded runs f with a context that ends after d and fails t unless f
+// withDeadline runs f with a context that ends after d and fails t unless f
 // returns within d plus a second: a hang fails the test instead of
 // blocking it.
-func bounded(t *testing.T, d time.Duration, what string, f func(ctx context.Context) error) error {
+func withDeadline(t *testing.T, d time.Duration, what string, f func(ctx context.Context) error) error {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return waitFor(t, d+time.Second, what, func() error { return f(c) })
+	return bounded.Within(t, d+time.Second, what, func() error { return f(c) })
 }
 
 // TestHostileRecvBuffers posts receive buffers that lie outside their MR
@@ -159,7 +160,7 @@ func TestHostileUseAfterClose(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := bounded(t, 2*time.Second, tc.name, tc.f)
+			err := withDeadline(t, 2*time.Second, tc.name, tc.f)
 			if !errors.Is(err, core.ErrClosed) {
 				t.Errorf("%s after Close: %v, want ErrClosed", tc.name, err)
 			}
@@ -191,7 +192,7 @@ func TestHostileEmptyOut(t *testing.T) {
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			err := bounded(t, 3*time.Second, name, f)
+			err := withDeadline(t, 3*time.Second, name, f)
 			if !errors.Is(err, verbs.ErrInvalid) || time.Since(start) > time.Second {
 				t.Errorf("%s with no room: %v after %v, want ErrInvalid at once", name, err, time.Since(start))
 			}
@@ -266,21 +267,21 @@ func TestHostileArgs(t *testing.T) {
 		"Connect node 0": func() error {
 			q, _ := rt.Queue()
 			defer q.Close()
-			return bounded(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0) })
+			return withDeadline(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0) })
 		},
 		"Connect unknown": func() error {
 			q, _ := rt.Queue()
 			defer q.Close()
-			return bounded(t, 3*time.Second, "Connect 99", func(ctx context.Context) error { return q.Connect(ctx, 99) })
+			return withDeadline(t, 3*time.Second, "Connect 99", func(ctx context.Context) error { return q.Connect(ctx, 99) })
 		},
 		"Region long name": func() error {
-			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, long); return err })
+			return withDeadline(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, long); return err })
 		},
 		"Region empty name": func() error {
-			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, ""); return err })
+			return withDeadline(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, ""); return err })
 		},
 		"Region node 0": func() error {
-			return bounded(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 0, "a"); return err })
+			return withDeadline(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 0, "a"); return err })
 		},
 		"Queue.Region unconnected": func() error {
 			q, _ := rt.Queue()
@@ -396,7 +397,7 @@ func TestHostileRequests(t *testing.T) {
 				r,
 				{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
 			}
-			err := bounded(t, 5*time.Second, name, func(ctx context.Context) error {
+			err := withDeadline(t, 5*time.Second, name, func(ctx context.Context) error {
 				if _, err := q.Push(ctx, true, reqs...); err != nil {
 					return err
 				}
@@ -439,7 +440,7 @@ func TestHostileDuplicateNode(t *testing.T) {
 	}
 	defer dev.Close()
 	var dup *core.Runtime
-	err = bounded(t, 5*time.Second, "New", func(ctx context.Context) error {
+	err = withDeadline(t, 5*time.Second, "New", func(ctx context.Context) error {
 		dup, err = core.New(ctx, core.Config{Device: dev, Node: 2, Meta: []meta.Info{c.Node(1).MetaInfo()}})
 		return err
 	})
@@ -525,7 +526,7 @@ func TestHostileDoneContexts(t *testing.T) {
 				c, cancel := done()
 				defer cancel()
 				start := time.Now()
-				err := waitFor(t, 3*time.Second, name, func() error { return f(c) })
+				err := bounded.Within(t, 3*time.Second, name, func() error { return f(c) })
 				if !errors.Is(err, c.Err()) {
 					t.Errorf("%s: %v, want %v", name, err, c.Err())
 				}
@@ -605,7 +606,7 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 			}
 		})
 		time.Sleep(50 * time.Millisecond) // let traffic flow; Close must end it whatever its state
-		if err := waitFor(t, 5*time.Second, "Close", rt.Close); err != nil {
+		if err := bounded.Within(t, 5*time.Second, "Close", rt.Close); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.After(5 * time.Second)
@@ -719,7 +720,7 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 		q, _ := a.Queue()
 		defer q.Close()
 		start := time.Now()
-		err := bounded(t, 5*time.Second, "Connect to the dead node", func(ctx context.Context) error {
+		err := withDeadline(t, 5*time.Second, "Connect to the dead node", func(ctx context.Context) error {
 			if err := q.Connect(ctx, 2); err != nil {
 				return err
 			}
@@ -758,7 +759,7 @@ func TestHostileMetaServerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	local, _ := b.RegMR(64, verbs.AccessAll)
-	err = bounded(t, 5*time.Second, "READ between known nodes", func(ctx context.Context) error {
+	err = withDeadline(t, 5*time.Second, "READ between known nodes", func(ctx context.Context) error {
 		if _, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 10), Remote: g.At(0)}); err != nil {
 			return err
 		}
@@ -773,13 +774,13 @@ func TestHostileMetaServerGone(t *testing.T) {
 	}
 	cold, _ := b.Queue()
 	defer cold.Close()
-	err = bounded(t, 3*time.Second, "cold Connect", func(ctx context.Context) error { return cold.Connect(ctx, 4) })
+	err = withDeadline(t, 3*time.Second, "cold Connect", func(ctx context.Context) error { return cold.Connect(ctx, 4) })
 	if err == nil {
 		t.Log("cold Connect to node 4 succeeded without the MetaServer (a record cached meanwhile)")
 	} else {
 		t.Logf("cold Connect without the MetaServer: %v", err)
 	}
-	if err := waitFor(t, 5*time.Second, "Close without the MetaServer", b.Close); err != nil {
+	if err := bounded.Within(t, 5*time.Second, "Close without the MetaServer", b.Close); err != nil {
 		t.Error(err)
 	}
 }
@@ -963,7 +964,7 @@ func TestHostileConfig(t *testing.T) {
 			defer dev.Close()
 			cfg.Device, cfg.Node, cfg.Meta = dev, 5, []meta.Info{c.Node(1).MetaInfo()}
 			var rt *core.Runtime
-			err = bounded(t, 5*time.Second, "New", func(ctx context.Context) error {
+			err = withDeadline(t, 5*time.Second, "New", func(ctx context.Context) error {
 				var err error
 				rt, err = core.New(ctx, cfg)
 				return err

@@ -9,23 +9,9 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/verbs"
 )
-
-// waitFor runs f and fails t unless f returns within d; what names the
-// call in the failure.
-func waitFor(t *testing.T, d time.Duration, what string, f func() error) error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() { res <- f() }()
-	select {
-	case err := <-res:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %v", what, d)
-		return nil
-	}
-}
 
 // waiters are the blocking calls of a queue, each run in its own goroutine
 // with a long context: a Close must end them well before it ends.
@@ -109,7 +95,7 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 			}
 			expectClosed(t, res)
 			for name, w := range waiters {
-				err := waitFor(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
+				err := bounded.Within(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
 				if !errors.Is(err, core.ErrClosed) {
 					t.Errorf("%s on a closed queue: %v, want ErrClosed", name, err)
 				}
@@ -186,7 +172,7 @@ func TestRuntimeCloseWakesWaiters(t *testing.T) {
 			all["Group.Wait"] = gch
 			go func() { gch <- g.Wait(long, func() bool { return false }, nil) }()
 			settle()
-			if err := waitFor(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
+			if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
 				t.Fatal(err)
 			}
 			expectClosed(t, all)

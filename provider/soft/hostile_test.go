@@ -8,25 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
-
-// within runs f and fails t unless it returns within d: a hang fails the
-// test instead of blocking it.
-func within(t *testing.T, d time.Duration, what string, f func() error) error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() { res <- f() }()
-	select {
-	case err := <-res:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %v", what, d)
-		return nil
-	}
-}
 
 // hostileObjs are a node's objects of every kind, ready to use.
 type hostileObjs struct {
@@ -120,7 +106,7 @@ func TestHostileUseAfterNodeClose(t *testing.T) {
 	}
 	for name, f := range o.calls() {
 		t.Run(name, func(t *testing.T) {
-			if err := within(t, 3*time.Second, name, f); !errors.Is(err, verbs.ErrClosed) {
+			if err := bounded.Within(t, 3*time.Second, name, f); !errors.Is(err, verbs.ErrClosed) {
 				t.Errorf("%s after the node closed: %v, want ErrClosed", name, err)
 			}
 		})
@@ -204,7 +190,7 @@ func TestHostileVerbsArgs(t *testing.T) {
 					t.Fatalf("panic: %v", p)
 				}
 			}()
-			err := within(t, 3*time.Second, name, f)
+			err := bounded.Within(t, 3*time.Second, name, f)
 			if name == "Poll none" || name == "PostSend none" || name == "PostRecv none" {
 				if err != nil && !errors.Is(err, verbs.ErrInvalid) {
 					t.Errorf("%s: %v", name, err)
@@ -262,7 +248,7 @@ func TestHostileSameListen(t *testing.T) {
 	defer first.Close()
 	for name, f := range map[string]*soft.Fabric{"same fabric": fab, "another fabric": soft.NewFabric()} {
 		var dup *soft.Node
-		err := within(t, 5*time.Second, name, func() error {
+		err := bounded.Within(t, 5*time.Second, name, func() error {
 			var err error
 			dup, err = f.NewNode(soft.Config{Listen: addr})
 			return err
