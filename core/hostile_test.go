@@ -919,6 +919,12 @@ func TestHostileQuietClose(t *testing.T) {
 	if err := c.Remove(2, true); err != nil {
 		t.Fatal(err)
 	}
+	// Node 2's poller may have met its device's death before Remove
+	// closed its runtime: that failure is real and may be logged. From
+	// here on only closed runtimes' CQs fail.
+	logs.mu.Lock()
+	killed := len(logs.msgs)
+	logs.mu.Unlock()
 	if err := c.Remove(3, false); err != nil {
 		t.Fatal(err)
 	}
@@ -926,8 +932,8 @@ func TestHostileQuietClose(t *testing.T) {
 	q.PopMsgs(make([]core.Message, 1))
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
-	for _, m := range logs.msgs {
-		if strings.Contains(m, "completion queue failed") || strings.Contains(m, "revoke export") {
+	for i, m := range logs.msgs {
+		if i >= killed && strings.Contains(m, "completion queue failed") || strings.Contains(m, "revoke export") {
 			t.Errorf("logged %q", m)
 		}
 	}
