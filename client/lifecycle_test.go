@@ -42,23 +42,6 @@ func startVQWaiters(ctx context.Context, q core.VQ, prefix string) map[string]ch
 	return res
 }
 
-// expectClosed fails t unless every waiter fails with ErrClosed within a
-// second.
-func expectClosed(t *testing.T, res map[string]chan error) {
-	t.Helper()
-	deadline := time.After(time.Second)
-	for name, ch := range res {
-		select {
-		case err := <-ch:
-			if !errors.Is(err, core.ErrClosed) {
-				t.Errorf("%s: %v, want ErrClosed", name, err)
-			}
-		case <-deadline:
-			t.Fatalf("%s still waits a second after Close", name)
-		}
-	}
-}
-
 // TestVQCloseWakesWaiters: closing a daemon VQ wakes its waiters with
 // ErrClosed; waits on the closed VQ return at once, after what had already
 // arrived is popped.
@@ -77,7 +60,7 @@ func TestVQCloseWakesWaiters(t *testing.T) {
 	if err := bounded.Within(t, time.Second, "Close", q.Close); err != nil {
 		t.Fatal(err)
 	}
-	expectClosed(t, res)
+	bounded.AllFail(t, time.Second, res, core.ErrClosed)
 	for name, w := range vqWaiters {
 		if err := bounded.Within(t, time.Second, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, core.ErrClosed) {
 			t.Errorf("%s on a closed VQ: %v, want ErrClosed", name, err)
@@ -125,7 +108,7 @@ func TestClientCloseWakesWaiters(t *testing.T) {
 	if err := bounded.Within(t, time.Second, "Client.Close", c.Close); err != nil {
 		t.Fatal(err)
 	}
-	expectClosed(t, all)
+	bounded.AllFail(t, time.Second, all, core.ErrClosed)
 	if _, err := c.Queue(); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Queue after Close: %v, want ErrClosed", err)
 	}

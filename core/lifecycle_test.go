@@ -42,23 +42,6 @@ func startWaiters(ctx context.Context, q *core.Queue) map[string]chan error {
 	return res
 }
 
-// expectClosed fails t unless every waiter returns an error matching
-// ErrClosed within a second.
-func expectClosed(t *testing.T, res map[string]chan error) {
-	t.Helper()
-	deadline := time.After(time.Second)
-	for name, ch := range res {
-		select {
-		case err := <-ch:
-			if !errors.Is(err, core.ErrClosed) {
-				t.Errorf("%s: %v, want ErrClosed", name, err)
-			}
-		case <-deadline:
-			t.Fatalf("%s still waits a second after Close", name)
-		}
-	}
-}
-
 // settle gives the waiters started just before time to go to sleep, so the
 // Close that follows finds them asleep (if it does not, the test is merely
 // weaker: a waiter that has not slept yet must fail the same way).
@@ -74,14 +57,7 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 		tcp  bool
 	}{{"mem", false}, {"tcp", true}} {
 		t.Run(tr.name, func(t *testing.T) {
-			var a, b *core.Runtime
-			if tr.tcp {
-				_, rts := tcpRuntimes(t, 2, core.Config{RCPeers: -1})
-				a, b = rts[0], rts[1]
-			} else {
-				c := start(t, 2, core.Config{RCPeers: -1})
-				a, b = c.Node(1), c.Node(2)
-			}
+			a, b := dcPair(t, tr.tcp)
 			q, _ := reader(t, a, b, "r")
 			if err := q.Bind(9); err != nil {
 				t.Fatal(err)
@@ -93,7 +69,7 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
-			expectClosed(t, res)
+			bounded.AllFail(t, time.Second, res, core.ErrClosed)
 			for name, w := range waiters {
 				err := bounded.Within(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
 				if !errors.Is(err, core.ErrClosed) {
@@ -147,14 +123,7 @@ func TestRuntimeCloseWakesWaiters(t *testing.T) {
 		tcp  bool
 	}{{"mem", false}, {"tcp", true}} {
 		t.Run(tr.name, func(t *testing.T) {
-			var a, b *core.Runtime
-			if tr.tcp {
-				_, rts := tcpRuntimes(t, 2, core.Config{RCPeers: -1})
-				a, b = rts[0], rts[1]
-			} else {
-				c := start(t, 2, core.Config{RCPeers: -1})
-				a, b = c.Node(1), c.Node(2)
-			}
+			a, b := dcPair(t, tr.tcp)
 			long, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			all := map[string]chan error{}
@@ -175,7 +144,18 @@ func TestRuntimeCloseWakesWaiters(t *testing.T) {
 			if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
 				t.Fatal(err)
 			}
-			expectClosed(t, all)
+			bounded.AllFail(t, time.Second, all, core.ErrClosed)
 		})
 	}
+}
+
+// dcPair is two DC-only runtimes, on the TCP wire or the in-memory one.
+func dcPair(t *testing.T, tcp bool) (a, b *core.Runtime) {
+	t.Helper()
+	if tcp {
+		_, rts := tcpRuntimes(t, 2, core.Config{RCPeers: -1})
+		return rts[0], rts[1]
+	}
+	c := start(t, 2, core.Config{RCPeers: -1})
+	return c.Node(1), c.Node(2)
 }

@@ -4,6 +4,7 @@
 package bounded
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -24,5 +25,23 @@ func Within(t testing.TB, d time.Duration, what string, f func() error) error {
 	case <-timer.C:
 		t.Fatalf("%s did not return within %v", what, d)
 		return nil
+	}
+}
+
+// AllFail fails t unless every result in res (a call's error by its name)
+// arrives within d and matches target (errors.Is).
+func AllFail(t testing.TB, d time.Duration, res map[string]chan error, target error) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for name, ch := range res {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, target) {
+				t.Errorf("%s: %v, want %v", name, err, target)
+			}
+		case <-deadline.C:
+			t.Fatalf("%s still waits %v after Close", name, d)
+		}
 	}
 }
