@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/krcore/krcore/udrpc"
+	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 

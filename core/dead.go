@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/meta"
-	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 )
 
 // The targets for the soft fabric.

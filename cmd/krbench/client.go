@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/offheap"
-	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -22,8 +22,8 @@ import (
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
-	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )

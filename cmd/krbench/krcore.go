@@ -11,8 +11,8 @@ import (
 
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
-	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

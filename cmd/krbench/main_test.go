@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 )
 
 // asMainEnv makes the test binary behave as krbench itself, so the

@@ -13,7 +13,7 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -8,7 +8,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 )
 
 // The raw baseline is plain Go TCP between the same two processes, on its

@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/offheap"
-	"github.com/krcore/krcore/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/perf"
+	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -7,9 +7,9 @@ import (
 	"os"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
-	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 

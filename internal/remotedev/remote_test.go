@@ -1,4 +1,4 @@
-package remote_test
+package remotedev_test
 
 import (
 	"bytes"
@@ -9,32 +9,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/remotedev"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
-	"github.com/krcore/krcore/verbs/remote"
 )
 
 // served is a fake device served in-process over a pipe.
 type served struct {
 	dev    *fakeDev
-	client *remote.Client
+	client *remotedev.Client
 	cancel context.CancelFunc // stops the server
 	done   chan struct{}      // closed when Serve has returned
 	err    error              // Serve's result, set before done closes
 }
 
-func serveFake(t *testing.T, opt remote.Options) *served {
+func serveFake(t *testing.T, opt remotedev.Options) *served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sc, cc := net.Pipe()
 	s := &served{dev: newFakeDev(), cancel: cancel, done: make(chan struct{})}
 	go func() {
-		s.err = remote.Serve(ctx, sc, s.dev)
+		s.err = remotedev.Serve(ctx, sc, s.dev)
 		close(s.done)
 	}()
 	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer hcancel()
-	c, err := remote.NewClient(hctx, cc, opt)
+	c, err := remotedev.NewClient(hctx, cc, opt)
 	if err != nil {
 		cancel()
 		t.Fatalf("NewClient: %v", err)
@@ -91,7 +91,7 @@ func sharedBlock(t *testing.T, size int) *offheap.Block {
 }
 
 func TestHelloCachesDevice(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	if got := s.client.Name(); got != "fake" {
 		t.Errorf("Name = %q, want fake", got)
 	}
@@ -104,7 +104,7 @@ func TestHelloCachesDevice(t *testing.T) {
 }
 
 func TestErrorsKeepTheirIdentity(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	pd, err := s.client.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +121,9 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 	if !errors.Is(err, verbs.ErrQPState) {
 		t.Errorf("RESET->RTS: err = %v, want ErrQPState", err)
 	}
-	var rerr *remote.Error
+	var rerr *remotedev.Error
 	if !errors.As(err, &rerr) {
-		t.Errorf("RESET->RTS: err %T is not a *remote.Error", err)
+		t.Errorf("RESET->RTS: err %T is not a *remotedev.Error", err)
 	}
 	if n, err := qp.PostSend([]verbs.SendWR{{ID: 1, Op: verbs.OpSend}}); n != 0 || !errors.Is(err, verbs.ErrQPState) {
 		t.Errorf("post in RESET = %d, %v; want 0, ErrQPState", n, err)
@@ -146,7 +146,7 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 }
 
 func TestCompletionStatusSurvives(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	blk := sharedBlock(t, 4096)
 	mr, err := r.pd.RegMR(blk.Bytes(), verbs.AccessAll)
@@ -189,7 +189,7 @@ func pollOne(t *testing.T, cq verbs.CQ) verbs.WC {
 }
 
 func TestRegMRNeedsSharedMemory(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	pd, err := s.client.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestRegMRNeedsSharedMemory(t *testing.T) {
 // registers its own mapping (other addresses), and a WRITE done by the
 // server's device shows in the client's bytes.
 func TestRegMRSharesPages(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	blk := sharedBlock(t, 2*4096)
 	src, err := r.pd.RegMR(blk.Bytes()[:4096], verbs.AccessLocalWrite)
@@ -259,7 +259,7 @@ func TestRegMRSharesPages(t *testing.T) {
 // TestConcurrentPosts posts from many goroutines on one proxied QP and
 // checks every completion arrives exactly once.
 func TestConcurrentPosts(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	const workers, each = 8, 100
 	var wg sync.WaitGroup
@@ -293,7 +293,7 @@ func TestConcurrentPosts(t *testing.T) {
 }
 
 func TestWaitHonoursContext(t *testing.T) {
-	s := serveFake(t, remote.Options{WaitSlice: 20 * time.Millisecond})
+	s := serveFake(t, remotedev.Options{WaitSlice: 20 * time.Millisecond})
 	r := newRig(t, s.client)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -321,8 +321,8 @@ func TestWaitHonoursContext(t *testing.T) {
 }
 
 func TestForeignObjectsRefused(t *testing.T) {
-	s1 := serveFake(t, remote.Options{})
-	s2 := serveFake(t, remote.Options{})
+	s1 := serveFake(t, remotedev.Options{})
+	s2 := serveFake(t, remotedev.Options{})
 	pd, err := s1.client.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +342,7 @@ func TestForeignObjectsRefused(t *testing.T) {
 // TestAHTravelsAsHandle checks an AH named in a SendWR reaches the server's
 // device as the server's own AH.
 func TestAHTravelsAsHandle(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	dest := verbs.Endpoint{Addr: "peer:9", QPN: 5}
 	ah, err := r.pd.CreateAH(verbs.AHAttr{Dest: dest})
@@ -352,7 +352,7 @@ func TestAHTravelsAsHandle(t *testing.T) {
 	if ah.Dest() != dest {
 		t.Errorf("AH Dest = %v, want %v", ah.Dest(), dest)
 	}
-	other := serveFake(t, remote.Options{})
+	other := serveFake(t, remotedev.Options{})
 	opd, err := other.client.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestAHTravelsAsHandle(t *testing.T) {
 }
 
 func TestServerGoneFailsCallsWithErrClosed(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	blk := sharedBlock(t, 4096)
 	if _, err := r.pd.RegMR(blk.Bytes(), verbs.AccessAll); err != nil {
@@ -417,10 +417,10 @@ func TestClientHangupCleansServer(t *testing.T) {
 	dev := newFakeDev()
 	sc, cc := net.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- remote.Serve(context.Background(), sc, dev) }()
+	go func() { done <- remotedev.Serve(context.Background(), sc, dev) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := remote.NewClient(ctx, cc, remote.Options{})
+	c, err := remotedev.NewClient(ctx, cc, remotedev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestClientHangupCleansServer(t *testing.T) {
 }
 
 func TestClientCloseClosesDevice(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	if err := s.client.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -474,7 +474,7 @@ func TestClientCloseClosesDevice(t *testing.T) {
 
 func TestControl(t *testing.T) {
 	dev := newFakeDev()
-	srv := &remote.Server{Device: dev, Control: func(_ context.Context, name string, arg []byte) ([]byte, error) {
+	srv := &remotedev.Server{Device: dev, Control: func(_ context.Context, name string, arg []byte) ([]byte, error) {
 		if name != "echo" {
 			return nil, verbs.ErrUnsupported
 		}
@@ -488,7 +488,7 @@ func TestControl(t *testing.T) {
 		srv.Serve(ctx, sc)
 	}()
 	defer func() { cancel(); <-served }()
-	c, err := remote.NewClient(ctx, cc, remote.Options{})
+	c, err := remotedev.NewClient(ctx, cc, remotedev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +517,7 @@ func TestCallTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := remote.NewClient(ctx, cc, remote.Options{})
+	_, err := remotedev.NewClient(ctx, cc, remotedev.Options{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("NewClient to a silent server: err = %v, want DeadlineExceeded", err)
 	}
@@ -530,7 +530,7 @@ func TestCallTimeout(t *testing.T) {
 // maps the parent's memfd there, and killing the child fails calls with
 // ErrClosed.
 func TestChildProcess(t *testing.T) {
-	ch := startChild(t, "fake", remote.Options{})
+	ch := startChild(t, "fake", remotedev.Options{})
 	if ch.Client.ServerPID() == 0 || ch.Client.ServerPID() != ch.PID() {
 		t.Errorf("server PID %d, child PID %d", ch.Client.ServerPID(), ch.PID())
 	}
@@ -571,7 +571,7 @@ func TestChildProcess(t *testing.T) {
 // TestUnencodableCallFailsAlone: a value gob cannot carry (an endpoint
 // address too long to marshal) fails its call, not the connection.
 func TestUnencodableCallFailsAlone(t *testing.T) {
-	s := serveFake(t, remote.Options{})
+	s := serveFake(t, remotedev.Options{})
 	r := newRig(t, s.client)
 	long := verbs.Endpoint{Addr: string(make([]byte, 300))}
 	if err := r.qp.Modify(verbs.QPAttr{State: verbs.StateRTR, Dest: long}); !errors.Is(err, verbs.ErrInvalid) {
@@ -604,13 +604,13 @@ func TestDialUnix(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				remote.Serve(ctx, conn, newFakeDev())
+				remotedev.Serve(ctx, conn, newFakeDev())
 			}()
 		}
 	}()
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dcancel()
-	c, err := remote.Dial(dctx, "unix", path, remote.Options{})
+	c, err := remotedev.Dial(dctx, "unix", path, remotedev.Options{})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -618,7 +618,7 @@ func TestDialUnix(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if _, err := remote.Dial(dctx, "unix", path+".missing", remote.Options{}); err == nil {
+	if _, err := remotedev.Dial(dctx, "unix", path+".missing", remotedev.Options{}); err == nil {
 		t.Error("Dial to a missing socket succeeded")
 	}
 }

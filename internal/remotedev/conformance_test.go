@@ -1,4 +1,4 @@
-package remote_test
+package remotedev_test
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/remotedev"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 	"github.com/krcore/krcore/verbs/conformance"
-	"github.com/krcore/krcore/verbs/remote"
 )
 
 // retryTimeout keeps the link-death tests short, on both nodes.
@@ -22,7 +22,7 @@ const killLinkControl = "kill-link"
 func init() { childServers["soft"] = softChild }
 
 // softChild serves a TCP soft node, and closes it on killLinkControl.
-func softChild() (*remote.Server, func(), error) {
+func softChild() (*remotedev.Server, func(), error) {
 	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: retryTimeout})
 	if err != nil {
 		return nil, nil, err
@@ -33,7 +33,7 @@ func softChild() (*remote.Server, func(), error) {
 		}
 		return nil, n.Close()
 	}
-	return &remote.Server{Device: n, Control: control}, func() { n.Close() }, nil
+	return &remotedev.Server{Device: n, Control: control}, func() { n.Close() }, nil
 }
 
 // localNode starts a TCP soft node in this process, closed at test end (a
@@ -53,15 +53,15 @@ func localNode(t testing.TB) *soft.Node {
 // soft RNIC's TCP protocol between the processes.
 func crossProcess(t testing.TB) (verbs.Device, verbs.Device) {
 	a := localNode(t)
-	ch := startChild(t, "soft", remote.Options{})
+	ch := startChild(t, "soft", remotedev.Options{})
 	return a, ch.Client
 }
 
 // killLink closes b's node in its child process.
 func killLink(_, b verbs.Device) error {
-	c, ok := b.(*remote.Client)
+	c, ok := b.(*remotedev.Client)
 	if !ok {
-		return fmt.Errorf("kill link: device b is a %T, not a *remote.Client", b)
+		return fmt.Errorf("kill link: device b is a %T, not a *remotedev.Client", b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

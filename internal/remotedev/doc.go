@@ -1,4 +1,4 @@
-// Package remote serves a verbs.Device to another process and proxies it.
+// Package remotedev serves a verbs.Device to another process and proxies it.
 //
 // Serve runs on the process that owns the device; NewClient (or Dial) runs on
 // the other end of a stream and returns a *Client that implements
@@ -39,4 +39,4 @@
 //
 // StartChild runs a server in a child process connected by a socketpair;
 // ChildConn is the child's end.
-package remote
+package remotedev

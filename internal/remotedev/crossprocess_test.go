@@ -1,4 +1,4 @@
-package remote_test
+package remotedev_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/remotedev"
 	"github.com/krcore/krcore/verbs"
-	"github.com/krcore/krcore/verbs/remote"
 )
 
 // side is one end of an RC connection, with a registered buffer.
@@ -20,9 +20,9 @@ type side struct {
 
 // rcPair connects an RC QP on a local soft node to one on a soft node in a
 // child process.
-func rcPair(t *testing.T, size int) (local, proxied *side, ch *remote.Child) {
+func rcPair(t *testing.T, size int) (local, proxied *side, ch *remotedev.Child) {
 	t.Helper()
-	ch = startChild(t, "soft", remote.Options{})
+	ch = startChild(t, "soft", remotedev.Options{})
 	local, proxied = newSide(t, localNode(t), size), newSide(t, ch.Client, size)
 	if err := verbs.Connect(local.qp, proxied.qp.Endpoint(), verbs.Path{}); err != nil {
 		t.Fatalf("connect local: %v", err)

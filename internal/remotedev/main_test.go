@@ -1,4 +1,4 @@
-package remote_test
+package remotedev_test
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/remotedev"
 	"github.com/krcore/krcore/verbs"
-	"github.com/krcore/krcore/verbs/remote"
 )
 
 // childModeEnv makes a re-executed test binary serve a device instead of
@@ -24,10 +24,10 @@ const childModeEnv = "KRCORE_REMOTE_CHILD"
 
 // childServers build what a child serves. Each returns the server and a
 // function that releases the device once serving is over.
-var childServers = map[string]func() (*remote.Server, func(), error){
-	"fake": func() (*remote.Server, func(), error) {
+var childServers = map[string]func() (*remotedev.Server, func(), error){
+	"fake": func() (*remotedev.Server, func(), error) {
 		d := newFakeDev()
-		return &remote.Server{Device: d}, func() { d.Close() }, nil
+		return &remotedev.Server{Device: d}, func() { d.Close() }, nil
 	},
 }
 
@@ -46,7 +46,7 @@ func runChild(mode string) int {
 		fmt.Fprintf(os.Stderr, "remote child: unknown mode %q\n", mode)
 		return 2
 	}
-	conn, err := remote.ChildConn()
+	conn, err := remotedev.ChildConn()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "remote child:", err)
 		return 2
@@ -71,7 +71,7 @@ func runChild(mode string) int {
 // startChild re-executes the test binary as a server of the device named
 // mode. The child is stopped, or killed, and always reaped by t.Cleanup;
 // its stderr is logged if the test failed.
-func startChild(t testing.TB, mode string, opt remote.Options) *remote.Child {
+func startChild(t testing.TB, mode string, opt remotedev.Options) *remotedev.Child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// A -race binary sleeps a second at exit (atexit_sleep_ms) so late
@@ -82,7 +82,7 @@ func startChild(t testing.TB, mode string, opt remote.Options) *remote.Child {
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ch, err := remote.StartChild(ctx, cmd, opt)
+	ch, err := remotedev.StartChild(ctx, cmd, opt)
 	if err != nil {
 		t.Fatalf("start %s child: %v\n%s", mode, err, stderr)
 	}

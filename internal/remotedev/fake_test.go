@@ -1,4 +1,4 @@
-package remote_test
+package remotedev_test
 
 import (
 	"context"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/provider/soft"
-	"github.com/krcore/krcore/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
 
