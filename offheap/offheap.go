@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package offheap allocates memory outside the Go heap for RDMA registration.
 //
 // An RNIC reads and writes registered memory behind the Go runtime's back, so
@@ -9,6 +11,10 @@
 // Every live Block is recorded, so a provider can check that a buffer it is
 // asked to register is off-heap (Find) and a proxy can learn which memfd and
 // offset back a slice.
+//
+// The package is Linux-only, and so is every package built on it: shared
+// blocks are memfds, sealed so that neither side can shrink them under the
+// other's mapping.
 package offheap
 
 import (

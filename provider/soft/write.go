@@ -14,9 +14,6 @@ import "net"
 // (a cumulative ACK must never overtake the READ response before it). The
 // drain runs only while the queue is not empty; the queue holds at most
 // what the peer's requests and this node's own posts have in flight.
-//
-// (Where the platform has no non-blocking socket write (rawsock_other.go)
-// writes wait as before, and the deadlock remains possible.)
 
 // writeLocked writes bufs to the link, queueing what the socket does not
 // take now; l.wmu is held.
