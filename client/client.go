@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -37,7 +36,7 @@ var ErrDaemonGone = errors.New("client: krcored gone")
 
 // Options configures Attach.
 type Options struct {
-	// Socket is the daemon's socket; default daemon.DefaultSocket().
+	// Socket is the daemon's socket; default wire.DefaultSocket().
 	Socket string
 	// CallTimeout bounds the calls that take no context; default 10s.
 	CallTimeout time.Duration
@@ -68,7 +67,7 @@ var _ core.API = (*Client)(nil)
 // Attach connects to the daemon at opt.Socket.
 func Attach(ctx context.Context, opt Options) (*Client, error) {
 	if opt.Socket == "" {
-		opt.Socket = daemon.DefaultSocket()
+		opt.Socket = wire.DefaultSocket()
 	}
 	if opt.CallTimeout <= 0 {
 		opt.CallTimeout = 10 * time.Second
@@ -313,7 +312,7 @@ func (c *Client) Stats() core.Stats {
 	if err != nil {
 		return core.Stats{}
 	}
-	return daemon.GetStats(r)
+	return wire.GetStats(r)
 }
 
 // Status is the daemon's status report (what krctl prints).

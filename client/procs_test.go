@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/krcore/krcore/daemon/wire"
 	"os"
 	"os/exec"
 	"runtime"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -130,7 +130,7 @@ func runFlooder(sock string) int {
 }
 
 // poolQPs is the daemon's shared physical QPs, all types.
-func poolQPs(st daemon.Status) int {
+func poolQPs(st wire.Status) int {
 	n := 0
 	for _, p := range st.Pool {
 		n += p.Count
@@ -299,13 +299,13 @@ func TestFloodFairness(t *testing.T) {
 		}
 		return s
 	}
-	flooder := func() daemon.ClientStatus {
+	flooder := func() wire.ClientStatus {
 		for _, cs := range e.srv.Status().Clients {
 			if int(cs.PID) == flood.Process.Pid {
 				return cs
 			}
 		}
-		return daemon.ClientStatus{}
+		return wire.ClientStatus{}
 	}
 	pushes := func() uint64 { return flooder().Pushes }
 	var quiet, loud []time.Duration

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/user"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
 	"golang.org/x/sys/unix"
 )
@@ -30,18 +30,9 @@ var ErrDenied = errors.New("daemon: peer not allowed")
 // than a socket: New refuses it rather than replace it.
 var ErrNotSocket = errors.New("daemon: not a socket")
 
-// DefaultSocket is where krcored listens by default:
-// $XDG_RUNTIME_DIR/krcored.sock, or /run/krcored.sock.
-func DefaultSocket() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "krcored.sock")
-	}
-	return "/run/krcored.sock"
-}
-
 // Config configures a Server.
 type Config struct {
-	// Socket is the Unix socket path; default DefaultSocket().
+	// Socket is the Unix socket path; default wire.DefaultSocket().
 	Socket string `json:"socket"`
 	// Group, if set, owns the socket (mode 0660), so its members may attach.
 	Group string `json:"group"`
@@ -123,7 +114,7 @@ func (s *Server) clock() int64 { return int64(time.Since(s.start)) }
 // closes rt after Close.
 func New(rt *core.Runtime, cfg Config) (*Server, error) {
 	if cfg.Socket == "" {
-		cfg.Socket = DefaultSocket()
+		cfg.Socket = wire.DefaultSocket()
 	}
 	if cfg.MaxVQs <= 0 {
 		cfg.MaxVQs = 64

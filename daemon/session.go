@@ -139,7 +139,7 @@ func (ss *session) handleOp(m *wire.Msg, r *wire.Msg) error {
 	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ:
 		return ss.vqCall(m)
 	case wire.OpStats:
-		putStats(r, ss.s.rt.Stats())
+		wire.PutStats(r, ss.s.rt.Stats())
 		return nil
 	case wire.OpStatus:
 		return ss.status(r)

@@ -14,75 +14,16 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// Status is a snapshot of the daemon, what krctl shows.
-type Status struct {
-	Node    core.NodeID      `json:"node"`
-	Socket  string           `json:"socket"`
-	Uptime  string           `json:"uptime"`
-	Runtime core.Stats       `json:"runtime"`
-	Meta    meta.ClientStats `json:"meta_cache"`
-	// Pool counts the shared QPs in service by type: the DCT (none
-	// without DC), the DCIs and the RC QPs in their peers' pools.
-	Pool []PoolQPs `json:"pool"`
-	// QPs lists the shared QPs one by one (core.Runtime.PoolQPs),
-	// including RC QPs entering or leaving the pool, which Pool does not
-	// count.
-	QPs []core.PoolQP `json:"qps"`
-	// MetaEntries lists the meta cache's records (core.Runtime.MetaEntries).
-	MetaEntries []meta.CacheEntry `json:"meta_entries"`
-	// QPsOmitted and MetaOmitted count rows left out of QPs and
-	// MetaEntries because the status would not fit a wire message.
-	QPsOmitted  int            `json:"qps_omitted,omitempty"`
-	MetaOmitted int            `json:"meta_entries_omitted,omitempty"`
-	Attached    uint64         `json:"clients_attached_total"`
-	Reclaim     uint64         `json:"clients_reclaimed_total"`
-	Denied      uint64         `json:"clients_denied_total"`
-	Clients     []ClientStatus `json:"clients"`
-}
-
-// PoolQPs counts the node's shared physical QPs of one type.
-type PoolQPs struct {
-	Type  string `json:"type"`
-	Count int    `json:"count"`
-}
-
-// ClientStatus describes one attached client.
-type ClientStatus struct {
-	ID          uint64     `json:"id"`
-	PID         int32      `json:"pid"`
-	UID         uint32     `json:"uid"`
-	GID         uint32     `json:"gid"`
-	MRs         int        `json:"mrs"`
-	MRBytes     int64      `json:"mr_bytes"`
-	Regions     int        `json:"regions"`
-	Exports     []string   `json:"exports"`
-	VQs         []VQStatus `json:"vqs"`
-	Pushes      uint64     `json:"pushes"`
-	Completions uint64     `json:"completions"`
-	Refusals    uint64     `json:"refusals"`
-	Calls       uint64     `json:"calls"`
-	RingCalls   uint64     `json:"ring_calls"` // control SQEs (Connect) on the VQs' rings
-	Naps        uint64     `json:"naps"`       // times its pump was paced beside an interactive client
-}
-
-// VQStatus describes one client VQ.
-type VQStatus struct {
-	ID          uint64      `json:"id"`
-	Node        core.NodeID `json:"node"`
-	Port        uint32      `json:"port"`
-	Outstanding int         `json:"outstanding"`
-}
-
 // Status reports the daemon's state.
-func (s *Server) Status() Status {
-	st := Status{Node: s.rt.Node(), Socket: s.cfg.Socket, Uptime: time.Since(s.start).Round(time.Second).String(),
+func (s *Server) Status() wire.Status {
+	st := wire.Status{Node: s.rt.Node(), Socket: s.cfg.Socket, Uptime: time.Since(s.start).Round(time.Second).String(),
 		Runtime: s.rt.Stats(), Meta: s.rt.MetaStats(), Attached: s.attached.Load(), Reclaim: s.reclaimed.Load(),
 		Denied: s.denied.Load(), QPs: s.rt.PoolQPs(), MetaEntries: s.rt.MetaEntries()}
 	dcts := 1
 	if st.Runtime.RCOnly {
 		dcts = 0
 	}
-	st.Pool = []PoolQPs{{"dct", dcts}, {"dci", st.Runtime.DCIs}, {"rc", st.Runtime.RCs}}
+	st.Pool = []wire.PoolQPs{{Type: "dct", Count: dcts}, {Type: "dci", Count: st.Runtime.DCIs}, {Type: "rc", Count: st.Runtime.RCs}}
 	if st.QPs == nil {
 		st.QPs = []core.PoolQP{}
 	}
@@ -102,8 +43,8 @@ func (s *Server) Status() Status {
 	return st
 }
 
-func (ss *session) snapshot() ClientStatus {
-	c := ClientStatus{ID: ss.id, PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Pushes: ss.pushes.Load(),
+func (ss *session) snapshot() wire.ClientStatus {
+	c := wire.ClientStatus{ID: ss.id, PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Pushes: ss.pushes.Load(),
 		Completions: ss.completions.Load(), Refusals: ss.refusals.Load(), Calls: ss.calls.Load(), RingCalls: ss.ringCalls.Load(), Naps: ss.naps.Load(), Exports: []string{}}
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
@@ -113,7 +54,7 @@ func (ss *session) snapshot() ClientStatus {
 	}
 	slices.Sort(c.Exports)
 	for _, v := range ss.vqs {
-		c.VQs = append(c.VQs, VQStatus{ID: v.id, Node: v.node.Load(), Port: v.port.Load(), Outstanding: v.q.Outstanding()})
+		c.VQs = append(c.VQs, wire.VQStatus{ID: v.id, Node: v.node.Load(), Port: v.port.Load(), Outstanding: v.q.Outstanding()})
 	}
 	sort.Slice(c.VQs, func(i, j int) bool { return c.VQs[i].ID < c.VQs[j].ID })
 	return c
@@ -132,7 +73,7 @@ func (ss *session) status(r *wire.Msg) error {
 // the meta cache's entries and then the QP rows are cut, from the end,
 // and counted in MetaOmitted and QPsOmitted; if it still does not fit,
 // encodeStatus fails with verbs.ErrLimit.
-func encodeStatus(st Status, limit int) ([]byte, error) {
+func encodeStatus(st wire.Status, limit int) ([]byte, error) {
 	for {
 		b, err := json.Marshal(st)
 		if err != nil {
@@ -154,25 +95,6 @@ func encodeStatus(st Status, limit int) ([]byte, error) {
 			return nil, fmt.Errorf("status of %d bytes does not fit a message of %d: %w", len(b), limit, verbs.ErrLimit)
 		}
 	}
-}
-
-// putStats appends core.Stats in the order OpStats documents.
-func putStats(r *wire.Msg, s core.Stats) {
-	for _, v := range []uint64{s.Connects, s.ColdConnects, s.Refusals, s.Recoveries, s.PostErrors, s.RCBuilt,
-		s.RCEvicted, s.Migrations, s.StaleTargets, s.Dropped, uint64(s.DCIs), uint64(s.RCs), uint64(s.VQs)} {
-		r.U64(v)
-	}
-}
-
-// GetStats reads what putStats wrote.
-func GetStats(m *wire.Msg) core.Stats {
-	var s core.Stats
-	for _, p := range []*uint64{&s.Connects, &s.ColdConnects, &s.Refusals, &s.Recoveries, &s.PostErrors,
-		&s.RCBuilt, &s.RCEvicted, &s.Migrations, &s.StaleTargets, &s.Dropped} {
-		*p = m.GetU64()
-	}
-	s.DCIs, s.RCs, s.VQs = int(m.GetU64()), int(m.GetU64()), int(m.GetU64())
-	return s
 }
 
 // WriteMetrics writes the daemon's state in Prometheus' text format.
@@ -203,14 +125,14 @@ func (s *Server) WriteMetrics(w io.Writer) {
 	metric("clients_denied_total", "counter", "Peers refused by uid/gid.", st.Denied)
 	perClient := []struct {
 		name, typ, help string
-		get             func(*ClientStatus) any
+		get             func(*wire.ClientStatus) any
 	}{
-		{"client_vqs", "gauge", "A client's VQs.", func(c *ClientStatus) any { return len(c.VQs) }},
-		{"client_mr_bytes", "gauge", "Bytes a client registered.", func(c *ClientStatus) any { return c.MRBytes }},
-		{"client_pushes_total", "counter", "Requests a client pushed.", func(c *ClientStatus) any { return c.Pushes }},
-		{"client_completions_total", "counter", "Completions delivered to a client.", func(c *ClientStatus) any { return c.Completions }},
-		{"client_refusals_total", "counter", "A client's refused requests.", func(c *ClientStatus) any { return c.Refusals }},
-		{"client_naps_total", "counter", "Times a client's pump was paced beside an interactive client.", func(c *ClientStatus) any { return c.Naps }},
+		{"client_vqs", "gauge", "A client's VQs.", func(c *wire.ClientStatus) any { return len(c.VQs) }},
+		{"client_mr_bytes", "gauge", "Bytes a client registered.", func(c *wire.ClientStatus) any { return c.MRBytes }},
+		{"client_pushes_total", "counter", "Requests a client pushed.", func(c *wire.ClientStatus) any { return c.Pushes }},
+		{"client_completions_total", "counter", "Completions delivered to a client.", func(c *wire.ClientStatus) any { return c.Completions }},
+		{"client_refusals_total", "counter", "A client's refused requests.", func(c *wire.ClientStatus) any { return c.Refusals }},
+		{"client_naps_total", "counter", "Times a client's pump was paced beside an interactive client.", func(c *wire.ClientStatus) any { return c.Naps }},
 	}
 	for _, m := range perClient {
 		metric(m.name, m.typ, m.help, nil, "client")

@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
+	"github.com/krcore/krcore/daemon/wire"
 	"testing"
 
 	"github.com/krcore/krcore/core"
@@ -14,7 +15,7 @@ import (
 // entries first, then QP rows, and says how many; one that cannot fit even
 // then fails with ErrLimit.
 func TestEncodeStatusFits(t *testing.T) {
-	st := Status{Node: 1}
+	st := wire.Status{Node: 1}
 	for i := range 1000 {
 		st.MetaEntries = append(st.MetaEntries, meta.CacheEntry{Node: uint64(i + 1), Addr: "127.0.0.1:12345", DCTNum: 7, Version: 3})
 	}
@@ -33,7 +34,7 @@ func TestEncodeStatusFits(t *testing.T) {
 		if err != nil {
 			t.Fatal(c.limit, err)
 		}
-		var got Status
+		var got wire.Status
 		if err := json.Unmarshal(b, &got); err != nil || len(b) > c.limit {
 			t.Fatalf("limit %d: %d bytes, %v", c.limit, len(b), err)
 		}

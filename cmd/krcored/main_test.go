@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/krcore/krcore/daemon/wire"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/provider/soft"
@@ -351,7 +351,7 @@ func TestMetaFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st daemon.Status
+	var st wire.Status
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 //	krctl [-socket PATH] [-json] list clients|vqs|qps|meta|counters
 //
 // Tables are in the style of smcss; -json prints the daemon's status
-// document (daemon.Status) or the listed part of it.
+// document (wire.Status) or the listed part of it.
 //
 // list qps prints one row per shared physical QP of the node (the DC
 // target, the DC initiators, the RC QPs, those entering or leaving the
@@ -43,6 +43,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/krcore/krcore/daemon/wire"
 	"io"
 	"os"
 	"strconv"
@@ -51,7 +52,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/meta"
 )
 
@@ -70,7 +70,7 @@ func main() {
 
 func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("krctl", flag.ContinueOnError)
-	sock := fs.String("socket", daemon.DefaultSocket(), "krcored's socket")
+	sock := fs.String("socket", wire.DefaultSocket(), "krcored's socket")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	if *sock == "" {
-		return fmt.Errorf("-socket: empty path (leave the flag out for %s)", daemon.DefaultSocket())
+		return fmt.Errorf("-socket: empty path (leave the flag out for %s)", wire.DefaultSocket())
 	}
 	st, err := fetch(ctx, *sock)
 	if err != nil {
@@ -110,7 +110,7 @@ func subject(args []string) (string, error) {
 	return "", errUsage
 }
 
-func fetch(ctx context.Context, sock string) (*daemon.Status, error) {
+func fetch(ctx context.Context, sock string) (*wire.Status, error) {
 	c, err := client.Attach(ctx, client.Options{Socket: sock})
 	if err != nil {
 		return nil, fmt.Errorf("attach to %s: %w", sock, err)
@@ -120,7 +120,7 @@ func fetch(ctx context.Context, sock string) (*daemon.Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	var st daemon.Status
+	var st wire.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -128,7 +128,7 @@ func fetch(ctx context.Context, sock string) (*daemon.Status, error) {
 }
 
 // part is the piece of the status a command prints as JSON.
-func part(st *daemon.Status, what string) any {
+func part(st *wire.Status, what string) any {
 	switch what {
 	case "clients":
 		return st.Clients
@@ -156,10 +156,10 @@ type metaList struct {
 type vqRow struct {
 	Client uint64 `json:"client"`
 	PID    int32  `json:"pid"`
-	daemon.VQStatus
+	wire.VQStatus
 }
 
-func vqRows(st *daemon.Status) []vqRow {
+func vqRows(st *wire.Status) []vqRow {
 	rows := []vqRow{}
 	for _, c := range st.Clients {
 		for _, v := range c.VQs {
@@ -191,7 +191,7 @@ func address(e meta.CacheEntry) string {
 	return "-"
 }
 
-func table(w io.Writer, st *daemon.Status, what string) {
+func table(w io.Writer, st *wire.Status, what string) {
 	switch what {
 	case "status":
 		fmt.Fprintf(w, "node\t%d\nsocket\t%s\nuptime\t%s\nclients\t%d\nvqs\t%d\ndcis\t%d\nrc qps\t%d\nmeta cache\t%d\nconnects\t%d\nrefusals\t%d\nrecoveries\t%d\n",

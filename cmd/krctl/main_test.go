@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/krcore/krcore/daemon/wire"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -73,11 +74,11 @@ func TestKrctl(t *testing.T) {
 	if err := run(ctx, []string{"-socket", sock, "-json", "status"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	var st daemon.Status
+	var st wire.Status
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}
-	var mine *daemon.ClientStatus
+	var mine *wire.ClientStatus
 	for i := range st.Clients {
 		if st.Clients[i].ID == cl.ID() {
 			mine = &st.Clients[i]

@@ -2,6 +2,10 @@
 // clients (package client): control messages on a Unix socket, and rings in
 // shared memory for the data path.
 //
+// It holds everything the two sides share, so client imports wire and never
+// daemon: the default socket (DefaultSocket), the status document OpStatus
+// carries (Status) and the counters OpStats carries (PutStats, GetStats).
+//
 // # Control
 //
 // A client connects to the daemon's SOCK_SEQPACKET Unix socket, so every

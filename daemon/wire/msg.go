@@ -29,8 +29,8 @@ const (
 	OpBind                     // u64 vq, u32 port; -
 	OpUnbind                   // u64 vq; -
 	OpCloseVQ                  // u64 vq; -
-	OpStats                    // -; the fields of core.Stats as u64s, in order
-	OpStatus                   // -; str JSON (see daemon.Status)
+	OpStats                    // -; the fields of core.Stats as u64s (PutStats)
+	OpStatus                   // -; str JSON (Status)
 	OpBye                      // daemon to client, unasked: str reason
 )
 

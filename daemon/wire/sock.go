@@ -5,10 +5,21 @@ package wire
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 
 	"github.com/krcore/krcore/verbs"
 	"golang.org/x/sys/unix"
 )
+
+// DefaultSocket is where krcored listens, and a client attaches, by
+// default: $XDG_RUNTIME_DIR/krcored.sock, or /run/krcored.sock.
+func DefaultSocket() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "krcored.sock")
+	}
+	return "/run/krcored.sock"
+}
 
 // maxFDs bounds the descriptors one message may carry.
 const maxFDs = 5
