@@ -3,6 +3,11 @@
 // memory (the protocol is package wire's), so processes share the node's
 // pooled QPs the way goroutines of one process do.
 //
+// New serves a runtime the caller made (tests, in-process clusters); Start
+// brings up the whole of krcored on a node, the RNIC (NodeConfig.Device),
+// the runtime on it and the server, and is what cmd/krcored and krbench's
+// krcored role both run.
+//
 // # Clients
 //
 // Each connection is a client with its own state: the MRs it registered

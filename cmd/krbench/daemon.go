@@ -740,7 +740,7 @@ func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
 
 // runKrcoredChild is krcored's role of this binary: the flags krcored takes
 // that krbench daemon passes (-socket, -node, -listen, -meta, -log-level,
-// -spin).
+// -spin, -share-quantum), and krcored's own constructor (daemon.Start).
 func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(childKrcored, flag.ContinueOnError)
 	sock := fs.String("socket", "", "socket")
@@ -758,23 +758,15 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dev, err := soft.NewNode(soft.Config{Listen: *listen})
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rt, err := core.New(sctx, core.Config{Device: dev, Node: *node, Meta: []meta.Info{info}, Credits: 128, Logger: log})
+	n, err := daemon.Start(sctx, daemon.NodeConfig{Config: daemon.Config{Socket: *sock, Spin: *spin, ShareQuantum: *share, Logger: log},
+		Node: *node, Meta: []meta.Info{info}, Device: daemon.DeviceConfig{Provider: daemon.ProviderSoft, Listen: *listen}})
 	cancel()
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-	srv, err := daemon.New(rt, daemon.Config{Socket: *sock, Spin: *spin, ShareQuantum: *share, Logger: log})
-	if err != nil {
-		return err
-	}
-	return srv.Serve(ctx)
+	defer n.Close()
+	return n.Serve(ctx)
 }
 
 // deriveDaemonChecks adds the daemon comparison's ratios and targets.

@@ -34,18 +34,12 @@ type config struct {
 	LogLevel string   `json:"log_level"`
 }
 
-// Providers -provider accepts.
-const (
-	providerSoft    = "soft"
-	providerIBVerbs = "ibverbs"
-)
-
 // newConfig is the configuration before the file and the flags: the file
 // starts from it too, so a key it leaves out keeps the flag's default. The
 // daemon's limits are spelled out here (not left 0 for daemon.New to fill
 // in) so that 0 from a flag or the file is a value checked like any other.
 func newConfig() *config {
-	return &config{Node: 1, LogLevel: "info", Provider: providerSoft, IBPort: 1, GIDIdx: -1,
+	return &config{Node: 1, LogLevel: "info", Provider: daemon.ProviderSoft, IBPort: 1, GIDIdx: -1,
 		Config: daemon.Config{MaxVQs: 64, MaxMRBytes: 1 << 30, ClientCredits: 256, CallTimeout: 5 * time.Second}}
 }
 
@@ -285,6 +279,16 @@ func (l *metaList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// node is the daemon cfg describes.
+func (cfg *config) node() (daemon.NodeConfig, error) {
+	infos, err := cfg.Meta.infos()
+	if err != nil {
+		return daemon.NodeConfig{}, err
+	}
+	return daemon.NodeConfig{Config: cfg.Config, Node: cfg.Node, Meta: infos, Device: daemon.DeviceConfig{
+		Provider: cfg.Provider, Listen: cfg.Listen, IBDev: cfg.IBDev, IBPort: cfg.IBPort, GIDIdx: cfg.GIDIdx}}, nil
+}
+
 // infos parses the MetaServers.
 func (l metaList) infos() ([]meta.Info, error) {
 	infos := make([]meta.Info, 0, len(l))
@@ -375,7 +379,7 @@ func show(key string, v int64) string {
 // -provider ibverbs in a build that cannot open a device.
 func (cfg *config) checkProvider() error {
 	switch cfg.Provider {
-	case providerSoft:
+	case daemon.ProviderSoft:
 		if cfg.IBDev != "" || cfg.IBPort != 1 || cfg.GIDIdx != -1 {
 			return errors.New("-ib-dev, -ib-port and -gid-idx are for -provider ibverbs")
 		}
@@ -386,7 +390,7 @@ func (cfg *config) checkProvider() error {
 			return errors.New("-meta on the soft RNIC needs -listen: an in-memory soft RNIC reaches no other process")
 		}
 		return nil
-	case providerIBVerbs:
+	case daemon.ProviderIBVerbs:
 	default:
 		return fmt.Errorf("-provider %q: want soft or ibverbs", cfg.Provider)
 	}

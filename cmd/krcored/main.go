@@ -53,10 +53,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
-	"github.com/krcore/krcore/provider/ibverbs"
-	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -81,67 +78,37 @@ func run(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	dev, err := openDevice(ctx, cfg)
+	nc, err := cfg.node()
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	// On a device without DC (every ibverbs device: mlx5dv is not bound)
-	// core.New sets RC-only mode itself.
-	rc := core.Config{Device: dev, Node: cfg.Node, Logger: log}
-	if rc.Meta, err = cfg.Meta.infos(); err != nil {
-		return err
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rt, err := core.New(startCtx, rc)
+	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	n, err := daemon.Start(startCtx, nc)
 	cancel()
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-	srv, err := daemon.New(rt, cfg.Config)
-	if err != nil {
-		return err
-	}
-	log.Info("krcored serving", "socket", srv.Socket(), "node", cfg.Node, "device", cfg.describe(dev),
+	defer n.Close()
+	srv, rt := n.Server(), n.Runtime()
+	log.Info("krcored serving", "socket", srv.Socket(), "node", cfg.Node, "device", cfg.describe(n.Device()),
 		"rc_only", rt.Stats().RCOnly, "meta", rt.MetaInfo().String())
 	if cfg.Metrics != "" {
 		stopMetrics, err := serveMetrics(srv, cfg.Metrics, log)
 		if err != nil {
-			srv.Close()
 			return err
 		}
 		defer stopMetrics()
 	}
-	err = srv.Serve(ctx)
+	err = n.Serve(ctx)
 	log.Info("krcored stopped", "err", err)
 	return err
-}
-
-// openDevice opens the RNIC cfg names: a soft node, or a device through
-// libibverbs.
-func openDevice(ctx context.Context, cfg *config) (verbs.Device, error) {
-	if cfg.Provider == providerIBVerbs {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		dev, err := ibverbs.Open(octx, cfg.IBDev, cfg.IBPort, cfg.GIDIdx)
-		if err != nil {
-			return nil, fmt.Errorf("open RDMA device %q port %d: %w", cfg.IBDev, cfg.IBPort, err)
-		}
-		return dev, nil
-	}
-	dev, err := soft.NewFabric().NewNode(soft.Config{Listen: cfg.Listen})
-	if err != nil {
-		return nil, fmt.Errorf("start soft RNIC: %w", err)
-	}
-	return dev, nil
 }
 
 // describe names dev for the log: the soft RNIC's fabric address, or the
 // device, port and GID peers reach an ibverbs device by.
 func (cfg *config) describe(dev verbs.Device) string {
 	p := dev.Port()
-	if cfg.Provider == providerSoft {
+	if cfg.Provider == daemon.ProviderSoft {
 		return "soft RNIC " + p.Addr
 	}
 	return fmt.Sprintf("%s port %d GID[%d] %s", dev.Name(), p.Num, p.GIDIndex, net.IP(p.GID[:]))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"io"
 	"net"
@@ -92,7 +93,7 @@ func TestProviderConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Provider != providerIBVerbs || cfg.IBDev != "rxe0" || cfg.IBPort != 2 || cfg.GIDIdx != 1 || cfg.Node != 9 {
+	if cfg.Provider != daemon.ProviderIBVerbs || cfg.IBDev != "rxe0" || cfg.IBPort != 2 || cfg.GIDIdx != 1 || cfg.Node != 9 {
 		t.Errorf("config %+v: want ibverbs rxe0 port 2 GID 1 (the flag's) node 9", cfg)
 	}
 	cfg, err = load([]string{"-provider", "ibverbs", "-ib-dev", "mlx5_0", "-ib-port", "1"})
