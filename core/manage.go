@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/binary"
-	"math"
 	"time"
 )
 
@@ -14,12 +13,7 @@ func (rt *Runtime) manage() {
 		<-rt.stop
 		return
 	}
-	pp := poolPolicy{hotOps: uint64(rt.cfg.HotOps), perPeer: rt.cfg.RCPerPeer, peers: rt.cfg.RCPeers, coldWindows: rt.cfg.ColdWindows}
-	if rt.rcOnly {
-		// Without DC an RC QP is a peer's only route: it is evicted when
-		// a new peer needs the room (reserve), not for being cold.
-		pp.coldWindows = math.MaxInt
-	}
+	pp := rt.routes.policy(rt.cfg)
 	t := time.NewTicker(rt.cfg.HotWindow)
 	defer t.Stop()
 	for {
@@ -128,7 +122,8 @@ func builtRCs(l []*pqp) int {
 // built, each once its other end confirms it is idle too: the plan saw
 // only this node's requests, and the peer may be sending its own over the
 // same QP. The peer must have pushed nothing for as many windows as this
-// node (up to coldWindows); a peer that does not answer is not using it.
+// node (up to coldWindows); a peer that does not answer is not using it
+// (keepRC decides).
 func (rt *Runtime) evictIdleRCs(p *peer, coldWindows int) {
 	p.mu.Lock()
 	busy, need := p.evicting, min(p.idle, coldWindows)
@@ -147,7 +142,7 @@ func (rt *Runtime) evictIdleRCs(p *peer, coldWindows int) {
 			if !pq.built {
 				continue
 			}
-			if idle, err := rt.peerIdle(pq); err == nil && idle < need {
+			if idle, err := rt.peerIdle(pq); keepRC(idle, err, need) {
 				rt.log.Debug("RC QP kept: its other end uses it", "peer", p.node, "qpn", pq.qp.Num(), "peer idle windows", idle)
 				continue
 			}

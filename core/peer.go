@@ -59,24 +59,11 @@ func (p *peer) rcs() []*pqp {
 	return nil
 }
 
-// routeFor picks the physical QP for a VQ's requests: one of the peer's RC
-// QPs if it has any, else the VQ's DCI; nil in RC-only mode while the peer
-// has no RC QP. A VQ always maps to the same QP of a kind, so its requests
-// stay in order.
-func (p *peer) routeFor(q *Queue) *pqp {
-	if l := p.rcs(); len(l) > 0 {
-		return l[int(q.id)%len(l)]
-	}
-	return p.rt.dciFor(q)
-}
+// routeFor is the physical QP for a VQ's requests to p now (see pickQP).
+func (p *peer) routeFor(q *Queue) *pqp { return pickQP(q.id, p.rcs(), p.rt.dcis) }
 
-// dciFor is q's DCI; nil in RC-only mode.
-func (rt *Runtime) dciFor(q *Queue) *pqp {
-	if len(rt.dcis) == 0 {
-		return nil
-	}
-	return rt.dcis[int(q.id)%len(rt.dcis)]
-}
+// dciFor is q's DCI; nil without DC.
+func (rt *Runtime) dciFor(q *Queue) *pqp { return pickQP(q.id, nil, rt.dcis) }
 
 // peerFor finds the peer for node: warm from the runtime's table, or cold
 // through the meta cache and, on a miss, one READ of the MetaServer.
@@ -220,8 +207,8 @@ func (rt *Runtime) Forget(ctx context.Context, node NodeID) error {
 	p := rt.peers[node]
 	rt.mu.RUnlock()
 	var err error
-	if p != nil && rt.rcOnly {
-		err = rt.closeRCs(ctx, p)
+	if p != nil {
+		err = rt.routes.forget(ctx, p)
 	}
 	rt.mu.Lock()
 	if p != nil && rt.peers[node] == p && len(p.rcs()) == 0 {

@@ -102,10 +102,8 @@ func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption)
 	if err := p.deadErr(); err != nil {
 		return fmt.Errorf("core: connect: %w", err)
 	}
-	if q.rt.rcOnly {
-		if err := q.rt.ensureRC(ctx, p); err != nil {
-			return err
-		}
+	if err := q.rt.routes.connect(ctx, p); err != nil {
+		return err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -160,16 +158,16 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, erro
 	return len(reqs), nil
 }
 
-// routeLocked makes sure, in RC-only mode, that the queue's peer has an
-// RC QP (it may have been evicted while the queue was idle), building one
-// within ctx; q.mu held, released while building.
+// routeLocked makes sure the queue's peer has a route (in RC-only mode an
+// RC QP, which may have been evicted while the queue was idle), making one
+// within ctx; q.mu held, released while making it.
 func (q *Queue) routeLocked(ctx context.Context) error {
 	p := q.peer
-	if !q.rt.rcOnly || len(p.rcs()) > 0 || p.dead.Load() != nil {
-		return nil // a dead peer's requests are refused (accept)
+	if q.rt.routes.routable(p) {
+		return nil
 	}
 	q.mu.Unlock()
-	err := q.rt.ensureRC(ctx, p)
+	err := q.rt.routes.connect(ctx, p)
 	q.mu.Lock()
 	if err != nil && p.dead.Load() == nil {
 		return err
@@ -264,7 +262,7 @@ func (q *Queue) postLocked(batch []rec) {
 		return
 	}
 	want := q.peer.routeFor(q)
-	if want == nil { // RC-only: the peer lost its RC QPs
+	if want == nil { // no DC and the peer lost its RC QPs
 		q.held = append(q.held, batch...)
 		q.reconnect()
 		return
@@ -290,15 +288,8 @@ func (q *Queue) postLocked(batch []rec) {
 	q.inflight += len(batch)
 	lost := want.post(batch)
 	q.inflight -= len(lost)
-	if q.rt.rcOnly && len(lost) > 0 {
-		// The QP was evicted as we chose it: wait for a new one.
-		q.held = append(q.held, lost...)
-		q.reconnect()
-		return
-	}
-	for _, r := range lost {
-		q.credits++
-		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
+	if len(lost) > 0 {
+		q.rt.routes.lost(q, lost)
 	}
 }
 

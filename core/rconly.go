@@ -65,12 +65,13 @@ func (rt *Runtime) reserve(p *peer) error {
 		p.reserved = true
 		return nil
 	}
-	holders, victim := rt.poolScan(p)
-	if holders >= rt.cfg.RCPeers {
-		if victim == nil {
-			return fmt.Errorf("%d peers hold RC QPs (RCPeers %d), none idle: %w", holders, rt.cfg.RCPeers, ErrNoQP)
-		}
-		rt.evictPeer(victim)
+	peers, hs := rt.holders(p)
+	victim, ok := makeRoom(hs, rt.cfg.RCPeers)
+	if !ok {
+		return fmt.Errorf("%d peers hold RC QPs (RCPeers %d), none idle: %w", len(hs), rt.cfg.RCPeers, ErrNoQP)
+	}
+	if victim >= 0 {
+		rt.evictPeer(peers[victim])
 	}
 	p.reserved = true
 	return nil
@@ -83,37 +84,26 @@ func (rt *Runtime) unreserve(p *peer) {
 	rt.poolMu.Unlock()
 }
 
-// poolScan counts the peers holding (or reserving) RC QPs and picks the
-// coldest one other than self whose RC QPs are idle: one holding an RC QP
-// this node built before one holding only QPs it accepted (whose builder's
-// requests, one-sided, this node never sees: it may keep them hot), then
-// most idle windows, then fewest requests since the last window. poolMu
-// held.
-func (rt *Runtime) poolScan(self *peer) (holders int, victim *peer) {
+// holders samples the peers holding (or reserving) RC QPs for makeRoom,
+// self being the peer that needs a place; poolMu held.
+func (rt *Runtime) holders(self *peer) ([]*peer, []holder) {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	var vIdle int
-	var vOps uint64
-	vBuilt := false
+	var peers []*peer
+	var hs []holder
 	for _, p := range rt.peers {
 		rcs := p.rcs()
 		if !p.reserved && len(rcs) == 0 {
 			continue
 		}
-		holders++
-		if p == self || p.reserved || !allIdle(rcs) {
-			continue
-		}
 		p.mu.Lock()
 		idle, ops := p.idle, p.ops.Load()-p.lastOps
 		p.mu.Unlock()
-		built := builtRCs(rcs) > 0
-		colder := idle > vIdle || idle == vIdle && ops < vOps
-		if victim == nil || built && !vBuilt || built == vBuilt && colder {
-			victim, vIdle, vOps, vBuilt = p, idle, ops, built
-		}
+		peers = append(peers, p)
+		hs = append(hs, holder{node: p.node, self: p == self, reserved: p.reserved, busy: !allIdle(rcs),
+			built: builtRCs(rcs) > 0, idle: idle, ops: ops})
 	}
-	return holders, victim
+	return peers, hs
 }
 
 func allIdle(l []*pqp) bool {
@@ -212,9 +202,9 @@ func (pq *pqp) backlogLen() int {
 	return len(pq.backlog)
 }
 
-// reconnect gets a VQ whose peer lost its RC QPs (evicted while the VQ was
-// idle) a new one in the background, then posts the requests it held; if
-// none can be had they fail.
+// reconnect gets a VQ whose peer lost its route (in RC-only mode its RC
+// QPs, evicted while the VQ was idle) a new one in the background, then
+// posts the requests it held; if none can be had they fail.
 func (q *Queue) reconnect() {
 	if q.reconnecting {
 		return
@@ -223,7 +213,7 @@ func (q *Queue) reconnect() {
 	p, rt := q.peer, q.rt
 	rt.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
-		err := rt.ensureRC(ctx, p)
+		err := rt.routes.connect(ctx, p)
 		cancel()
 		q.mu.Lock()
 		defer q.mu.Unlock()

@@ -98,11 +98,9 @@ func (rt *Runtime) acceptRC(ctx context.Context, from NodeID, body []byte) []byt
 	if err != nil {
 		return []byte{rcFailed}
 	}
-	if rt.rcOnly {
-		if err := rt.reserve(p); err != nil {
-			rt.log.Warn("refused an RC connection", "peer", from, "err", err)
-			return []byte{rcNoQP}
-		}
+	if err := rt.routes.admit(p); err != nil {
+		rt.log.Warn("refused an RC connection", "peer", from, "err", err)
+		return []byte{rcNoQP}
 	}
 	qp, err := rt.newRC()
 	if err == nil {

@@ -35,25 +35,24 @@ func (rt *Runtime) goRecover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 // order, so they never notice. Two cases are not the culprit's fault: a DC
 // target that was stale (the node restarted) is refetched and the request
 // reposted; and a peer that stopped answering fails every request to it at
-// once rather than one retry timeout at a time.
+// once rather than one retry timeout at a time. The strategy's triage and
+// sentence decide; recover does the refetch, ping and repair they call for.
 func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
 	defer cancel()
 	rt.log.Debug("recovering physical QP", "qpn", p.qp.Num(), "rc", p.rc != nil, "status", st, "requests", 1+len(rest))
-	blamed := true
-	if p.rc == nil && (st == verbs.RemAccessErr || st == verbs.RemInvReqErr) {
-		changed, err := culprit.target.peer.refresh(ctx)
+	v := rt.routes.triage(st, p.rc != nil)
+	var changed bool
+	var err error
+	if v.refetch {
+		changed, err = culprit.target.peer.refresh(ctx)
 		rt.log.Debug("refetched DC target", "peer", culprit.target.peer.node, "changed", changed, "err", err)
-		blamed = err != nil || !changed
 	}
 	deadPeer := (*peer)(nil)
-	if st == verbs.RetryExcErr {
+	if v.timedOut() {
 		rt.meta.Invalidate(culprit.target.peer.node)
-		// In RC-only mode an RC QP whose other end is gone times out
-		// while its peer lives: a ping tells which; a live peer's
-		// requests move to the new RC QP that repair builds.
 		cause := fmt.Errorf("request %s on QP %d", st, p.qp.Num())
-		if !(p.rc != nil && rt.rcOnly) {
+		if v.dead {
 			deadPeer = culprit.target.peer
 			rt.markDead(deadPeer, cause)
 		} else if err := rt.ping(ctx, culprit.target.peer); peerSilent(err) {
@@ -62,23 +61,7 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 			rt.markDead(culprit.target.peer, fmt.Errorf("%w, then %w", cause, err))
 		}
 	}
-	var fin []finished
-	var repost []rec
-	if blamed {
-		fin = append(fin, finished{q: culprit.q, seq: culprit.seq, status: st})
-	} else {
-		repost = append(repost, culprit)
-	}
-	for _, r := range rest {
-		switch {
-		case blamed && r.q == culprit.q:
-			fin = append(fin, finished{q: r.q, seq: r.seq, status: verbs.WRFlushErr})
-		case deadPeer != nil && r.target.peer == deadPeer:
-			fin = append(fin, finished{q: r.q, seq: r.seq, status: verbs.RetryExcErr})
-		default:
-			repost = append(repost, r)
-		}
-	}
+	fin, repost := sentence(culprit, rest, st, v.blames(changed, err), deadPeer)
 	for i := range repost {
 		repost[i].target = repost[i].target.peer.target() // refetched, maybe
 	}
@@ -89,24 +72,12 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 }
 
 // repair brings a DCI back (RESET, then ready again: DC needs no peer for
-// that) and reposts; a broken RC QP is dropped and its requests move to
-// their VQs' DCIs, or in RC-only mode to a new RC QP (replaceRC).
+// that) and reposts; a broken RC QP is the strategy's to repair: dropped
+// and its requests moved to their VQs' DCIs, or in RC-only mode to a new
+// RC QP (replaceRC).
 func (rt *Runtime) repair(p *pqp, repost []rec) {
-	if p.rc != nil && rt.rcOnly {
-		rt.replaceRC(p, repost)
-		return
-	}
 	if p.rc != nil {
-		p.rc.dropRC(p)
-		p.mu.Lock()
-		repost = append(repost, p.backlog...)
-		p.backlog = nil
-		p.dead = true
-		p.mu.Unlock()
-		for _, r := range repost {
-			rt.failRecs(rt.dcis[int(r.q.id)%len(rt.dcis)].post([]rec{r}), verbs.WRFlushErr)
-		}
-		p.destroy()
+		rt.routes.repairRC(p, repost)
 		return
 	}
 	err := p.qp.Modify(verbs.QPAttr{State: verbs.StateReset})

@@ -171,7 +171,7 @@ type counters struct {
 // process.
 type Runtime struct {
 	cfg    Config
-	rcOnly bool // no DC: every VQ on an RC QP (Config.RCOnly)
+	routes strategy // DC with RC for hot peers, or RC alone (Config.RCOnly)
 	dev    verbs.Device
 	node   NodeID
 	log    *slog.Logger
@@ -217,11 +217,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	rt := &Runtime{
-		cfg: cfg, rcOnly: cfg.RCOnly, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
+		cfg: cfg, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
 		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
 		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
 		exports: make(map[string]*export), mrs: make(map[*MR]struct{}), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
+	rt.routes = newStrategy(rt)
 	empty := map[uint32]*pqp{}
 	rt.byQPN.Store(&empty)
 	if err := rt.setup(ctx); err != nil {
@@ -252,10 +253,8 @@ func (rt *Runtime) setup(ctx context.Context) error {
 	if rt.srq, err = rt.pd.CreateSRQ(verbs.SRQInit{MaxWR: c.RecvSlots, MaxSGE: 1}); err != nil {
 		return err
 	}
-	if !rt.rcOnly {
-		if err := rt.setupDC(); err != nil {
-			return err
-		}
+	if err := rt.routes.setup(); err != nil {
+		return err
 	}
 	if rt.recv, err = newReceiver(rt); err != nil {
 		return err
@@ -318,15 +317,16 @@ func (rt *Runtime) newDCI() (*pqp, error) {
 // embedded server has no DCT.
 func (rt *Runtime) joinMeta(ctx context.Context) error {
 	infos := rt.cfg.Meta
+	srvCfg, cliCfg := rt.routes.metaConfig()
 	if len(infos) == 0 {
-		srv, err := meta.NewServer(rt.dev, meta.ServerConfig{NoDC: rt.rcOnly})
+		srv, err := meta.NewServer(rt.dev, srvCfg)
 		if err != nil {
 			return fmt.Errorf("embedded MetaServer: %w", err)
 		}
 		rt.own = srv
 		infos = []meta.Info{srv.Info()}
 	}
-	mc, err := meta.NewClient(rt.dev, infos, meta.ClientConfig{RCReads: rt.rcOnly})
+	mc, err := meta.NewClient(rt.dev, infos, cliCfg)
 	if err != nil {
 		return err
 	}
@@ -496,7 +496,7 @@ func (rt *Runtime) Stats() Stats {
 		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
 		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
 		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(), PeersDead: s.peersDead.Load(),
-		Dropped: s.dropped.Load(), WriteImms: s.writeImms.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.rcOnly,
+		Dropped: s.dropped.Load(), WriteImms: s.writeImms.Load(), DCIs: len(rt.dcis), RCs: rcs, VQs: vqs, RCOnly: rt.cfg.RCOnly,
 	}
 }
 
