@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ const asMainEnv = "KRBENCH_TEST_AS_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asMainEnv) == "1" {
-		main()
+		os.Exit(Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
