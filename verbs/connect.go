@@ -77,7 +77,7 @@ func ReadyAt(qp QP, p Path, psn uint32) error {
 		{State: StateInit, Access: p.access(), QKey: p.QKey},
 		{State: StateRTR, MTU: p.MTU, MinRNRTimer: p.MinRNRTimer},
 	}
-	if qp.Type() != DCT {
+	if readyState(qp.Type()) == StateRTS {
 		steps = append(steps, QPAttr{State: StateRTS, SQPSN: psn, Timeout: p.Timeout, RetryCount: retry, RNRRetry: rnr})
 	}
 	for _, a := range steps {

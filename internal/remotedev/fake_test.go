@@ -261,8 +261,8 @@ func (q *fakeQP) Endpoint() verbs.Endpoint {
 func (q *fakeQP) Modify(attr verbs.QPAttr) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if attr.State != verbs.StateErr && attr.State != verbs.StateReset && attr.State != q.state+1 {
-		return fmt.Errorf("fake: QP %d %s -> %s: %w", q.num, q.state, attr.State, verbs.ErrQPState)
+	if _, err := verbs.CheckTransition(q.typ, q.state, attr); err != nil {
+		return fmt.Errorf("fake: QP %d: %w", q.num, err)
 	}
 	q.state = attr.State
 	return nil

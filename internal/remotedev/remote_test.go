@@ -73,7 +73,7 @@ func newRig(t *testing.T, dev verbs.Device) *rig {
 		t.Fatalf("CreateQP: %v", err)
 	}
 	for _, s := range []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS} {
-		if err := r.qp.Modify(verbs.QPAttr{State: s}); err != nil {
+		if err := r.qp.Modify(verbs.QPAttr{State: s, Dest: r.qp.Endpoint()}); err != nil { // connected to itself
 			t.Fatalf("Modify %s: %v", s, err)
 		}
 	}

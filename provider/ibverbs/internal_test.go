@@ -44,20 +44,44 @@ func TestMTU(t *testing.T) {
 	}
 }
 
-func TestLegalTransitions(t *testing.T) {
-	ok := map[[2]verbs.QPState]bool{
-		{verbs.StateReset, verbs.StateInit}: true, {verbs.StateInit, verbs.StateRTR}: true,
-		{verbs.StateRTR, verbs.StateRTS}: true, {verbs.StateRTS, verbs.StateRTS}: true,
-		{verbs.StateErr, verbs.StateReset}: true, {verbs.StateReset, verbs.StateErr}: true,
-	}
-	for pair, want := range ok {
-		if legal(pair[0], pair[1]) != want {
-			t.Errorf("legal(%s, %s) = %v", pair[0], pair[1], !want)
+// TestModifyMasks: the ibv_modify_qp mask built from verbs.CheckTransition
+// for each step that connects a QP is the kernel's required set for it
+// (ib_modify_qp_is_ok's req_param, with IBV_QP_STATE).
+func TestModifyMasks(t *testing.T) {
+	d := &device{portNum: 1, info: devInfo{port: verbs.PortAttr{MTU: 1024}, ethernet: true, maxRdAtomic: 16, maxInitAtom: 16}}
+	dest := verbs.Endpoint{GID: verbs.GID{15: 1}, QPN: 9}
+	init := verbs.QPAttr{State: verbs.StateInit, Access: verbs.AccessAll}
+	rtr := verbs.QPAttr{State: verbs.StateRTR, Dest: dest}
+	rts := verbs.QPAttr{State: verbs.StateRTS, RetryCount: 7, RNRRetry: 7}
+	for _, c := range []struct {
+		typ  verbs.QPType
+		from verbs.QPState
+		a    verbs.QPAttr
+		want int
+	}{
+		{verbs.RC, verbs.StateReset, init, maskPKey | maskPort | maskAccess},
+		{verbs.UC, verbs.StateReset, init, maskPKey | maskPort | maskAccess},
+		{verbs.UD, verbs.StateReset, init, maskPKey | maskPort | maskQKey},
+		{verbs.RC, verbs.StateInit, rtr, maskAV | maskPathMTU | maskDestQPN | maskRQPSN | maskMaxDestRd | maskMinRNRTimer},
+		{verbs.UC, verbs.StateInit, rtr, maskAV | maskPathMTU | maskDestQPN | maskRQPSN},
+		{verbs.UD, verbs.StateInit, rtr, 0},
+		{verbs.RC, verbs.StateRTR, rts, maskTimeout | maskRetryCnt | maskRNRRetry | maskSQPSN | maskMaxRdAtomic},
+		{verbs.UC, verbs.StateRTR, rts, maskSQPSN},
+		{verbs.UD, verbs.StateRTR, rts, maskSQPSN},
+		{verbs.RC, verbs.StateRTS, rts, 0},
+		{verbs.RC, verbs.StateInit, verbs.QPAttr{State: verbs.StateErr}, 0},
+	} {
+		q := &qp{d: d, typ: c.typ}
+		mask, err := verbs.CheckTransition(c.typ, c.from, c.a)
+		if err != nil {
+			t.Fatalf("%s %s -> %s: %v", c.typ, c.from, c.a.State, err)
 		}
-	}
-	for _, bad := range [][2]verbs.QPState{{verbs.StateReset, verbs.StateRTR}, {verbs.StateInit, verbs.StateRTS}, {verbs.StateErr, verbs.StateInit}, {verbs.StateRTS, verbs.StateRTR}} {
-		if legal(bad[0], bad[1]) {
-			t.Errorf("legal(%s, %s) = true", bad[0], bad[1])
+		m, err := q.attrFor(mask, c.a)
+		if err != nil {
+			t.Fatalf("%s %s -> %s: attrFor: %v", c.typ, c.from, c.a.State, err)
+		}
+		if m.mask != c.want|maskState {
+			t.Errorf("%s %s -> %s: ibv mask %#x, want %#x", c.typ, c.from, c.a.State, m.mask, c.want|maskState)
 		}
 	}
 }

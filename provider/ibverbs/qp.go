@@ -226,26 +226,10 @@ func (q *qp) Endpoint() verbs.Endpoint {
 	return verbs.Endpoint{GID: port.GID, LID: port.LID, QPN: q.num, PSN: psn}
 }
 
-// legal reports whether the IB state machine allows from -> to.
-func legal(from, to verbs.QPState) bool {
-	switch to {
-	case verbs.StateReset, verbs.StateErr:
-		return true
-	case verbs.StateInit:
-		return from == verbs.StateReset || from == verbs.StateInit
-	case verbs.StateRTR:
-		return from == verbs.StateInit
-	case verbs.StateRTS:
-		return from == verbs.StateRTR || from == verbs.StateRTS || from == verbs.StateSQD || from == verbs.StateSQE
-	case verbs.StateSQD:
-		return from == verbs.StateRTS || from == verbs.StateSQD
-	}
-	return false
-}
-
-// Modify applies a state transition with the attribute mask libibverbs
-// wants for this transport and step. Illegal transitions fail with
-// ErrQPState before reaching the device.
+// Modify applies a state transition: verbs.CheckTransition decides
+// whether it is legal and which attributes it applies, and attrFor turns
+// those into the ibv_modify_qp mask the kernel checks against the same
+// table (ib_modify_qp_is_ok).
 func (q *qp) Modify(a verbs.QPAttr) error {
 	if err := q.d.use("Modify"); err != nil {
 		return err
@@ -257,17 +241,20 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 		return fmt.Errorf("ibverbs: Modify %s QP %d: %w", q.typ, q.num, verbs.ErrClosed)
 	}
 	from := q.refreshLocked()
-	if !legal(from, a.State) {
-		return fmt.Errorf("ibverbs: %s QP %d: %s -> %s: %w", q.typ, q.num, from, a.State, verbs.ErrQPState)
+	mask, err := verbs.CheckTransition(q.typ, from, a)
+	if err != nil {
+		return fmt.Errorf("ibverbs: QP %d: %w", q.num, err)
 	}
-	m, err := q.attrFor(from, a)
+	m, err := q.attrFor(mask, a)
 	if err != nil {
 		return fmt.Errorf("ibverbs: %s QP %d: %s -> %s: %w", q.typ, q.num, from, a.State, err)
 	}
 	if from == verbs.StateReset && a.State == verbs.StateErr {
 		// Verbs allows any state -> ERR, but the kernel's transition table
 		// (ib_modify_qp_is_ok) has no RESET -> ERR: pass through INIT.
-		init, _ := q.attrFor(from, verbs.QPAttr{State: verbs.StateInit})
+		toInit := verbs.QPAttr{State: verbs.StateInit}
+		initMask, _ := verbs.CheckTransition(q.typ, from, toInit)
+		init, _ := q.attrFor(initMask, toInit)
 		if err := modifyQP(q.c, init); err != nil {
 			return fmt.Errorf("ibverbs: %s QP %d: RESET -> INIT on the way to ERR: %w", q.typ, q.num, err)
 		}
@@ -287,67 +274,84 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 	return nil
 }
 
-// attrFor builds the ibv_modify_qp attributes and mask for from -> a.State.
-func (q *qp) attrFor(from verbs.QPState, a verbs.QPAttr) (modifyAttr, error) {
+// attrFor builds the ibv_modify_qp attributes and mask for the verbs
+// attributes mask of a step to a.State.
+func (q *qp) attrFor(mask verbs.QPAttrMask, a verbs.QPAttr) (modifyAttr, error) {
 	d := q.d
 	m := modifyAttr{mask: maskState, state: int(a.State), port: d.portNum}
-	switch a.State {
-	case verbs.StateInit:
+	if mask&verbs.AttrPort != 0 {
 		m.mask |= maskPKey | maskPort
-		switch q.typ {
-		case verbs.UD:
-			m.mask |= maskQKey
-			m.qkey = a.QKey
-		case verbs.UC:
+	}
+	if mask&verbs.AttrQKey != 0 {
+		m.mask |= maskQKey
+		m.qkey = a.QKey
+	}
+	if mask&verbs.AttrAccess != 0 {
+		m.mask |= maskAccess
+		m.access = int(a.Access)
+		if q.typ == verbs.UC {
 			// UC has no READs or atomics to allow.
-			m.mask |= maskAccess
 			m.access = int(a.Access & (verbs.AccessLocalWrite | verbs.AccessRemoteWrite))
-		default:
-			m.mask |= maskAccess
-			m.access = int(a.Access & verbs.AccessAll)
 		}
-	case verbs.StateRTR:
-		if q.typ == verbs.UD {
-			break
-		}
+	}
+	if mask&verbs.AttrDest != 0 {
 		global, err := d.needGRH(a.Dest)
 		if err != nil {
 			return m, err
 		}
+		m.mask |= maskAV | maskDestQPN | maskRQPSN
+		m.global, m.dgid, m.sgidIndex, m.dlid = global, a.Dest.GID, d.gidIdx, a.Dest.LID
+		m.destQPN, m.rqPSN = a.Dest.QPN, a.Dest.PSN&0xffffff
+	}
+	if mask&verbs.AttrPathMTU != 0 {
 		mtu := d.info.port.MTU
 		if a.MTU > 0 {
 			mtu = min(a.MTU, mtu)
 		}
-		m.mask |= maskAV | maskPathMTU | maskDestQPN | maskRQPSN
-		m.global, m.dgid, m.sgidIndex, m.dlid = global, a.Dest.GID, d.gidIdx, a.Dest.LID
+		m.mask |= maskPathMTU
 		m.mtu = mtuEnum(mtu)
-		m.destQPN, m.rqPSN = a.Dest.QPN, a.Dest.PSN&0xffffff
-		if q.typ == verbs.RC {
-			m.mask |= maskMaxDestRd | maskMinRNRTimer
-			m.maxDestRdAtomic = max(1, min(maxRdAtomic, d.info.maxRdAtomic))
-			m.minRNRTimer = rnrCode(a.MinRNRTimer)
-		}
-	case verbs.StateRTS:
-		if from != verbs.StateRTR {
-			break // RTS/SQD/SQE -> RTS: nothing to set
-		}
+	}
+	if mask&verbs.AttrDestRdAtomic != 0 {
+		m.mask |= maskMaxDestRd
+		m.maxDestRdAtomic = max(1, min(maxRdAtomic, d.info.maxRdAtomic))
+	}
+	if mask&verbs.AttrMinRNRTimer != 0 {
+		m.mask |= maskMinRNRTimer
+		m.minRNRTimer = rnrCode(a.MinRNRTimer)
+	}
+	if mask&verbs.AttrSQPSN != 0 {
 		m.mask |= maskSQPSN
 		m.sqPSN = a.SQPSN & 0xffffff
-		if q.typ == verbs.RC {
-			m.mask |= maskTimeout | maskRetryCnt | maskRNRRetry | maskMaxRdAtomic
-			m.timeout = timeoutCode(a.Timeout)
-			m.retryCnt = min(max(a.RetryCount, 0), 7)
-			if d.info.vendorID == rxeVendorID && m.retryCnt == 7 {
-				// rxe reads retry_cnt 7 as "retry forever" (IB gives that
-				// meaning only to rnr_retry), so a dead peer would never
-				// fail: 6 keeps the failure bounded.
-				m.retryCnt = 6
-			}
-			m.rnrRetry = min(max(a.RNRRetry, 0), 7)
-			m.maxRdAtomic = max(1, min(maxRdAtomic, d.info.maxInitAtom))
+	}
+	q.rtsAttrs(&m, mask, a)
+	return m, nil
+}
+
+// rtsAttrs adds an RC requester's retry attributes and READ depth.
+func (q *qp) rtsAttrs(m *modifyAttr, mask verbs.QPAttrMask, a verbs.QPAttr) {
+	d := q.d
+	if mask&verbs.AttrTimeout != 0 {
+		m.mask |= maskTimeout
+		m.timeout = timeoutCode(a.Timeout)
+	}
+	if mask&verbs.AttrRetryCount != 0 {
+		m.mask |= maskRetryCnt
+		m.retryCnt = a.RetryCount
+		if d.info.vendorID == rxeVendorID && m.retryCnt == 7 {
+			// rxe reads retry_cnt 7 as "retry forever" (IB gives that
+			// meaning only to rnr_retry), so a dead peer would never
+			// fail: 6 keeps the failure bounded.
+			m.retryCnt = 6
 		}
 	}
-	return m, nil
+	if mask&verbs.AttrRNRRetry != 0 {
+		m.mask |= maskRNRRetry
+		m.rnrRetry = a.RNRRetry
+	}
+	if mask&verbs.AttrRdAtomic != 0 {
+		m.mask |= maskMaxRdAtomic
+		m.maxRdAtomic = max(1, min(maxRdAtomic, d.info.maxInitAtom))
+	}
 }
 
 // timeoutCode converts an ACK timeout to IB's 4.096 us * 2^code encoding:

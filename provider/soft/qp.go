@@ -265,7 +265,9 @@ func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
 	return c, c.expect == f.psn
 }
 
-// Modify applies a state transition.
+// Modify applies a state transition: verbs.CheckTransition decides
+// whether it is legal and which attributes it applies. The soft RNIC has
+// no send-queue drain, so SQD is refused as unsupported.
 func (q *qp) Modify(a verbs.QPAttr) error {
 	if err := q.node.checkOpen(); err != nil {
 		return err
@@ -275,67 +277,82 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 	if q.destroyed {
 		return fmt.Errorf("soft: modify QP %d: %w", q.num, verbs.ErrClosed)
 	}
-	from, to := q.state, a.State
-	bad := func(why string, err error) error {
-		return fmt.Errorf("soft: modify %s QP %d %s->%s: %s: %w", q.typ, q.num, from, to, why, err)
+	mask, err := verbs.CheckTransition(q.typ, q.state, a)
+	if err != nil {
+		return fmt.Errorf("soft: modify QP %d: %w", q.num, err)
 	}
-	switch {
-	case to == verbs.StateReset:
+	switch a.State {
+	case verbs.StateReset:
 		q.resetQueues()
-		q.state = verbs.StateReset
-		return nil
-	case to == verbs.StateErr:
+	case verbs.StateErr:
 		q.failLocked(verbs.WRFlushErr, 0, false)
 		return nil
-	case to == verbs.StateInit && (from == verbs.StateReset || from == verbs.StateInit):
-		if a.Access&^verbs.AccessAll != 0 {
-			return bad("unknown access flags", verbs.ErrInvalid)
+	case verbs.StateInit:
+		q.toInit(mask, a)
+	case verbs.StateRTR:
+		if err := q.toRTR(mask, a); err != nil {
+			return fmt.Errorf("soft: modify %s QP %d %s->%s: %w", q.typ, q.num, q.state, a.State, err)
 		}
-		q.access, q.qkey = a.Access, a.QKey
-	case to == verbs.StateRTR && from == verbs.StateInit:
-		if err := q.toRTR(a); err != nil {
-			return bad(err.Error(), verbs.ErrInvalid)
-		}
-	case to == verbs.StateRTS && (from == verbs.StateRTR || from == verbs.StateRTS) && q.typ != verbs.DCT:
-		q.toRTS(a)
-	default:
-		return bad("transition not allowed", verbs.ErrQPState)
+	case verbs.StateRTS:
+		q.toRTS(mask, a)
+	case verbs.StateSQD:
+		return fmt.Errorf("soft: modify %s QP %d %s->SQD: no send queue drain: %w", q.typ, q.num, q.state, verbs.ErrUnsupported)
 	}
-	q.state = to
+	q.state = a.State
 	return nil
 }
 
-func (q *qp) toRTR(a verbs.QPAttr) error {
-	if q.typ == verbs.RC || q.typ == verbs.UC {
-		if a.Dest.Addr == "" || a.Dest.QPN == 0 {
-			return fmt.Errorf("%s needs Dest with Addr and QPN", q.typ)
+// toInit applies INIT's attributes.
+func (q *qp) toInit(mask verbs.QPAttrMask, a verbs.QPAttr) {
+	if mask&verbs.AttrAccess != 0 {
+		q.access = a.Access
+	}
+	if mask&verbs.AttrQKey != 0 {
+		q.qkey = a.QKey
+	}
+}
+
+// toRTR applies RTR's attributes over the node's defaults.
+func (q *qp) toRTR(mask verbs.QPAttrMask, a verbs.QPAttr) error {
+	if mask&verbs.AttrDest != 0 {
+		if a.Dest.Addr == "" {
+			return fmt.Errorf("Dest has no fabric address: %w", verbs.ErrInvalid)
 		}
 		q.dest = a.Dest
 		q.rqPSN = a.Dest.PSN & psnMask
 	}
 	q.mtu = q.node.mtu
-	if a.MTU > 0 {
+	if mask&verbs.AttrPathMTU != 0 && a.MTU > 0 {
 		q.mtu = min(a.MTU, q.node.mtu)
 	}
 	q.rnrTimer = DefaultRNRTimer
-	if a.MinRNRTimer > 0 {
+	if mask&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 0 {
 		q.rnrTimer = a.MinRNRTimer
 	}
 	return nil
 }
 
-func (q *qp) toRTS(a verbs.QPAttr) {
-	if q.state == verbs.StateRTR {
-		for old := q.gen; q.gen == old; {
-			q.gen = uint32(q.node.keys.next()) // never the previous life's
-		}
+// toRTS applies RTS's attributes over the node's defaults when the QP
+// comes from RTR, and starts a new generation; RTS -> RTS applies none.
+// Beyond the mask, a UD or UC QP's Timeout bounds how long a request
+// waits for its link to come up: the verbs rules give those transports no
+// timeout, having no such wait, but the soft fabric dials its links.
+func (q *qp) toRTS(mask verbs.QPAttrMask, a verbs.QPAttr) {
+	if q.state != verbs.StateRTR {
+		return
+	}
+	for old := q.gen; q.gen == old; {
+		q.gen = uint32(q.node.keys.next()) // never the previous life's
 	}
 	q.nextPSN = a.SQPSN & psnMask
 	q.timeout = q.node.cfg.RetryTimeout
-	if a.Timeout > 0 {
+	if a.Timeout > 0 && (mask&verbs.AttrTimeout != 0 || q.typ == verbs.UD || q.typ == verbs.UC) {
 		q.timeout = a.Timeout * time.Duration(min(max(a.RetryCount, 0), 7)+1)
 	}
-	q.rnrRetry = min(max(a.RNRRetry, 0), 7)
+	q.rnrRetry = 0
+	if mask&verbs.AttrRNRRetry != 0 {
+		q.rnrRetry = a.RNRRetry
+	}
 	q.rnrLeft = q.rnrRetry
 }
 

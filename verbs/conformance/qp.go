@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 func qpStateTests() []testCase {
 	return []testCase{
 		{name: "Transitions", run: testTransitions},
+		{name: "EveryStep", run: testEveryStep},
 		{name: "AnyToErr", run: testAnyToErr},
 		{name: "ResetAndReconnect", run: testResetReconnect},
 	}
@@ -86,6 +88,43 @@ func testTransitions(t *testing.T, e *env) {
 	modify(t, qb, toRTR(qa.Endpoint()))
 	modify(t, qb, toRTS(qb))
 	e.writeWorks(p, 1)
+}
+
+// testEveryStep: from each state an RC QP can be walked to, the provider
+// takes exactly the steps verbs.CheckTransition allows and refuses the
+// rest with ErrQPState, staying where it was. A provider without a send
+// queue drain may refuse SQD with ErrUnsupported.
+func testEveryStep(t *testing.T, e *env) {
+	for _, from := range []verbs.QPState{verbs.StateReset, verbs.StateInit, verbs.StateRTR, verbs.StateRTS, verbs.StateErr} {
+		for to := verbs.StateReset; to <= verbs.StateErr; to++ {
+			p := e.pairQPs(rcOpts{})
+			steps := []verbs.QPAttr{toInit(), toRTR(p.qb.Endpoint()), toRTS(p.qa)}
+			if from == verbs.StateErr {
+				modify(t, p.qa, verbs.QPAttr{State: verbs.StateErr})
+			} else {
+				for _, s := range steps[:from] {
+					modify(t, p.qa, s)
+				}
+			}
+			attr := verbs.QPAttr{State: to}
+			if to >= verbs.StateInit && to <= verbs.StateRTS {
+				attr = steps[to-1]
+			}
+			_, rule := verbs.CheckTransition(verbs.RC, from, attr)
+			err := p.qa.Modify(attr)
+			switch {
+			case rule != nil:
+				errIs(t, fmt.Sprintf("%s -> %s", from, to), err, verbs.ErrQPState)
+				wantState(t, p.qa, from)
+			case to == verbs.StateSQD && errors.Is(err, verbs.ErrUnsupported):
+				wantState(t, p.qa, from)
+			case err != nil:
+				t.Errorf("%s -> %s: %v, want it taken (verbs.CheckTransition allows it)", from, to, err)
+			default:
+				wantState(t, p.qa, to)
+			}
+		}
+	}
 }
 
 // writeWorks does one signaled WRITE from a to b and checks it landed.
