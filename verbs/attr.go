@@ -83,7 +83,7 @@ type AHAttr struct {
 }
 
 // QPAttr are the attributes a state change applies (ibv_qp_attr). Only the
-// fields the target state needs are read.
+// fields CheckTransition names for the step (its QPAttrMask) are read.
 type QPAttr struct {
 	// State is the target state.
 	State QPState

@@ -16,7 +16,7 @@ type Path struct {
 	// Timeout is the ACK timeout per retry; 0 means the provider's.
 	Timeout time.Duration
 	// RetryCount and RNRRetry bound retries (0-7). Negative means 0;
-	// 0 means 7.
+	// 0 means 7; above 7 the RTS step fails with ErrInvalid.
 	RetryCount int
 	RNRRetry   int
 	// MinRNRTimer is the receiver-not-ready back-off; 0 means the
