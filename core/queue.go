@@ -262,21 +262,18 @@ func (q *Queue) postLocked(batch []rec) {
 		return
 	}
 	want := q.peer.routeFor(q)
-	if want == nil { // no DC and the peer lost its RC QPs
+	switch step(q.route, want, q.inflight) {
+	case stepReconnect:
 		q.held = append(q.held, batch...)
 		q.reconnect()
 		return
+	case stepHold:
+		q.held = append(q.held, batch...)
+		return
+	case stepMigrate:
+		q.rt.count(&q.rt.stats.migrations)
 	}
-	if want != q.route {
-		if q.inflight > 0 {
-			q.held = append(q.held, batch...)
-			return
-		}
-		if q.route != nil {
-			q.rt.count(&q.rt.stats.migrations)
-		}
-		q.route = want
-	}
+	q.route = want
 	if len(q.held) > 0 {
 		batch = append(q.held, batch...)
 		q.held = nil
@@ -318,6 +315,15 @@ func (q *Queue) finishLocked(seq uint64, st verbs.Status, n uint32) {
 	}
 	e.done, e.status, e.n = true, st, n
 	q.rt.kick(q)
+}
+
+// flushLocked fails records that are not in flight with WR_FLUSH_ERR,
+// returning their credits; q.mu held.
+func (q *Queue) flushLocked(rs []rec) {
+	for _, r := range rs {
+		q.credits++
+		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
+	}
 }
 
 // reap retires unsignaled successes at the head, returning their credits;

@@ -168,11 +168,7 @@ func (rt *Runtime) replaceRC(p *pqp, repost []rec) {
 	if len(repost) > 0 || p.backlogLen() > 0 {
 		err = rt.ensureRC(ctx, peer)
 	}
-	p.mu.Lock()
-	repost = append(repost, p.backlog...)
-	p.backlog = nil
-	p.dead = true
-	p.mu.Unlock()
+	repost = p.shut(repost)
 	if err == nil && len(repost) > 0 {
 		err = rt.ensureRC(ctx, peer)
 	}
@@ -231,9 +227,6 @@ func (q *Queue) reconnect() {
 
 // failHeld fails the requests waiting for a route; q.mu held.
 func (q *Queue) failHeld() {
-	for _, r := range q.held {
-		q.credits++
-		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
-	}
+	q.flushLocked(q.held)
 	q.held = nil
 }

@@ -99,6 +99,17 @@ func (rt *Runtime) repair(p *pqp, repost []rec) {
 	rt.failRecs(lost, verbs.WRFlushErr)
 }
 
+// shut marks a broken QP dead, so nothing more queues on it, and returns
+// rs followed by what had queued on it meanwhile, for reposting elsewhere.
+func (p *pqp) shut(rs []rec) []rec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs = append(rs, p.backlog...)
+	p.backlog = nil
+	p.dead = true
+	return rs
+}
+
 // retryTimeout bounds recovery's own remote work (a MetaServer READ).
 func (rt *Runtime) retryTimeout() time.Duration {
 	if t := rt.cfg.Path.Timeout; t > 0 {

@@ -9,7 +9,8 @@ import (
 // The runtime's routing choices are pure functions of what it observes:
 // the hot/cold plan (per-peer loads), the RC-only budget (which holder
 // makes room), recovery's triage (what a failed completion means and what
-// becomes of the requests it caught) and the route a VQ's requests take.
+// becomes of the requests it caught) and the route a VQ's requests take
+// (pickQP, step).
 // The code around them (manage.go, rconly.go, recover.go, queue.go)
 // samples the observations and carries the decisions out with verbs and
 // control calls; the two route strategies (strategy.go) choose between
@@ -27,6 +28,33 @@ func pickQP(vq uint32, rcs, dcis []*pqp) *pqp {
 		return dcis[int(vq)%len(dcis)]
 	}
 	return nil
+}
+
+// routeStep is what a VQ does with the records it posts (see step).
+type routeStep int
+
+const (
+	stepPost      routeStep = iota // post on the route picked, the VQ's first or current one
+	stepMigrate                    // move to the route picked, then post: nothing is in flight
+	stepHold                       // hold them: the VQ's requests in flight would be overtaken
+	stepReconnect                  // hold them and get a route: there is none (RC-only)
+)
+
+// step decides how a VQ posts, given the QP it last posted to (cur), the
+// QP pickQP picks now (want) and its requests in flight: it changes QP only
+// when nothing is in flight, so its requests never overtake each other.
+func step(cur, want *pqp, inflight int) routeStep {
+	switch {
+	case want == nil:
+		return stepReconnect
+	case want == cur:
+		return stepPost
+	case inflight > 0:
+		return stepHold
+	case cur == nil:
+		return stepPost
+	}
+	return stepMigrate
 }
 
 // peerLoad is what the pool policy knows of a peer after one window.

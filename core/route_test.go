@@ -219,3 +219,26 @@ func TestStrategyPolicy(t *testing.T) {
 		t.Errorf("RC-only plan: build %v evict %v, want [2] []", build, evict)
 	}
 }
+
+func TestStep(t *testing.T) {
+	dci, rc := &pqp{}, &pqp{}
+	cases := []struct {
+		name      string
+		cur, want *pqp
+		inflight  int
+		step      routeStep
+	}{
+		{"first post takes the route picked", nil, dci, 0, stepPost},
+		{"the same route", dci, dci, 5, stepPost},
+		{"a hot peer's RC QP, nothing in flight: migrate", dci, rc, 0, stepMigrate},
+		{"a new route while requests are in flight: hold", dci, rc, 1, stepHold},
+		{"back to DC after an eviction, requests in flight: hold", rc, dci, 3, stepHold},
+		{"no route (RC-only, RC QPs evicted): reconnect", rc, nil, 0, stepReconnect},
+		{"no route with requests in flight: reconnect", rc, nil, 2, stepReconnect},
+	}
+	for _, c := range cases {
+		if got := step(c.cur, c.want, c.inflight); got != c.step {
+			t.Errorf("%s: step = %d, want %d", c.name, got, c.step)
+		}
+	}
+}

@@ -71,12 +71,7 @@ func (dcRC) routable(*peer) bool { return true }
 func (dcRC) connect(context.Context, *peer) error { return nil }
 
 // lost fails the records: their QP is a DCI whose repair failed.
-func (dcRC) lost(q *Queue, rs []rec) {
-	for _, r := range rs {
-		q.credits++
-		q.finishLocked(r.seq, verbs.WRFlushErr, 0)
-	}
-}
+func (dcRC) lost(q *Queue, rs []rec) { q.flushLocked(rs) }
 
 func (dcRC) admit(*peer) error { return nil }
 
@@ -89,11 +84,7 @@ func (dcRC) triage(st verbs.Status, onRC bool) verdict {
 // repairRC drops the RC QP and moves its requests to their VQs' DCIs.
 func (s dcRC) repairRC(p *pqp, repost []rec) {
 	p.rc.dropRC(p)
-	p.mu.Lock()
-	repost = append(repost, p.backlog...)
-	p.backlog = nil
-	p.dead = true
-	p.mu.Unlock()
+	repost = p.shut(repost)
 	for _, r := range repost {
 		s.rt.failRecs(s.rt.dciFor(r.q).post([]rec{r}), verbs.WRFlushErr)
 	}
