@@ -6,7 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -105,12 +105,11 @@ func TestHostileRing(t *testing.T) {
 			t.Fatalf("good client: %v %v", err, out[0].Err())
 		}
 	}
-	var metrics strings.Builder
-	srv.WriteMetrics(&metrics)
-	for _, want := range []string{"krcored_vqs ", `krcored_pool_qps{type="dci"}`, "krcored_meta_cache_hits_total",
-		"krcored_client_refusals_total{client=", "krcored_connects_total ", "krcored_meta_cache_entries "} {
-		if !strings.Contains(metrics.String(), want) {
-			t.Errorf("metrics lack %q:\n%s", want, metrics.String())
+	fams := scrape(t, srv)
+	for _, want := range [][]string{{"krcored_vqs"}, {"krcored_pool_qps", "type", "dci"}, {"krcored_meta_cache_hits_total"},
+		{"krcored_client_refusals_total", "client", strconv.FormatUint(good.ID(), 10)}, {"krcored_connects_total"}, {"krcored_meta_cache_entries"}} {
+		if series(fams, want[0], want[1:]...) == nil {
+			t.Errorf("metrics lack %v", want)
 		}
 	}
 	st := srv.Status()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/verbs"
 )
 
 // batch is how many SQEs a client's pump takes, over all its VQs, before
@@ -313,6 +314,7 @@ func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
 	start, end := v.seq, v.seq+min(avail, uint64(limit))
 	reqs := p.reqs[:0]
 	seq := start
+	now := p.ss.s.clock() // one clock read for the batch: see vq.sent
 	for ; seq < end; seq++ {
 		e := r.GetSQE(seq)
 		if e.Op == wire.OpConnectSQE {
@@ -325,6 +327,7 @@ func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
 			continue
 		}
 		reqs = append(reqs, v.request(seq, &e))
+		v.sent(seq, now, reqClass(verbs.Opcode(e.Op), toInt(e.Len)))
 	}
 	k, next := p.push(v, reqs, seq)
 	if k == len(reqs) && next < end {
@@ -387,10 +390,12 @@ func (p *pump) complete(v *vq) bool {
 	if n == 0 {
 		return false
 	}
+	now := p.ss.s.clock()
 	for i := range p.out[:n] {
 		c := &p.out[i]
 		r.PutCQE(v.pos, wire.CQE{Seq: c.ID, Status: c.Status, Len: uint32(c.Len)})
 		v.pos++
+		v.observe(c.ID, now)
 	}
 	r.Ctr(wire.CQTail).Store(v.pos)
 	v.publishRetired()

@@ -93,6 +93,8 @@ type Server struct {
 
 	pumps atomic.Pointer[[]*pump] // every session's, for nudge; copied on change
 
+	metrics *metrics
+
 	// stranded holds the memory of MRs the runtime could not deregister
 	// yet (see memory.release): mapped until the daemon exits.
 	stranded []*offheap.Block
@@ -140,6 +142,7 @@ func New(rt *core.Runtime, cfg Config) (*Server, error) {
 	}
 	s := &Server{rt: rt, cfg: cfg, log: cfg.Logger, ln: ln, start: time.Now(), sessions: make(map[uint64]*session)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.metrics = newMetrics(s)
 	return s, nil
 }
 
@@ -283,6 +286,7 @@ func (s *Server) admit(c *net.UnixConn) {
 		ss.serve()
 		s.mu.Lock()
 		delete(s.sessions, ss.id)
+		s.metrics.retire(ss)
 		s.publishPumps()
 		s.mu.Unlock()
 		s.reclaimed.Add(1)

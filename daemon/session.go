@@ -49,6 +49,11 @@ type session struct {
 	pushes, completions, refusals, calls atomic.Uint64
 	naps                                 atomic.Uint64 // times its pump was paced, see pump.share
 	ringCalls                            atomic.Uint64 // control SQEs run (Connect on the ring)
+
+	// lat is the time of its requests by class (reqClass), from the pump
+	// taking them off a ring to their completions posted; the pump writes
+	// it under its lock.
+	lat [reqClasses]latency
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {

@@ -3,7 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"time"
@@ -93,52 +92,6 @@ func encodeStatus(st wire.Status, limit int) ([]byte, error) {
 			st.QPs = st.QPs[:k:k]
 		default:
 			return nil, fmt.Errorf("status of %d bytes does not fit a message of %d: %w", len(b), limit, verbs.ErrLimit)
-		}
-	}
-}
-
-// WriteMetrics writes the daemon's state in Prometheus' text format.
-func (s *Server) WriteMetrics(w io.Writer) {
-	st := s.Status()
-	metric := func(name, typ, help string, v any, labels ...string) {
-		fmt.Fprintf(w, "# HELP krcored_%s %s\n# TYPE krcored_%s %s\n", name, help, name, typ)
-		if len(labels) == 0 {
-			fmt.Fprintf(w, "krcored_%s %v\n", name, v)
-		}
-	}
-	rs := st.Runtime
-	metric("vqs", "gauge", "Virtual queues on the node (daemon and its own).", rs.VQs)
-	metric("pool_qps", "gauge", "Shared physical QPs by type.", nil, "type")
-	for _, p := range st.Pool {
-		fmt.Fprintf(w, "krcored_pool_qps{type=%q} %d\n", p.Type, p.Count)
-	}
-	metric("connects_total", "counter", "VQ connects.", rs.Connects)
-	metric("cold_connects_total", "counter", "Connects that read the MetaServer.", rs.ColdConnects)
-	metric("meta_cache_hits_total", "counter", "Meta cache hits.", st.Meta.Hits)
-	metric("meta_cache_misses_total", "counter", "Meta cache misses.", st.Meta.Misses)
-	metric("meta_cache_entries", "gauge", "Records in the meta cache.", len(st.MetaEntries))
-	metric("refusals_total", "counter", "Requests refused by protection.", rs.Refusals)
-	metric("recoveries_total", "counter", "Shared QPs recovered after an error.", rs.Recoveries)
-	metric("migrations_total", "counter", "VQ moves between DC and RC.", rs.Migrations)
-	metric("clients", "gauge", "Attached clients.", len(st.Clients))
-	metric("clients_reclaimed_total", "counter", "Clients gone and reclaimed.", st.Reclaim)
-	metric("clients_denied_total", "counter", "Peers refused by uid/gid.", st.Denied)
-	perClient := []struct {
-		name, typ, help string
-		get             func(*wire.ClientStatus) any
-	}{
-		{"client_vqs", "gauge", "A client's VQs.", func(c *wire.ClientStatus) any { return len(c.VQs) }},
-		{"client_mr_bytes", "gauge", "Bytes a client registered.", func(c *wire.ClientStatus) any { return c.MRBytes }},
-		{"client_pushes_total", "counter", "Requests a client pushed.", func(c *wire.ClientStatus) any { return c.Pushes }},
-		{"client_completions_total", "counter", "Completions delivered to a client.", func(c *wire.ClientStatus) any { return c.Completions }},
-		{"client_refusals_total", "counter", "A client's refused requests.", func(c *wire.ClientStatus) any { return c.Refusals }},
-		{"client_naps_total", "counter", "Times a client's pump was paced beside an interactive client.", func(c *wire.ClientStatus) any { return c.Naps }},
-	}
-	for _, m := range perClient {
-		metric(m.name, m.typ, m.help, nil, "client")
-		for i := range st.Clients {
-			c := &st.Clients[i]
-			fmt.Fprintf(w, "krcored_%s{client=\"%d\",pid=\"%d\",uid=\"%d\"} %v\n", m.name, c.ID, c.PID, c.UID, m.get(c))
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
@@ -37,10 +38,11 @@ type vq struct {
 	accepted atomic.Uint64 // requests pushed to q
 
 	// The pump's, under its lock:
-	seq     uint64 // the next SQE to consume
-	recvsTo uint64 // receive SQEs before it are posted
-	pos     uint64 // the next CQE to fill
-	retired uint64 // published Retired
+	seq     uint64                // the next SQE to consume
+	recvsTo uint64                // receive SQEs before it are posted
+	pos     uint64                // the next CQE to fill
+	retired uint64                // published Retired
+	stamps  [wire.SQEntries]stamp // when requests left the ring, see sent
 
 	armedTail  atomic.Uint64 // the submission tail when the pump armed to sleep
 	connecting atomic.Bool   // a Connect SQE runs; later SQEs wait
@@ -89,7 +91,10 @@ func (v *vq) start() {
 }
 
 func (v *vq) connect(ctx context.Context, node core.NodeID, opts []core.ConnectOption) error {
-	if err := v.q.Connect(ctx, node, opts...); err != nil {
+	start := time.Now()
+	err := v.q.Connect(ctx, node, opts...)
+	v.ss.s.metrics.observeConnect(start, err)
+	if err != nil {
 		return err
 	}
 	v.node.Store(node)

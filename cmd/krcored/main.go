@@ -18,6 +18,11 @@
 // travels on a pooled RC QP to its peer. A build without the tag exits with
 // the provider's "built without rdma support" error.
 //
+// -metrics serves Prometheus metrics over HTTP at ADDR/metrics: the
+// node's and each attached client's counters, latency histograms of
+// Connects and of requests (by opcode and size, and by client), and the
+// process's and Go runtime's metrics.
+//
 // Without -meta the daemon embeds the MetaServer and logs its address for
 // other nodes' -meta. -meta may be repeated: the runtime registers with
 // every MetaServer listed and a Connect fails over between them.
@@ -120,12 +125,7 @@ func serveMetrics(srv *daemon.Server, addr string, log *slog.Logger) (stop func(
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		srv.WriteMetrics(w)
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: metricsMux(srv), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -135,4 +135,11 @@ func serveMetrics(srv *daemon.Server, addr string, log *slog.Logger) (stop func(
 	}()
 	log.Info("metrics", "addr", ln.Addr().String())
 	return func() { hs.Close(); <-done }, nil
+}
+
+// metricsMux routes /metrics to the daemon's metrics.
+func metricsMux(srv *daemon.Server) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", srv.MetricsHandler())
+	return mux
 }

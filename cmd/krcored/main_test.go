@@ -65,14 +65,8 @@ func TestRun(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o660 {
 		t.Errorf("socket mode %v %v, want 0660", fi.Mode(), err)
 	}
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "krcored_clients 1") {
-		t.Errorf("metrics:\n%s", body)
+	if code, body := get(t, metrics, "/metrics"); code != http.StatusOK || !strings.Contains(body, "krcored_clients 1") {
+		t.Errorf("metrics: %d\n%s", code, body)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -82,6 +76,21 @@ func TestRun(t *testing.T) {
 	if _, err := c.Queue(); !errors.Is(err, client.ErrDaemonGone) {
 		t.Errorf("after shutdown: %v, want ErrDaemonGone", err)
 	}
+}
+
+// get GETs path from the HTTP server at addr.
+func get(t *testing.T, addr, path string) (code int, body string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // TestProviderConfig reads the ibverbs keys from a config file, with a flag
