@@ -31,6 +31,7 @@ type config struct {
 	GIDIdx   int      `json:"gid_idx"`
 	Meta     metaList `json:"meta"`
 	Metrics  string   `json:"metrics"`
+	Pprof    bool     `json:"pprof"`
 	LogLevel string   `json:"log_level"`
 }
 
@@ -99,6 +100,7 @@ func flags(cfg *config) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.GIDIdx, "gid-idx", cfg.GIDIdx, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
 	fs.Var(&metaFlag{list: &cfg.Meta}, "meta", "a remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); repeat it for several, which the runtime fails over between; none embeds one")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "HTTP address serving Prometheus metrics at /metrics (empty: off)")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go runtime's profiles at /debug/pprof/ on the -metrics address")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.DurationVar(&cfg.Spin, "spin", cfg.Spin, "how long a client's pump polls its rings before it sleeps (0: the runtime's adaptive few microseconds)")
 	fs.IntVar(&cfg.ClientCredits, "client-credits", cfg.ClientCredits, "requests one client may have in flight over all its VQs (at least 1)")
@@ -333,6 +335,9 @@ func (cfg *config) check() error {
 	}
 	if _, err := cfg.Meta.infos(); err != nil {
 		return err
+	}
+	if cfg.Pprof && cfg.Metrics == "" {
+		return errors.New("pprof (-pprof) serves on the metrics address: set metrics (-metrics) too")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {

@@ -4,7 +4,7 @@
 //
 //	krcored [-config FILE] [-socket PATH] [-group NAME] [-node N] [-listen ADDR]
 //	        [-provider soft|ibverbs] [-ib-dev NAME] [-ib-port N] [-gid-idx N]
-//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-metrics ADDR] [-log-level info]
+//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-metrics ADDR [-pprof]] [-log-level info]
 //	        [-spin D] [-share-quantum D] [-call-timeout D] [-client-credits N]
 //	        [-max-vqs N] [-max-mr-bytes N]
 //
@@ -21,7 +21,9 @@
 // -metrics serves Prometheus metrics over HTTP at ADDR/metrics: the
 // node's and each attached client's counters, latency histograms of
 // Connects and of requests (by opcode and size, and by client), and the
-// process's and Go runtime's metrics.
+// process's and Go runtime's metrics. -pprof adds the Go profiles at
+// ADDR/debug/pprof/ (net/http/pprof); it is off by default, since they show
+// the daemon's memory and command line to whoever reaches ADDR.
 //
 // Without -meta the daemon embeds the MetaServer and logs its address for
 // other nodes' -meta. -meta may be repeated: the runtime registers with
@@ -29,7 +31,7 @@
 //
 // The config file is one JSON object with the flags' names as keys, dashes
 // written as underscores ("socket", "group", "node", "listen", "provider",
-// "ib_dev", "ib_port", "gid_idx", "meta", "metrics", "log_level", "spin",
+// "ib_dev", "ib_port", "gid_idx", "meta", "metrics", "pprof", "log_level", "spin",
 // "share_quantum", "call_timeout", "client_credits", "max_vqs",
 // "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
 // given on the command line override it. "meta" is a list of MetaServers
@@ -53,6 +55,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -98,7 +101,7 @@ func run(ctx context.Context, args []string) error {
 	log.Info("krcored serving", "socket", srv.Socket(), "node", cfg.Node, "device", cfg.describe(n.Device()),
 		"rc_only", rt.Stats().RCOnly, "meta", rt.MetaInfo().String())
 	if cfg.Metrics != "" {
-		stopMetrics, err := serveMetrics(srv, cfg.Metrics, log)
+		stopMetrics, err := serveMetrics(srv, cfg.Metrics, cfg.Pprof, log)
 		if err != nil {
 			return err
 		}
@@ -119,13 +122,14 @@ func (cfg *config) describe(dev verbs.Device) string {
 	return fmt.Sprintf("%s port %d GID[%d] %s", dev.Name(), p.Num, p.GIDIndex, net.IP(p.GID[:]))
 }
 
-// serveMetrics serves /metrics until the returned stop is called.
-func serveMetrics(srv *daemon.Server, addr string, log *slog.Logger) (stop func(), err error) {
+// serveMetrics serves /metrics, and /debug/pprof/ if pprof is set, until
+// the returned stop is called.
+func serveMetrics(srv *daemon.Server, addr string, pprof bool, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	hs := &http.Server{Handler: metricsMux(srv), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: metricsMux(srv, pprof), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -133,13 +137,24 @@ func serveMetrics(srv *daemon.Server, addr string, log *slog.Logger) (stop func(
 			log.Error("metrics server", "err", err)
 		}
 	}()
-	log.Info("metrics", "addr", ln.Addr().String())
+	log.Info("metrics", "addr", ln.Addr().String(), "pprof", pprof)
 	return func() { hs.Close(); <-done }, nil
 }
 
-// metricsMux routes /metrics to the daemon's metrics.
-func metricsMux(srv *daemon.Server) *http.ServeMux {
+// metricsMux routes /metrics to the daemon's metrics and, with pprof,
+// /debug/pprof/ to the Go runtime's profiles. The profiles are off by
+// default: they show the daemon's memory and command line to whoever
+// reaches the metrics address, and a CPU profile or trace costs the
+// daemon while it runs.
+func metricsMux(srv *daemon.Server, pprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", srv.MetricsHandler())
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	return mux
 }

@@ -68,6 +68,9 @@ func TestRun(t *testing.T) {
 	if code, body := get(t, metrics, "/metrics"); code != http.StatusOK || !strings.Contains(body, "krcored_clients 1") {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
+	if code, _ := get(t, metrics, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without -pprof: %d, want 404", code)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)
@@ -91,6 +94,41 @@ func get(t *testing.T, addr, path string) (code int, body string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestPprof serves the Go profiles beside the metrics when the config
+// file's "pprof" (or -pprof) asks for them.
+func TestPprof(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "krcored.sock")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	conf := writeConfig(t, `{"pprof": true, "log_level": "warn", "metrics": "`+addr+`"}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-config", conf, "-socket", sock}) }()
+	defer func() { cancel(); <-done }()
+	attachWhenUp(t, ctx, sock)
+	for _, c := range []struct{ path, want string }{
+		{"/debug/pprof/", "goroutine"},
+		{"/debug/pprof/goroutine?debug=1", "krcore/daemon"},
+		{"/metrics", "krcored_clients 1"},
+	} {
+		if code, body := get(t, addr, c.path); code != http.StatusOK || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d, want 200 and %q:\n%.500s", c.path, code, c.want, body)
+		}
+	}
+	cfg, err := parse([]string{"-metrics", addr, "-pprof"})
+	if err != nil || !cfg.Pprof {
+		t.Errorf("-pprof: %+v %v", cfg, err)
+	}
+	if cfg, err := parse(nil); err != nil || cfg.Pprof {
+		t.Errorf("default: pprof %v %v, want off", cfg.Pprof, err)
+	}
 }
 
 // TestProviderConfig reads the ibverbs keys from a config file, with a flag
@@ -187,6 +225,9 @@ func TestConfigRefused(t *testing.T) {
 		{args: []string{"-node", "0"}, want: []string{"node (-node) 0"}},
 		{args: []string{"-provider", "ibverbs", "-ib-port", "256"}, want: []string{"ib_port", "256"}},
 		{args: []string{"-log-level", "chatty"}, want: []string{"log_level", "chatty"}},
+		{args: []string{"-pprof"}, want: []string{"pprof (-pprof)", "metrics (-metrics)"}},
+		{file: `{"pprof": true}`, want: []string{"pprof (-pprof)"}},
+		{file: `{"pprof": "yes", "metrics": "127.0.0.1:0"}`, want: []string{"pprof"}},
 		{args: []string{"-meta", "addr=127.0.0.1:1 qpn=x", "-listen", "127.0.0.1:0"}, want: []string{"-meta", "qpn=x"}},
 		// a good file does not save a bad flag, nor a good flag a bad file
 		{file: `{"client_credits": 8}`, args: []string{"-client-credits", "-8"}, want: []string{"client_credits", "-8"}},
