@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// vqEcho answers every message to its bound port with the same bytes, sent
+// back to the sender's port through the same VQ.
+type vqEcho struct {
+	rt    core.API
+	poll  vqPoll
+	q     core.VQ
+	in    *core.MR // echoSlots receive buffers of maxVQMessage
+	out   *core.MR // the echo's source
+	to    core.NodeID
+	toPrt uint32
+	msgs  []core.Message
+	comp  []core.Completion
+}
+
+func newVQEcho(rt core.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
+	e := &vqEcho{rt: rt, poll: poll, msgs: make([]core.Message, echoSlots), comp: make([]core.Completion, 1)}
+	defer func() {
+		if err != nil {
+			e.close()
+			err = fmt.Errorf("VQ echo on port %d: %w", port, err)
+		}
+	}()
+	if e.q, err = rt.Queue(); err != nil {
+		return nil, err
+	}
+	if err = e.q.Bind(port); err != nil {
+		return nil, err
+	}
+	if e.in, e.out, err = vqBuffers(rt, e.q); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *vqEcho) close() error {
+	return closeVQ(e.rt, e.q, e.in, e.out)
+}
+
+// vqBuffers registers the buffers of a bound VQ, echoSlots receive
+// buffers of maxVQMessage and one to send from, and posts every receive.
+// It returns what it registered even when it fails, for closeVQ.
+func vqBuffers(rt core.API, q core.VQ) (in, out *core.MR, err error) {
+	if in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
+		return in, out, err
+	}
+	if out, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
+		return in, out, err
+	}
+	for i := range echoSlots {
+		if err = q.PushRecv(in.Range(i*maxVQMessage, maxVQMessage)); err != nil {
+			return in, out, err
+		}
+	}
+	return in, out, nil
+}
+
+// closeVQ closes a queue (if any) and deregisters its buffers.
+func closeVQ(rt core.API, q core.VQ, mrs ...*core.MR) error {
+	if q != nil {
+		q.Close()
+	}
+	var errs []error
+	for _, m := range mrs {
+		if m != nil {
+			errs = append(errs, rt.Deregister(m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serve echoes total messages, each waits at most timeout.
+func (e *vqEcho) serve(ctx context.Context, total int, timeout time.Duration) error {
+	dl := newDeadline(ctx, timeout)
+	defer dl.close()
+	for done := 0; done < total; {
+		n, err := e.poll.popMsgs(dl.get(), e.q, e.msgs)
+		if err != nil {
+			return fmt.Errorf("VQ echo: wait for message %d of %d: %w", done+1, total, err)
+		}
+		for i := range e.msgs[:n] {
+			m := &e.msgs[i]
+			if err := e.answer(dl.get(), m); err != nil {
+				return fmt.Errorf("VQ echo #%d: %w", done, err)
+			}
+			*m = core.Message{}
+			done++
+		}
+	}
+	return nil
+}
+
+func (e *vqEcho) answer(ctx context.Context, m *core.Message) error {
+	if m.Status != verbs.Success {
+		return fmt.Errorf("message from node %d: %s", m.From, m.Status)
+	}
+	if m.Port == 0 {
+		return fmt.Errorf("message from node %d comes from no port: nowhere to answer", m.From)
+	}
+	data := m.Data
+	if m.Buf != nil {
+		data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+	}
+	n := copy(e.out.Bytes(), data)
+	if m.Buf != nil {
+		if err := e.q.PushRecv(*m.Buf); err != nil {
+			return err
+		}
+	}
+	if m.From != e.to || m.Port != e.toPrt {
+		if err := e.q.Connect(ctx, m.From, core.ToPort(m.Port)); err != nil {
+			return err
+		}
+		e.to, e.toPrt = m.From, m.Port
+	}
+	if _, err := e.q.Push(ctx, true, core.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}); err != nil {
+		return err
+	}
+	if _, err := e.poll.pop(ctx, e.q, e.comp); err != nil {
+		return err
+	}
+	return e.comp[0].Err()
+}
+
+// vqPing is the client half of a VQ ping-pong: a queue bound to a port and
+// connected to the echo's, with receive buffers posted.
+type vqPing struct {
+	rt   core.API
+	poll vqPoll
+	q    core.VQ
+	in   *core.MR
+	out  *core.MR
+	msgs []core.Message
+	comp []core.Completion
+	seq  uint64
+}
+
+func newVQPing(ctx context.Context, rt core.API, port uint32, to core.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
+	v := &vqPing{rt: rt, poll: poll, msgs: make([]core.Message, 1), comp: make([]core.Completion, 1)}
+	defer func() {
+		if err != nil {
+			v.close()
+			err = fmt.Errorf("VQ ping-pong to node %d port %d: %w", to, toPort, err)
+		}
+	}()
+	if v.q, err = rt.Queue(); err != nil {
+		return nil, err
+	}
+	if err = v.q.Bind(port); err != nil {
+		return nil, err
+	}
+	if err = v.q.Connect(ctx, to, core.ToPort(toPort)); err != nil {
+		return nil, err
+	}
+	if v.in, v.out, err = vqBuffers(rt, v.q); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *vqPing) close() error { return closeVQ(v.rt, v.q, v.in, v.out) }
+
+// run does warmup+iters round trips of size bytes (at least 8: each
+// message carries a sequence number the echo must return) and returns the
+// last iters round trips, send to echo.
+func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.Duration) ([]time.Duration, error) {
+	if size < 8 || size > maxVQMessage {
+		return nil, fmt.Errorf("VQ ping-pong: size %d B, want 8..%d", size, maxVQMessage)
+	}
+	dl := newDeadline(ctx, timeout)
+	defer dl.close()
+	samples := make([]time.Duration, 0, iters)
+	ob := v.out.Bytes()
+	for i := range warmup + iters {
+		v.seq++
+		binary.LittleEndian.PutUint64(ob, v.seq)
+		wctx := dl.get()
+		t0 := time.Now()
+		if _, err := v.q.Push(wctx, false, core.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}); err != nil {
+			return nil, fmt.Errorf("VQ SEND %d B #%d: %w", size, i, err)
+		}
+		if _, err := v.poll.popMsgs(wctx, v.q, v.msgs); err != nil {
+			return nil, fmt.Errorf("VQ ping-pong %d B #%d: wait for the echo: %w", size, i, err)
+		}
+		rtt := time.Since(t0)
+		m := &v.msgs[0]
+		data := m.Data
+		if m.Buf != nil {
+			data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+		}
+		if m.Status != verbs.Success || m.Len != size || binary.LittleEndian.Uint64(data) != v.seq {
+			return nil, fmt.Errorf("VQ ping-pong #%d: echo of %d B with status %s does not carry sequence %d", i, m.Len, m.Status, v.seq)
+		}
+		if m.Buf != nil {
+			if err := v.q.PushRecv(*m.Buf); err != nil {
+				return nil, err
+			}
+		}
+		*m = core.Message{}
+		if _, err := v.poll.pop(wctx, v.q, v.comp); err != nil {
+			return nil, fmt.Errorf("VQ SEND %d B #%d: completion: %w", size, i, err)
+		}
+		if err := v.comp[0].Err(); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			samples = append(samples, rtt)
+		}
+	}
+	return samples, nil
+}
