@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/krcore/krcore/verbs"
@@ -47,3 +48,27 @@ func Forge(g *Region, grow uint64, shift int64, add verbs.Access, rkeyOf *Region
 
 // MRUses is how many requests and receive buffers hold m.
 func MRUses(m *MR) int64 { return m.uses.Load() }
+
+// PushRaw pushes r, a WRITE_WITH_IMM on a queue connected to a port, as
+// one verbs WRITE_WITH_IMM without its notification: what a writer that
+// is not a krcore runtime posts. It waits for a credit within ctx.
+func PushRaw(ctx context.Context, q *Queue, r Request) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if err := q.routeLocked(ctx); err != nil {
+		return err
+	}
+	for q.full() {
+		if err := q.waitCredit(ctx); err != nil {
+			return err
+		}
+	}
+	if x, ok := q.accept(&r); ok {
+		x.notify = false
+		q.postLocked([]rec{x})
+	}
+	return nil
+}

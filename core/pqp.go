@@ -9,8 +9,22 @@ import (
 )
 
 // hdrLen is the header the runtime puts before every two-sided message:
-// sender node (8), sender port (4), user immediate (4).
+// sender node (8), sender port (4), user immediate (4). The sender port's
+// top bit (hdrWrite; bound ports never have it) marks the notification of
+// a WRITE_WITH_IMM, whose payload is the byte count (notifyLen).
 const hdrLen = 16
+
+// hdrWrite flags, in a header's sender port, the notification of a
+// WRITE_WITH_IMM.
+const hdrWrite = 1 << 31
+
+// notifyLen is the length of a WRITE_WITH_IMM's notification: the header
+// and the 4-byte count of bytes written.
+const notifyLen = hdrLen + 4
+
+// hdrSlot is the room a header slot of a physical QP holds: a
+// notification's, rounded up to keep slots 8-byte aligned.
+const hdrSlot = 24
 
 // rec is one request on a physical QP, kept until it completes so it can be
 // reposted if another VQ's request breaks the QP.
@@ -29,6 +43,18 @@ type rec struct {
 	swap     uint64
 	dstPort  uint32
 	msgImm   bool // a user SEND_WITH_IMM: imm travels in the header
+	// notify: a WRITE_WITH_IMM on a VQ connected to a port, posted as a
+	// WRITE and, behind it on the same QP, a SEND_WITH_IMM notification
+	// to dstPort (see pqp.wr).
+	notify bool
+}
+
+// wrs is how many work requests r takes in the send queue.
+func (r *rec) wrs() int {
+	if r.notify {
+		return 2
+	}
+	return 1
 }
 
 // pqp is a physical QP shared by many VQs: a DCI of the pool, or an RC QP
@@ -52,12 +78,13 @@ type pqp struct {
 	// a new one each time it makes the DCI ready again).
 	sqPSN uint32
 	depth int
-	hdr   *MR // depth header slots for two-sided messages
+	hdr   *MR // depth header slots (hdrSlot bytes) for two-sided messages
 
 	mu          sync.Mutex
 	recs        []rec // in flight, ring of depth
 	base        uint64
 	n           int
+	used        int    // send queue entries the n records take (rec.wrs)
 	next        uint64 // sequence number of the next post
 	backlog     []rec  // waiting for a free slot or for recovery
 	sinceSignal int
@@ -67,11 +94,11 @@ type pqp struct {
 	// An evicted RC QP closes when both ends have drained.
 	localDrained, remoteDrained bool
 	wrs                         []verbs.SendWR // scratch for posting
-	sges                        []verbs.SGE    // scratch SGEs, two per request at most
+	sges                        []verbs.SGE    // scratch SGEs, two per record at most
 }
 
 func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
-	hdr, err := rt.RegMR(depth*hdrLen, verbs.AccessLocalWrite)
+	hdr, err := rt.RegMR(depth*hdrSlot, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +142,11 @@ func (p *pqp) drainLocked() []rec {
 	if p.broken || len(p.backlog) == 0 {
 		return nil
 	}
-	k := min(len(p.backlog), p.depth-p.n)
+	k, used := 0, p.used
+	for k < len(p.backlog) && p.n+k < p.depth && used+p.backlog[k].wrs() <= p.depth {
+		used += p.backlog[k].wrs()
+		k++
+	}
 	if k == 0 {
 		return nil
 	}
@@ -126,8 +157,9 @@ func (p *pqp) drainLocked() []rec {
 		p.next++
 		p.recs[(seq)%uint64(p.depth)] = r
 		p.n++
-		p.wrs = append(p.wrs, p.wr(&r, seq, i == k-1))
+		p.wrs = p.appendWRs(p.wrs, &r, seq, i == k-1)
 	}
+	p.used = used
 	p.backlog = append(p.backlog[:0], p.backlog[k:]...)
 	if _, err := p.qp.PostSend(p.wrs); err != nil {
 		// The QP refused (it broke meanwhile); the records stay in flight
@@ -138,42 +170,78 @@ func (p *pqp) drainLocked() []rec {
 	return nil
 }
 
-// wr builds the work request for record r at physical sequence seq. The
-// last request of every posting is signaled, whatever its VQ asked: an
-// unsignaled request completes only when a later signaled one does, and
-// nothing may follow it (the VQ may be waiting to switch routes).
-func (p *pqp) wr(r *rec, seq uint64, last bool) verbs.SendWR {
+// appendWRs appends the work requests for record r at physical sequence
+// seq. The last request of every posting is signaled, whatever its VQ
+// asked: an unsignaled request completes only when a later signaled one
+// does, and nothing may follow it (the VQ may be waiting to switch
+// routes).
+//
+// A notifying WRITE_WITH_IMM is two work requests under one wr_id: the
+// WRITE, never signaled, and its notification, signaled as the record
+// asks. The QP executes them in order to one target (RC, and DC to one
+// DCT), so the notification arrives after the bytes are placed, and a
+// WRITE that fails flushes its notification: its error completion carries
+// the record's wr_id and fails the record as the culprit.
+func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []verbs.SendWR {
 	wr := verbs.SendWR{
 		ID: uint64(r.q.id)<<32 | seq&0xffffffff, Op: r.op, RemoteAddr: r.raddr, RKey: r.rkey,
 		Imm: r.imm, CompareAdd: r.cmp, Swap: r.swap,
 	}
-	start := len(p.sges)
+	if p.rc == nil {
+		t := r.target
+		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
+	}
 	p.sinceSignal++
 	if r.signaled || last || p.sinceSignal >= p.depth/2 {
 		wr.Flags |= verbs.Signaled
 		p.sinceSignal = 0
 	}
-	if r.op.IsSend() {
-		slot := int(seq%uint64(p.depth)) * hdrLen
-		h := p.hdr.Bytes()[slot : slot+hdrLen]
-		binary.LittleEndian.PutUint64(h, p.rt.node)
-		binary.LittleEndian.PutUint32(h[8:], r.q.port.Load())
-		binary.LittleEndian.PutUint32(h[12:], r.imm)
+	if r.notify {
+		write := wr
+		write.Op, write.Flags = verbs.OpWrite, 0
+		write.SGL = p.localSGL(r)
+		wrs = append(wrs, write)
+		wr.RemoteAddr, wr.RKey = 0, 0
+	}
+	start := len(p.sges)
+	if r.op.IsSend() || r.notify {
+		p.sges = append(p.sges, p.header(r, seq))
 		wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
-		if r.msgImm {
+		if r.msgImm || r.notify {
 			wr.Imm |= portHasImm
 		}
-		p.sges = append(p.sges, p.hdr.Range(slot, hdrLen).sge())
 	}
-	if r.hasLocal {
+	if r.hasLocal && !r.notify {
 		p.sges = append(p.sges, r.local)
 	}
 	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
-	if p.rc == nil {
-		t := r.target
-		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
+	return append(wrs, wr)
+}
+
+// localSGL is the SGL of r's local buffer, in the scratch SGEs.
+func (p *pqp) localSGL(r *rec) []verbs.SGE {
+	if !r.hasLocal {
+		return nil
 	}
-	return wr
+	p.sges = append(p.sges, r.local)
+	return p.sges[len(p.sges)-1 : len(p.sges) : len(p.sges)]
+}
+
+// header fills the header slot of sequence seq for r's message or
+// notification and returns its SGE.
+func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
+	slot := int(seq%uint64(p.depth)) * hdrSlot
+	h := p.hdr.Bytes()[slot : slot+hdrSlot]
+	le := binary.LittleEndian
+	le.PutUint64(h, p.rt.node)
+	le.PutUint32(h[8:], r.q.port.Load())
+	le.PutUint32(h[12:], r.imm)
+	if !r.notify {
+		return p.hdr.Range(slot, hdrLen).sge()
+	}
+	le.PutUint32(h[8:], r.q.port.Load()|hdrWrite)
+	le.PutUint32(h[hdrLen:], r.local.Length)
+	return p.hdr.Range(slot, notifyLen).sge()
 }
 
 // portHasImm flags, in a message's immediate, that the user's immediate in
@@ -236,6 +304,7 @@ func (p *pqp) seqOf(id uint64) (uint64, bool) {
 func (p *pqp) retire(out []finished) []finished {
 	r := &p.recs[p.base%uint64(p.depth)]
 	out = append(out, finished{q: r.q, seq: r.seq, status: verbs.Success, n: r.local.Length})
+	p.used -= r.wrs()
 	*r = rec{}
 	p.base++
 	p.n--
@@ -253,7 +322,7 @@ func (p *pqp) failLocked(st verbs.Status, out []finished) []finished {
 		rest = append(rest, p.recs[(p.base+uint64(i))%uint64(p.depth)])
 	}
 	clear(p.recs)
-	p.base, p.n = p.next, 0
+	p.base, p.n, p.used = p.next, 0, 0
 	p.broken = true
 	p.rt.count(&p.rt.stats.recoveries)
 	p.rt.goRecover(p, culprit, st, rest)

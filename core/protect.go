@@ -53,6 +53,9 @@ func check(r *Request, g *grant, twoSided bool, lim limits) *refusal {
 		}
 		return nil
 	}
+	if r.Op == verbs.OpWriteImm && !twoSided {
+		return refuse(verbs.LocQPOpErr, "%s on a VQ connected without a port: its notification has no port to reach", r.Op)
+	}
 	return checkRemote(r, g)
 }
 

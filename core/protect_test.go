@@ -44,6 +44,7 @@ func TestCheck(t *testing.T) {
 		{"misaligned atomic", Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 8), Remote: g.At(4)}, false, verbs.RemInvReqErr},
 		{"atomic of 4 bytes", Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 4), Remote: g.At(0)}, false, verbs.LocLenErr},
 		{"SEND without a port", Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}, false, verbs.LocQPOpErr},
+		{"WRITE_WITH_IMM without a port", Request{Op: verbs.OpWriteImm, Local: rw.Range(0, 8), Remote: g.At(0)}, false, verbs.LocQPOpErr},
 	}
 	for _, c := range cases {
 		r := check(&c.req, grantOf(&c.req), c.two, lim)

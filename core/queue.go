@@ -252,6 +252,9 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	} else {
 		x.raddr, x.rkey = g.addr+r.Remote.Off, g.rkey
 	}
+	if r.Op == verbs.OpWriteImm {
+		x.dstPort, x.notify = q.dstPort, true
+	}
 	return x, true
 }
 

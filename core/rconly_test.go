@@ -114,14 +114,15 @@ func TestRCOnlyBudget(t *testing.T) {
 // RecvSlots once met an empty SRQ there: the sender's shared QP got RNR
 // NAKs for good and every VQ on it hung behind the message (seen as
 // TestMalformedNeighbours/rc-only hanging, its fuzzers' WRITE_WITH_IMMs
-// having used up the target's slots).
+// having used up the target's slots). Both kinds take a slot: raw ones,
+// and a runtime's notifications (here to a port nobody bound).
 func TestUnpolledReceiver(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		const slots = 8
 		c := m.start(t, 2, core.Config{RecvSlots: slots})
 		a, b := c.Node(1), c.Node(2)
 		serve(t, b, "r", 64)
-		q := mustQueue(t, a, 2)
+		q := mustQueue(t, a, 2, core.ToPort(5))
 		g, err := q.Region(ctx(t), "r")
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +132,11 @@ func TestUnpolledReceiver(t *testing.T) {
 		for i := range 4 * slots {
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			req := core.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: g.At(0), Imm: uint32(i)}
-			if _, err := q.Push(wctx, true, req); err != nil {
+			push := func() error { _, err := q.Push(wctx, true, req); return err }
+			if i%2 == 0 {
+				push = func() error { return core.PushRaw(wctx, q, req) }
+			}
+			if err := push(); err != nil {
 				cancel()
 				t.Fatal(err)
 			}

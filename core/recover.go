@@ -134,6 +134,7 @@ func (p *pqp) destroy() {
 		p.recs[p.base%uint64(p.depth)] = rec{}
 		p.base++
 	}
+	p.used = 0
 	qp := p.qp
 	p.mu.Unlock()
 	p.rt.failRecs(lost, verbs.WRFlushErr)

@@ -19,7 +19,7 @@ type receiver struct {
 }
 
 func newReceiver(rt *Runtime) (*receiver, error) {
-	slot := hdrLen + rt.cfg.MaxMessage
+	slot := max(hdrLen+rt.cfg.MaxMessage, notifyLen)
 	mr, err := rt.RegMR(slot*rt.cfg.RecvSlots, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
@@ -42,10 +42,12 @@ func (r *receiver) repost(i int) error {
 
 // onWC dispatches a receive completion by its opcode. Only a SEND carries
 // a message: the runtime's own SENDs travel as SEND_WITH_IMM whose
-// immediate names the destination port, behind a header. A
-// WRITE_WITH_IMM consumes a slot too, but its bytes went to the writer's
-// target, not to the slot, which still holds whatever an earlier SEND left
-// there: it is counted and its slot reposted, never read.
+// immediate names the destination port, behind a header; a header marked
+// hdrWrite is the notification of a runtime's WRITE_WITH_IMM. A raw
+// WRITE_WITH_IMM (a runtime never posts one) consumes a slot too, but its
+// bytes went to the writer's target, not to the slot, which still holds
+// whatever an earlier SEND left there: it is counted and its slot
+// reposted, never read.
 func (r *receiver) onWC(wc *verbs.WC) {
 	i := int(wc.ID &^ recvBit)
 	defer r.repost(i)
@@ -60,15 +62,25 @@ func (r *receiver) onWC(wc *verbs.WC) {
 		return
 	}
 	b := r.mr.Bytes()[i*r.slot : i*r.slot+int(wc.ByteLen)]
+	le := binary.LittleEndian
+	from := le.Uint32(b[8:])
 	m := Message{
-		From: binary.LittleEndian.Uint64(b), Port: binary.LittleEndian.Uint32(b[8:]),
-		Imm: binary.LittleEndian.Uint32(b[12:]), HasImm: wc.Imm&portHasImm != 0,
+		From: le.Uint64(b), Port: from &^ hdrWrite,
+		Imm: le.Uint32(b[12:]), HasImm: wc.Imm&portHasImm != 0,
+	}
+	data := b[hdrLen:]
+	if from&hdrWrite != 0 {
+		if len(data) != notifyLen-hdrLen {
+			r.rt.count(&r.rt.stats.dropped)
+			return
+		}
+		m.Write, m.Len, data = true, int(le.Uint32(data)), nil
 	}
 	port := wc.Imm &^ portHasImm
 	r.rt.mu.RLock()
 	q := r.rt.ports[port]
 	r.rt.mu.RUnlock()
-	if q == nil || !q.deliver(m, b[hdrLen:]) {
+	if q == nil || !q.deliver(m, data) {
 		r.rt.count(&r.rt.stats.dropped)
 	}
 }
@@ -126,13 +138,20 @@ type inbox struct {
 }
 
 // deliver places a message in the oldest posted buffer, or keeps a copy.
+// A WRITE_WITH_IMM's notification has no payload and takes no buffer: it
+// joins the received messages in its order.
 func (q *Queue) deliver(m Message, data []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	in := &q.msgs
-	m.Len = len(data)
+	if !m.Write {
+		m.Len = len(data)
+	}
 	switch {
 	case q.closed:
+		return false
+	case m.Write && len(in.ready) < maxInbox:
+	case m.Write:
 		return false
 	case len(in.bufs) > 0:
 		buf := in.bufs[0]

@@ -8,12 +8,14 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// TestWriteImmNotAMessage: a WRITE_WITH_IMM consumes a shared receive slot
-// that still holds an earlier SEND's payload for another port, and its
-// immediate names a bound port. That port's VQ must not receive the slot's
-// stale bytes (nor anything): a receive completion is dispatched by its
-// opcode, and only a SEND's is a message. With four slots, the third SEND
-// to port A and the WRITE_WITH_IMM share nothing but the slots' reuse.
+// TestWriteImmNotAMessage: a raw WRITE_WITH_IMM (as a writer that is not
+// a krcore runtime posts it, without a notification) consumes a shared
+// receive slot that still holds an earlier SEND's payload for another
+// port, and its immediate names a bound port. That port's VQ must not
+// receive the slot's stale bytes (nor anything): a receive completion is
+// dispatched by its opcode, and only a SEND's is a message. With four
+// slots, the third SEND to port A and the WRITE_WITH_IMM share nothing but
+// the slots' reuse.
 func TestWriteImmNotAMessage(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, RecvSlots: 4})
@@ -29,7 +31,7 @@ func TestWriteImmNotAMessage(t *testing.T) {
 		target := serve(t, b, "target", 64)
 		cliA := mustQueue(t, a, 2, core.ToPort(portA))
 		cliB := mustQueue(t, a, 2, core.ToPort(portB))
-		writer := mustQueue(t, a, 2)
+		writer := mustQueue(t, a, 2, core.ToPort(portB))
 		g, err := writer.Region(ctx(t), "target")
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +56,12 @@ func TestWriteImmNotAMessage(t *testing.T) {
 			}
 		}
 		copy(src.Bytes(), bytes.Repeat([]byte{'w'}, 32))
-		push(writer, core.Request{ID: 10, Op: verbs.OpWriteImm, Local: src.Range(0, 32), Remote: g.At(0), Imm: portB})
+		if err := core.PushRaw(ctx(t), writer, core.Request{ID: 10, Op: verbs.OpWriteImm, Local: src.Range(0, 32), Remote: g.At(0), Imm: portB}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pop1(t, writer); wc.Status != verbs.Success {
+			t.Fatalf("raw WRITE_WITH_IMM: %+v", wc)
+		}
 		if !bytes.Equal(target.Bytes()[:32], src.Bytes()[:32]) {
 			t.Fatalf("WRITE_WITH_IMM did not land: %q", target.Bytes()[:32])
 		}

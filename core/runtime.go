@@ -46,7 +46,8 @@ type Config struct {
 	Meta []meta.Info
 	// DCIs is the size of the DC initiator pool; default one per core.
 	DCIs int
-	// Depth is each physical QP's send queue depth; default 256.
+	// Depth is each physical QP's send queue depth, at least 2; default
+	// 256.
 	Depth int
 	// Credits bounds each VQ's outstanding requests; default 128.
 	Credits int
@@ -99,6 +100,9 @@ func (c *Config) defaults() error {
 	}
 	set(&c.DCIs, runtime.NumCPU())
 	set(&c.Depth, 256)
+	if c.Depth < 2 {
+		return fmt.Errorf("core: config Depth %d: a WRITE_WITH_IMM and its notification take 2 send queue entries: %w", c.Depth, verbs.ErrInvalid)
+	}
 	set(&c.Credits, 128)
 	set(&c.RCPerPeer, 1)
 	if c.RCPeers == 0 {
@@ -150,8 +154,10 @@ type Stats struct {
 	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
 	// PeersDead counts the times a peer was found dead (see ErrPeerDead).
 	PeersDead uint64
-	// WriteImms counts WRITE_WITH_IMM receive completions: consumed,
-	// not delivered to any VQ.
+	// WriteImms counts raw WRITE_WITH_IMM receive completions, from a
+	// writer that is not a krcore runtime (a runtime's WRITE_WITH_IMM
+	// arrives as a notification, Message.Write): consumed, not delivered
+	// to any VQ.
 	WriteImms      uint64
 	DCIs, RCs, VQs int
 	// RCOnly reports that the runtime runs without DC (Config.RCOnly).

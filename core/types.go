@@ -190,7 +190,11 @@ type Request struct {
 	Local Local
 	// Remote is the target of one-sided operations.
 	Remote Remote
-	// Imm is the immediate data of the _WITH_IMM operations.
+	// Imm is the immediate data of the _WITH_IMM operations. A
+	// WRITE_WITH_IMM needs a VQ connected to a port (ToPort), as a SEND
+	// does (else it completes with LOC_QP_OP_ERR): the VQ bound to that
+	// port receives its notification (Message.Write) once the bytes are
+	// in place.
 	Imm uint32
 	// Compare and Swap are CAS's operands; Compare is FAA's addend.
 	Compare, Swap uint64
@@ -217,20 +221,30 @@ func (c *Completion) Err() error {
 	return fmt.Errorf("core: request %d (%s): %w", c.ID, c.Op, c.Status)
 }
 
-// Message is a two-sided message received on a bound port.
+// Message is a two-sided message received on a bound port, or the
+// notification of a WRITE_WITH_IMM sent to it (Write).
 type Message struct {
 	// Buf is the posted receive buffer the message landed in (its first
 	// Len bytes), or nil when it arrived before any buffer was posted and
 	// Data holds a copy.
 	Buf  *Local
 	Data []byte
-	Len  int
+	// Len is the message's length, or for a notification the number of
+	// bytes written.
+	Len int
 	// From is the sender's node and the port it is bound to (0 if none),
 	// the address to reply to.
-	From   NodeID
-	Port   uint32
+	From NodeID
+	Port uint32
+	// Imm is the immediate of a SEND_WITH_IMM or WRITE_WITH_IMM (HasImm).
 	Imm    uint32
 	HasImm bool
+	// Write marks the notification of a WRITE_WITH_IMM: Len bytes were
+	// written into a region this node exported, and were in place before
+	// the notification arrived. It has no payload: Buf and Data are nil
+	// and it takes no posted receive buffer. It arrives in order with the
+	// port's messages, and HasImm is always set.
+	Write bool
 	// Status is LOC_LEN_ERR when the message did not fit Buf (it is cut).
 	Status verbs.Status
 }
