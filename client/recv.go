@@ -69,12 +69,14 @@ func (v *VQ) popMsgRing(out []core.Message, max int) []core.Message {
 	for len(out) != max && v.msgHead != tail {
 		h, data := r.GetMsg(v.msgHead)
 		m := core.Message{Len: int(h.Len), From: h.From, Port: h.Port, Imm: h.Imm,
-			HasImm: h.Flags&wire.MsgHasImm != 0, Status: h.Status}
-		if h.Flags&wire.MsgInBuf != 0 && len(v.recvs) > 0 {
+			HasImm: h.Flags&wire.MsgHasImm != 0, Write: h.Flags&wire.MsgWrite != 0, Status: h.Status}
+		switch {
+		case m.Write: // no payload, no buffer taken
+		case h.Flags&wire.MsgInBuf != 0 && len(v.recvs) > 0:
 			buf := v.recvs[0]
 			v.recvs = v.recvs[1:]
 			m.Buf = &buf
-		} else {
+		default:
 			m.Data = append([]byte(nil), data...)
 		}
 		out = append(out, m)

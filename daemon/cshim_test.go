@@ -124,7 +124,8 @@ func TestCHeaderMatchesWire(t *testing.T) {
 		"KRC_CTR_CLIENT_CQ": wire.ClientCQ, "KRC_CTR_CLIENT_MSG": wire.ClientMsg,
 		"KRC_OP_RECV": wire.OpRecv, "KRC_SQE_UNSIGNALED": wire.FlagUnsignaled,
 		"KRC_MSG_IN_BUF": wire.MsgInBuf, "KRC_MSG_HAS_IMM": wire.MsgHasImm,
-		"KRC_WR_SEND": verbs.OpSend, "KRC_WR_SEND_IMM": verbs.OpSendImm, "KRC_WR_WRITE": verbs.OpWrite,
+		"KRC_MSG_WRITE": wire.MsgWrite,
+		"KRC_WR_SEND":   verbs.OpSend, "KRC_WR_SEND_IMM": verbs.OpSendImm, "KRC_WR_WRITE": verbs.OpWrite,
 		"KRC_WR_WRITE_IMM": verbs.OpWriteImm, "KRC_WR_READ": verbs.OpRead,
 		"KRC_WR_COMPARE_SWAP": verbs.OpCompareSwap, "KRC_WR_FETCH_ADD": verbs.OpFetchAdd,
 		"KRC_ACCESS_LOCAL_WRITE": verbs.AccessLocalWrite, "KRC_ACCESS_REMOTE_WRITE": verbs.AccessRemoteWrite,
@@ -279,9 +280,11 @@ func startCDaemon(ctx context.Context, t *testing.T) (*cluster.Cluster, *daemon.
 	return c, srv, sock
 }
 
-// TestCMessages: a C client binds a port, posts a receive buffer and SENDs
-// to a port on node 2, which answers twice; the first answer lands in the
-// posted buffer, the second comes through the message ring.
+// TestCMessages: a C client binds a port, posts a receive buffer, exports
+// a region and SENDs to a port on node 2, which answers twice and then
+// WRITE_WITH_IMMs into the region; the first answer lands in the posted
+// buffer, the second comes through the message ring, the third is the
+// notification (KRC_MSG_WRITE), after the bytes.
 func TestCMessages(t *testing.T) {
 	bin := buildC(t, "daemon/testdata/krcore_ping.c")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -321,6 +324,18 @@ func TestCMessages(t *testing.T) {
 				return
 			}
 		}
+		g, err := q.Region(ctx, "cring")
+		if err != nil {
+			replied <- err
+			return
+		}
+		n := copy(mr.Bytes()[200:], "written")
+		q.Push(ctx, true, core.Request{ID: 2, Op: verbs.OpWriteImm, Imm: 43, Local: mr.Range(200, n), Remote: g.At(0)})
+		var out [1]core.Completion
+		if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
+			replied <- fmt.Errorf("WRITE_WITH_IMM: %v %v", err, out[0].Err())
+			return
+		}
 		replied <- nil
 	}()
 	out, err := exec.CommandContext(ctx, bin, sock, "2", "80").CombinedOutput()
@@ -331,8 +346,9 @@ func TestCMessages(t *testing.T) {
 	if err := <-replied; err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"send seq 1 cqe 1 SUCCESS", "msg 0: in_buf=1 imm=1:42 from=2 port=80 SUCCESS pong",
-		"msg 1: in_buf=0 imm=1:42 from=2 port=80 SUCCESS late"} {
+	for _, want := range []string{"send seq 1 cqe 1 SUCCESS", "msg 0: in_buf=1 imm=1:42 write=0 from=2 port=80 SUCCESS pong",
+		"msg 1: in_buf=0 imm=1:42 write=0 from=2 port=80 SUCCESS late",
+		"msg 2: in_buf=0 imm=1:43 write=1 from=2 port=80 SUCCESS written"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("krcore_ping output lacks %q", want)
 		}

@@ -280,5 +280,8 @@ func msgHdr(m *core.Message) wire.MsgHdr {
 	if m.HasImm {
 		h.Flags |= wire.MsgHasImm
 	}
+	if m.Write {
+		h.Flags |= wire.MsgWrite
+	}
 	return h
 }

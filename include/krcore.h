@@ -172,6 +172,7 @@ enum krc_ctr {
 #define KRC_SQE_UNSIGNALED 1      /* wire.FlagUnsignaled */
 #define KRC_MSG_IN_BUF 1          /* wire.MsgInBuf: landed in the oldest posted buffer */
 #define KRC_MSG_HAS_IMM 2         /* wire.MsgHasImm */
+#define KRC_MSG_WRITE 4           /* wire.MsgWrite: a WRITE_WITH_IMM's notification */
 
 /* SQE opcodes (verbs.Opcode). */
 enum krc_wr_op {
@@ -256,11 +257,14 @@ struct krc_cqe {
 };
 
 /* One received message's header (wire.MsgHdr); the data follows it in the
- * ring unless flags has KRC_MSG_IN_BUF. */
+ * ring unless flags has KRC_MSG_IN_BUF or KRC_MSG_WRITE. With KRC_MSG_WRITE
+ * it is the notification of a WRITE_WITH_IMM sent to the bound port: len
+ * bytes were written into a region this node exports, and are in place;
+ * it has no data and took no posted buffer. */
 struct krc_msghdr {
-	uint32_t flags;  /* KRC_MSG_IN_BUF, KRC_MSG_HAS_IMM */
+	uint32_t flags;  /* KRC_MSG_IN_BUF, KRC_MSG_HAS_IMM, KRC_MSG_WRITE */
 	uint32_t status; /* KRC_WC_...: LOC_LEN_ERR when cut to the posted buffer */
-	uint32_t len;
+	uint32_t len;    /* bytes of data, or with KRC_MSG_WRITE bytes written */
 	uint32_t imm;    /* with KRC_MSG_HAS_IMM */
 	uint64_t from;   /* sender's node */
 	uint32_t port;   /* the port the sender is bound to (0 if none): reply there */
@@ -1126,7 +1130,8 @@ static inline int krc_pop_wait(struct krc_vq *q, struct krc_cqe *out, int n, int
 
 /* krc_pop_msg takes the next received message of a bound VQ: 1 with *h
  * filled and up to cap bytes of its data copied to data (none when it
- * landed in a posted buffer, KRC_MSG_IN_BUF), or 0 when there is none. */
+ * landed in a posted buffer, KRC_MSG_IN_BUF, or is a WRITE_WITH_IMM's
+ * notification, KRC_MSG_WRITE), or 0 when there is none. */
 static inline int krc_pop_msg(struct krc_vq *q, struct krc_msghdr *h, void *data, size_t cap)
 {
 	if (!q->ring.mem || !krc__msg_ready(q))
@@ -1134,7 +1139,7 @@ static inline int krc_pop_msg(struct krc_vq *q, struct krc_msghdr *h, void *data
 	const struct krc_ring *r = &q->ring;
 	const struct krc_msghdr *m = krc_ring_msg(r, q->msg_head);
 	memcpy(h, m, sizeof *h);
-	if (!(h->flags & KRC_MSG_IN_BUF)) {
+	if (!(h->flags & (KRC_MSG_IN_BUF | KRC_MSG_WRITE))) {
 		size_t k = h->len < r->max_msg ? h->len : r->max_msg;
 		memcpy(data, (const uint8_t *)m + KRC_MSGHDR_LEN, k < cap ? k : cap);
 	}

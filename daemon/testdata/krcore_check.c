@@ -69,6 +69,7 @@ int main(int argc, char **argv)
 	C(KRC_SQE_UNSIGNALED);
 	C(KRC_MSG_IN_BUF);
 	C(KRC_MSG_HAS_IMM);
+	C(KRC_MSG_WRITE);
 	C(KRC_WR_SEND);
 	C(KRC_WR_SEND_IMM);
 	C(KRC_WR_WRITE);

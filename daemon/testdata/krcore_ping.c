@@ -3,9 +3,11 @@
  *
  *     krcore_ping SOCKET NODE PORT
  *
- * Binds a VQ to port 7, posts a 128-byte receive buffer, connects to PORT
- * on NODE, SENDs "ping" and prints the two messages it expects back (the
- * first lands in the posted buffer, the second comes as a copy).
+ * Binds a VQ to port 7, posts a 128-byte receive buffer, exports 64 bytes
+ * as "cring", connects to PORT on NODE, SENDs "ping" and prints the three
+ * messages it expects back (the first lands in the posted buffer, the
+ * second comes as a copy, the third is a WRITE_WITH_IMM's notification,
+ * printed with what was written into "cring").
  */
 #include "krcore.h"
 
@@ -30,8 +32,10 @@ int main(int argc, char **argv)
 	struct krc_vq q;
 	if (krc_attach(&c, argv[1]) < 0)
 		return fail(&c, "attach");
-	if (krc_reg_mr(&c, 256, KRC_ACCESS_LOCAL_WRITE, &mr) < 0)
+	if (krc_reg_mr(&c, 256, KRC_ACCESS_LOCAL_WRITE | KRC_ACCESS_REMOTE_WRITE, &mr) < 0)
 		return fail(&c, "register");
+	if (krc_export(&c, "cring", mr.id, 192, 64, KRC_ACCESS_REMOTE_WRITE) < 0)
+		return fail(&c, "export");
 	if (krc_queue(&c, &q) < 0)
 		return fail(&c, "queue");
 	if (krc_bind(&q, 7) < 0)
@@ -50,16 +54,18 @@ int main(int argc, char **argv)
 	if (krc_pop_wait(&q, &cqe, 1, 5000) < 0)
 		return fail(&c, "pop");
 	printf("send seq %" PRId64 " cqe %" PRIu64 " %s\n", seq, cqe.seq, krc_status_str(cqe.status));
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		struct krc_msghdr h;
 		char data[64] = {0};
 		if (krc_pop_msg_wait(&q, &h, data, sizeof data - 1, 5000) < 0)
 			return fail(&c, "pop msg");
 		if (h.flags & KRC_MSG_IN_BUF)
 			memcpy(data, buf, h.len < 63 ? h.len : 63);
-		printf("msg %d: in_buf=%d imm=%d:%u from=%" PRIu64 " port=%u %s %.*s\n", i,
-		       !!(h.flags & KRC_MSG_IN_BUF), !!(h.flags & KRC_MSG_HAS_IMM), h.imm, h.from, h.port,
-		       krc_status_str(h.status), (int)h.len, data);
+		if (h.flags & KRC_MSG_WRITE)
+			memcpy(data, buf + 192, h.len < 63 ? h.len : 63);
+		printf("msg %d: in_buf=%d imm=%d:%u write=%d from=%" PRIu64 " port=%u %s %.*s\n", i,
+		       !!(h.flags & KRC_MSG_IN_BUF), !!(h.flags & KRC_MSG_HAS_IMM), h.imm,
+		       !!(h.flags & KRC_MSG_WRITE), h.from, h.port, krc_status_str(h.status), (int)h.len, data);
 	}
 	if (krc_unbind(&q) < 0 || krc_close_vq(&q) < 0 || krc_dereg_mr(&c, &mr) < 0)
 		return fail(&c, "close");

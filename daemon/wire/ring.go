@@ -74,6 +74,10 @@ const (
 const (
 	MsgInBuf  = 1 << iota // landed in the oldest posted receive buffer
 	MsgHasImm             // carries immediate data
+	// MsgWrite: the notification of a WRITE_WITH_IMM (core.Message.Write):
+	// Len bytes were written into an exported region; no data follows
+	// the header and no posted buffer was taken.
+	MsgWrite
 )
 
 // RingSize is the length of a VQ's ring memfd for messages up to maxMsg.
@@ -204,13 +208,14 @@ func (r *Ring) PutMsg(i uint64, h MsgHdr, data []byte) {
 }
 
 // GetMsg reads message number i; data aliases the ring (copy it before
-// advancing MsgHead) and is nil for a message in a posted buffer.
+// advancing MsgHead) and is nil for a message in a posted buffer and for
+// a WRITE_WITH_IMM's notification.
 func (r *Ring) GetMsg(i uint64) (MsgHdr, []byte) {
 	b := r.msg(i)
 	le := binary.LittleEndian
 	h := MsgHdr{Flags: le.Uint32(b), Status: verbs.Status(le.Uint32(b[4:])), Len: le.Uint32(b[8:]),
 		Imm: le.Uint32(b[12:]), From: le.Uint64(b[16:]), Port: le.Uint32(b[24:])}
-	if h.Flags&MsgInBuf != 0 {
+	if h.Flags&(MsgInBuf|MsgWrite) != 0 {
 		return h, nil
 	}
 	return h, b[MsgHdrLen : MsgHdrLen+min(int(h.Len), r.maxMsg)]
