@@ -55,6 +55,7 @@
 //	-mode lat,bw (default both)       e.g. krbench -client h -test read -mode lat
 //	krbench -client h read-lat write-bw   # perftest-style names work too
 //	krbench -inproc krcore                # the runtime's tests: cluster,connect,vq,mesh
+//	krbench -inproc imm                   # only when named: WRITE_WITH_IMM vs SEND round trips
 //
 // # The KRCore runtime
 //
@@ -82,6 +83,10 @@
 //     same two RNICs; 64 B SEND round trips through VQs (Bind, ToPort,
 //     PushRecv, PopMsgs) and through raw RC SEND/RECV. The VQ waits as the
 //     raw QP's poller does (-spin, then the runtime's own wait).
+//   - imm (only when named): round trips of WRITE_WITH_IMM (A writes 8 B or
+//     4 KiB into B's memory, B on its notification writes back) against
+//     SEND round trips, on raw RC QPs and on VQs (Message.Write
+//     notifications), between two in-process nodes. Always in this process.
 //   - mesh: full-mesh creation over -nodes in-process nodes: KRCore (every
 //     node connects a VQ to every other, cold) vs raw RC (every pair: a QP
 //     on each node, endpoints over loopback TCP, RTR/RTS on both). Always

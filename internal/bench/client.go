@@ -184,6 +184,8 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 			err = runMesh(ctx, cfg, out, stderr, logf)
 		case testCluster:
 			err = runCluster(ctx, cfg, out, stderr, logf)
+		case testImm:
+			err = runImm(ctx, cfg, out, stderr, logf)
 		default:
 			for _, m := range cfg.modesOf(t) {
 				if err = c.runTest(t, m); err != nil {

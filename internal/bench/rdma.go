@@ -317,7 +317,14 @@ func (e *endpoint) latency(p *poller, s opSpec, warmup, iters int) ([]time.Durat
 // server's echo, repeat. Receives must be posted already. It returns the
 // measured round trips.
 func (e *endpoint) pingPong(p *poller, size, warmup, iters int) ([]time.Duration, error) {
-	wrs := []verbs.SendWR{e.wr(opSpec{op: verbs.OpSend, size: size})}
+	return e.pingPongOp(p, opSpec{op: verbs.OpSend, size: size}, warmup, iters)
+}
+
+// pingPongOp is pingPong with s's request, any that consumes a receive at
+// the peer (SEND, or WRITE_WITH_IMM into the peer's MR at s.remote).
+func (e *endpoint) pingPongOp(p *poller, s opSpec, warmup, iters int) ([]time.Duration, error) {
+	size := s.size
+	wrs := []verbs.SendWR{e.wr(s)}
 	wrs[0].Flags |= verbs.Signaled
 	samples := make([]time.Duration, 0, iters)
 	sendsDone := 0
@@ -325,7 +332,7 @@ func (e *endpoint) pingPong(p *poller, size, warmup, iters int) ([]time.Duration
 		wrs[0].ID = uint64(i)
 		t0 := time.Now()
 		if _, err := e.qp.PostSend(wrs); err != nil {
-			return nil, fmt.Errorf("post SEND %d B #%d: %w", size, i, err)
+			return nil, fmt.Errorf("post %s %d B #%d: %w", s.op, size, i, err)
 		}
 		var rtt time.Duration
 		got := false
@@ -335,11 +342,11 @@ func (e *endpoint) pingPong(p *poller, size, warmup, iters int) ([]time.Duration
 			wcs, err := p.next()
 			now := time.Now()
 			if err != nil {
-				return nil, fmt.Errorf("SEND ping-pong %d B #%d: %w", size, i, err)
+				return nil, fmt.Errorf("%s ping-pong %d B #%d: %w", s.op, size, i, err)
 			}
 			for k := range wcs {
 				wc := &wcs[k]
-				if err := checkWC(wc, fmt.Sprintf("SEND ping-pong %d B #%d", size, i)); err != nil {
+				if err := checkWC(wc, fmt.Sprintf("%s ping-pong %d B #%d", s.op, size, i)); err != nil {
 					return nil, err
 				}
 				if wc.ID != recvID {
@@ -347,7 +354,7 @@ func (e *endpoint) pingPong(p *poller, size, warmup, iters int) ([]time.Duration
 					continue
 				}
 				if got {
-					return nil, fmt.Errorf("SEND ping-pong #%d: two echoes for one send", i)
+					return nil, fmt.Errorf("%s ping-pong #%d: two echoes for one request", s.op, i)
 				}
 				got, rtt = true, now.Sub(t0)
 				if err := e.postRecvs(1); err != nil {
@@ -365,7 +372,13 @@ func (e *endpoint) pingPong(p *poller, size, warmup, iters int) ([]time.Duration
 // echo is the server half of the SEND latency test: answer each of total
 // receives with a SEND of size bytes.
 func (e *endpoint) echo(p *poller, size, total int) error {
-	wrs := []verbs.SendWR{e.wr(opSpec{op: verbs.OpSend, size: size})}
+	return e.echoOp(p, opSpec{op: verbs.OpSend, size: size}, total)
+}
+
+// echoOp is echo answering with s's request (see pingPongOp).
+func (e *endpoint) echoOp(p *poller, s opSpec, total int) error {
+	size := s.size
+	wrs := []verbs.SendWR{e.wr(s)}
 	wrs[0].Flags |= verbs.Signaled
 	recvs, sends := 0, 0
 	for recvs < total || sends < recvs {

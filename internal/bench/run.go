@@ -42,7 +42,10 @@ var allTests = []string{testRaw, testCluster, testRead, testWrite, testSend, tes
 
 // localTests use no server: they start their own in-process cluster on an
 // in-memory fabric, whatever the placement of the run.
-var localTests = []string{testCluster, testMesh}
+var localTests = []string{testCluster, testMesh, testImm}
+
+// namedTests run only when named, after allTests: not part of all.
+var namedTests = []string{testImm}
 
 // isLocal reports whether test needs no server.
 func isLocal(test string) bool { return slices.Contains(localTests, test) }
@@ -474,14 +477,14 @@ func parseSpecs(specs []string, modeList string) ([]string, map[string][]string,
 			}
 		case testRaw, "tcp":
 			add(testRaw, mode)
-		case testRead, testWrite, testSend, testAtomic, testConnect, testVQ, testMesh, testCluster:
+		case testRead, testWrite, testSend, testAtomic, testConnect, testVQ, testMesh, testCluster, testImm:
 			add(name, mode)
 		case "krcore", "runtime":
 			for _, t := range []string{testCluster, testConnect, testVQ, testMesh} {
 				add(t, mode)
 			}
 		default:
-			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, vq, mesh, cluster, krcore, raw or all)", errUsage, s)
+			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, vq, mesh, cluster, imm, krcore, raw or all)", errUsage, s)
 		}
 	}
 	if len(want) == 0 {
@@ -491,7 +494,7 @@ func parseSpecs(specs []string, modeList string) ([]string, map[string][]string,
 	}
 	var tests []string
 	modes := map[string][]string{}
-	for _, t := range allTests {
+	for _, t := range slices.Concat(allTests, namedTests) {
 		if want[t] == nil {
 			continue
 		}
