@@ -34,6 +34,18 @@ func TestWriteImmNotification(t *testing.T) {
 	if err := q.PushRecv(inbox.Range(0, 64)); err != nil {
 		t.Fatal(err)
 	}
+	// The daemon takes the posted buffer from the submission ring, in
+	// order with requests: once a READ behind it completes, it is posted.
+	if err := q.Connect(ctx, 2, core.ToPort(80)); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := c.Region(ctx, 2, "table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, ctx, q, core.Request{ID: 1, Op: verbs.OpRead, Local: ring.Range(0, 8), Remote: tbl.At(0)}); out[0].Err() != nil {
+		t.Fatal(out[0].Err())
+	}
 
 	n2 := e.c.Node(2)
 	srv, err := n2.Queue()
@@ -78,13 +90,6 @@ func TestWriteImmNotification(t *testing.T) {
 	}
 
 	// The client writes back into node 2's table with an immediate.
-	if err := q.Connect(ctx, 2, core.ToPort(80)); err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := c.Region(ctx, 2, "table")
-	if err != nil {
-		t.Fatal(err)
-	}
 	copy(ring.Bytes()[100:], "reply!")
 	out := run(t, ctx, q, core.Request{ID: 3, Op: verbs.OpWriteImm, Local: ring.Range(100, 6), Remote: tbl.At(64), Imm: 9})
 	if out[0].Status != verbs.Success || out[0].Len != 6 {
