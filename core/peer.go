@@ -144,8 +144,7 @@ func (p *peer) refresh(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	old := p.target()
-	if old != nil && old.addr == rec.Addr && old.dct == rec.DCTNum && old.key == rec.DCKey && old.ctrlQPN == rec.CtrlQPN {
+	if !moved(p.target(), rec) {
 		return false, nil
 	}
 	t, err := rt.newTarget(p, rec)

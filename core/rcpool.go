@@ -85,7 +85,7 @@ func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32, built bool) (
 // endpoint. The QP joins our pool when the caller says its end is ready
 // (readyRC): before that, our requests on it would be dropped. A retried
 // request (same caller QP) is answered with the QP already made. In
-// RC-only mode the peer must fit our budget too (see reserve).
+// RC-only mode the peer must fit our budget too (the strategy's admit).
 func (rt *Runtime) acceptRC(ctx context.Context, from NodeID, body []byte) []byte {
 	var remote verbs.Endpoint
 	if err := remote.UnmarshalBinary(body); err != nil {

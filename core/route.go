@@ -3,6 +3,7 @@ package core
 import (
 	"sort"
 
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -204,6 +205,13 @@ type verdict struct {
 	// while the peer lives; a ping tells which, and the peer's requests
 	// are reposted on the QP repair builds.
 	ping bool
+}
+
+// moved reports whether a peer's refetched record names another target
+// than the one the runtime has (none yet counts as moved): the node
+// restarted, with a new address, DC target or control QP.
+func moved(old *target, rec meta.Record) bool {
+	return old == nil || old.addr != rec.Addr || old.dct != rec.DCTNum || old.key != rec.DCKey || old.ctrlQPN != rec.CtrlQPN
 }
 
 // staleSuspect reports that a DC request's status may come from a stale

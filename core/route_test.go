@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -239,6 +240,29 @@ func TestStep(t *testing.T) {
 	for _, c := range cases {
 		if got := step(c.cur, c.want, c.inflight); got != c.step {
 			t.Errorf("%s: step = %d, want %d", c.name, got, c.step)
+		}
+	}
+}
+
+func TestMoved(t *testing.T) {
+	old := &target{addr: "a", dct: 7, key: 9, ctrlQPN: 3}
+	same := meta.Record{Addr: "a", DCTNum: 7, DCKey: 9, CtrlQPN: 3, Version: 42}
+	cases := []struct {
+		name  string
+		old   *target
+		rec   func(meta.Record) meta.Record
+		moved bool
+	}{
+		{"the same target (a newer table version alone)", old, func(r meta.Record) meta.Record { return r }, false},
+		{"no target yet", nil, func(r meta.Record) meta.Record { return r }, true},
+		{"a new address", old, func(r meta.Record) meta.Record { r.Addr = "b"; return r }, true},
+		{"a new DCT (the node restarted)", old, func(r meta.Record) meta.Record { r.DCTNum = 8; return r }, true},
+		{"a new DC key", old, func(r meta.Record) meta.Record { r.DCKey = 10; return r }, true},
+		{"a new control QP", old, func(r meta.Record) meta.Record { r.CtrlQPN = 4; return r }, true},
+	}
+	for _, c := range cases {
+		if got := moved(c.old, c.rec(same)); got != c.moved {
+			t.Errorf("%s: moved = %v, want %v", c.name, got, c.moved)
 		}
 	}
 }
