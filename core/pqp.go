@@ -45,7 +45,7 @@ type rec struct {
 	msgImm   bool // a user SEND_WITH_IMM: imm travels in the header
 	// notify: a WRITE_WITH_IMM on a VQ connected to a port, posted as a
 	// WRITE and, behind it on the same QP, a SEND_WITH_IMM notification
-	// to dstPort (see pqp.wr).
+	// to dstPort (see pqp.appendWRs).
 	notify bool
 }
 
