@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore/verbs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,8 +62,16 @@ func TestReqClass(t *testing.T) {
 
 // BenchmarkObserve is what the pump pays per completion to count its
 // request's time (latency.observe), beside a Prometheus histogram's
-// Observe over the same buckets.
+// Observe over the same buckets, and per round for the clock
+// (Server.clock, see pump.roundClock).
 func BenchmarkObserve(b *testing.B) {
+	b.Run("clock", func(b *testing.B) {
+		s := &Server{start: time.Now()}
+		var t int64
+		for b.Loop() {
+			t += s.clock()
+		}
+	})
 	b.Run("latency", func(b *testing.B) {
 		var l latency
 		for i := 0; b.Loop(); i++ {

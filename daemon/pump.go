@@ -43,6 +43,10 @@ type pump struct {
 	next int // the VQ a round starts with, round robin
 	reqs []core.Request
 	out  []core.Completion
+	// now is Server.clock at the last round, 0 until read (roundClock);
+	// the pump goroutine's alone, as round runs only there (run,
+	// spinRounds, and Wait's ready func).
+	now int64
 }
 
 func newPump(ss *session) *pump {
@@ -72,20 +76,21 @@ func (p *pump) remove(v *vq) {
 func (p *pump) run() {
 	defer close(p.done)
 	ctx := p.ss.ctx
-	var busy time.Time // when the current stretch of work began
+	var busy int64 // Server.clock when the current stretch of work began; 0: none
 	for ctx.Err() == nil {
 		if p.round() || p.spinRounds() {
 			p.ss.s.nudge(p)
-			if busy.IsZero() {
-				busy = time.Now()
+			now := p.roundClock() // the round's, if it read the clock
+			if busy == 0 {
+				busy = now
 			}
-			if !p.share(&busy) {
+			if !p.share(now, &busy) {
 				runtime.Gosched() // one batch per turn: the other clients' turn
 			}
 			continue
 		}
-		brief := busy.IsZero() || time.Since(busy) < p.ss.s.cfg.ShareQuantum
-		busy = time.Time{}
+		brief := busy == 0 || p.ss.s.clock()-busy < int64(p.ss.s.cfg.ShareQuantum)
+		busy = 0
 		err := p.g.Wait(ctx, p.round, p.arm)
 		p.disarm()
 		if err != nil {
@@ -106,9 +111,10 @@ const interactiveFor = time.Millisecond
 // one quantum in four.
 const napRatio = 3
 
-// share makes a pump that has worked without a break for the share
-// quantum (Config.ShareQuantum) sleep three times as long (napRatio) while
-// another client is interactive, and reports whether it slept. Gosched
+// share makes a pump that has worked without a break (since busy, by
+// Server.clock; now is the clock at its last round) for the share quantum
+// (Config.ShareQuantum) sleep three times as long (napRatio) while another
+// client is interactive, and reports whether it slept. Gosched
 // shares the daemon's Go scheduler between pumps, but not the node's
 // cores: a flood keeps its pump and its own process busy, ~1.4 of 2 cores,
 // and every wake-up of an interactive client (its pump on a doorbell, the
@@ -119,12 +125,12 @@ const napRatio = 3
 // its rate beside an interactive client falls 3-5x (TestFloodFairness logs
 // it). A client alone, or among clients that keep their pumps busy (as
 // connects/s from 4 processes does), is not paced.
-func (p *pump) share(busy *time.Time) bool {
+func (p *pump) share(now int64, busy *int64) bool {
 	s := p.ss.s
 	if s.cfg.ShareQuantum <= 0 {
 		return false
 	}
-	ran := time.Since(*busy)
+	ran := time.Duration(now - *busy)
 	if ran < s.cfg.ShareQuantum || !s.othersInteractive(p) {
 		return false
 	}
@@ -141,7 +147,7 @@ func (p *pump) share(busy *time.Time) bool {
 	case <-p.ss.ctx.Done():
 	}
 	p.ss.naps.Add(1)
-	*busy = time.Time{}
+	*busy = 0
 	return true
 }
 
@@ -276,6 +282,7 @@ func (p *pump) round() bool {
 		return false
 	}
 	inflight := p.inflightLocked()
+	p.now = 0
 	did, budget := false, batch
 	for i := range n {
 		v := vqs[(p.next+i)%n]
@@ -296,6 +303,20 @@ func (p *pump) round() bool {
 	return did
 }
 
+// roundClock is the time of the round's stamps (vq.sent, vq.observe): the
+// clock is read once per round that has requests or completions, not per
+// request nor per VQ, because a read costs as much as the observations of
+// a batch (BenchmarkObserve). A request's time is thus from the round that
+// took it off the ring to the round that posted its completion, off by
+// less than a round's work (a batch). run takes the same reading for
+// share, which would otherwise read the clock after every round itself.
+func (p *pump) roundClock() int64 {
+	if p.now == 0 {
+		p.now = p.ss.s.clock()
+	}
+	return p.now
+}
+
 // submit consumes up to limit of v's SQEs; k is how many requests the
 // runtime accepted, moved whether any entry was consumed.
 func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
@@ -314,7 +335,7 @@ func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
 	start, end := v.seq, v.seq+min(avail, uint64(limit))
 	reqs := p.reqs[:0]
 	seq := start
-	now := p.ss.s.clock() // one clock read for the batch: see vq.sent
+	now := p.roundClock()
 	for ; seq < end; seq++ {
 		e := r.GetSQE(seq)
 		if e.Op == wire.OpConnectSQE {
@@ -390,7 +411,7 @@ func (p *pump) complete(v *vq) bool {
 	if n == 0 {
 		return false
 	}
-	now := p.ss.s.clock()
+	now := p.roundClock()
 	for i := range p.out[:n] {
 		c := &p.out[i]
 		r.PutCQE(v.pos, wire.CQE{Seq: c.ID, Status: c.Status, Len: uint32(c.Len)})
