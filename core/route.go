@@ -11,11 +11,12 @@ import (
 // the hot/cold plan (per-peer loads), the RC-only budget (which holder
 // makes room), recovery's triage (what a failed completion means and what
 // becomes of the requests it caught) and the route a VQ's requests take
-// (pickQP, step).
-// The code around them (manage.go, rconly.go, recover.go, queue.go)
-// samples the observations and carries the decisions out with verbs and
-// control calls; the two route strategies (strategy.go) choose between
-// them. Tests feed them inputs directly, with no device (route_test.go).
+// (pickQP, step). The code around them (manage.go, rconly.go, recover.go,
+// queue.go) samples the observations and carries the decisions out with
+// verbs and control calls; where DC+RC and RC-only decide differently
+// (triage, the pool policy) each route strategy (strategy.go) has its own
+// pure method. Tests feed them inputs directly, with no device
+// (route_test.go).
 
 // pickQP is the route decision: the physical QP a VQ's requests take.
 // One of the peer's pooled RC QPs if it has any, else the VQ's DCI; nil
