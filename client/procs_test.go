@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/krcore/krcore/daemon/wire"
 	"os"
 	"os/exec"
 	"runtime"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
 )
 

@@ -3,10 +3,10 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
-	"github.com/krcore/krcore/daemon/wire"
 	"testing"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )

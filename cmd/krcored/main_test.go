@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/krcore/krcore/daemon"
-	"github.com/krcore/krcore/daemon/wire"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +16,8 @@ import (
 
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/provider/soft"

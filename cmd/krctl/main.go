@@ -43,7 +43,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/krcore/krcore/daemon/wire"
 	"io"
 	"os"
 	"strconv"
@@ -52,6 +51,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
 )
 

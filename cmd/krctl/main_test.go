@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/krcore/krcore/daemon/wire"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
