@@ -19,6 +19,7 @@ import (
 
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/soft"
@@ -95,10 +96,10 @@ func parseDaemon(args []string, stderr io.Writer) (*dConfig, error) {
 		return nil, err
 	}
 	if (d.socket == "") != (d.metaInfo == "") {
-		return nil, fmt.Errorf("%w: -daemon and -meta go together", errUsage)
+		return nil, fmt.Errorf("%w: -daemon and -meta go together", flags.ErrUsage)
 	}
 	if d.n < pairBlocks || d.procs < 1 || d.cqMod < 1 || d.txDepth < d.cqMod {
-		return nil, fmt.Errorf("%w: -n >= %d, -procs >= 1, -tx-depth >= -cq-mod >= 1", errUsage, pairBlocks)
+		return nil, fmt.Errorf("%w: -n >= %d, -procs >= 1, -tx-depth >= -cq-mod >= 1", flags.ErrUsage, pairBlocks)
 	}
 	return d, nil
 }

@@ -19,6 +19,7 @@ import (
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -31,7 +32,7 @@ func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error
 	fs := flag.NewFlagSet(childServer, flag.ContinueOnError)
 	metaText := fs.String("meta", "", "MetaServer to join (empty: embed one)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", flags.ErrUsage, err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -96,12 +97,12 @@ func runCoreRTT(stdout io.Writer) error {
 // ready, wait for go, run n warm connects, say done.
 func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) != 3 {
-		return fmt.Errorf("%w: %s SOCKET NODE N", errUsage, childConnex)
+		return fmt.Errorf("%w: %s SOCKET NODE N", flags.ErrUsage, childConnex)
 	}
 	node, err1 := strconv.ParseUint(args[1], 10, 64)
 	n, err2 := strconv.Atoi(args[2])
 	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", flags.ErrUsage, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -144,7 +145,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 	spin := fs.Duration("spin", 0, "how long a client's pump polls before it sleeps")
 	share := fs.Duration("share-quantum", 0, "how long a pump works beside an interactive client before it naps (0: the default)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", flags.ErrUsage, err)
 	}
 	info, err := meta.ParseInfo(*metaText)
 	if err != nil {

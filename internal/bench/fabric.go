@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/internal/bench/pingpong"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
@@ -99,7 +101,7 @@ func (ibvFabric) transport() string { return "ibverbs RC" }
 
 func (ibvFabric) describe(dev verbs.Device) string {
 	p := dev.Port()
-	return fmt.Sprintf("%s port %d GID[%d] %s", dev.Name(), p.Num, p.GIDIndex, ntopGID(p.GID))
+	return fmt.Sprintf("%s port %d GID[%d] %s", dev.Name(), p.Num, p.GIDIndex, pingpong.NtopGID(p.GID))
 }
 
 // fabricFor is the fabric a -server or -client run uses.
@@ -121,7 +123,7 @@ var ibverbsTests = []string{testRaw, testRead, testWrite, testSend, testAtomic, 
 // provider cannot run. specs are the test words of the command line.
 func (cfg *config) applyProvider(set map[string]bool, specs []string) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", flags.ErrUsage, fmt.Sprintf(format, a...))
 	}
 	switch cfg.provider {
 	case providerSoft:
@@ -136,7 +138,7 @@ func (cfg *config) applyProvider(set map[string]bool, specs []string) error {
 		return bad("-provider %q: want soft or ibverbs", cfg.provider)
 	}
 	if !ibverbs.Built {
-		return fmt.Errorf("%w: -provider ibverbs: %w", errUsage, ibverbs.ErrNotBuilt)
+		return fmt.Errorf("%w: -provider ibverbs: %w", flags.ErrUsage, ibverbs.ErrNotBuilt)
 	}
 	switch {
 	case cfg.role == roleInproc || cfg.role == roleDemo:

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/internal/bench/pingpong"
 )
 
 // defaultPort is perftest's default port.
@@ -156,9 +159,6 @@ func startProfiles(cfg *config) (stop func(), err error) {
 	return stop, nil
 }
 
-// errUsage marks a command-line mistake (exit status 2).
-var errUsage = errors.New("usage")
-
 // errTargetMissed marks a -check run that missed a target (exit status 3).
 var errTargetMissed = errors.New("a target was missed")
 
@@ -177,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(args) > 0 && args[0] == "pingpong" {
-		return runPingpong(ctx, args[1:], stdout, stderr)
+		return pingpong.Run(ctx, args[1:], stdout, stderr)
 	}
 	cfg, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -242,52 +242,12 @@ examples:
 flags:
 `
 
-// newFlagSet is a flag set that reports its errors (rather than exiting)
-// and prints usage, then the flags, to stderr.
-func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseMixed parses args, in which words (as isWord tells) and flags may
-// mix (krbench demo -n 10, krbench -inproc read-lat -n 5), and returns the
-// words: the flag package stops at the first word, so take the words and
-// parse what follows them again. A parse error but -h wraps errUsage.
-func parseMixed(fs *flag.FlagSet, args []string, isWord func(string) bool) ([]string, error) {
-	var words []string
-	for {
-		for len(args) > 0 && isWord(args[0]) {
-			words = append(words, args[0])
-			args = args[1:]
-		}
-		if len(args) == 0 {
-			return words, nil
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		args = fs.Args()
-		if len(args) > 0 && strings.HasPrefix(args[0], "-") {
-			// Only after a "--": everything left is words.
-			return append(words, args...), nil
-		}
-	}
-}
-
 // parseArgs reads the command line. Words that are not flags select the
 // role (demo, server, client HOST, inproc) or tests (read-lat, all ...);
 // they may come before or after the flags.
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{}
-	fs := newFlagSet("krbench", usageText, stderr)
+	fs := flags.NewSet("krbench", usageText, stderr)
 	var (
 		server, inproc, local bool
 		client, testList      string
@@ -328,7 +288,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write this process's CPU profile to `file` (go tool pprof)")
 	fs.StringVar(&cfg.traceFile, "trace", "", "write this process's execution trace to `file` (go tool trace): shows scheduler delays")
 
-	words, err := parseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") })
+	words, err := flags.ParseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") })
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +309,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 			inproc = true
 		case "client":
 			if i+1 >= len(words) || client != "" {
-				return nil, fmt.Errorf("%w: \"client\" needs one HOST[:PORT]", errUsage)
+				return nil, fmt.Errorf("%w: \"client\" needs one HOST[:PORT]", flags.ErrUsage)
 			}
 			i++
 			client = words[i]
@@ -366,9 +326,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	}
 	switch {
 	case n == 0:
-		return nil, fmt.Errorf("%w: say what to run: demo, -server, -client HOST or -inproc", errUsage)
+		return nil, fmt.Errorf("%w: say what to run: demo, -server, -client HOST or -inproc", flags.ErrUsage)
 	case n > 1:
-		return nil, fmt.Errorf("%w: pick one of demo, -server, -client and -inproc", errUsage)
+		return nil, fmt.Errorf("%w: pick one of demo, -server, -client and -inproc", flags.ErrUsage)
 	case server:
 		cfg.role = roleServer
 	case client != "":
@@ -384,7 +344,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		cfg.role = roleDemo
 	}
 	if cfg.role == roleServer && len(specs) > 0 {
-		return nil, fmt.Errorf("%w: the server runs whatever its clients ask; tests %q belong on the client", errUsage, specs)
+		return nil, fmt.Errorf("%w: the server runs whatever its clients ask; tests %q belong on the client", flags.ErrUsage, specs)
 	}
 
 	tests, modes, err := parseSpecs(specs, modeList)
@@ -413,14 +373,14 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 // serverAddr adds the default port to HOST.
 func serverAddr(s string) (string, error) {
 	if s == "" {
-		return "", fmt.Errorf("%w: empty -client address", errUsage)
+		return "", fmt.Errorf("%w: empty -client address", flags.ErrUsage)
 	}
 	if _, _, err := net.SplitHostPort(s); err == nil {
 		return s, nil
 	}
 	host := strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
-		return "", fmt.Errorf("%w: bad -client address %q (want HOST or HOST:PORT)", errUsage, s)
+		return "", fmt.Errorf("%w: bad -client address %q (want HOST or HOST:PORT)", flags.ErrUsage, s)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(defaultPort)), nil
 }
@@ -439,7 +399,7 @@ func parseSpecs(specs []string, modeList string) ([]string, map[string][]string,
 			case "both", "all":
 				global[modeLat], global[modeBW] = true, true
 			default:
-				return nil, nil, fmt.Errorf("%w: unknown mode %q (want lat or bw)", errUsage, m)
+				return nil, nil, fmt.Errorf("%w: unknown mode %q (want lat or bw)", flags.ErrUsage, m)
 			}
 		}
 	}
@@ -484,7 +444,7 @@ func parseSpecs(specs []string, modeList string) ([]string, map[string][]string,
 				add(t, mode)
 			}
 		default:
-			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, vq, mesh, cluster, imm, krcore, raw or all)", errUsage, s)
+			return nil, nil, fmt.Errorf("%w: unknown test %q (want read, write, send, atomic, connect, vq, mesh, cluster, imm, krcore, raw or all)", flags.ErrUsage, s)
 		}
 	}
 	if len(want) == 0 {
@@ -584,7 +544,7 @@ const maxNodes = 64
 
 func validate(cfg *config, set map[string]bool) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", flags.ErrUsage, fmt.Sprintf(format, a...))
 	}
 	switch {
 	case cfg.port < 0 || cfg.port > 65535:

@@ -1,25 +1,5 @@
-package bench
-
-import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
-
-	"github.com/krcore/krcore/offheap"
-	"github.com/krcore/krcore/provider/ibverbs"
-	"github.com/krcore/krcore/verbs"
-)
-
-// `krbench pingpong` is rdma-core's ibv_rc_pingpong on krcore's verbs API
-// over the ibverbs provider: the same flags, the same out-of-band exchange
+// Package pingpong is `krbench pingpong`: rdma-core's ibv_rc_pingpong on
+// krcore's verbs API over the ibverbs provider: the same flags, the same out-of-band exchange
 // (ppwire.go), the same RC SEND/RECV traffic and the same result lines, so
 // either side can be the C tool:
 //
@@ -40,13 +20,41 @@ import (
 // buffer with the same line and then exits 1 (the C tool exits 0); -l
 // accepts only 0 (the verbs API sets no service level); -o, -t, -j and -N
 // are not offered.
+package pingpong
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/provider/ibverbs"
+	"github.com/krcore/krcore/verbs"
+)
 
 // ppDefaults are ibv_rc_pingpong's defaults.
 const (
+	ppDefaultPort    = 18515
 	ppDefaultSize    = 4096
 	ppDefaultMTU     = 1024
 	ppDefaultRxDepth = 500
 	ppDefaultIters   = 1000
+)
+
+// Bounds on -s and -r: the largest message and receive queue krbench's
+// other tests take.
+const (
+	ppMaxSize    = 8 << 20
+	ppMaxRxDepth = 8192
 )
 
 // Work request IDs, as the C tool numbers them: bit flags of what a side
@@ -87,12 +95,12 @@ flags:
 // server name may come in any order, as with getopt.
 func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 	cfg := &ppConfig{}
-	fs := newFlagSet("krbench pingpong", ppUsage, stderr)
+	fs := flags.NewSet("krbench pingpong", ppUsage, stderr)
 	both := func(short, long string, def int, p *int, usage string) {
 		fs.IntVar(p, short, def, usage)
 		fs.IntVar(p, long, def, "same as -"+short)
 	}
-	both("p", "port", defaultPort, &cfg.port, "listen on/connect to TCP `port`")
+	both("p", "port", ppDefaultPort, &cfg.port, "listen on/connect to TCP `port`")
 	fs.StringVar(&cfg.dev, "d", "", "use IB `device` (default first device found)")
 	fs.StringVar(&cfg.dev, "ib-dev", "", "same as -d")
 	both("i", "ib-port", 1, &cfg.ibPort, "use `port` of the IB device")
@@ -109,12 +117,12 @@ func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on every wait: accept, connect, exchange, each completion")
 
 	// A lone "-" is a word, as getopt has it.
-	words, err := parseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") || a == "-" })
+	words, err := flags.ParseMixed(fs, args, func(a string) bool { return !strings.HasPrefix(a, "-") || a == "-" })
 	if err != nil {
 		return nil, err
 	}
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s", flags.ErrUsage, fmt.Sprintf(format, a...))
 	}
 	switch {
 	case len(words) > 1:
@@ -123,10 +131,10 @@ func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 		return nil, bad("-p %d out of range", cfg.port)
 	case cfg.ibPort < 1:
 		return nil, bad("-i %d: ports count from 1", cfg.ibPort)
-	case cfg.size < 1 || cfg.size > maxSize:
-		return nil, bad("-s %d: want 1..%d", cfg.size, maxSize)
-	case cfg.rxDepth < 2 || cfg.rxDepth > maxDepth:
-		return nil, bad("-r %d: want 2..%d", cfg.rxDepth, maxDepth)
+	case cfg.size < 1 || cfg.size > ppMaxSize:
+		return nil, bad("-s %d: want 1..%d", cfg.size, ppMaxSize)
+	case cfg.rxDepth < 2 || cfg.rxDepth > ppMaxRxDepth:
+		return nil, bad("-r %d: want 2..%d", cfg.rxDepth, ppMaxRxDepth)
 	case cfg.iters < 1:
 		return nil, bad("-n %d: want at least 1", cfg.iters)
 	case cfg.sl != 0:
@@ -143,14 +151,14 @@ func parsePingpong(args []string, stderr io.Writer) (*ppConfig, error) {
 		cfg.server = words[0]
 	}
 	if !ibverbs.Built {
-		return nil, fmt.Errorf("%w: pingpong needs the ibverbs provider: %w", errUsage, ibverbs.ErrNotBuilt)
+		return nil, fmt.Errorf("%w: pingpong needs the ibverbs provider: %w", flags.ErrUsage, ibverbs.ErrNotBuilt)
 	}
 	return cfg, nil
 }
 
-// runPingpong is `krbench pingpong`; it returns the exit status: 0, 1 on
+// Run is `krbench pingpong`; it returns the exit status: 0, 1 on
 // a failed run, 2 on bad usage (and in a build without the rdma tag).
-func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parsePingpong(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -216,7 +224,7 @@ func newPPCtx(ctx context.Context, cfg *ppConfig) (_ *ppCtx, err error) {
 	if c.dev, err = ibverbs.Open(ctx, cfg.dev, cfg.ibPort, cfg.gidIdx); err != nil {
 		return nil, err
 	}
-	if c.buf, err = allocBuf(cfg.size); err != nil {
+	if c.buf, err = offheap.Alloc(cfg.size); err != nil {
 		return nil, err
 	}
 	b := c.buf.Bytes()[:cfg.size]

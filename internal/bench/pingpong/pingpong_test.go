@@ -1,4 +1,4 @@
-package bench
+package pingpong
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/verbs"
 )
@@ -80,10 +81,10 @@ func TestPPMsgRoundTrip(t *testing.T) {
 	if g, err := parseWireGID(wireGID(link)); err != nil || g != link {
 		t.Fatalf("GID round trip: %v %v", g, err)
 	}
-	if s := ntopGID(link); s != "fe80::4cf6:1cff:fe26:dfdd" {
+	if s := NtopGID(link); s != "fe80::4cf6:1cff:fe26:dfdd" {
 		t.Fatalf("ntop(link-local) = %q", s)
 	}
-	if s := ntopGID(verbs.GID{}); s != "::" {
+	if s := NtopGID(verbs.GID{}); s != "::" {
 		t.Fatalf("ntop(zero) = %q", s)
 	}
 }
@@ -323,7 +324,7 @@ func TestPingpongFlags(t *testing.T) {
 		// Without the rdma tag every pingpong is a usage error naming the
 		// missing provider, with exit status 2.
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), []string{"pingpong", "-g", "1", "10.0.0.1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "built without rdma support") {
+		if code := Run(context.Background(), []string{"-g", "1", "10.0.0.1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "built without rdma support") {
 			t.Fatalf("exit %d, stderr %q; want 2 and the provider's error", code, errb.String())
 		}
 		return
@@ -339,43 +340,8 @@ func TestPingpongFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-l", "3"}, {"-m", "1000"}, {"-r", "1"}, {"-n", "0"}, {"-p", "70000"}, {"-i", "0"}, {"a", "b"}, {"-o"},
 	} {
-		if _, err := parsePingpong(args, io.Discard); !errors.Is(err, errUsage) {
+		if _, err := parsePingpong(args, io.Discard); !errors.Is(err, flags.ErrUsage) {
 			t.Errorf("%q: err %v, want a usage error", args, err)
-		}
-	}
-}
-
-func TestProviderFlag(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"-client", "127.0.0.1", "-provider", "nope"}, &out, &errb); code != 2 {
-		t.Fatalf("-provider nope: exit %d, want 2 (%s)", code, errb.String())
-	}
-	if code := run(context.Background(), []string{"-client", "127.0.0.1", "-gid-idx", "1"}, &out, &errb); code != 2 {
-		t.Fatalf("-gid-idx on soft: exit %d, want 2", code)
-	}
-	errb.Reset()
-	code := run(context.Background(), []string{"-client", "127.0.0.1", "-provider", "ibverbs", "read-lat"}, &out, &errb)
-	if !ibverbs.Built {
-		if code != 2 || !strings.Contains(errb.String(), "built without rdma support") {
-			t.Fatalf("untagged -provider ibverbs: exit %d, stderr %q; want 2 and the provider's error", code, errb.String())
-		}
-		return
-	}
-	for _, args := range [][]string{
-		{"-client", "127.0.0.1", "-provider", "ibverbs", "vq"},
-		{"-inproc", "-provider", "ibverbs", "read-lat"},
-	} {
-		if _, err := parseArgs(args, io.Discard); !errors.Is(err, errUsage) {
-			t.Errorf("%q: err %v, want a usage error", args, err)
-		}
-	}
-	cfg, err := parseArgs([]string{"-client", "127.0.0.1", "-provider", "ibverbs"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tst := range cfg.tests {
-		if tst == testVQ || tst == testMesh || tst == testCluster {
-			t.Fatalf("ibverbs default tests %v include %s", cfg.tests, tst)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package pingpong
 
 import (
 	"bytes"
@@ -129,10 +129,10 @@ func decodePPMsg(b []byte) (ppDest, error) {
 	return ppDest{LID: uint16(lid), QPN: uint32(qpn), PSN: uint32(psn), GID: g}, nil
 }
 
-// ntopGID prints a GID as inet_ntop(AF_INET6) does, which is how
+// NtopGID prints a GID as inet_ntop(AF_INET6) does, which is how
 // ibv_rc_pingpong shows addresses: an IPv4-mapped GID is "::ffff:a.b.c.d"
 // (Go's net.IP would print the bare IPv4 address).
-func ntopGID(g verbs.GID) string {
+func NtopGID(g verbs.GID) string {
 	ip := net.IP(g[:])
 	if v4 := ip.To4(); v4 != nil && g != (verbs.GID{}) {
 		return "::ffff:" + v4.String()
@@ -142,5 +142,5 @@ func ntopGID(g verbs.GID) string {
 
 // String is the address line ibv_rc_pingpong prints for a side.
 func (d ppDest) String() string {
-	return fmt.Sprintf("LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s", d.LID, d.QPN, d.PSN, ntopGID(d.GID))
+	return fmt.Sprintf("LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s", d.LID, d.QPN, d.PSN, NtopGID(d.GID))
 }
