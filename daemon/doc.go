@@ -60,8 +60,9 @@
 // by opcode and size, over every client since the start) and
 // krcored_client_request_seconds (the same, by attached client). The
 // request histograms are the pump's own counters (latency): one clock read
-// per batch and a bit count and two unlocked atomic stores per completion,
-// cheaper than a Prometheus histogram's Observe, since one pump writes them.
+// per working round, which its pacing (share) reads anyway, and a bit
+// count and two unlocked atomic stores per completion, cheaper than a
+// Prometheus histogram's Observe, since one pump writes them.
 //
 // # Lifecycle
 //
