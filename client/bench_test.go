@@ -3,6 +3,7 @@ package client_test
 import (
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -19,8 +20,8 @@ func BenchmarkRead8(b *testing.B) {
 			api := modeAPI(b, e, mode)
 			q, g := connect(b, ctx, api)
 			buf, _ := api.RegMR(64, verbs.AccessAll)
-			req := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
-			var out [1]core.Completion
+			req := krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+			var out [1]krcore.Completion
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				req.ID = uint64(i)
@@ -49,8 +50,8 @@ func BenchmarkRead8Window(b *testing.B) {
 			api := modeAPI(b, e, mode)
 			q, g := connect(b, ctx, api)
 			buf, _ := api.RegMR(64, verbs.AccessAll)
-			req := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
-			out := make([]core.Completion, window)
+			req := krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+			out := make([]krcore.Completion, window)
 			inflight := 0
 			pop := func() {
 				n, err := q.PopWait(ctx, out)
@@ -92,7 +93,7 @@ func BenchmarkConnectWarm(b *testing.B) {
 			q, _ := connect(b, ctx, api)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := q.Connect(ctx, 2); err != nil {
+				if err := q.Connect(ctx, 2, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -101,7 +102,7 @@ func BenchmarkConnectWarm(b *testing.B) {
 }
 
 // modeAPI is node 1's runtime embedded, or through the env's daemon.
-func modeAPI(b *testing.B, e *env, mode string) core.API {
+func modeAPI(b *testing.B, e *env, mode string) krcore.API {
 	if mode == "daemon" {
 		return attach(b, e)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
@@ -45,21 +46,21 @@ func constByte(i int) byte { return byte(i*7 + i>>8 + 3) }
 
 // churnSetup attaches and makes n VQs connected to node 2 with the regions
 // "const" and "scratch", and an MR of size bytes.
-func churnSetup(ctx context.Context, sock string, n, size int) (*client.Client, []core.VQ, *core.Region, *core.Region, *core.MR, error) {
+func churnSetup(ctx context.Context, sock string, n, size int) (*client.Client, []krcore.VQ, krcore.Region, krcore.Region, krcore.MR, error) {
 	c, err := client.Attach(ctx, client.Options{Socket: sock})
 	if err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
 	mr, err := c.RegMR(size, verbs.AccessAll)
-	var qs []core.VQ
-	var cst, scratch *core.Region
+	var qs []krcore.VQ
+	var cst, scratch krcore.Region
 	for i := 0; i < n && err == nil; i++ {
-		var q core.VQ
+		var q krcore.VQ
 		if q, err = c.Queue(); err != nil {
 			break
 		}
 		qs = append(qs, q)
-		if err = q.Connect(ctx, 2); err == nil && cst == nil {
+		if err = q.Connect(ctx, 2, nil); err == nil && cst == nil {
 			if cst, err = q.Region(ctx, "const"); err == nil {
 				scratch, err = q.Region(ctx, "scratch")
 			}
@@ -103,7 +104,7 @@ func runChecker(sock string) int {
 	buf := mr.Bytes()
 	const reads = 6 // READs of const per round, each into its own 4 KiB
 	var nReads, nWrites uint64
-	out := make([]core.Completion, 16)
+	out := make([]krcore.Completion, 16)
 	for round := uint64(0); ; round++ {
 		select {
 		case <-done:
@@ -119,7 +120,7 @@ func runChecker(sock string) int {
 			wbuf[i] = byte(round>>uint(8*(i%8))) ^ byte(i) ^ byte(slot*37)
 		}
 		clear(rbuf)
-		reqs := make([]core.Request, 0, reads+2)
+		reqs := make([]krcore.Request, 0, reads+2)
 		type want struct{ off, n, src int }
 		wants := make([]want, reads)
 		for i := range reads {
@@ -127,12 +128,12 @@ func runChecker(sock string) int {
 			n = min(n, churnConst-src)
 			wants[i] = want{i * 4096, n, src}
 			clear(buf[i*4096 : i*4096+n])
-			reqs = append(reqs, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i*4096, n), Remote: cst.At(uint64(src))})
+			reqs = append(reqs, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i*4096, n), Remote: cst.At(uint64(src))})
 		}
 		// The WRITE, then the READ of what it wrote: a VQ keeps order.
 		reqs = append(reqs,
-			core.Request{ID: reads, Op: verbs.OpWrite, Local: mr.Range(32<<10, n), Remote: scratch.At(uint64(slot * churnSlot))},
-			core.Request{ID: reads + 1, Op: verbs.OpRead, Local: mr.Range(48<<10, n), Remote: scratch.At(uint64(slot * churnSlot))})
+			krcore.Request{ID: reads, Op: verbs.OpWrite, Local: mr.Range(32<<10, n), Remote: scratch.At(uint64(slot * churnSlot))},
+			krcore.Request{ID: reads + 1, Op: verbs.OpRead, Local: mr.Range(48<<10, n), Remote: scratch.At(uint64(slot * churnSlot))})
 		if err := runAll(ctx, q, reqs, out); err != nil {
 			fmt.Fprintf(os.Stderr, "checker %d: round %d: %v\n", slot, round, err)
 			return 1
@@ -160,7 +161,7 @@ func runChecker(sock string) int {
 
 // runAll pushes reqs and waits for all their completions, which must be
 // theirs, in order, and successes, each within churnOpTimeout.
-func runAll(ctx context.Context, q core.VQ, reqs []core.Request, out []core.Completion) error {
+func runAll(ctx context.Context, q krcore.VQ, reqs []krcore.Request, out []krcore.Completion) error {
 	ctx, cancel := context.WithTimeout(ctx, churnOpTimeout)
 	defer cancel()
 	if _, err := q.Push(ctx, true, reqs...); err != nil {
@@ -194,12 +195,12 @@ func runChurnVictim(sock string) int {
 	}
 	defer c.Close()
 	fmt.Println("ready")
-	out := make([]core.Completion, 16)
+	out := make([]krcore.Completion, 16)
 	for i := uint64(0); ; i++ {
 		q := qs[i%2]
-		r := core.Request{ID: i, Op: verbs.OpRead, Local: mr.Range(0, 16<<10), Remote: cst.At(i % 48 * 1024)}
+		r := krcore.Request{ID: i, Op: verbs.OpRead, Local: mr.Range(0, 16<<10), Remote: cst.At(i % 48 * 1024)}
 		if i%3 == 0 {
-			r = core.Request{ID: i, Op: verbs.OpWrite, Local: mr.Range(16<<10, churnSlot), Remote: scratch.At(uint64(slot * churnSlot))}
+			r = krcore.Request{ID: i, Op: verbs.OpWrite, Local: mr.Range(16<<10, churnSlot), Remote: scratch.At(uint64(slot * churnSlot))}
 		}
 		if _, err := q.Push(context.Background(), true, r); err != nil {
 			fmt.Fprintln(os.Stderr, "victim:", err)
@@ -232,7 +233,7 @@ func runChurner(sock string) int {
 	fmt.Println("ready")
 	done := stdinClosed()
 	var mrs, vqs int
-	out := make([]core.Completion, 64)
+	out := make([]krcore.Completion, 64)
 	for round := 0; ; round++ {
 		select {
 		case <-done:
@@ -250,7 +251,7 @@ func runChurner(sock string) int {
 }
 
 // churnRound is one of runChurner's rounds; deregFirst picks the order.
-func churnRound(ctx context.Context, c *client.Client, cst *core.Region, deregFirst bool, out []core.Completion) error {
+func churnRound(ctx context.Context, c *client.Client, cst krcore.Region, deregFirst bool, out []krcore.Completion) error {
 	ctx, cancel := context.WithTimeout(ctx, churnOpTimeout)
 	defer cancel()
 	mr, err := c.RegMR(64<<10, verbs.AccessAll)
@@ -261,14 +262,14 @@ func churnRound(ctx context.Context, c *client.Client, cst *core.Region, deregFi
 	if err != nil {
 		return err
 	}
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		return err
 	}
-	reqs := make([]core.Request, 64)
+	reqs := make([]krcore.Request, 64)
 	for i := range reqs {
-		reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%4*(16<<10), 16<<10), Remote: cst.At(uint64(i % 48 * 1024))}
+		reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%4*(16<<10), 16<<10), Remote: cst.At(uint64(i % 48 * 1024))}
 	}
-	if _, err := q.Push(ctx, false, reqs...); err != nil && !errors.Is(err, core.ErrNoCredit) {
+	if _, err := q.Push(ctx, false, reqs...); err != nil && !errors.Is(err, krcore.ErrNoCredit) {
 		return err
 	}
 	if !deregFirst {

@@ -1,6 +1,6 @@
 // Package client attaches a process to krcored, the node's shared KRCore
 // runtime, and offers the same Go API as the embedded runtime: a *Client is
-// a core.API and its queues are core.VQs, so the caller chooses between
+// a krcore.API and its queues are krcore.VQs, so the caller chooses between
 // client.Attach (share the node's runtime with every process) and
 // core.Embed(rt) (a runtime of its own) and writes the rest once.
 //
@@ -11,7 +11,7 @@
 // socket. Calls without a context are bounded by Options.CallTimeout.
 //
 // When the daemon goes (shutdown, crash) every call fails with an error
-// matching ErrDaemonGone; requests in flight complete with WR_FLUSH_ERR, as
+// matching krcore.ErrDaemonGone; requests in flight complete with WR_FLUSH_ERR, as
 // on a QP moved to the error state. Attach again once a daemon is back.
 package client
 
@@ -24,15 +24,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
-
-// ErrDaemonGone reports that the daemon closed the connection: it shut
-// down, crashed or restarted.
-var ErrDaemonGone = errors.New("client: krcored gone")
 
 // Options configures Attach.
 type Options struct {
@@ -42,11 +38,11 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
-// Client is a process's attachment to krcored. It implements core.API.
+// Client is a process's attachment to krcored. It implements krcore.API.
 type Client struct {
 	conn    *net.UnixConn
 	id      uint64
-	node    core.NodeID
+	node    krcore.NodeID
 	credits int
 	maxMsg  int
 	timeout time.Duration
@@ -62,7 +58,7 @@ type Client struct {
 	done    chan struct{}             // closed when the reader stops
 }
 
-var _ core.API = (*Client)(nil)
+var _ krcore.API = (*Client)(nil)
 
 // Attach connects to the daemon at opt.Socket.
 func Attach(ctx context.Context, opt Options) (*Client, error) {
@@ -75,7 +71,7 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", opt.Socket)
 	if err != nil {
-		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, ErrDaemonGone, err)
+		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, krcore.ErrDaemonGone, err)
 	}
 	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg),
 		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{})}
@@ -123,7 +119,7 @@ func (c *Client) read() {
 func (c *Client) markGone(reason string) {
 	c.mu.Lock()
 	if c.gone == nil {
-		c.gone = fmt.Errorf("%w: %s", ErrDaemonGone, reason)
+		c.gone = fmt.Errorf("%w: %s", krcore.ErrDaemonGone, reason)
 	}
 	vqs := make([]*VQ, 0, len(c.vqs))
 	for v := range c.vqs {
@@ -169,7 +165,7 @@ func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
 		if gone := c.err(); gone != nil {
 			return nil, gone
 		}
-		return nil, fmt.Errorf("client: %w: %w", ErrDaemonGone, err)
+		return nil, fmt.Errorf("client: %w: %w", krcore.ErrDaemonGone, err)
 	}
 	select {
 	case r := <-ch:
@@ -193,11 +189,11 @@ func (c *Client) callT(m *wire.Msg) (*wire.Msg, error) {
 func (c *Client) ID() uint64 { return c.id }
 
 // Node is the id of the daemon's node.
-func (c *Client) Node() core.NodeID { return c.node }
+func (c *Client) Node() krcore.NodeID { return c.node }
 
 // RegMR allocates size bytes of memfd-backed memory and registers them with
 // the daemon.
-func (c *Client) RegMR(size int, access verbs.Access) (*core.MR, error) {
+func (c *Client) RegMR(size int, access verbs.Access) (krcore.MR, error) {
 	blk, err := offheap.AllocShared("krcore-mr", size)
 	if err != nil {
 		return nil, err
@@ -207,16 +203,15 @@ func (c *Client) RegMR(size int, access verbs.Access) (*core.MR, error) {
 		blk.Close()
 		return nil, err
 	}
-	h, _ := m.Handle()
 	c.mu.Lock()
-	c.blocks[h.ID] = blk
+	c.blocks[m.(*mr).id] = blk
 	c.mu.Unlock()
 	return m, nil
 }
 
 // Register registers buf, which must lie in offheap.AllocShared memory: its
 // memfd goes to the daemon, which maps the same pages.
-func (c *Client) Register(buf []byte, access verbs.Access) (*core.MR, error) {
+func (c *Client) Register(buf []byte, access verbs.Access) (krcore.MR, error) {
 	blk, off, err := offheap.Find(buf)
 	if err != nil {
 		return nil, fmt.Errorf("client: register: %w", err)
@@ -230,28 +225,21 @@ func (c *Client) Register(buf []byte, access verbs.Access) (*core.MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: register %d bytes: %w", len(buf), err)
 	}
-	return core.HandleMR(core.Handle{Owner: c, ID: r.GetU64()}, buf, access), r.Err()
-}
-
-// mrID is the daemon's id of an MR of this client, or 0 (which the daemon
-// refuses) for any other MR.
-func (c *Client) mrID(m *core.MR) uint64 {
-	if m == nil {
-		return 0
+	id := r.GetU64()
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("client: register %d bytes: %w", len(buf), err)
 	}
-	if h, ok := m.Handle(); ok && h.Owner == c {
-		return h.ID
-	}
-	return 0
+	return &mr{c: c, id: id, buf: buf, access: access}, nil
 }
 
 // Deregister releases an MR from RegMR or Register.
-func (c *Client) Deregister(m *core.MR) error {
+func (c *Client) Deregister(m krcore.MR) error {
 	id := c.mrID(m)
 	if id == 0 {
-		return fmt.Errorf("client: deregister an MR of another runtime: %w", core.ErrRefused)
+		return fmt.Errorf("client: deregister an MR of another runtime: %w", krcore.ErrRefused)
 	}
 	_, err := c.callT(wire.NewMsg(wire.OpDeregister, 0).U64(id))
+	m.(*mr).gone.Store(true)
 	c.mu.Lock()
 	blk := c.blocks[id]
 	delete(c.blocks, id)
@@ -266,10 +254,10 @@ func (c *Client) Deregister(m *core.MR) error {
 }
 
 // Export offers n bytes at offset off of mr to every node under name.
-func (c *Client) Export(name string, mr *core.MR, off, n int, access verbs.Access) error {
+func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Access) error {
 	id := c.mrID(mr)
 	if id == 0 {
-		return fmt.Errorf("client: export %q from an MR of another runtime: %w", name, core.ErrRefused)
+		return fmt.Errorf("client: export %q from an MR of another runtime: %w", name, krcore.ErrRefused)
 	}
 	if off < 0 || n <= 0 {
 		return fmt.Errorf("client: export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
@@ -285,32 +273,24 @@ func (c *Client) Unexport(name string) error {
 }
 
 // Region learns the region node exports under name.
-func (c *Client) Region(ctx context.Context, node core.NodeID, name string) (*core.Region, error) {
+func (c *Client) Region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
 	r, err := c.call(ctx, wire.NewMsg(wire.OpRegion, 0).U64(node).Str(name))
 	if err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
 	id, n, access := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32())
 	r.GetU64() // reserved
-	return core.HandleRegion(core.Handle{Owner: c, ID: id}, node, name, n, access), r.Err()
-}
-
-// regionID is the daemon's id of a region this client learned, or 0.
-func (c *Client) regionID(g *core.Region) uint64 {
-	if g == nil {
-		return 0
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
-	if h, ok := g.Handle(); ok && h.Owner == c {
-		return h.ID
-	}
-	return 0
+	return &region{c: c, id: id, node: node, name: name, len: n, access: access}, nil
 }
 
 // Stats reports the daemon runtime's counters (zero when it is gone).
-func (c *Client) Stats() core.Stats {
+func (c *Client) Stats() krcore.Stats {
 	r, err := c.callT(wire.NewMsg(wire.OpStats, 0))
 	if err != nil {
-		return core.Stats{}
+		return krcore.Stats{}
 	}
 	return wire.GetStats(r)
 }
@@ -325,16 +305,16 @@ func (c *Client) Status(ctx context.Context) ([]byte, error) {
 }
 
 // Close detaches: the daemon reclaims the client's VQs, MRs and exports.
-// Calls from now on, and those waiting, fail with ErrClosed (core's).
+// Calls from now on, and those waiting, fail with krcore.ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("client: %w", core.ErrClosed)
+		return fmt.Errorf("client: %w", krcore.ErrClosed)
 	}
 	c.closed = true
 	if c.gone == nil {
-		c.gone = fmt.Errorf("client: %w", core.ErrClosed)
+		c.gone = fmt.Errorf("client: %w", krcore.ErrClosed)
 	}
 	c.mu.Unlock()
 	c.conn.Close()

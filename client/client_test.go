@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
@@ -24,14 +25,14 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // connect makes a VQ of api connected to node 2 and learns "table".
-func connect(t testing.TB, ctx context.Context, api core.API) (core.VQ, *core.Region) {
+func connect(t testing.TB, ctx context.Context, api krcore.API) (krcore.VQ, krcore.Region) {
 	t.Helper()
 	q, err := api.Queue()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := q.Region(ctx, "table")
@@ -42,7 +43,7 @@ func connect(t testing.TB, ctx context.Context, api core.API) (core.VQ, *core.Re
 }
 
 // run pushes reqs and waits for their completions.
-func run(t testing.TB, ctx context.Context, q core.VQ, reqs ...core.Request) []core.Completion {
+func run(t testing.TB, ctx context.Context, q krcore.VQ, reqs ...krcore.Request) []krcore.Completion {
 	t.Helper()
 	if _, err := q.Push(ctx, true, reqs...); err != nil {
 		t.Fatal(err)
@@ -53,8 +54,8 @@ func run(t testing.TB, ctx context.Context, q core.VQ, reqs ...core.Request) []c
 			want++
 		}
 	}
-	var out []core.Completion
-	buf := make([]core.Completion, 16)
+	var out []krcore.Completion
+	buf := make([]krcore.Completion, 16)
 	for len(out) < want {
 		n, err := q.PopWait(ctx, buf)
 		if err != nil {
@@ -70,7 +71,7 @@ func run(t testing.TB, ctx context.Context, q core.VQ, reqs ...core.Request) []c
 func TestOneSided(t *testing.T) {
 	e := startEnv(t)
 	ctx := ctxT(t)
-	for name, api := range map[string]core.API{"embedded": core.Embed(e.c.Node(1)), "daemon": attach(t, e)} {
+	for name, api := range map[string]krcore.API{"embedded": core.Embed(e.c.Node(1)), "daemon": attach(t, e)} {
 		t.Run(name, func(t *testing.T) {
 			q, g := connect(t, ctx, api)
 			buf, err := api.RegMR(4096, verbs.AccessAll)
@@ -80,10 +81,10 @@ func TestOneSided(t *testing.T) {
 			defer api.Deregister(buf)
 			copy(buf.Bytes()[64:], "written by "+name)
 			out := run(t, ctx, q,
-				core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)},
-				core.Request{ID: 2, Op: verbs.OpWrite, Local: buf.Range(64, 32), Remote: g.At(1024), Unsignaled: true},
-				core.Request{ID: 3, Op: verbs.OpFetchAdd, Local: buf.Range(128, 8), Remote: g.At(2048), Compare: 5},
-				core.Request{ID: 4, Op: verbs.OpWrite, Local: buf.Range(96, 20), Remote: g.At(1100)},
+				krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)},
+				krcore.Request{ID: 2, Op: verbs.OpWrite, Local: buf.Range(64, 32), Remote: g.At(1024), Unsignaled: true},
+				krcore.Request{ID: 3, Op: verbs.OpFetchAdd, Local: buf.Range(128, 8), Remote: g.At(2048), Compare: 5},
+				krcore.Request{ID: 4, Op: verbs.OpWrite, Local: buf.Range(96, 20), Remote: g.At(1100)},
 			)
 			if len(out) != 3 || out[0].ID != 1 || out[1].ID != 3 || out[2].ID != 4 || out[0].Err() != nil || out[1].Err() != nil || out[2].Err() != nil {
 				t.Fatalf("completions %+v", out)
@@ -136,14 +137,14 @@ func TestMessages(t *testing.T) {
 	if err := q.PushRecv(inbox.Range(0, 128)); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Connect(ctx, 2, core.ToPort(80)); err != nil {
+	if err := q.Connect(ctx, 2, &krcore.ConnectOptions{Port: 80}); err != nil {
 		t.Fatal(err)
 	}
 	n := copy(inbox.Bytes()[128:], "ping")
-	if out := run(t, ctx, q, core.Request{ID: 9, Op: verbs.OpSend, Local: inbox.Range(128, n)}); out[0].Err() != nil {
+	if out := run(t, ctx, q, krcore.Request{ID: 9, Op: verbs.OpSend, Local: inbox.Range(128, n)}); out[0].Err() != nil {
 		t.Fatal(out[0].Err())
 	}
-	var m [1]core.Message
+	var m [1]krcore.Message
 	if _, err := srv.PopMsgsWait(ctx, m[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -151,18 +152,18 @@ func TestMessages(t *testing.T) {
 		t.Fatalf("node 2 got %+v %q", m[0], srvMR.Bytes()[:m[0].Len])
 	}
 	// two replies: the first lands in the posted buffer, the second is copied
-	srv.Connect(ctx, 1, core.ToPort(7))
+	srv.Connect(ctx, 1, &krcore.ConnectOptions{Port: 7})
 	for i, s := range []string{"pong", "late"} {
 		copy(srvMR.Bytes()[200:], s)
-		srv.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpSendImm, Imm: 42, Local: srvMR.Range(200, 4)})
-		var out [1]core.Completion
+		srv.Push(ctx, true, krcore.Request{ID: uint64(i), Op: verbs.OpSendImm, Imm: 42, Local: srvMR.Range(200, 4)})
+		var out [1]krcore.Completion
 		if _, err := srv.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
 			t.Fatal(err, out[0].Err())
 		}
 	}
-	var got []core.Message
+	var got []krcore.Message
 	for len(got) < 2 {
-		var ms [2]core.Message
+		var ms [2]krcore.Message
 		k, err := q.PopMsgsWait(ctx, ms[:])
 		if err != nil {
 			t.Fatal(err)
@@ -188,10 +189,8 @@ func TestIsolation(t *testing.T) {
 	qb, gb := connect(t, ctx, b)
 	bufA, _ := a.RegMR(4096, verbs.AccessAll)
 	bufB, _ := b.RegMR(4096, verbs.AccessAll)
-	hA, _ := bufA.Handle()
-	hR, _ := ga.Handle()
-	stolenMR := core.HandleMR(core.Handle{Owner: b, ID: hA.ID}, make([]byte, 4096), verbs.AccessAll)
-	stolenRegion := core.HandleRegion(core.Handle{Owner: b, ID: hR.ID}, ga.Node(), ga.Name(), ga.Len(), ga.Access())
+	stolenMR := client.StealMR(b, bufA)
+	stolenRegion := client.StealRegion(b, ga)
 
 	var wg sync.WaitGroup
 	var failures atomic.Int64
@@ -199,7 +198,7 @@ func TestIsolation(t *testing.T) {
 	go func() { // A: clean READs, IDs 1000+
 		defer wg.Done()
 		for i := range 300 {
-			out := run(t, ctx, qa, core.Request{ID: 1000 + uint64(i), Op: verbs.OpRead, Local: bufA.Range(0, 8), Remote: ga.At(0)})
+			out := run(t, ctx, qa, krcore.Request{ID: 1000 + uint64(i), Op: verbs.OpRead, Local: bufA.Range(0, 8), Remote: ga.At(0)})
 			if out[0].ID != 1000+uint64(i) || out[0].Err() != nil {
 				failures.Add(1)
 				t.Errorf("A got %+v", out[0])
@@ -208,10 +207,10 @@ func TestIsolation(t *testing.T) {
 	}()
 	for i := range 100 { // B: attacks mixed with its own work
 		out := run(t, ctx, qb,
-			core.Request{ID: 1, Op: verbs.OpRead, Local: stolenMR.Range(0, 8), Remote: gb.At(0)},
-			core.Request{ID: 2, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: stolenRegion.At(0)},
-			core.Request{ID: 3, Op: verbs.OpWrite, Local: bufB.Range(0, 8), Remote: gb.At(4090)},
-			core.Request{ID: 4, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)},
+			krcore.Request{ID: 1, Op: verbs.OpRead, Local: stolenMR.Range(0, 8), Remote: gb.At(0)},
+			krcore.Request{ID: 2, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: stolenRegion.At(0)},
+			krcore.Request{ID: 3, Op: verbs.OpWrite, Local: bufB.Range(0, 8), Remote: gb.At(4090)},
+			krcore.Request{ID: 4, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)},
 		)
 		want := []verbs.Status{verbs.LocProtErr, verbs.RemInvReqErr, verbs.RemAccessErr, verbs.Success}
 		for j, w := range want {
@@ -229,16 +228,16 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("B's refusals counted %d, want >= 200", cs.Refusals)
 		}
 	}
-	if err := b.Deregister(stolenMR); !errors.Is(err, core.ErrRefused) {
+	if err := b.Deregister(stolenMR); !errors.Is(err, krcore.ErrRefused) {
 		t.Errorf("B deregistering A's MR: %v, want ErrRefused", err)
 	}
-	if err := b.Export("stolen", stolenMR, 0, 8, verbs.AccessRemoteRead); !errors.Is(err, core.ErrRefused) {
+	if err := b.Export("stolen", stolenMR, 0, 8, verbs.AccessRemoteRead); !errors.Is(err, krcore.ErrRefused) {
 		t.Errorf("B exporting A's MR: %v, want ErrRefused", err)
 	}
 	if err := a.Export("mine", bufA, 0, 8, verbs.AccessRemoteRead); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Unexport("mine"); !errors.Is(err, core.ErrRefused) {
+	if err := b.Unexport("mine"); !errors.Is(err, krcore.ErrRefused) {
 		t.Errorf("B withdrawing A's export: %v, want ErrRefused", err)
 	}
 }
@@ -275,7 +274,7 @@ func TestKillReclaim(t *testing.T) {
 				return
 			default:
 			}
-			out := run(t, ctx, qb, core.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
+			out := run(t, ctx, qb, krcore.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
 			if out[0].Err() != nil || out[0].ID != i {
 				t.Errorf("B: %+v", out[0])
 				return
@@ -318,7 +317,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestDaemonGone: a daemon stopping fails calls with ErrDaemonGone and
+// TestDaemonGone: a daemon stopping fails calls with krcore.ErrDaemonGone and
 // flushes requests in flight; attaching to the next daemon works.
 func TestDaemonGone(t *testing.T) {
 	e := startEnv(t)
@@ -326,31 +325,31 @@ func TestDaemonGone(t *testing.T) {
 	c := attach(t, e)
 	q, g := connect(t, ctx, c)
 	buf, _ := c.RegMR(64, verbs.AccessAll)
-	run(t, ctx, q, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+	run(t, ctx, q, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
 
 	e.stop()
-	var out [4]core.Completion
-	if _, err := q.PopWait(ctx, out[:]); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("PopWait: %v, want ErrDaemonGone", err)
+	var out [4]krcore.Completion
+	if _, err := q.PopWait(ctx, out[:]); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("PopWait: %v, want krcore.ErrDaemonGone", err)
 	}
-	if _, err := q.Push(ctx, true, core.Request{ID: 2, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("Push: %v, want ErrDaemonGone", err)
+	if _, err := q.Push(ctx, true, krcore.Request{ID: 2, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("Push: %v, want krcore.ErrDaemonGone", err)
 	}
-	if _, err := c.Queue(); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("Queue: %v, want ErrDaemonGone", err)
+	if _, err := c.Queue(); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("Queue: %v, want krcore.ErrDaemonGone", err)
 	}
-	if _, err := c.RegMR(64, verbs.AccessAll); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("RegMR: %v, want ErrDaemonGone", err)
+	if _, err := c.RegMR(64, verbs.AccessAll); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("RegMR: %v, want krcore.ErrDaemonGone", err)
 	}
-	if _, err := client.Attach(ctx, client.Options{Socket: e.sock}); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("Attach with no daemon: %v, want ErrDaemonGone", err)
+	if _, err := client.Attach(ctx, client.Options{Socket: e.sock}); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("Attach with no daemon: %v, want krcore.ErrDaemonGone", err)
 	}
 
 	e.start(t)
 	c2 := attach(t, e)
 	q2, g2 := connect(t, ctx, c2)
 	buf2, _ := c2.RegMR(64, verbs.AccessAll)
-	if out := run(t, ctx, q2, core.Request{ID: 1, Op: verbs.OpRead, Local: buf2.Range(0, 8), Remote: g2.At(0)}); out[0].Err() != nil {
+	if out := run(t, ctx, q2, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf2.Range(0, 8), Remote: g2.At(0)}); out[0].Err() != nil {
 		t.Fatal(out[0].Err())
 	}
 }
@@ -365,7 +364,7 @@ func TestFlushOnGone(t *testing.T) {
 	buf, _ := c.RegMR(64, verbs.AccessAll)
 	// unsignaled successes never complete: they stay outstanding until a
 	// signaled request retires them, so the daemon's end flushes them
-	reqs := []core.Request{
+	reqs := []krcore.Request{
 		{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0), Unsignaled: true},
 		{ID: 2, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0), Unsignaled: true},
 	}
@@ -373,13 +372,13 @@ func TestFlushOnGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.stop()
-	out := make([]core.Completion, 4)
+	out := make([]krcore.Completion, 4)
 	n, err := q.PopWait(ctx, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.PopWait(ctx, out[n:]); !errors.Is(err, client.ErrDaemonGone) {
-		t.Errorf("PopWait with nothing left: %v, want ErrDaemonGone", err)
+	if _, err := q.PopWait(ctx, out[n:]); !errors.Is(err, krcore.ErrDaemonGone) {
+		t.Errorf("PopWait with nothing left: %v, want krcore.ErrDaemonGone", err)
 	}
 	if n != 2 || out[0].Status != verbs.WRFlushErr || out[1].ID != 2 {
 		t.Fatalf("after the daemon went: %d %+v", n, out[:n])
@@ -396,7 +395,7 @@ func TestDenied(t *testing.T) {
 	}
 	defer srv.Close()
 	go srv.Serve(context.Background())
-	if _, err := client.Attach(ctxT(t), client.Options{Socket: e.sock}); !errors.Is(err, client.ErrDaemonGone) {
+	if _, err := client.Attach(ctxT(t), client.Options{Socket: e.sock}); !errors.Is(err, krcore.ErrDaemonGone) {
 		t.Fatalf("attach as a refused uid: %v", err)
 	}
 }
@@ -411,12 +410,12 @@ func TestStalledVQ(t *testing.T) {
 	stalled, g := connect(t, ctx, c)
 	live, _ := connect(t, ctx, c)
 	buf, _ := c.RegMR(64, verbs.AccessAll)
-	read := core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+	read := krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
 	pushed := 0
 	for {
 		n, err := stalled.Push(ctx, false, read)
 		pushed += n
-		if errors.Is(err, core.ErrNoCredit) {
+		if errors.Is(err, krcore.ErrNoCredit) {
 			break
 		}
 		if err != nil {
@@ -429,7 +428,7 @@ func TestStalledVQ(t *testing.T) {
 			t.Fatalf("READ %d on the live VQ: %+v", i, cs[0])
 		}
 	}
-	out := make([]core.Completion, pushed)
+	out := make([]krcore.Completion, pushed)
 	got := 0
 	for got < pushed {
 		n, err := stalled.PopWait(ctx, out[got:])

@@ -96,7 +96,7 @@ func TestConnectErrorCrosses(t *testing.T) {
 			}
 		}
 	}
-	compare("connect to an unknown node", eq.Connect(ctx, 99), dq.Connect(ctx, 99), "node 99")
+	compare("connect to an unknown node", eq.Connect(ctx, 99, nil), dq.Connect(ctx, 99, nil), "node 99")
 	_, embedded := rt.Region(ctx, 99, "table")
 	_, through := cl.Region(ctx, 99, "table")
 	compare("region of an unknown node", embedded, through, "node 99")
@@ -106,6 +106,6 @@ func TestConnectErrorCrosses(t *testing.T) {
 	if !t.Failed() {
 		// the MetaServer's node goes: its RNIC stops answering
 		c.Devices[0].Close()
-		compare("connect with the MetaServer down", eq.Connect(ctx, 3), dq.Connect(ctx, 3), "node 3", "READ of bucket", "RETRY_EXC_ERR")
+		compare("connect with the MetaServer down", eq.Connect(ctx, 3, nil), dq.Connect(ctx, 3, nil), "node 3", "READ of bucket", "RETRY_EXC_ERR")
 	}
 }

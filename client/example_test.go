@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
@@ -14,15 +15,15 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// readGreeting is application code: it runs on any core.API, the embedded
+// readGreeting is application code: it runs on any krcore.API, the embedded
 // runtime or a daemon client.
-func readGreeting(ctx context.Context, api core.API) (string, error) {
+func readGreeting(ctx context.Context, api krcore.API) (string, error) {
 	q, err := api.Queue()
 	if err != nil {
 		return "", err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		return "", err
 	}
 	g, err := q.Region(ctx, "greeting")
@@ -34,10 +35,10 @@ func readGreeting(ctx context.Context, api core.API) (string, error) {
 		return "", err
 	}
 	defer api.Deregister(buf)
-	if _, err := q.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
+	if _, err := q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
 		return "", err
 	}
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	if _, err := q.PopWait(ctx, out[:]); err != nil {
 		return "", err
 	}
@@ -66,7 +67,7 @@ func Example() {
 		panic(err)
 	}
 	defer attached.Close()
-	for _, api := range []core.API{core.Embed(c.Node(1)), attached} {
+	for _, api := range []krcore.API{core.Embed(c.Node(1)), attached} {
 		s, err := readGreeting(ctx, api)
 		fmt.Println(s, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -26,7 +26,7 @@ func TestHostileClientRecvArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	inbox, _ := c.RegMR(256, verbs.AccessLocalWrite)
-	for name, l := range map[string]core.Local{
+	for name, l := range map[string]krcore.Local{
 		"off MaxInt":       inbox.Range(math.MaxInt, 1),
 		"len MaxInt":       inbox.Range(1, math.MaxInt),
 		"off+len overflow": inbox.Range(math.MaxInt-2, 8),

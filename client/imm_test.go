@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -36,14 +36,14 @@ func TestWriteImmNotification(t *testing.T) {
 	}
 	// The daemon takes the posted buffer from the submission ring, in
 	// order with requests: once a READ behind it completes, it is posted.
-	if err := q.Connect(ctx, 2, core.ToPort(80)); err != nil {
+	if err := q.Connect(ctx, 2, &krcore.ConnectOptions{Port: 80}); err != nil {
 		t.Fatal(err)
 	}
 	tbl, err := c.Region(ctx, 2, "table")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := run(t, ctx, q, core.Request{ID: 1, Op: verbs.OpRead, Local: ring.Range(0, 8), Remote: tbl.At(0)}); out[0].Err() != nil {
+	if out := run(t, ctx, q, krcore.Request{ID: 1, Op: verbs.OpRead, Local: ring.Range(0, 8), Remote: tbl.At(0)}); out[0].Err() != nil {
 		t.Fatal(out[0].Err())
 	}
 
@@ -56,7 +56,7 @@ func TestWriteImmNotification(t *testing.T) {
 	if err := srv.Bind(80); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Connect(ctx, 1, core.ToPort(7)); err != nil {
+	if err := srv.Connect(ctx, 1, &krcore.ConnectOptions{Port: 7}); err != nil {
 		t.Fatal(err)
 	}
 	g, err := srv.Region(ctx, "ring")
@@ -67,11 +67,11 @@ func TestWriteImmNotification(t *testing.T) {
 	copy(src.Bytes(), bytes.Repeat([]byte("ring"), 1024))
 	copy(src.Bytes()[4000:], "then a SEND")
 	if _, err := srv.Push(ctx, true,
-		core.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 4000), Remote: g.At(0), Imm: 0xc0ffee},
-		core.Request{ID: 2, Op: verbs.OpSend, Local: src.Range(4000, 11)}); err != nil {
+		krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 4000), Remote: g.At(0), Imm: 0xc0ffee},
+		krcore.Request{ID: 2, Op: verbs.OpSend, Local: src.Range(4000, 11)}); err != nil {
 		t.Fatal(err)
 	}
-	var m [1]core.Message
+	var m [1]krcore.Message
 	if _, err := q.PopMsgsWait(ctx, m[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestWriteImmNotification(t *testing.T) {
 
 	// The client writes back into node 2's table with an immediate.
 	copy(ring.Bytes()[100:], "reply!")
-	out := run(t, ctx, q, core.Request{ID: 3, Op: verbs.OpWriteImm, Local: ring.Range(100, 6), Remote: tbl.At(64), Imm: 9})
+	out := run(t, ctx, q, krcore.Request{ID: 3, Op: verbs.OpWriteImm, Local: ring.Range(100, 6), Remote: tbl.At(64), Imm: 9})
 	if out[0].Status != verbs.Success || out[0].Len != 6 {
 		t.Fatalf("client WRITE_WITH_IMM: %+v", out[0])
 	}
@@ -101,10 +101,10 @@ func TestWriteImmNotification(t *testing.T) {
 	if !m[0].Write || m[0].Imm != 9 || m[0].Len != 6 || m[0].From != 1 || m[0].Port != 7 || string(e.table.Bytes()[64:70]) != "reply!" {
 		t.Fatalf("node 2's notification %+v, table %q", m[0], e.table.Bytes()[64:70])
 	}
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	out = run(t, ctx, q, core.Request{ID: 4, Op: verbs.OpWriteImm, Local: ring.Range(100, 6), Remote: tbl.At(64), Imm: 9})
+	out = run(t, ctx, q, krcore.Request{ID: 4, Op: verbs.OpWriteImm, Local: ring.Range(100, 6), Remote: tbl.At(64), Imm: 9})
 	if out[0].Status != verbs.LocQPOpErr {
 		t.Fatalf("WRITE_WITH_IMM without a port: %+v, want LOC_QP_OP_ERR", out[0])
 	}

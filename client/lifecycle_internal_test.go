@@ -1,13 +1,27 @@
 package client
 
 import (
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 )
 
+// StealMR is the handle c would hold had it learned the daemon's id of
+// another client's MR m and built a handle around it.
+func StealMR(c *Client, m krcore.MR) krcore.MR {
+	o := m.(*mr)
+	return &mr{c: c, id: o.id, buf: make([]byte, len(o.buf)), access: o.access}
+}
+
+// StealRegion is StealMR for a region another client learned.
+func StealRegion(c *Client, g krcore.Region) krcore.Region {
+	o := *g.(*region)
+	o.c = c
+	return &o
+}
+
 // DebugCompleted is how many completions wait on q's completion ring,
 // unpopped: tests wait for one without popping it.
-func DebugCompleted(q core.VQ) int {
+func DebugCompleted(q krcore.VQ) int {
 	v := q.(*VQ)
 	v.mu.Lock()
 	defer v.mu.Unlock()

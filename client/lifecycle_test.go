@@ -7,22 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/verbs"
 )
 
 // vqWaiters are a VQ's blocking calls, run with a long context: a Close
 // must end them long before it ends.
-var vqWaiters = map[string]func(ctx context.Context, q core.VQ) error{
-	"PopWait": func(ctx context.Context, q core.VQ) error {
-		var out [1]core.Completion
+var vqWaiters = map[string]func(ctx context.Context, q krcore.VQ) error{
+	"PopWait": func(ctx context.Context, q krcore.VQ) error {
+		var out [1]krcore.Completion
 		_, err := q.PopWait(ctx, out[:])
 		return err
 	},
-	"PopMsgsWait": func(ctx context.Context, q core.VQ) error {
-		var out [1]core.Message
+	"PopMsgsWait": func(ctx context.Context, q krcore.VQ) error {
+		var out [1]krcore.Message
 		_, err := q.PopMsgsWait(ctx, out[:])
 		return err
 	},
@@ -30,7 +30,7 @@ var vqWaiters = map[string]func(ctx context.Context, q core.VQ) error{
 
 // startVQWaiters starts two of each waiter on q (one sleeps on the bell,
 // one waits for its turn) and returns their results by name.
-func startVQWaiters(ctx context.Context, q core.VQ, prefix string) map[string]chan error {
+func startVQWaiters(ctx context.Context, q krcore.VQ, prefix string) map[string]chan error {
 	res := map[string]chan error{}
 	for name, w := range vqWaiters {
 		for i := range 2 {
@@ -60,9 +60,9 @@ func TestVQCloseWakesWaiters(t *testing.T) {
 	if err := bounded.Within(t, time.Second, "Close", q.Close); err != nil {
 		t.Fatal(err)
 	}
-	bounded.AllFail(t, time.Second, res, core.ErrClosed)
+	bounded.AllFail(t, time.Second, res, krcore.ErrClosed)
 	for name, w := range vqWaiters {
-		if err := bounded.Within(t, time.Second, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, core.ErrClosed) {
+		if err := bounded.Within(t, time.Second, name+" on a closed VQ", func() error { return w(long, q) }); !errors.Is(err, krcore.ErrClosed) {
 			t.Errorf("%s on a closed VQ: %v, want ErrClosed", name, err)
 		}
 	}
@@ -70,16 +70,16 @@ func TestVQCloseWakesWaiters(t *testing.T) {
 	// A completion that arrived before Close is still popped after it.
 	q2, _ := connect(t, ctx, c)
 	buf, _ := c.RegMR(64, verbs.AccessAll)
-	if _, err := q2.Push(ctx, true, core.Request{ID: 7, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
+	if _, err := q2.Push(ctx, true, krcore.Request{ID: 7, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the READ's completion on the ring", func() bool { return client.DebugCompleted(q2) > 0 })
 	q2.Close()
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	if n, err := q2.PopWait(long, out[:]); n != 1 || err != nil || out[0].ID != 7 || out[0].Status != verbs.Success {
 		t.Errorf("PopWait on a closed VQ holding a completion: %d %v %+v, want it", n, err, out[0])
 	}
-	if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, core.ErrClosed) {
+	if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("PopWait on a closed, drained VQ: %d %v, want ErrClosed", n, err)
 	}
 }
@@ -93,7 +93,7 @@ func TestClientCloseWakesWaiters(t *testing.T) {
 	long, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	all := map[string]chan error{}
-	var qs []core.VQ
+	var qs []krcore.VQ
 	for i := range 2 {
 		q, _ := connect(t, ctx, c)
 		if err := q.Bind(uint32(10 + i)); err != nil {
@@ -108,14 +108,14 @@ func TestClientCloseWakesWaiters(t *testing.T) {
 	if err := bounded.Within(t, time.Second, "Client.Close", c.Close); err != nil {
 		t.Fatal(err)
 	}
-	bounded.AllFail(t, time.Second, all, core.ErrClosed)
-	if _, err := c.Queue(); !errors.Is(err, core.ErrClosed) {
+	bounded.AllFail(t, time.Second, all, krcore.ErrClosed)
+	if _, err := c.Queue(); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Queue after Close: %v, want ErrClosed", err)
 	}
-	if _, err := qs[0].Push(ctx, false, core.Request{Op: verbs.OpRead}); !errors.Is(err, core.ErrClosed) {
+	if _, err := qs[0].Push(ctx, false, krcore.Request{Op: verbs.OpRead}); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Push after Close: %v, want ErrClosed", err)
 	}
-	if err := c.Close(); !errors.Is(err, core.ErrClosed) {
+	if err := c.Close(); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("second Close: %v, want ErrClosed", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
@@ -61,12 +62,12 @@ func runChild(sock string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	var qs []core.VQ
-	var g *core.Region
+	var qs []krcore.VQ
+	var g krcore.Region
 	for range 2 {
 		q, err := c.Queue()
 		if err == nil {
-			err = q.Connect(ctx, 2)
+			err = q.Connect(ctx, 2, nil)
 		}
 		if err == nil {
 			g, err = q.Region(ctx, "table")
@@ -78,10 +79,10 @@ func runChild(sock string) int {
 		qs = append(qs, q)
 	}
 	fmt.Println("ready")
-	out := make([]core.Completion, 16)
+	out := make([]krcore.Completion, 16)
 	for i := uint64(0); ; i++ {
 		q := qs[i%2]
-		if _, err := q.Push(ctx, true, core.Request{ID: i, Op: verbs.OpRead, Local: buf.Range(0, 64), Remote: g.At(0)}); err != nil {
+		if _, err := q.Push(ctx, true, krcore.Request{ID: i, Op: verbs.OpRead, Local: buf.Range(0, 64), Remote: g.At(0)}); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			return 1
 		}
@@ -100,7 +101,7 @@ type env struct {
 	c     *cluster.Cluster
 	srv   *daemon.Server
 	sock  string
-	table *core.MR
+	table krcore.MR
 	done  chan error
 }
 

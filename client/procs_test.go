@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
@@ -35,7 +36,7 @@ const (
 
 // childSetup attaches and makes a VQ connected to node 2 with the region
 // "table" and a 4 KiB MR.
-func childSetup(ctx context.Context, sock string) (*client.Client, core.VQ, *core.Region, *core.MR, error) {
+func childSetup(ctx context.Context, sock string) (*client.Client, krcore.VQ, krcore.Region, krcore.MR, error) {
 	c, err := client.Attach(ctx, client.Options{Socket: sock})
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -46,9 +47,9 @@ func childSetup(ctx context.Context, sock string) (*client.Client, core.VQ, *cor
 	}
 	q, err := c.Queue()
 	if err == nil {
-		err = q.Connect(ctx, 2)
+		err = q.Connect(ctx, 2, nil)
 	}
-	var g *core.Region
+	var g krcore.Region
 	if err == nil {
 		g, err = q.Region(ctx, "table")
 	}
@@ -67,10 +68,10 @@ func runReader(sock string) int {
 	}
 	defer c.Close()
 	fmt.Println("ready")
-	out := make([]core.Completion, 1)
+	out := make([]krcore.Completion, 1)
 	for i := range n {
 		clear(buf.Bytes()[:17])
-		if err := runSync(ctx, q, out, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
+		if err := runSync(ctx, q, out, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
 			fmt.Fprintln(os.Stderr, "reader:", err)
 			return 1
 		}
@@ -90,11 +91,11 @@ func runFlooder(sock string) int {
 		fmt.Fprintln(os.Stderr, "flooder:", err)
 		return 1
 	}
-	qs := []core.VQ{q0}
+	qs := []krcore.VQ{q0}
 	for len(qs) < floodVQs {
 		q, err := c.Queue()
 		if err == nil {
-			err = q.Connect(ctx, 2)
+			err = q.Connect(ctx, 2, nil)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "flooder:", err)
@@ -108,11 +109,11 @@ func runFlooder(sock string) int {
 		wg.Add(1)
 		go func() { // runs until the process is killed
 			defer wg.Done()
-			reqs := make([]core.Request, 16)
+			reqs := make([]krcore.Request, 16)
 			for k := range reqs {
-				reqs[k] = core.Request{Op: verbs.OpRead, Local: buf.Range(64, 8), Remote: g.At(0), Unsignaled: k != len(reqs)-1}
+				reqs[k] = krcore.Request{Op: verbs.OpRead, Local: buf.Range(64, 8), Remote: g.At(0), Unsignaled: k != len(reqs)-1}
 			}
-			out := make([]core.Completion, 16)
+			out := make([]krcore.Completion, 16)
 			for {
 				if _, err := q.Push(ctx, true, reqs...); err != nil {
 					return
@@ -203,7 +204,7 @@ func TestKillLoop(t *testing.T) {
 	b := attach(t, e)
 	qb, gb := connect(t, ctx, b)
 	bufB, _ := b.RegMR(64, verbs.AccessAll)
-	run(t, ctx, qb, core.Request{Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
+	run(t, ctx, qb, krcore.Request{Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
 	base := e.srv.Status()
 	baseFDs := fdCount(t)
 
@@ -213,7 +214,7 @@ func TestKillLoop(t *testing.T) {
 	wg.Add(1)
 	go func() { // B's traffic through every kill
 		defer wg.Done()
-		out := make([]core.Completion, 1)
+		out := make([]krcore.Completion, 1)
 		for i := uint64(0); ; i++ {
 			select {
 			case <-stop:
@@ -223,7 +224,7 @@ func TestKillLoop(t *testing.T) {
 			// Each READ gets its own deadline: the kills take longer
 			// than one (ctxT's) on a loaded machine.
 			octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := qb.Push(octx, true, core.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
+			_, err := qb.Push(octx, true, krcore.Request{ID: i, Op: verbs.OpRead, Local: bufB.Range(0, 8), Remote: gb.At(0)})
 			if err == nil {
 				_, err = qb.PopWait(octx, out)
 			}
@@ -373,13 +374,13 @@ func runVictim(sock string) int {
 	defer c.Close()
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
-	out := make([]core.Completion, 1)
+	out := make([]krcore.Completion, 1)
 	for in.Scan() {
 		n, _ := strconv.Atoi(in.Text())
 		var line strings.Builder
 		for i := range n {
 			t0 := time.Now()
-			if err := runSync(ctx, q, out, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
+			if err := runSync(ctx, q, out, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}); err != nil {
 				fmt.Fprintln(os.Stderr, "victim:", err)
 				return 1
 			}
@@ -392,7 +393,7 @@ func runVictim(sock string) int {
 
 // runSync pushes r alone and waits for its completion, which must be r's
 // and a success.
-func runSync(ctx context.Context, q core.VQ, out []core.Completion, r core.Request) error {
+func runSync(ctx context.Context, q krcore.VQ, out []krcore.Completion, r krcore.Request) error {
 	if _, err := q.Push(ctx, true, r); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/meta"
@@ -126,7 +127,7 @@ func TestReclaimDrains(t *testing.T) {
 	b := attach(t, attachTo())
 	qb, gb := connect(t, ctx, b)
 	bufB, _ := b.RegMR(64, verbs.AccessAll)
-	run(t, ctx, qb, core.Request{Op: verbs.OpRead, Local: bufB.Range(0, 17), Remote: gb.At(0)})
+	run(t, ctx, qb, krcore.Request{Op: verbs.OpRead, Local: bufB.Range(0, 17), Remote: gb.At(0)})
 	base := e.rt.Stats()
 
 	for range 3 {
@@ -135,8 +136,8 @@ func TestReclaimDrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var qs []core.VQ
-		var gs []*core.Region
+		var qs []krcore.VQ
+		var gs []krcore.Region
 		for range 2 {
 			q, _ := connect(t, ctx, a)
 			g, err := q.Region(ctx, "big")
@@ -148,12 +149,12 @@ func TestReclaimDrains(t *testing.T) {
 		e.node.Signal(syscall.SIGSTOP)
 		pushed := 0
 		for j, q := range qs {
-			reqs := make([]core.Request, 8)
+			reqs := make([]krcore.Request, 8)
 			for i := range reqs {
-				reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%4*bigSize, bigSize), Remote: gs[j].At(uint64(i % 4 * bigSize))}
+				reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: mr.Range(i%4*bigSize, bigSize), Remote: gs[j].At(uint64(i % 4 * bigSize))}
 			}
 			k, err := q.Push(ctx, false, reqs...)
-			if err != nil && !errors.Is(err, core.ErrNoCredit) {
+			if err != nil && !errors.Is(err, krcore.ErrNoCredit) {
 				t.Fatal(err)
 			}
 			pushed += k
@@ -173,8 +174,8 @@ func TestReclaimDrains(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := make([]core.Completion, 1)
-			errB = runSync(ctx, qb, out, core.Request{ID: 1, Op: verbs.OpRead, Local: bufB.Range(0, 17), Remote: gb.At(0)})
+			out := make([]krcore.Completion, 1)
+			errB = runSync(ctx, qb, out, krcore.Request{ID: 1, Op: verbs.OpRead, Local: bufB.Range(0, 17), Remote: gb.At(0)})
 		}()
 		a.Close() // gone with its READs in flight
 		// Give a reclaim that does not wait for them the time to finish.

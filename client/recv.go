@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
 )
@@ -21,7 +21,7 @@ func (v *VQ) Bind(port uint32) error {
 func (v *VQ) Unbind() { v.c.callT(wire.NewMsg(wire.OpUnbind, 0).U64(v.id)) }
 
 // PushRecv posts buffers that messages to the bound port land in, in order.
-func (v *VQ) PushRecv(bufs ...core.Local) error {
+func (v *VQ) PushRecv(bufs ...krcore.Local) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed || v.shut.Load() {
@@ -37,7 +37,7 @@ func (v *VQ) PushRecv(bufs ...core.Local) error {
 	}
 	if v.sqTail+uint64(len(bufs))-v.ring.Ctr(wire.SQHead).Load() > wire.SQEntries {
 		v.publish()
-		return fmt.Errorf("client: push %d receives: submission ring full: %w", len(bufs), core.ErrNoCredit)
+		return fmt.Errorf("client: push %d receives: submission ring full: %w", len(bufs), krcore.ErrNoCredit)
 	}
 	for _, b := range bufs {
 		v.ring.PutSQE(v.sqTail, &wire.SQE{Op: wire.OpRecv, MR: v.c.mrID(b.MR), Off: uint64(b.Off), Len: uint64(b.Len)})
@@ -50,7 +50,7 @@ func (v *VQ) PushRecv(bufs ...core.Local) error {
 
 // PopMsgs moves received messages into out and returns how many. It never
 // blocks.
-func (v *VQ) PopMsgs(out []core.Message) int {
+func (v *VQ) PopMsgs(out []krcore.Message) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
@@ -63,12 +63,12 @@ func (v *VQ) PopMsgs(out []core.Message) int {
 
 // popMsgRing appends up to max (-1: all) messages from the message ring to
 // out and tells the daemon; v.mu held, the ring mapped.
-func (v *VQ) popMsgRing(out []core.Message, max int) []core.Message {
+func (v *VQ) popMsgRing(out []krcore.Message, max int) []krcore.Message {
 	r := v.ring
 	tail := r.Ctr(wire.MsgTail).Load()
 	for len(out) != max && v.msgHead != tail {
 		h, data := r.GetMsg(v.msgHead)
-		m := core.Message{Len: int(h.Len), From: h.From, Port: h.Port, Imm: h.Imm,
+		m := krcore.Message{Len: int(h.Len), From: h.From, Port: h.Port, Imm: h.Imm,
 			HasImm: h.Flags&wire.MsgHasImm != 0, Write: h.Flags&wire.MsgWrite != 0, Status: h.Status}
 		switch {
 		case m.Write: // no payload, no buffer taken
@@ -91,7 +91,7 @@ func (v *VQ) popMsgRing(out []core.Message, max int) []core.Message {
 
 // PopMsgsWait is PopMsgs that waits for at least one message. An empty
 // out could never take one: it is refused at once (verbs.ErrInvalid).
-func (v *VQ) PopMsgsWait(ctx context.Context, out []core.Message) (int, error) {
+func (v *VQ) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, error) {
 	if len(out) == 0 {
 		return 0, fmt.Errorf("client: pop messages wait: no room for a message: %w", verbs.ErrInvalid)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -22,7 +22,7 @@ type entry struct {
 	signaled bool
 }
 
-// VQ is a virtual queue served by the daemon. It implements core.VQ and is
+// VQ is a virtual queue served by the daemon. It implements krcore.VQ and is
 // safe for use by several goroutines.
 type VQ struct {
 	c    *Client
@@ -49,9 +49,9 @@ type VQ struct {
 
 	mu       sync.Mutex
 	closed   bool // released: the ring is gone, left and leftMsgs hold what it held
-	left     []core.Completion
-	leftMsgs []core.Message
-	node     core.NodeID
+	left     []krcore.Completion
+	leftMsgs []krcore.Message
+	node     krcore.NodeID
 	toPort   bool
 	sqTail   uint64  // SQEs written
 	pushed   uint64  // requests pushed (SQEs but receives)
@@ -60,14 +60,14 @@ type VQ struct {
 	// The daemon's counters as last read: room reads the ring's only when
 	// these say no, so a push costs no cache line the daemon just wrote.
 	retiredSeen, sqHeadSeen uint64
-	recvs                   []core.Local // posted receive buffers, in order
+	recvs                   []krcore.Local // posted receive buffers, in order
 	msgHead                 uint64
 }
 
-var _ core.VQ = (*VQ)(nil)
+var _ krcore.VQ = (*VQ)(nil)
 
 // Queue makes a virtual queue: its rings and bells, sent to the daemon.
-func (c *Client) Queue() (core.VQ, error) {
+func (c *Client) Queue() (krcore.VQ, error) {
 	v, err := c.newVQ()
 	if err != nil {
 		return nil, err // not a typed nil inside the interface
@@ -131,7 +131,7 @@ func (v *VQ) shutdown() bool {
 
 // errClosed is what calls on a closed VQ fail with.
 func (v *VQ) errClosed() error {
-	return fmt.Errorf("client: queue %d: %w", v.id, core.ErrClosed)
+	return fmt.Errorf("client: queue %d: %w", v.id, krcore.ErrClosed)
 }
 
 // release frees the client's side of the VQ once its sleepers have left,
@@ -173,7 +173,7 @@ func (v *VQ) usable() error {
 		return err
 	}
 	if v.node == 0 {
-		return core.ErrNotConnected
+		return krcore.ErrNotConnected
 	}
 	return nil
 }
@@ -182,8 +182,12 @@ func (v *VQ) usable() error {
 // on the submission ring, in order with the requests pushed before it, and
 // waits the wire way for the daemon's outcome: a warm connect is a ring
 // round trip, no system call while both sides keep up.
-func (v *VQ) Connect(ctx context.Context, node core.NodeID, opts ...core.ConnectOption) error {
-	port, toPort := core.ConnectOptions(opts...)
+func (v *VQ) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
+	var port uint32
+	if opts != nil {
+		port = opts.Port
+	}
+	toPort := port != 0
 	e := wire.SQE{Op: wire.OpConnectSQE, MR: node, Imm: port}
 	if toPort {
 		e.Flags |= wire.FlagToPort
@@ -250,7 +254,7 @@ func (v *VQ) waitCtl(ctx context.Context, seq uint64) error {
 
 // Push submits requests in order through the submission ring; the daemon
 // checks and carries them as the runtime does (see core.Queue.Push).
-func (v *VQ) Push(ctx context.Context, wait bool, reqs ...core.Request) (int, error) {
+func (v *VQ) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (int, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.usable(); err != nil {
@@ -260,7 +264,7 @@ func (v *VQ) Push(ctx context.Context, wait bool, reqs ...core.Request) (int, er
 		for !v.room() {
 			v.publish()
 			if !wait {
-				return i, fmt.Errorf("client: push: %d outstanding: %w", v.c.credits, core.ErrNoCredit)
+				return i, fmt.Errorf("client: push: %d outstanding: %w", v.c.credits, krcore.ErrNoCredit)
 			}
 			if err := v.waitLocked(ctx, v.room); err != nil {
 				return i, err
@@ -291,7 +295,7 @@ func (v *VQ) room() bool {
 }
 
 // put writes one request's SQE; v.mu held.
-func (v *VQ) put(r *core.Request) {
+func (v *VQ) put(r *krcore.Request) {
 	e := wire.SQE{Op: uint8(r.Op), Imm: r.Imm, MR: v.c.mrID(r.Local.MR), Off: uint64(r.Local.Off),
 		Len: uint64(r.Local.Len), Region: v.c.regionID(r.Remote.Region), RemoteOff: r.Remote.Off,
 		Compare: r.Compare, Swap: r.Swap}
@@ -357,7 +361,7 @@ func (v *VQ) sleep(ctx context.Context, token chan struct{}, bell *wire.Bell, fl
 // Pop moves finished requests' completions into out, in push order. It
 // never blocks. Once the daemon is gone, the requests it never finished
 // complete with WR_FLUSH_ERR.
-func (v *VQ) Pop(out []core.Completion) int {
+func (v *VQ) Pop(out []krcore.Completion) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
@@ -374,7 +378,7 @@ func (v *VQ) Pop(out []core.Completion) int {
 
 // popCQ appends up to max (-1: all) completions from the completion ring
 // to out and tells the daemon; v.mu held, the ring mapped.
-func (v *VQ) popCQ(out []core.Completion, max int) []core.Completion {
+func (v *VQ) popCQ(out []krcore.Completion, max int) []krcore.Completion {
 	r := v.ring
 	head, tail := v.cqHead, r.Ctr(wire.CQTail).Load()
 	for len(out) != max && v.cqHead != tail {
@@ -397,25 +401,25 @@ func (v *VQ) popCQ(out []core.Completion, max int) []core.Completion {
 
 // retire matches a completion to its request: earlier unsignaled requests
 // retired silently; v.mu held.
-func (v *VQ) retire(e wire.CQE) (core.Completion, bool) {
+func (v *VQ) retire(e wire.CQE) (krcore.Completion, bool) {
 	for len(v.ents) > 0 && v.ents[0].seq < e.Seq {
 		v.ents = v.ents[1:]
 	}
 	if len(v.ents) == 0 || v.ents[0].seq != e.Seq {
-		return core.Completion{}, false // not ours: a confused daemon
+		return krcore.Completion{}, false // not ours: a confused daemon
 	}
 	x := v.ents[0]
 	v.ents = v.ents[1:]
-	return core.Completion{ID: x.id, Op: x.op, Status: e.Status, Len: int(e.Len)}, true
+	return krcore.Completion{ID: x.id, Op: x.op, Status: e.Status, Len: int(e.Len)}, true
 }
 
 // flush completes every unretired request with WR_FLUSH_ERR; v.mu held.
-func (v *VQ) flush(out []core.Completion) int {
+func (v *VQ) flush(out []krcore.Completion) int {
 	k := 0
 	for k < len(out) && len(v.ents) > 0 {
 		x := v.ents[0]
 		v.ents = v.ents[1:]
-		out[k] = core.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr}
+		out[k] = krcore.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr}
 		k++
 	}
 	return k
@@ -424,7 +428,7 @@ func (v *VQ) flush(out []core.Completion) int {
 // PopWait is Pop that waits for at least one completion: it spins briefly,
 // then sleeps on the completion bell, until ctx ends or the daemon goes.
 // An empty out could never take one: it is refused at once (ErrInvalid).
-func (v *VQ) PopWait(ctx context.Context, out []core.Completion) (int, error) {
+func (v *VQ) PopWait(ctx context.Context, out []krcore.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, fmt.Errorf("client: pop wait: no room for a completion: %w", verbs.ErrInvalid)
 	}
@@ -456,12 +460,12 @@ func (v *VQ) Outstanding() int {
 
 // Region learns the region named name on the node the queue is connected
 // to.
-func (v *VQ) Region(ctx context.Context, name string) (*core.Region, error) {
+func (v *VQ) Region(ctx context.Context, name string) (krcore.Region, error) {
 	v.mu.Lock()
 	node := v.node
 	v.mu.Unlock()
 	if node == 0 {
-		return nil, fmt.Errorf("client: region %q: %w", name, core.ErrNotConnected)
+		return nil, fmt.Errorf("client: region %q: %w", name, krcore.ErrNotConnected)
 	}
 	return v.c.Region(ctx, node, name)
 }
@@ -479,7 +483,7 @@ func (v *VQ) Close() error {
 	delete(v.c.vqs, v)
 	v.c.mu.Unlock()
 	v.release()
-	if err != nil && !errors.Is(err, ErrDaemonGone) {
+	if err != nil && !errors.Is(err, krcore.ErrDaemonGone) {
 		return fmt.Errorf("client: close queue: %w", err)
 	}
 	return nil

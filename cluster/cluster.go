@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
@@ -52,7 +53,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Soft.RetryTimeout = time.Second
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
-		if err := c.Add(ctx, cfg, core.NodeID(i)); err != nil {
+		if err := c.Add(ctx, cfg, krcore.NodeID(i)); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -62,7 +63,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 
 // Add starts one more node with the given id, within ctx. An id already
 // running is refused (ErrNodeExists): close that node first (see Remove).
-func (c *Cluster) Add(ctx context.Context, cfg Config, id core.NodeID) error {
+func (c *Cluster) Add(ctx context.Context, cfg Config, id krcore.NodeID) error {
 	if id == 0 {
 		return fmt.Errorf("cluster: node id 0: %w", verbs.ErrInvalid)
 	}
@@ -98,7 +99,7 @@ func (c *Cluster) Add(ctx context.Context, cfg Config, id core.NodeID) error {
 }
 
 // Node returns the runtime of node id.
-func (c *Cluster) Node(id core.NodeID) *core.Runtime {
+func (c *Cluster) Node(id krcore.NodeID) *core.Runtime {
 	for _, rt := range c.Runtimes {
 		if rt.Node() == id {
 			return rt
@@ -111,7 +112,7 @@ func (c *Cluster) Node(id core.NodeID) *core.Runtime {
 // for its peers when kill is true (its NIC dies first: no deregistration),
 // or cleanly (the runtime closes first) when it is false. It fails with
 // verbs.ErrInvalid when no such node runs.
-func (c *Cluster) Remove(id core.NodeID, kill bool) error {
+func (c *Cluster) Remove(id krcore.NodeID, kill bool) error {
 	for i, rt := range c.Runtimes {
 		if rt.Node() != id {
 			continue

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
@@ -35,7 +36,7 @@ func TestForeignRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := q.Region(ctx, "r")
@@ -48,20 +49,20 @@ func TestForeignRefused(t *testing.T) {
 	}
 	own, _ := api.RegMR(64, verbs.AccessAll)
 	other, _ := n2.RegMR(64, verbs.AccessAll)
-	handle := core.HandleMR(core.Handle{ID: 7}, make([]byte, 64), verbs.AccessAll)
-	hregion := core.HandleRegion(core.Handle{ID: 8}, g.Node(), g.Name(), g.Len(), g.Access())
-	reqs := []core.Request{
+	handle := forgedMR(make([]byte, 64))
+	hregion := forgedRegion{g}
+	reqs := []krcore.Request{
 		{ID: 1, Op: verbs.OpRead, Local: other.Range(0, 8), Remote: g.At(0)},
 		{ID: 2, Op: verbs.OpRead, Local: handle.Range(0, 8), Remote: g.At(0)},
 		{ID: 3, Op: verbs.OpRead, Local: own.Range(0, 8), Remote: hregion.At(0)},
 		{ID: 4, Op: verbs.OpRead, Local: own.Range(0, 8), Remote: g3.At(0)},
 		{ID: 5, Op: verbs.OpRead, Local: own.Range(0, 8), Remote: g.At(0)},
 	}
-	want := []verbs.Status{verbs.LocProtErr, verbs.LocProtErr, verbs.RemAccessErr, verbs.RemAccessErr, verbs.Success}
+	want := []verbs.Status{verbs.LocProtErr, verbs.LocProtErr, verbs.RemInvReqErr, verbs.RemAccessErr, verbs.Success}
 	if _, err := q.Push(ctx, true, reqs...); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]core.Completion, 8)
+	out := make([]krcore.Completion, 8)
 	for got := 0; got < len(want); {
 		n, err := q.PopWait(ctx, out[got:])
 		if err != nil {
@@ -74,19 +75,42 @@ func TestForeignRefused(t *testing.T) {
 			t.Errorf("completion %d: %+v, want status %s", i, out[i], w)
 		}
 	}
-	if err := api.Export("x", handle, 0, 8, verbs.AccessRemoteRead); !errors.Is(err, core.ErrRefused) {
+	if err := api.Export("x", handle, 0, 8, verbs.AccessRemoteRead); !errors.Is(err, krcore.ErrRefused) {
 		t.Errorf("export of a handle MR: %v, want ErrRefused", err)
 	}
-	if err := api.Deregister(other); !errors.Is(err, core.ErrRefused) {
+	if err := api.Deregister(other); !errors.Is(err, krcore.ErrRefused) {
 		t.Errorf("deregister of another runtime's MR: %v, want ErrRefused", err)
 	}
 	if err := q.PushRecv(handle.Range(0, 8)); !errors.Is(err, verbs.ErrInvalid) {
 		t.Errorf("PushRecv of a handle MR: %v, want ErrInvalid", err)
 	}
-	if h, ok := handle.Handle(); !ok || h.ID != 7 || handle.Len() != 64 {
-		t.Errorf("handle MR: %+v %v len %d", h, ok, handle.Len())
-	}
-	if port, to := core.ConnectOptions(core.ToPort(9)); port != 9 || !to {
-		t.Errorf("ConnectOptions: %d %v", port, to)
-	}
 }
+
+// forgedMR is an MR handle of the caller's own making over plain memory.
+type forgedMR []byte
+
+func (m forgedMR) Bytes() []byte                 { return m }
+func (m forgedMR) Len() int                      { return len(m) }
+func (forgedMR) Access() verbs.Access            { return verbs.AccessAll }
+func (m forgedMR) Range(off, n int) krcore.Local { return krcore.Local{MR: m, Off: off, Len: n} }
+
+// claimedRegion is a Region of the caller's own making that claims a
+// node, a name, a length and rights.
+type claimedRegion struct {
+	node   krcore.NodeID
+	name   string
+	n      uint64
+	access verbs.Access
+}
+
+func (g claimedRegion) Node() krcore.NodeID         { return g.node }
+func (g claimedRegion) Name() string                { return g.name }
+func (g claimedRegion) Len() uint64                 { return g.n }
+func (g claimedRegion) Access() verbs.Access        { return g.access }
+func (g claimedRegion) At(off uint64) krcore.Remote { return krcore.Remote{Region: g, Off: off} }
+
+// forgedRegion claims to be a region the runtime learned, by wrapping one
+// and reporting everything it does.
+type forgedRegion struct{ krcore.Region }
+
+func (g forgedRegion) At(off uint64) krcore.Remote { return krcore.Remote{Region: g, Off: off} }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/offheap"
@@ -36,13 +37,13 @@ func BenchmarkConnectWarm(b *testing.B) {
 	q, _ := a.Queue()
 	defer q.Close()
 	ctx := context.Background()
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := q.Connect(ctx, 2); err != nil {
+		if err := q.Connect(ctx, 2, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -57,7 +58,7 @@ func BenchmarkConnectWarmParallel(b *testing.B) {
 		q, _ := a.Queue()
 		defer q.Close()
 		for pb.Next() {
-			if err := q.Connect(ctx, 2); err != nil {
+			if err := q.Connect(ctx, 2, nil); err != nil {
 				b.Error(err)
 				return
 			}
@@ -79,7 +80,7 @@ func BenchmarkConnectCold(b *testing.B) {
 		if err := a.Forget(ctx, 1); err != nil {
 			b.Fatal(err)
 		}
-		if err := q.Connect(ctx, 1); err != nil {
+		if err := q.Connect(ctx, 1, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -122,7 +123,7 @@ func benchVQReadTCP(b *testing.B, rc bool) {
 	}
 	_, rts := tcpRuntimes(b, 2, cfg)
 	q, req := vqReader(b, rts[0], rts[1])
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	ctx := context.Background()
 	var tpush, tpop time.Duration
 	read := func() {
@@ -297,7 +298,7 @@ func rawDCPair(b *testing.B, da, db verbs.Device) (rawSide, rawSide) {
 
 // vqReader exports 64 B on s and returns a VQ of a connected to it with an
 // 8 B READ request of that region.
-func vqReader(b testing.TB, a, s *core.Runtime) (*core.Queue, core.Request) {
+func vqReader(b testing.TB, a, s *core.Runtime) (*core.Queue, krcore.Request) {
 	b.Helper()
 	mr, err := s.RegMR(64, verbs.AccessAll)
 	if err != nil {
@@ -316,14 +317,14 @@ func vqReader(b testing.TB, a, s *core.Runtime) (*core.Queue, core.Request) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { q.Close() })
-	if err := q.Connect(ctx, s.Node()); err != nil {
+	if err := q.Connect(ctx, s.Node(), nil); err != nil {
 		b.Fatal(err)
 	}
 	local, err := a.RegMR(64, verbs.AccessAll)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return q, core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+	return q, krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
 }
 
 // benchVQRead times sync 8 B READs through a VQ.
@@ -332,7 +333,7 @@ func benchVQRead(b *testing.B, rc bool) {
 	a := c.Node(1)
 	q, req := vqReader(b, a, c.Node(2))
 	ctx := context.Background()
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	read := func() {
 		if _, err := q.Push(ctx, false, req); err != nil {
 			b.Fatal(err)

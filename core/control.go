@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
@@ -63,7 +64,7 @@ func newControl(rt *Runtime) (*control, error) {
 	c.nextID.Store(randUint64())
 	ep, err := udrpc.New(rt.dev, rt.pd, udrpc.Config{
 		QKey: c.qkey, MaxMsg: ctlMax, Timeout: ctlTimeout, Attempts: ctlAttempts,
-		ReplyID: ctlReplyID, OnRequest: c.enqueue, Closed: ErrClosed,
+		ReplyID: ctlReplyID, OnRequest: c.enqueue, Closed: krcore.ErrClosed,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("control QP: %w", err)
@@ -126,7 +127,7 @@ func (c *control) serve() {
 type ctlMsg struct {
 	typ  byte
 	id   uint64
-	from NodeID
+	from krcore.NodeID
 	qkey uint32         // the sender's control QKey
 	back verbs.Endpoint // the sender's control endpoint
 	body []byte
@@ -206,7 +207,7 @@ func (c *control) reply(ctx context.Context, m ctlMsg, body []byte) error {
 // call sends a control request to node and waits for its reply. A node
 // that does not answer may have restarted with a new control QP: its
 // record is refetched and, if it changed, the call made again.
-func (c *control) call(ctx context.Context, node NodeID, typ byte, body []byte) ([]byte, error) {
+func (c *control) call(ctx context.Context, node krcore.NodeID, typ byte, body []byte) ([]byte, error) {
 	p, err := c.rt.peerFor(ctx, node)
 	if err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func (c *control) call(ctx context.Context, node NodeID, typ byte, body []byte) 
 func (c *control) callPeer(ctx context.Context, p *peer, typ byte, body []byte) ([]byte, error) {
 	t := p.target()
 	if t.ctrlQPN == 0 {
-		return nil, fmt.Errorf("node %d has no control QP: %w", p.node, ErrUnreachable)
+		return nil, fmt.Errorf("node %d has no control QP: %w", p.node, krcore.ErrUnreachable)
 	}
 	id := c.nextID.Add(1)
 	b, err := c.encode(typ, id, body)
@@ -262,12 +263,13 @@ type export struct {
 // Export offers n bytes at offset off of mr to every node under name, with
 // the remote access given (a subset of the MR's). A client learns it with
 // Region; Unexport or Deregister revokes it.
-func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) error {
+func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Access) error {
 	if err := rt.closedErr(fmt.Sprintf("export %q", name)); err != nil {
 		return err
 	}
-	if !rt.ownMR(mr) {
-		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, ErrRefused)
+	mr := rt.ownMR(h)
+	if mr == nil {
+		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, krcore.ErrRefused)
 	}
 	if name == "" || len(name) > 200 || off < 0 || n <= 0 || off > mr.Len() || n > mr.Len()-off {
 		return fmt.Errorf("core: export %q [%d,+%d) of a %d-byte MR: %w", name, off, n, mr.Len(), verbs.ErrInvalid)
@@ -281,7 +283,7 @@ func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) 
 	// never leaves the runtime.
 	buf := mr.Bytes()
 	if buf == nil { // Deregister released it meanwhile
-		return fmt.Errorf("core: export %q from a deregistered MR: %w", name, ErrClosed)
+		return fmt.Errorf("core: export %q from a deregistered MR: %w", name, krcore.ErrClosed)
 	}
 	reg, err := rt.pd.RegMR(buf[off:off+n], access|mr.access&verbs.AccessLocalWrite)
 	if err != nil {
@@ -290,11 +292,11 @@ func (rt *Runtime) Export(name string, mr *MR, off, n int, access verbs.Access) 
 	rt.mu.Lock()
 	switch _, dup := rt.exports[name]; {
 	case rt.closed: // Close began after the check above and will not see it
-		err = fmt.Errorf("core: export %q: runtime: %w", name, ErrClosed)
+		err = fmt.Errorf("core: export %q: runtime: %w", name, krcore.ErrClosed)
 	case dup:
 		err = fmt.Errorf("core: export %q: name taken: %w", name, verbs.ErrBusy)
 	case !mr.live(): // Deregister withdraws mr's exports after marking it
-		err = fmt.Errorf("core: export %q from a deregistered MR: %w", name, ErrClosed)
+		err = fmt.Errorf("core: export %q from a deregistered MR: %w", name, krcore.ErrClosed)
 	default:
 		rt.exports[name] = &export{mr: mr, reg: reg}
 	}
@@ -362,13 +364,13 @@ func (rt *Runtime) describeRegion(name string) []byte {
 }
 
 // Region learns the region node exports under name.
-func (rt *Runtime) Region(ctx context.Context, node NodeID, name string) (*Region, error) {
+func (rt *Runtime) Region(ctx context.Context, node krcore.NodeID, name string) (*Region, error) {
 	resp, err := rt.ctrl.call(ctx, node, ctlRegionReq, []byte(name))
 	if err != nil {
 		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, err)
 	}
 	if len(resp) != 25 || resp[0] != 0 {
-		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, ErrNoRegion)
+		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, krcore.ErrNoRegion)
 	}
 	le := binary.LittleEndian
 	return &Region{g: &grant{
@@ -381,12 +383,16 @@ var errRCRefused = errors.New("core: peer refused the RC connection")
 
 // Region learns the region named name on the node the queue is connected
 // to (see Runtime.Region).
-func (q *Queue) Region(ctx context.Context, name string) (*Region, error) {
+func (q *Queue) Region(ctx context.Context, name string) (krcore.Region, error) {
 	q.mu.Lock()
 	p := q.peer
 	q.mu.Unlock()
 	if p == nil {
-		return nil, fmt.Errorf("core: region %q: %w", name, ErrNotConnected)
+		return nil, fmt.Errorf("core: region %q: %w", name, krcore.ErrNotConnected)
 	}
-	return q.rt.Region(ctx, p.node, name)
+	g, err := q.rt.Region(ctx, p.node, name)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return g, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/provider/soft"
@@ -85,7 +86,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 // serve exports a region of size bytes on rt as name.
-func serve(t *testing.T, rt *core.Runtime, name string, size int) *core.MR {
+func serve(t *testing.T, rt *core.Runtime, name string, size int) krcore.MR {
 	t.Helper()
 	mr, err := rt.RegMR(size, verbs.AccessAll)
 	if err != nil {
@@ -97,22 +98,27 @@ func serve(t *testing.T, rt *core.Runtime, name string, size int) *core.MR {
 	return mr
 }
 
-func mustQueue(t *testing.T, rt *core.Runtime, node core.NodeID, opts ...core.ConnectOption) *core.Queue {
+// mustQueue is a queue of rt connected to node; opts (at most one) says how.
+func mustQueue(t *testing.T, rt *core.Runtime, node krcore.NodeID, opts ...*krcore.ConnectOptions) *core.Queue {
 	t.Helper()
 	q, err := rt.Queue()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Connect(ctx(t), node, opts...); err != nil {
+	var o *krcore.ConnectOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if err := q.Connect(ctx(t), node, o); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
 	return q
 }
 
-func pop1(t *testing.T, q *core.Queue) core.Completion {
+func pop1(t *testing.T, q *core.Queue) krcore.Completion {
 	t.Helper()
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	if _, err := q.PopWait(ctx(t), out[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +137,7 @@ func TestOneSided(t *testing.T) {
 			t.Fatal(err)
 		}
 		local, _ := a.RegMR(4096, verbs.AccessAll)
-		reqs := []core.Request{
+		reqs := []krcore.Request{
 			{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 6), Remote: g.At(100)},
 			{ID: 2, Op: verbs.OpWrite, Local: local.Range(0, 6), Remote: g.At(200)},
 			{ID: 3, Op: verbs.OpFetchAdd, Local: local.Range(8, 8), Remote: g.At(512), Compare: 5},
@@ -152,7 +158,7 @@ func TestOneSided(t *testing.T) {
 			t.Fatal("atomics wrong")
 		}
 		m.checkRoute(t, a)
-		if _, err := a.Region(ctx(t), 2, "nope"); !errors.Is(err, core.ErrNoRegion) {
+		if _, err := a.Region(ctx(t), 2, "nope"); !errors.Is(err, krcore.ErrNoRegion) {
 			t.Fatalf("unknown region: %v", err)
 		}
 	}, modeDC, modeNoDC, modeForced)
@@ -169,17 +175,17 @@ func TestTwoSided(t *testing.T) {
 		}
 		buf, _ := b.RegMR(4096, verbs.AccessLocalWrite)
 		srv.PushRecv(buf.Range(0, 64), buf.Range(64, 64))
-		cli := mustQueue(t, a, 2, core.ToPort(7))
+		cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 		if err := cli.Bind(8); err != nil {
 			t.Fatal(err)
 		}
 		msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
 		copy(msg.Bytes(), "ping")
-		cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
+		cli.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpSendImm, Imm: 42, Local: msg.Range(0, 4)})
 		if wc := pop1(t, cli); wc.Status != verbs.Success || wc.Len != 4 {
 			t.Fatalf("send: %+v, want SUCCESS moving 4 bytes", wc)
 		}
-		var msgs [1]core.Message
+		var msgs [1]krcore.Message
 		if _, err := srv.PopMsgsWait(ctx(t), msgs[:]); err != nil {
 			t.Fatal(err)
 		}
@@ -187,12 +193,12 @@ func TestTwoSided(t *testing.T) {
 		if got.From != 1 || got.Port != 8 || got.Len != 4 || !got.HasImm || got.Imm != 42 || got.Buf == nil || string(buf.Bytes()[:4]) != "ping" {
 			t.Fatalf("message %+v %q", got, buf.Bytes()[:4])
 		}
-		if err := srv.Bind(9); !errors.Is(err, core.ErrPortInUse) {
+		if err := srv.Bind(9); !errors.Is(err, krcore.ErrPortInUse) {
 			t.Errorf("second bind: %v", err)
 		}
 		other, _ := b.Queue()
 		defer other.Close()
-		if err := other.Bind(7); !errors.Is(err, core.ErrPortInUse) {
+		if err := other.Bind(7); !errors.Is(err, krcore.ErrPortInUse) {
 			t.Errorf("port taken twice: %v", err)
 		}
 	}, modeDC, modeNoDC, modeForced)
@@ -243,19 +249,19 @@ func TestSharedQPIsolation(t *testing.T) {
 
 // runVQ pushes n FAAs (every third unsignaled) on its own counter and checks
 // it gets back exactly the signaled ones, in order.
-func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
+func runVQ(t *testing.T, rt *core.Runtime, g krcore.Region, v, n int) error {
 	q, err := rt.Queue()
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx(t), g.Node()); err != nil {
+	if err := q.Connect(ctx(t), g.Node(), nil); err != nil {
 		return err
 	}
 	local, _ := rt.RegMR(8*n, verbs.AccessAll)
 	defer rt.Deregister(local)
 	var want []uint64
-	out := make([]core.Completion, 16)
+	out := make([]krcore.Completion, 16)
 	check := func(k int) error {
 		for _, wc := range out[:k] {
 			if len(want) == 0 || wc.ID != want[0] || wc.Status != verbs.Success {
@@ -267,7 +273,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
 	}
 	for i := 0; i < n; i++ {
 		id := uint64(v)<<32 | uint64(i)
-		r := core.Request{ID: id, Op: verbs.OpFetchAdd, Local: local.Range(8*i, 8), Remote: g.At(uint64(8 * v)), Compare: 1, Unsignaled: i%3 == 1 && i != n-1}
+		r := krcore.Request{ID: id, Op: verbs.OpFetchAdd, Local: local.Range(8*i, 8), Remote: g.At(uint64(8 * v)), Compare: 1, Unsignaled: i%3 == 1 && i != n-1}
 		if !r.Unsignaled {
 			want = append(want, id)
 		}
@@ -276,7 +282,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g *core.Region, v, n int) error {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, core.ErrNoCredit) {
+			if !errors.Is(err, krcore.ErrNoCredit) {
 				return fmt.Errorf("VQ %d push %d: %w", v, i, err)
 			}
 			k, err := q.PopWait(ctx(t), out) // a full queue: make room
@@ -355,29 +361,29 @@ func TestMalformedNeighbours(t *testing.T) {
 
 // fuzzVQ pushes random, mostly malformed requests until stop, calling
 // refused once the runtime has refused one of them.
-func fuzzVQ(t *testing.T, rt *core.Runtime, g *core.Region, seed uint64, stop chan struct{}, refused func()) {
+func fuzzVQ(t *testing.T, rt *core.Runtime, g krcore.Region, seed uint64, stop chan struct{}, refused func()) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	q, _ := rt.Queue()
 	defer q.Close()
 	c := ctx(t) // one context for the loop: each ctx(t) adds a cleanup
-	q.Connect(c, g.Node())
+	q.Connect(c, g.Node(), nil)
 	mine, _ := rt.RegMR(256, verbs.AccessAll)
 	ro, _ := rt.RegMR(256, 0)
 	ops := []verbs.Opcode{0, 99, verbs.OpRead, verbs.OpWrite, verbs.OpFetchAdd, verbs.OpCompareSwap, verbs.OpSend, verbs.OpWriteImm}
-	out := make([]core.Completion, 32)
+	out := make([]krcore.Completion, 32)
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		mr := []*core.MR{mine, ro, nil}[r.IntN(3)]
-		req := core.Request{Op: ops[r.IntN(len(ops))], Local: core.Local{MR: mr, Off: r.IntN(300) - 20, Len: r.IntN(300)},
+		mr := []krcore.MR{mine, ro, nil}[r.IntN(3)]
+		req := krcore.Request{Op: ops[r.IntN(len(ops))], Local: krcore.Local{MR: mr, Off: r.IntN(300) - 20, Len: r.IntN(300)},
 			Remote: g.At(uint64(r.IntN(5000))), Compare: 1}
 		if r.IntN(4) == 0 {
 			req.Remote.Region = nil
 		}
-		if _, err := q.Push(c, false, req); err != nil && !errors.Is(err, core.ErrNoCredit) {
+		if _, err := q.Push(c, false, req); err != nil && !errors.Is(err, krcore.ErrNoCredit) {
 			t.Errorf("fuzzer push: %v", err)
 			return
 		}
@@ -401,8 +407,8 @@ func TestRevokedRegion(t *testing.T) {
 		gone, _ := a.Region(ctx(t), 2, "doomed")
 		victim := mustQueue(t, a, 2)
 		local, _ := a.RegMR(64, verbs.AccessAll)
-		read := func(q *core.Queue, g *core.Region) core.Completion {
-			q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
+		read := func(q *core.Queue, g krcore.Region) krcore.Completion {
+			q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
 			return pop1(t, q)
 		}
 		if wc := read(victim, gone); wc.Status != verbs.Success {
@@ -418,7 +424,7 @@ func TestRevokedRegion(t *testing.T) {
 				defer wg.Done()
 				q, _ := a.Queue()
 				defer q.Close()
-				q.Connect(ctx(t), 2)
+				q.Connect(ctx(t), 2, nil)
 				mine, _ := a.RegMR(8, verbs.AccessAll)
 				for i := 0; ; i++ {
 					select {
@@ -427,7 +433,7 @@ func TestRevokedRegion(t *testing.T) {
 						return
 					default:
 					}
-					q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: mine.Range(0, 8), Remote: keep.At(8)})
+					q.Push(ctx(t), true, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: mine.Range(0, 8), Remote: keep.At(8)})
 					if wc := pop1(t, q); wc.Status != verbs.Success {
 						errs <- fmt.Errorf("innocent VQ %d: %+v", v, wc)
 						return
@@ -476,8 +482,8 @@ func TestPeerKilled(t *testing.T) {
 		c.Node(3).Close()
 		c.Devices[2].Close()
 		start := time.Now()
-		q3.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)})
-		q2.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: g2.At(0)})
+		q3.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)})
+		q2.Push(ctx(t), true, krcore.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: g2.At(0)})
 		if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
 			t.Errorf("dead peer: %+v", wc)
 		}
@@ -496,8 +502,8 @@ func TestPeerKilled(t *testing.T) {
 func TestChurnDCtoRC(t *testing.T) {
 	c := start(t, 4, core.Config{DCIs: 2, RCPeers: 1, HotOps: 50, HotWindow: 2 * time.Millisecond, ColdWindows: 3})
 	a := c.Node(1)
-	var gs []*core.Region
-	for n := core.NodeID(2); n <= 4; n++ {
+	var gs []krcore.Region
+	for n := krcore.NodeID(2); n <= 4; n++ {
 		serve(t, c.Node(n), "ctr", 64*8)
 		g, err := a.Region(ctx(t), n, "ctr")
 		if err != nil {

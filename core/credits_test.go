@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -19,10 +20,10 @@ func TestCredits(t *testing.T) {
 	g, _ := a.Region(ctx(t), 2, "r")
 	q := mustQueue(t, a, 2)
 	local, _ := a.RegMR(64, verbs.AccessAll)
-	req := core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
-	reqs := []core.Request{req, req, req, req, req, req}
+	req := krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+	reqs := []krcore.Request{req, req, req, req, req, req}
 	n, err := q.Push(ctx(t), false, reqs...)
-	if n != 4 || !errors.Is(err, core.ErrNoCredit) {
+	if n != 4 || !errors.Is(err, krcore.ErrNoCredit) {
 		t.Fatalf("Push of 6 with 4 credits: accepted %d, err %v", n, err)
 	}
 	// Waiting: completions return credits without the caller popping.
@@ -45,7 +46,7 @@ func TestCredits(t *testing.T) {
 	if n := q.Outstanding(); n != 16 {
 		t.Fatalf("Push blocked with %d completions unpopped, want 16 (4 credits' worth)", n)
 	}
-	out := make([]core.Completion, 64)
+	out := make([]krcore.Completion, 64)
 	got := 0
 	for got < 16 {
 		k, err := q.PopWait(ctx(t), out)

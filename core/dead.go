@@ -6,15 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
-
-// ErrPeerDead: the node stopped answering (its requests timed out with
-// RETRY_EXC_ERR, or its control QP gave no reply), and the runtime fails
-// what is addressed to it at once until a probe finds it alive again.
-var ErrPeerDead = errors.New("core: peer dead")
 
 // Probing a dead peer: the first probe comes probeFirst after the death,
 // each next one twice as late, up to probeMax; a probe waits probeTimeout
@@ -39,7 +35,7 @@ func (p *peer) deadErr() error {
 		return nil
 	}
 	return fmt.Errorf("node %d gave no answer (%v) and has not since %s: %w",
-		p.node, d.cause, d.since.Format("15:04:05.000"), ErrPeerDead)
+		p.node, d.cause, d.since.Format("15:04:05.000"), krcore.ErrPeerDead)
 }
 
 // markDead records that p stopped answering and starts the probe that
@@ -135,7 +131,7 @@ var deadRefusal = &refusal{verbs.RetryExcErr, "peer dead"}
 
 // heardFrom notes a control request from node: if it is known dead, its
 // probe pings it now rather than at its next turn.
-func (rt *Runtime) heardFrom(node NodeID) {
+func (rt *Runtime) heardFrom(node krcore.NodeID) {
 	rt.mu.RLock()
 	p := rt.peers[node]
 	rt.mu.RUnlock()

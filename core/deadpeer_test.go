@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
 
 // hammer keeps READs going on q until stop closes, as an application that
 // does not know its peer died would.
-func hammer(q *core.Queue, req core.Request, stop <-chan struct{}, wg *sync.WaitGroup) {
+func hammer(q *core.Queue, req krcore.Request, stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	var out [16]core.Completion
+	var out [16]krcore.Completion
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-stop; cancel() }()
@@ -61,7 +62,7 @@ func TestDeadPeerSparesControlPath(t *testing.T) {
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 		for _, call := range []struct {
 			from *core.Runtime
-			to   core.NodeID
+			to   krcore.NodeID
 			name string
 		}{{a, 2, "live"}, {b, 1, "none"}} {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -69,7 +70,7 @@ func TestDeadPeerSparesControlPath(t *testing.T) {
 			_, err := call.from.Region(cctx, call.to, call.name)
 			d := time.Since(t0)
 			cancel()
-			if err != nil && !errors.Is(err, core.ErrNoRegion) {
+			if err != nil && !errors.Is(err, krcore.ErrNoRegion) {
 				t.Fatalf("region %q of live node %d from node %d after %v: %v", call.name, call.to, call.from.Node(), d, err)
 			}
 			worst = max(worst, d)
@@ -123,7 +124,7 @@ func TestDeadPeerFailsFast(t *testing.T) {
 			}
 			_, rerr := a.Region(ctx(t), 3, "r")
 			q2, _ := a.Queue()
-			cerr := q2.Connect(ctx(t), 3)
+			cerr := q2.Connect(ctx(t), 3, nil)
 			q2.Close()
 			d := time.Since(t0)
 			slowest = max(slowest, d)
@@ -131,7 +132,7 @@ func TestDeadPeerFailsFast(t *testing.T) {
 				t.Errorf("round %d against a dead node took %v, want under %v", i, d, fast)
 			}
 			for what, err := range map[string]error{"Region": rerr, "Connect": cerr} {
-				if !errors.Is(err, core.ErrPeerDead) || !strings.Contains(err.Error(), "node 3") {
+				if !errors.Is(err, krcore.ErrPeerDead) || !strings.Contains(err.Error(), "node 3") {
 					t.Errorf("%s of a dead node: %v, want ErrPeerDead naming node 3", what, err)
 				}
 			}
@@ -147,13 +148,13 @@ func TestDeadPeerFailsFast(t *testing.T) {
 		}
 		serve(t, c.Node(3), "r", 64)
 		t0 := time.Now()
-		var g *core.Region
+		var g krcore.Region
 		for {
 			var err error
 			if g, err = a.Region(ctx(t), 3, "r"); err == nil {
 				break
 			}
-			if !errors.Is(err, core.ErrPeerDead) || time.Since(t0) > 5*time.Second {
+			if !errors.Is(err, krcore.ErrPeerDead) || time.Since(t0) > 5*time.Second {
 				t.Fatalf("region of node 3 %v after its restart: %v", time.Since(t0), err)
 			}
 			time.Sleep(5 * time.Millisecond) // the probe runs on its own schedule

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -35,24 +36,24 @@ func DebugPQP(rt *Runtime) string {
 // it: the requester's checks pass it, so only the exporter's RNIC stands
 // between it and memory it was not granted. rkeyOf, if not nil, lends its
 // rkey.
-func Forge(g *Region, grow uint64, shift int64, add verbs.Access, rkeyOf *Region) *Region {
-	f := *g.g
+func Forge(h krcore.Region, grow uint64, shift int64, add verbs.Access, rkeyOf krcore.Region) *Region {
+	f := *grantOf(h)
 	f.len += grow
 	f.addr = uint64(int64(f.addr) + shift)
 	f.access |= add
 	if rkeyOf != nil {
-		f.rkey = rkeyOf.g.rkey
+		f.rkey = grantOf(rkeyOf).rkey
 	}
 	return &Region{g: &f}
 }
 
 // MRUses is how many requests and receive buffers hold m.
-func MRUses(m *MR) int64 { return m.uses.Load() }
+func MRUses(h krcore.MR) int64 { return h.(*MR).uses.Load() }
 
 // PushRaw pushes r, a WRITE_WITH_IMM on a queue connected to a port, as
 // one verbs WRITE_WITH_IMM without its notification: what a writer that
 // is not a krcore runtime posts. It waits for a credit within ctx.
-func PushRaw(ctx context.Context, q *Queue, r Request) error {
+func PushRaw(ctx context.Context, q *Queue, r krcore.Request) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err := q.usable(); err != nil {
@@ -71,4 +72,12 @@ func PushRaw(ctx context.Context, q *Queue, r Request) error {
 		q.postLocked([]rec{x})
 	}
 	return nil
+}
+
+// Exported reports whether rt exports a region under name.
+func Exported(rt *Runtime, name string) bool {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	_, ok := rt.exports[name]
+	return ok
 }

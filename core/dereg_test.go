@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -30,11 +31,11 @@ func TestDeregisterInFlight(t *testing.T) {
 		for round := 0; round < 20; round++ {
 			doomed, _ := a.RegMR(64*exportLen, verbs.AccessAll)
 			const k = 48
-			reqs := make([]core.Request, k)
+			reqs := make([]krcore.Request, k)
 			for i := range reqs {
-				reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpRead, Local: doomed.Range(i*exportLen, exportLen), Remote: pub.At(0)}
+				reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: doomed.Range(i*exportLen, exportLen), Remote: pub.At(0)}
 				if i%2 == 1 { // a WRITE of what the innocents' READs expect
-					reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpWrite, Local: doomed.Range(i*exportLen, 64), Remote: pub.At(512)}
+					reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpWrite, Local: doomed.Range(i*exportLen, 64), Remote: pub.At(512)}
 					copy(doomed.Bytes()[i*exportLen:], e.pub[512:576])
 				}
 			}
@@ -47,8 +48,8 @@ func TestDeregisterInFlight(t *testing.T) {
 			if n := core.MRUses(doomed); n != 0 {
 				t.Fatalf("round %d: deregister returned with %d uses", round, n)
 			}
-			victim.Push(ctx(t), true, core.Request{ID: k, Op: verbs.OpRead, Local: doomed.Range(0, 8), Remote: pub.At(0)})
-			out := make([]core.Completion, k+1)
+			victim.Push(ctx(t), true, krcore.Request{ID: k, Op: verbs.OpRead, Local: doomed.Range(0, 8), Remote: pub.At(0)})
+			out := make([]krcore.Completion, k+1)
 			for got := 0; got < k+1; {
 				n, err := victim.PopWait(ctx(t), out[got:])
 				if err != nil {
@@ -61,7 +62,7 @@ func TestDeregisterInFlight(t *testing.T) {
 					t.Fatalf("round %d: request %d accepted before Deregister: %+v", round, i, wc)
 				}
 			}
-			if wc := out[k]; !errors.Is(wc.Err(), core.ErrRefused) && wc.Status != verbs.LocProtErr {
+			if wc := out[k]; !errors.Is(wc.Err(), krcore.ErrRefused) && wc.Status != verbs.LocProtErr {
 				t.Fatalf("round %d: request after Deregister: %+v, want LOC_PROT_ERR", round, wc)
 			}
 		}
@@ -96,14 +97,14 @@ func TestDeregisterPostedRecv(t *testing.T) {
 	if err := srv.PushRecv(inbox.Range(0, 64)); !errors.Is(err, verbs.ErrInvalid) {
 		t.Errorf("PushRecv into a deregistered MR: %v", err)
 	}
-	cli := mustQueue(t, a, 2, core.ToPort(7))
+	cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 	msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
 	copy(msg.Bytes(), "hello")
-	cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, 5)})
+	cli.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, 5)})
 	if wc := pop1(t, cli); wc.Status != verbs.Success {
 		t.Fatalf("send: %+v", wc)
 	}
-	var got [1]core.Message
+	var got [1]krcore.Message
 	if _, err := srv.PopMsgsWait(ctx(t), got[:]); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -28,7 +28,7 @@ func Example() {
 
 	q, _ := client.Queue()
 	defer q.Close()
-	if err := q.Connect(ctx, 2); err != nil { // no handshake with node 2
+	if err := q.Connect(ctx, 2, nil); err != nil { // no handshake with node 2
 		panic(err)
 	}
 	region, err := client.Region(ctx, 2, "greeting")
@@ -36,8 +36,8 @@ func Example() {
 		panic(err)
 	}
 	buf, _ := client.RegMR(64, verbs.AccessAll)
-	q.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: region.At(0)})
-	var out [1]core.Completion
+	q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: region.At(0)})
+	var out [1]krcore.Completion
 	q.PopWait(ctx, out[:])
 	fmt.Println(out[0].Status, string(buf.Bytes()[:17]))
 	// Output: SUCCESS hello from node 2
@@ -61,12 +61,12 @@ func ExampleQueue_Bind() {
 
 	cli, _ := c.Node(1).Queue()
 	defer cli.Close()
-	cli.Connect(ctx, 2, core.ToPort(80))
+	cli.Connect(ctx, 2, &krcore.ConnectOptions{Port: 80})
 	msg, _ := c.Node(1).RegMR(64, verbs.AccessLocalWrite)
 	n := copy(msg.Bytes(), "GET /")
-	cli.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, n)})
+	cli.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, n)})
 
-	var m [1]core.Message
+	var m [1]krcore.Message
 	srv.PopMsgsWait(ctx, m[:])
 	fmt.Printf("from node %d: %s\n", m[0].From, inbox.Bytes()[:m[0].Len])
 	// Output: from node 1: GET /

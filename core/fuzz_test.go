@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -24,13 +25,13 @@ type vqFuzz struct {
 	ctx     context.Context
 	a, b    *core.Runtime
 	e       *exporter
-	guarded *core.MR // guard | fz | guard on node 2
+	guarded krcore.MR // guard | fz | guard on node 2
 	regions []fuzzRegion
 	q       *core.Queue
 	toPort  bool        // q is connected to the receiver's port: SEND allowed
-	mrs     []*core.MR  // the fuzzed VQ's MRs, some deregistered
+	mrs     []krcore.MR // the fuzzed VQ's MRs, some deregistered
 	rq      *core.Queue // node 2's receiver, bound to fuzzPort
-	rmrs    []*core.MR  // its receive MRs, some deregistered
+	rmrs    []krcore.MR // its receive MRs, some deregistered
 	nextID  uint64
 	reads   int // READs verified
 	// lastPopped is the ID of the fuzzed VQ's last completion: IDs grow in
@@ -42,7 +43,7 @@ type vqFuzz struct {
 // legit regions can succeed, within their grant; the rest never.
 type fuzzRegion struct {
 	name     string
-	g        *core.Region
+	g        krcore.Region
 	legit    bool
 	readOnly bool // from ro: a WRITE or atomic never succeeds
 }
@@ -137,7 +138,7 @@ func (z *vqFuzz) newRecvMR() {
 // learn (re)learns the regions the fuzzed VQ may name.
 func (z *vqFuzz) learn() {
 	z.t.Helper()
-	get := func(rt *core.Runtime, name string) *core.Region {
+	get := func(rt *core.Runtime, name string) krcore.Region {
 		g, err := rt.Region(z.ctx, 2, name)
 		if err != nil {
 			z.t.Fatalf("region %q: %v", name, err)
@@ -150,7 +151,7 @@ func (z *vqFuzz) learn() {
 		{"fz", fz, true, false},
 		{"zero", &core.Region{}, false, false},
 		{"another runtime's", theirs, false, false},
-		{"handle", core.HandleRegion(core.Handle{ID: 1}, 2, "fz", 1<<20, verbs.AccessAll), false, false},
+		{"caller-made", claimedRegion{2, "fz", 1 << 20, verbs.AccessAll}, false, false},
 		{"ro grown", core.Forge(ro, 2*exportLen, 0, 0, nil), true, true},
 		{"ro moved back", core.Forge(ro, 0, -exportLen, 0, nil), true, true},
 		{"ro with all rights", core.Forge(ro, 0, 0, verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, nil), true, true},
@@ -160,7 +161,7 @@ func (z *vqFuzz) learn() {
 }
 
 // pubRegion is the innocents' region, learned by node 1.
-func (z *vqFuzz) pubRegion() *core.Region {
+func (z *vqFuzz) pubRegion() krcore.Region {
 	g, err := z.a.Region(z.ctx, 2, "pub")
 	if err != nil {
 		z.t.Fatal(err)
@@ -178,8 +179,8 @@ func (z *vqFuzz) newMR(i int) {
 }
 
 // deregister deregisters m (perhaps again) and registers a new MR.
-func (z *vqFuzz) deregister(m *core.MR) {
-	if err := z.a.Deregister(m); err != nil && !errors.Is(err, core.ErrClosed) {
+func (z *vqFuzz) deregister(m krcore.MR) {
+	if err := z.a.Deregister(m); err != nil && !errors.Is(err, krcore.ErrClosed) {
 		z.t.Fatalf("deregister: %v", err)
 	}
 	if core.MRUses(m) != 0 {
@@ -193,11 +194,11 @@ func (z *vqFuzz) newQueue(toPort bool) {
 	if err != nil {
 		z.t.Fatal(err)
 	}
-	var opts []core.ConnectOption
+	var opts krcore.ConnectOptions
 	if toPort {
-		opts = append(opts, core.ToPort(fuzzPort))
+		opts.Port = fuzzPort
 	}
-	if err := q.Connect(z.ctx, 2, opts...); err != nil {
+	if err := q.Connect(z.ctx, 2, &opts); err != nil {
 		z.t.Fatal(err)
 	}
 	z.q, z.toPort = q, toPort
@@ -241,7 +242,7 @@ func (z *vqFuzz) run(prog []byte) {
 				z.learn() // else keep the revoked grants: REM_ACCESS_ERR
 			}
 		case 6:
-			var out [8]core.Completion
+			var out [8]krcore.Completion
 			z.q.Pop(out[:])
 		case 7:
 			z.request(arg(), arg(), arg(), arg(), arg(), arg()|0x80)
@@ -250,7 +251,7 @@ func (z *vqFuzz) run(prog []byte) {
 			z.rq.PushRecv(m.Range([]int{0, 64, 4000, -1}[arg()%4], []int{64, 16, 4096, 0}[arg()%4]))
 		case 9:
 			m := z.rmrs[arg()%len(z.rmrs)]
-			if err := z.b.Deregister(m); err != nil && !errors.Is(err, core.ErrClosed) {
+			if err := z.b.Deregister(m); err != nil && !errors.Is(err, krcore.ErrClosed) {
 				z.t.Fatalf("deregister a receive MR: %v", err)
 			}
 			z.newRecvMR()
@@ -265,20 +266,20 @@ var fuzzOps = []verbs.Opcode{verbs.OpRead, verbs.OpWrite, verbs.OpWriteImm, verb
 // request pushes one request built from the choices; with sync (flags's
 // high bit) it waits for the request's completion and checks it.
 func (z *vqFuzz) request(op, mrSel, loc, reg, roff, flags int) {
-	r := core.Request{ID: z.nextID, Op: fuzzOps[op%len(fuzzOps)], Unsignaled: flags&1 != 0 && flags&0x80 == 0}
+	r := krcore.Request{ID: z.nextID, Op: fuzzOps[op%len(fuzzOps)], Unsignaled: flags&1 != 0 && flags&0x80 == 0}
 	z.nextID++
 	sizes := []int{8, 16, 64, 1024, 4096, 0, 4097, 1 << 30}
 	offs := []int{0, 8, 4, 4088, 4096, -8, 1 << 20, 2048}
-	var mr *core.MR
+	var mr krcore.MR
 	switch k := mrSel % (len(z.mrs) + 2); k {
 	case len(z.mrs):
 		mr = z.e.mr // another runtime's
 	case len(z.mrs) + 1:
-		mr = core.HandleMR(core.Handle{ID: 3}, make([]byte, 4096), verbs.AccessAll)
+		mr = forgedMR(make([]byte, 4096))
 	default:
 		mr = z.mrs[k]
 	}
-	r.Local = core.Local{MR: mr, Off: offs[loc%len(offs)], Len: sizes[(loc/len(offs))%len(sizes)]}
+	r.Local = krcore.Local{MR: mr, Off: offs[loc%len(offs)], Len: sizes[(loc/len(offs))%len(sizes)]}
 	if flags&2 != 0 {
 		r.Local.MR = nil
 	}
@@ -293,7 +294,7 @@ func (z *vqFuzz) request(op, mrSel, loc, reg, roff, flags int) {
 	defer cancel()
 	n, err := z.q.Push(cx, wait, r)
 	switch {
-	case err != nil && !errors.Is(err, core.ErrNoCredit):
+	case err != nil && !errors.Is(err, krcore.ErrNoCredit):
 		z.t.Fatalf("push %+v: %v", r, err)
 	case n == 0 || !wait || r.Unsignaled:
 		return
@@ -312,9 +313,9 @@ func (z *vqFuzz) request(op, mrSel, loc, reg, roff, flags int) {
 
 // pop waits for the next completion, which must come within cx and after
 // the last one popped.
-func (z *vqFuzz) pop(cx context.Context) core.Completion {
+func (z *vqFuzz) pop(cx context.Context) krcore.Completion {
 	z.t.Helper()
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 	for {
 		n, err := z.q.PopWait(cx, out[:])
 		if err != nil {
@@ -332,7 +333,7 @@ func (z *vqFuzz) pop(cx context.Context) core.Completion {
 
 // checkCompletion holds a completed request to what its grant allows and,
 // for a READ, what it read.
-func (z *vqFuzz) checkCompletion(r *core.Request, fr *fuzzRegion, wc core.Completion) {
+func (z *vqFuzz) checkCompletion(r *krcore.Request, fr *fuzzRegion, wc krcore.Completion) {
 	if wc.Status != verbs.Success {
 		return
 	}
@@ -370,7 +371,7 @@ func (z *vqFuzz) checkCompletion(r *core.Request, fr *fuzzRegion, wc core.Comple
 // popMsgs pops the receiver's messages and checks each fits its buffer
 // and carries no secret.
 func (z *vqFuzz) popMsgs() {
-	var msgs [16]core.Message
+	var msgs [16]krcore.Message
 	for n := z.rq.PopMsgs(msgs[:]); n > 0; n = z.rq.PopMsgs(msgs[:]) {
 		for _, m := range msgs[:n] {
 			data := m.Data
@@ -394,7 +395,7 @@ func (z *vqFuzz) drain() {
 	cx, cancel := context.WithTimeout(z.ctx, 10*time.Second)
 	defer cancel()
 	z.newMR(0)
-	last := core.Request{ID: z.nextID, Op: verbs.OpRead, Local: z.mrs[len(z.mrs)-1].Range(0, 64), Remote: z.regions[0].g.At(0)}
+	last := krcore.Request{ID: z.nextID, Op: verbs.OpRead, Local: z.mrs[len(z.mrs)-1].Range(0, 64), Remote: z.regions[0].g.At(0)}
 	z.nextID++
 	if _, err := z.q.Push(cx, true, last); err != nil {
 		z.t.Fatalf("drain: push: %v", err)

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+
+	"github.com/krcore/krcore"
 )
 
 // Group lets one goroutine serve many queues: it waits, as PopWait does
@@ -66,4 +68,4 @@ func (g *Group) SpinPays() bool { return !g.rt.sends.noSpin }
 // Pop moves q's finished completions into out, as Queue.Pop does, without
 // polling the completion queue: Wait and Poll poll it once for the whole
 // group.
-func (g *Group) Pop(q *Queue, out []Completion) int { return q.popReady(out) }
+func (g *Group) Pop(q *Queue, out []krcore.Completion) int { return q.popReady(out) }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -19,7 +20,7 @@ func TestGroupWait(t *testing.T) {
 	var qs []*core.Queue
 	for range 2 {
 		q, _ := a.Queue()
-		if err := q.Connect(ctx(t), 2); err != nil {
+		if err := q.Connect(ctx(t), 2, nil); err != nil {
 			t.Fatal(err)
 		}
 		g.Add(q)
@@ -30,9 +31,9 @@ func TestGroupWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf, _ := a.RegMR(64, verbs.AccessAll)
-	out := make([]core.Completion, 4)
+	out := make([]krcore.Completion, 4)
 	for i, q := range qs {
-		if _, err := q.Push(ctx(t), false, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}); err != nil {
+		if _, err := q.Push(ctx(t), false, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}); err != nil {
 			t.Fatal(err)
 		}
 		err := g.Wait(ctx(t), func() bool { return g.Pop(q, out) > 0 }, nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bounded"
@@ -47,7 +48,7 @@ func TestHostileRecvBuffers(t *testing.T) {
 	mr, _ := b.RegMR(4096, verbs.AccessAll)
 	ro, _ := b.RegMR(4096, verbs.AccessRemoteRead)
 	foreign, _ := a.RegMR(4096, verbs.AccessAll)
-	bad := map[string]core.Local{
+	bad := map[string]krcore.Local{
 		"nil MR":           {Len: 8},
 		"zero MR":          {MR: &core.MR{}, Len: 8},
 		"foreign MR":       foreign.Range(0, 8),
@@ -68,15 +69,15 @@ func TestHostileRecvBuffers(t *testing.T) {
 	if err := srv.PushRecv(mr.Range(0, 16)); err != nil {
 		t.Fatal(err)
 	}
-	cli := mustQueue(t, a, 2, core.ToPort(9))
+	cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 9})
 	copy(foreign.Bytes(), "hello")
-	if _, err := cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpSend, Local: foreign.Range(0, 5)}); err != nil {
+	if _, err := cli.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: foreign.Range(0, 5)}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := pop1(t, cli); wc.Status != verbs.Success {
 		t.Fatalf("send: %+v", wc)
 	}
-	var msgs [1]core.Message
+	var msgs [1]krcore.Message
 	if _, err := srv.PopMsgsWait(ctx(t), msgs[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestHostileUseAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Connect(ctx0, 1); err != nil {
+	if err := q.Connect(ctx0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Close(); err != nil {
@@ -135,18 +136,18 @@ func TestHostileUseAfterClose(t *testing.T) {
 		{"Deregister", func(context.Context) error { return rt.Deregister(mr) }},
 		{"Export", func(context.Context) error { return rt.Export("y", mr, 0, 64, verbs.AccessRemoteRead) }},
 		{"Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 1, "x"); return err }},
-		{"Queue.Connect", func(ctx context.Context) error { return q.Connect(ctx, 1) }},
+		{"Queue.Connect", func(ctx context.Context) error { return q.Connect(ctx, 1, nil) }},
 		{"Queue.Push", func(ctx context.Context) error {
-			_, err := q.Push(ctx, true, core.Request{Op: verbs.OpWrite})
+			_, err := q.Push(ctx, true, krcore.Request{Op: verbs.OpWrite})
 			return err
 		}},
 		{"Queue.PopWait", func(ctx context.Context) error {
-			var out [1]core.Completion
+			var out [1]krcore.Completion
 			_, err := q.PopWait(ctx, out[:])
 			return err
 		}},
 		{"Queue.PopMsgsWait", func(ctx context.Context) error {
-			var out [1]core.Message
+			var out [1]krcore.Message
 			_, err := q.PopMsgsWait(ctx, out[:])
 			return err
 		}},
@@ -161,15 +162,15 @@ func TestHostileUseAfterClose(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := withDeadline(t, 2*time.Second, tc.name, tc.f)
-			if !errors.Is(err, core.ErrClosed) {
+			if !errors.Is(err, krcore.ErrClosed) {
 				t.Errorf("%s after Close: %v, want ErrClosed", tc.name, err)
 			}
 		})
 	}
 	// Calls without an error must merely return.
-	var out [4]core.Completion
+	var out [4]krcore.Completion
 	q.Pop(out[:])
-	q.PopMsgs(make([]core.Message, 4))
+	q.PopMsgs(make([]krcore.Message, 4))
 	q.Outstanding()
 	q.Unbind()
 	rt.Unexport("x")
@@ -187,7 +188,7 @@ func TestHostileEmptyOut(t *testing.T) {
 	}
 	cases := map[string]func(ctx context.Context) error{
 		"PopWait":     func(ctx context.Context) error { _, err := q.PopWait(ctx, nil); return err },
-		"PopMsgsWait": func(ctx context.Context) error { _, err := q.PopMsgsWait(ctx, []core.Message{}); return err },
+		"PopMsgsWait": func(ctx context.Context) error { _, err := q.PopMsgsWait(ctx, []krcore.Message{}); return err },
 	}
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -213,7 +214,7 @@ func TestHostileBindClosed(t *testing.T) {
 	rt := c.Node(1)
 	q, _ := rt.Queue()
 	q.Close()
-	if err := q.Bind(12); !errors.Is(err, core.ErrClosed) {
+	if err := q.Bind(12); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Bind on a closed queue: %v, want ErrClosed", err)
 	}
 	live, _ := rt.Queue()
@@ -228,7 +229,7 @@ func TestHostileBindClosed(t *testing.T) {
 // runtime's (ErrRefused), needs a connection (ErrNotConnected) or does
 // not exist (ErrNoRegion, ErrUnreachable, meta.ErrBadRecord for node 0,
 // which no record may have).
-var argSentinels = []error{verbs.ErrInvalid, verbs.ErrLimit, core.ErrRefused, core.ErrNotConnected, core.ErrNoRegion, core.ErrUnreachable, meta.ErrBadRecord}
+var argSentinels = []error{verbs.ErrInvalid, verbs.ErrLimit, krcore.ErrRefused, krcore.ErrNotConnected, krcore.ErrNoRegion, krcore.ErrUnreachable, meta.ErrBadRecord}
 
 // TestHostileArgs hands the runtime's registration and export calls every
 // bad argument: each is an error matching a sentinel, never a panic.
@@ -267,12 +268,12 @@ func TestHostileArgs(t *testing.T) {
 		"Connect node 0": func() error {
 			q, _ := rt.Queue()
 			defer q.Close()
-			return withDeadline(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0) })
+			return withDeadline(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0, nil) })
 		},
 		"Connect unknown": func() error {
 			q, _ := rt.Queue()
 			defer q.Close()
-			return withDeadline(t, 3*time.Second, "Connect 99", func(ctx context.Context) error { return q.Connect(ctx, 99) })
+			return withDeadline(t, 3*time.Second, "Connect 99", func(ctx context.Context) error { return q.Connect(ctx, 99, nil) })
 		},
 		"Region long name": func() error {
 			return withDeadline(t, 3*time.Second, "Region", func(ctx context.Context) error { _, err := rt.Region(ctx, 2, long); return err })
@@ -306,7 +307,7 @@ func TestHostileArgs(t *testing.T) {
 			t.Errorf("%s: %v, want an error matching one of %v", name, err, argSentinels)
 		})
 	}
-	if rt.Exported("a") {
+	if core.Exported(rt, "a") {
 		t.Error("a bad Export left a name exported")
 	}
 }
@@ -349,16 +350,16 @@ func TestHostileRequests(t *testing.T) {
 		foreign, _ := b.RegMR(4096, verbs.AccessAll)
 		gone, _ := a.RegMR(4096, verbs.AccessAll)
 		a.Deregister(gone)
-		rd := func(l core.Local, r core.Remote) core.Request {
-			return core.Request{Op: verbs.OpRead, Local: l, Remote: r}
+		rd := func(l krcore.Local, r krcore.Remote) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: l, Remote: r}
 		}
-		bad := map[string]core.Request{
+		bad := map[string]krcore.Request{
 			"opcode 0":              {Op: 0, Local: local.Range(0, 8), Remote: g.At(0)},
 			"opcode 200":            {Op: 200, Local: local.Range(0, 8), Remote: g.At(0)},
 			"SEND without a port":   {Op: verbs.OpSend, Local: local.Range(0, 8)},
 			"READ zero length":      rd(local.Range(0, 0), g.At(0)),
-			"READ nil MR":           rd(core.Local{Len: 8}, g.At(0)),
-			"READ zero MR":          rd(core.Local{MR: &core.MR{}, Len: 8}, g.At(0)),
+			"READ nil MR":           rd(krcore.Local{Len: 8}, g.At(0)),
+			"READ zero MR":          rd(krcore.Local{MR: &core.MR{}, Len: 8}, g.At(0)),
 			"READ foreign MR":       rd(foreign.Range(0, 8), g.At(0)),
 			"READ deregistered MR":  rd(gone.Range(0, 8), g.At(0)),
 			"READ negative off":     rd(local.Range(-8, 8), g.At(0)),
@@ -367,8 +368,8 @@ func TestHostileRequests(t *testing.T) {
 			"READ len MaxInt":       rd(local.Range(8, math.MaxInt), g.At(0)),
 			"READ past MR end":      rd(local.Range(4090, 8), g.At(0)),
 			"READ no LOCAL_WRITE":   rd(noWrite.Range(0, 8), g.At(0)),
-			"READ nil region":       rd(local.Range(0, 8), core.Remote{Off: 0}),
-			"READ zero region":      rd(local.Range(0, 8), core.Remote{Region: &core.Region{}}),
+			"READ nil region":       rd(local.Range(0, 8), krcore.Remote{Off: 0}),
+			"READ zero region":      rd(local.Range(0, 8), krcore.Remote{Region: &core.Region{}}),
 			"READ other node":       rd(local.Range(0, 8), of3.At(0)),
 			"READ other runtime's":  rd(local.Range(0, 8), ofB.At(0)),
 			"READ remote past end":  rd(local.Range(0, 8), g.At(4090)),
@@ -377,7 +378,7 @@ func TestHostileRequests(t *testing.T) {
 			"WRITE read-only":       {Op: verbs.OpWrite, Local: local.Range(0, 8), Remote: ro.At(0)},
 			"WRITE_IMM read-only":   {Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: ro.At(0)},
 			"WRITE nil region":      {Op: verbs.OpWrite, Local: local.Range(0, 8)},
-			"WRITE zero-len nil":    {Op: verbs.OpWrite, Remote: core.Remote{Region: &core.Region{}}},
+			"WRITE zero-len nil":    {Op: verbs.OpWrite, Remote: krcore.Remote{Region: &core.Region{}}},
 			"FAA misaligned":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(3)},
 			"CAS misaligned":        {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4092)},
 			"FAA 4 bytes":           {Op: verbs.OpFetchAdd, Local: local.Range(0, 4), Remote: g.At(0)},
@@ -388,11 +389,11 @@ func TestHostileRequests(t *testing.T) {
 			"FAA unsignaled":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(5), Unsignaled: true},
 			"READ unsignaled":       {Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(4095), Unsignaled: true},
 		}
-		var out [3]core.Completion
+		var out [3]krcore.Completion
 		for name, r := range bad {
 			clear(local.Bytes()[16:32])
 			r.ID = 2
-			reqs := []core.Request{
+			reqs := []krcore.Request{
 				{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
 				r,
 				{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
@@ -472,7 +473,7 @@ func TestHostileDoneContexts(t *testing.T) {
 	// Fill the queue's completion ring (4 credits' worth, none popped) so
 	// the next Push must wait for a Pop that never comes.
 	for range 4 {
-		if _, err := full.Push(ctx(t), true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}); err != nil {
+		if _, err := full.Push(ctx(t), true, krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -483,15 +484,15 @@ func TestHostileDoneContexts(t *testing.T) {
 		"Connect cold": func(ctx context.Context) error {
 			q, _ := a.Queue()
 			defer q.Close()
-			return q.Connect(ctx, 3) // never looked up: a READ of the MetaServer
+			return q.Connect(ctx, 3, nil) // never looked up: a READ of the MetaServer
 		},
 		"Region": func(ctx context.Context) error { _, err := a.Region(ctx, 2, "r"); return err },
 		"Push wait": func(ctx context.Context) error {
-			_, err := full.Push(ctx, true, core.Request{Op: verbs.OpWrite})
+			_, err := full.Push(ctx, true, krcore.Request{Op: verbs.OpWrite})
 			return err
 		},
 		"PopMsgsWait": func(ctx context.Context) error {
-			_, err := bound.PopMsgsWait(ctx, make([]core.Message, 1))
+			_, err := bound.PopMsgsWait(ctx, make([]krcore.Message, 1))
 			return err
 		},
 		"Group.Wait": func(ctx context.Context) error { return a.Group().Wait(ctx, func() bool { return false }, nil) },
@@ -562,7 +563,7 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := q.Connect(ctx(t), 2); err != nil {
+			if err := q.Connect(ctx(t), 2, nil); err != nil {
 				t.Fatal(err)
 			}
 			g, err := q.Region(ctx(t), "r")
@@ -574,9 +575,9 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 				op = verbs.OpWrite
 			}
 			run(func() error { // push and pop until Close fails them
-				out := make([]core.Completion, 8)
+				out := make([]krcore.Completion, 8)
 				for k := 0; ; k++ {
-					r := core.Request{ID: uint64(k), Op: op, Local: local.Range(i*4096, 4096), Remote: g.At(uint64(i) * 4096)}
+					r := krcore.Request{ID: uint64(k), Op: op, Local: local.Range(i*4096, 4096), Remote: g.At(uint64(i) * 4096)}
 					if _, err := q.Push(context.Background(), true, r, r); err != nil {
 						return err
 					}
@@ -586,7 +587,7 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 				}
 			})
 			run(func() error { // a second popper on the same VQ
-				out := make([]core.Completion, 1)
+				out := make([]krcore.Completion, 1)
 				for {
 					if _, err := q.PopWait(context.Background(), out); err != nil {
 						return err
@@ -596,11 +597,11 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 		}
 		bound, _ := rt.Queue()
 		bound.Bind(44)
-		run(func() error { _, err := bound.PopMsgsWait(context.Background(), make([]core.Message, 1)); return err })
+		run(func() error { _, err := bound.PopMsgsWait(context.Background(), make([]krcore.Message, 1)); return err })
 		run(func() error { return rt.Group().Wait(context.Background(), func() bool { return false }, nil) })
 		run(func() error { // control calls until Close fails them
 			for {
-				if _, err := rt.Region(context.Background(), 3, "none"); !errors.Is(err, core.ErrNoRegion) {
+				if _, err := rt.Region(context.Background(), 3, "none"); !errors.Is(err, krcore.ErrNoRegion) {
 					return err
 				}
 			}
@@ -613,7 +614,7 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 		for range n {
 			select {
 			case err := <-res:
-				if !errors.Is(err, core.ErrClosed) {
+				if !errors.Is(err, krcore.ErrClosed) {
 					t.Errorf("a call Close ended: %v, want ErrClosed", err)
 				}
 			case <-deadline:
@@ -639,7 +640,7 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c := m.start(t, 3, core.Config{})
 		a := c.Node(1)
-		for _, id := range []core.NodeID{2, 3} {
+		for _, id := range []krcore.NodeID{2, 3} {
 			mr := serve(t, c.Node(id), "r", 4096)
 			for i := range mr.Bytes() {
 				mr.Bytes()[i] = byte(id)
@@ -648,12 +649,12 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 		local, _ := a.RegMR(8*4096, verbs.AccessAll)
 		type vq struct {
 			q    *core.Queue
-			g    *core.Region
-			node core.NodeID
+			g    krcore.Region
+			node krcore.NodeID
 		}
 		var vqs []vq
 		for i := range 8 {
-			node := core.NodeID(2 + i%2)
+			node := krcore.NodeID(2 + i%2)
 			q := mustQueue(t, a, node)
 			g, err := q.Region(ctx(t), "r")
 			if err != nil {
@@ -666,11 +667,11 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 		for i, v := range vqs {
 			go func() {
 				buf := local.Bytes()[i*4096 : (i+1)*4096]
-				out := make([]core.Completion, 1)
+				out := make([]krcore.Completion, 1)
 				for k := 0; ; k++ {
 					clear(buf)
 					c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_, err := v.q.Push(c, true, core.Request{ID: uint64(k), Op: verbs.OpRead, Local: local.Range(i*4096, 4096), Remote: v.g.At(0)})
+					_, err := v.q.Push(c, true, krcore.Request{ID: uint64(k), Op: verbs.OpRead, Local: local.Range(i*4096, 4096), Remote: v.g.At(0)})
 					if err == nil {
 						_, err = v.q.PopWait(c, out)
 					}
@@ -721,14 +722,14 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 		defer q.Close()
 		start := time.Now()
 		err := withDeadline(t, 5*time.Second, "Connect to the dead node", func(ctx context.Context) error {
-			if err := q.Connect(ctx, 2); err != nil {
+			if err := q.Connect(ctx, 2, nil); err != nil {
 				return err
 			}
-			_, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: vqs[0].g.At(0)})
+			_, err := q.Push(ctx, true, krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: vqs[0].g.At(0)})
 			if err != nil {
 				return err
 			}
-			out := make([]core.Completion, 1)
+			out := make([]krcore.Completion, 1)
 			if _, err := q.PopWait(ctx, out); err != nil {
 				return err
 			}
@@ -760,10 +761,10 @@ func TestHostileMetaServerGone(t *testing.T) {
 	}
 	local, _ := b.RegMR(64, verbs.AccessAll)
 	err = withDeadline(t, 5*time.Second, "READ between known nodes", func(ctx context.Context) error {
-		if _, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: local.Range(0, 10), Remote: g.At(0)}); err != nil {
+		if _, err := q.Push(ctx, true, krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 10), Remote: g.At(0)}); err != nil {
 			return err
 		}
-		out := make([]core.Completion, 1)
+		out := make([]krcore.Completion, 1)
 		if _, err := q.PopWait(ctx, out); err != nil {
 			return err
 		}
@@ -774,7 +775,7 @@ func TestHostileMetaServerGone(t *testing.T) {
 	}
 	cold, _ := b.Queue()
 	defer cold.Close()
-	err = withDeadline(t, 3*time.Second, "cold Connect", func(ctx context.Context) error { return cold.Connect(ctx, 4) })
+	err = withDeadline(t, 3*time.Second, "cold Connect", func(ctx context.Context) error { return cold.Connect(ctx, 4, nil) })
 	if err == nil {
 		t.Log("cold Connect to node 4 succeeded without the MetaServer (a record cached meanwhile)")
 	} else {
@@ -805,14 +806,14 @@ func TestHostileTwice(t *testing.T) {
 	b.Unexport("never exported")
 	b.Unexport(long)
 	b.Unexport(long)
-	if _, err := a.Region(ctx(t), 2, long); !errors.Is(err, core.ErrNoRegion) {
+	if _, err := a.Region(ctx(t), 2, long); !errors.Is(err, krcore.ErrNoRegion) {
 		t.Errorf("Region of a name unexported twice: %v, want ErrNoRegion", err)
 	}
 	gone, _ := b.RegMR(64, verbs.AccessAll)
 	if err := b.Deregister(gone); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Deregister(gone); !errors.Is(err, core.ErrClosed) {
+	if err := b.Deregister(gone); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("second Deregister: %v, want ErrClosed", err)
 	}
 	if err := b.Export("gone", gone, 0, 8, verbs.AccessRemoteRead); err == nil {
@@ -825,7 +826,7 @@ func TestHostileTwice(t *testing.T) {
 	if err := q1.Bind(5); err != nil {
 		t.Fatal(err)
 	}
-	if err := q2.Bind(5); !errors.Is(err, core.ErrPortInUse) {
+	if err := q2.Bind(5); !errors.Is(err, krcore.ErrPortInUse) {
 		t.Errorf("second Bind of a port: %v, want ErrPortInUse", err)
 	}
 	q1.Unbind()
@@ -834,7 +835,7 @@ func TestHostileTwice(t *testing.T) {
 		t.Errorf("Bind of a port its queue unbound: %v", err)
 	}
 	q := mustQueue(t, a, 2)
-	if err := q.Connect(ctx(t), 2); err != nil {
+	if err := q.Connect(ctx(t), 2, nil); err != nil {
 		t.Errorf("Connect to the same node twice: %v", err)
 	}
 	if err := c.Add(ctx(t), modeDC.config(2, core.Config{}), 2); !errors.Is(err, cluster.ErrNodeExists) {
@@ -848,7 +849,7 @@ func TestHostileTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	local, _ := a.RegMR(64, verbs.AccessAll)
-	if _, err := q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 5), Remote: g.At(0)}); err != nil {
+	if _, err := q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 5), Remote: g.At(0)}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := pop1(t, q); wc.Status != verbs.Success || string(local.Bytes()[:5]) != "first" {
@@ -861,7 +862,7 @@ func TestHostileTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	bl, _ := b.RegMR(64, verbs.AccessAll)
-	if _, err := self.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: bl.Range(0, 5), Remote: gs.At(0)}); err != nil {
+	if _, err := self.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: bl.Range(0, 5), Remote: gs.At(0)}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := pop1(t, self); wc.Status != verbs.Success || string(bl.Bytes()[:5]) != "first" {
@@ -928,8 +929,8 @@ func TestHostileQuietClose(t *testing.T) {
 	if err := c.Remove(3, false); err != nil {
 		t.Fatal(err)
 	}
-	q.Pop(make([]core.Completion, 1))
-	q.PopMsgs(make([]core.Message, 1))
+	q.Pop(make([]krcore.Completion, 1))
+	q.PopMsgs(make([]krcore.Message, 1))
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
 	for i, m := range logs.msgs {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -17,7 +18,7 @@ func TestHotOneWayKeepsRC(t *testing.T) {
 	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 250})
 	a, b := c.Node(1), c.Node(2)
 	q, req := reader(t, a, b, "r")
-	var out [8]core.Completion
+	var out [8]krcore.Completion
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
 		for i := range 4 {
 			req.ID = uint64(i)
@@ -63,9 +64,9 @@ func TestReverseHotKeepsRC(t *testing.T) {
 	a, b := c.Node(1), c.Node(2)
 	qa, reqA := reader(t, a, b, "r")
 	qb, reqB := reader(t, b, a, "r")
-	stream := func(q *core.Queue, req core.Request, d time.Duration) {
+	stream := func(q *core.Queue, req krcore.Request, d time.Duration) {
 		t.Helper()
-		var out [4]core.Completion
+		var out [4]krcore.Completion
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			if _, err := q.Push(ctx(t), true, req, req); err != nil {
 				t.Fatal(err)
@@ -107,7 +108,7 @@ func TestDeadPeerRCReleased(t *testing.T) {
 	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 5})
 	a := c.Node(1)
 	q, req := reader(t, a, c.Node(2), "r")
-	var out [4]core.Completion
+	var out [4]krcore.Completion
 	deadline := time.Now().Add(5 * time.Second)
 	for a.Stats().RCs == 0 {
 		if _, err := q.Push(ctx(t), true, req, req); err != nil {

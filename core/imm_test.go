@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -19,7 +20,7 @@ var immConfig = core.Config{DCIs: 1, RCPeers: -1}
 
 // immPair starts two nodes: node 2 exports "ring" and binds srv to port 7;
 // node 1's cli is bound to port 3 and connected to node 2's port 7.
-func immPair(t *testing.T, m mode, cfg core.Config, size int) (cli, srv *core.Queue, ring *core.MR, g *core.Region, c *clusterT) {
+func immPair(t *testing.T, m mode, cfg core.Config, size int) (cli, srv *core.Queue, ring krcore.MR, g krcore.Region, c *clusterT) {
 	t.Helper()
 	cl := m.start(t, 2, cfg)
 	a, b := cl.Node(1), cl.Node(2)
@@ -28,7 +29,7 @@ func immPair(t *testing.T, m mode, cfg core.Config, size int) (cli, srv *core.Qu
 		t.Fatal(err)
 	}
 	ring = serve(t, b, "ring", size)
-	cli = mustQueue(t, a, 2, core.ToPort(7))
+	cli = mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 	if err := cli.Bind(3); err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +43,9 @@ func immPair(t *testing.T, m mode, cfg core.Config, size int) (cli, srv *core.Qu
 type clusterT struct{ a, b *core.Runtime }
 
 // popMsg waits for one message on q.
-func popMsg(t *testing.T, q *core.Queue) core.Message {
+func popMsg(t *testing.T, q *core.Queue) krcore.Message {
 	t.Helper()
-	var m [1]core.Message
+	var m [1]krcore.Message
 	if _, err := q.PopMsgsWait(ctx(t), m[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +67,10 @@ func TestWriteImmNotifies(t *testing.T) {
 			t.Fatal(err)
 		}
 		src, _ := c.a.RegMR(n*size, verbs.AccessLocalWrite)
-		reqs := make([]core.Request, n)
+		reqs := make([]krcore.Request, n)
 		for i := range reqs {
 			copy(src.Bytes()[i*size:], bytes.Repeat([]byte{byte(i + 1)}, size))
-			reqs[i] = core.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: src.Range(i*size, size),
+			reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: src.Range(i*size, size),
 				Remote: g.At(uint64(i * size)), Imm: uint32(1000 + i)}
 		}
 		if _, err := cli.Push(ctx(t), true, reqs...); err != nil {
@@ -91,7 +92,7 @@ func TestWriteImmNotifies(t *testing.T) {
 			}
 		}
 		copy(src.Bytes(), "after")
-		if _, err := cli.Push(ctx(t), true, core.Request{ID: 99, Op: verbs.OpSend, Local: src.Range(0, 5)}); err != nil {
+		if _, err := cli.Push(ctx(t), true, krcore.Request{ID: 99, Op: verbs.OpSend, Local: src.Range(0, 5)}); err != nil {
 			t.Fatal(err)
 		}
 		msg := popMsg(t, srv)
@@ -111,10 +112,10 @@ func TestWriteImmInOrder(t *testing.T) {
 		const n = 60
 		cli, srv, _, g, c := immPair(t, m, immConfig, 64)
 		src, _ := c.a.RegMR(n*8, verbs.AccessLocalWrite)
-		reqs := make([]core.Request, n)
+		reqs := make([]krcore.Request, n)
 		for i := range reqs {
 			copy(src.Bytes()[i*8:], fmt.Sprintf("m%07d", i))
-			r := core.Request{ID: uint64(i), Local: src.Range(i*8, 8), Imm: uint32(i)}
+			r := krcore.Request{ID: uint64(i), Local: src.Range(i*8, 8), Imm: uint32(i)}
 			switch i % 3 {
 			case 0:
 				r.Op = verbs.OpSend
@@ -157,12 +158,12 @@ func TestWriteImmInOrder(t *testing.T) {
 func TestWriteImmUnboundPort(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		cli, srv, ring, g, c := immPair(t, m, immConfig, 64)
-		if err := cli.Connect(ctx(t), 2, core.ToPort(99)); err != nil {
+		if err := cli.Connect(ctx(t), 2, &krcore.ConnectOptions{Port: 99}); err != nil {
 			t.Fatal(err)
 		}
 		src, _ := c.a.RegMR(8, verbs.AccessLocalWrite)
 		copy(src.Bytes(), "unbound!")
-		if _, err := cli.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(0), Imm: 5}); err != nil {
+		if _, err := cli.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(0), Imm: 5}); err != nil {
 			t.Fatal(err)
 		}
 		if wc := pop1(t, cli); wc.Status != verbs.Success {
@@ -170,10 +171,10 @@ func TestWriteImmUnboundPort(t *testing.T) {
 		}
 		// A SEND behind it on the same VQ and QP: once port 7 has it, the
 		// receiver has dispatched the notification before it.
-		if err := cli.Connect(ctx(t), 2, core.ToPort(7)); err != nil {
+		if err := cli.Connect(ctx(t), 2, &krcore.ConnectOptions{Port: 7}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpSend, Local: src.Range(0, 8)}); err != nil {
+		if _, err := cli.Push(ctx(t), true, krcore.Request{ID: 2, Op: verbs.OpSend, Local: src.Range(0, 8)}); err != nil {
 			t.Fatal(err)
 		}
 		if msg := popMsg(t, srv); msg.Write || string(msg.Data) != "unbound!" {
@@ -199,13 +200,13 @@ func TestWriteImmCredits(t *testing.T) {
 		cfg := immConfig
 		cfg.Depth, cfg.Credits = 4, 4
 		cli, srv, _, g, c := immPair(t, m, cfg, 64)
-		cli2 := mustQueue(t, c.a, 2, core.ToPort(7))
+		cli2 := mustQueue(t, c.a, 2, &krcore.ConnectOptions{Port: 7})
 		src, _ := c.a.RegMR(64, verbs.AccessLocalWrite)
-		wi := func(id uint64) core.Request {
-			return core.Request{ID: id, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(8 * (id % 8)), Imm: uint32(id)}
+		wi := func(id uint64) krcore.Request {
+			return krcore.Request{ID: id, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(8 * (id % 8)), Imm: uint32(id)}
 		}
 		for _, q := range []*core.Queue{cli, cli2} {
-			if n, err := q.Push(ctx(t), false, wi(0), wi(1), wi(2), wi(3), wi(4)); n != 4 || !errors.Is(err, core.ErrNoCredit) {
+			if n, err := q.Push(ctx(t), false, wi(0), wi(1), wi(2), wi(3), wi(4)); n != 4 || !errors.Is(err, krcore.ErrNoCredit) {
 				t.Fatalf("push 5 with 4 credits: %d, %v", n, err)
 			}
 			if o := q.Outstanding(); o != 4 {
@@ -237,7 +238,7 @@ func TestWriteImmCredits(t *testing.T) {
 		}
 		un := wi(10)
 		un.Unsignaled = true
-		rd := core.Request{ID: 11, Op: verbs.OpRead, Local: src.Range(16, 8), Remote: g.At(0)}
+		rd := krcore.Request{ID: 11, Op: verbs.OpRead, Local: src.Range(16, 8), Remote: g.At(0)}
 		if _, err := cli.Push(ctx(t), true, un, rd); err != nil {
 			t.Fatal(err)
 		}
@@ -264,14 +265,14 @@ func TestWriteImmFailed(t *testing.T) {
 		cli, srv, _, g, c := immPair(t, m, immConfig, 64)
 		src, _ := c.a.RegMR(8, verbs.AccessLocalWrite)
 		forged := core.Forge(g, 4096, 0, 0, nil)
-		bad := core.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: forged.At(1024), Imm: 1}
+		bad := krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: forged.At(1024), Imm: 1}
 		if _, err := cli.Push(ctx(t), true, bad); err != nil {
 			t.Fatal(err)
 		}
 		if wc := pop1(t, cli); wc.Status != verbs.RemAccessErr {
 			t.Fatalf("WRITE_WITH_IMM past the region: %+v, want REM_ACCESS_ERR", wc)
 		}
-		good := core.Request{ID: 2, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(0), Imm: 2}
+		good := krcore.Request{ID: 2, Op: verbs.OpWriteImm, Local: src.Range(0, 8), Remote: g.At(0), Imm: 2}
 		if _, err := cli.Push(ctx(t), true, good); err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +282,7 @@ func TestWriteImmFailed(t *testing.T) {
 		if msg := popMsg(t, srv); !msg.Write || msg.Imm != 2 {
 			t.Fatalf("first notification %+v, want the second WRITE_WITH_IMM's", msg)
 		}
-		if err := cli.Connect(ctx(t), 2); err != nil {
+		if err := cli.Connect(ctx(t), 2, nil); err != nil {
 			t.Fatal(err)
 		}
 		good.ID = 3
@@ -291,7 +292,7 @@ func TestWriteImmFailed(t *testing.T) {
 		if wc := pop1(t, cli); wc.Status != verbs.LocQPOpErr {
 			t.Fatalf("WRITE_WITH_IMM without a port: %+v, want LOC_QP_OP_ERR", wc)
 		}
-		var more [1]core.Message
+		var more [1]krcore.Message
 		if k := srv.PopMsgs(more[:]); k != 0 {
 			t.Fatalf("port got %+v", more[0])
 		}

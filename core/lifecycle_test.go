@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/verbs"
@@ -17,12 +18,12 @@ import (
 // with a long context: a Close must end them well before it ends.
 var waiters = map[string]func(ctx context.Context, q *core.Queue) error{
 	"PopWait": func(ctx context.Context, q *core.Queue) error {
-		var out [1]core.Completion
+		var out [1]krcore.Completion
 		_, err := q.PopWait(ctx, out[:])
 		return err
 	},
 	"PopMsgsWait": func(ctx context.Context, q *core.Queue) error {
-		var out [1]core.Message
+		var out [1]krcore.Message
 		_, err := q.PopMsgsWait(ctx, out[:])
 		return err
 	},
@@ -69,10 +70,10 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
-			bounded.AllFail(t, time.Second, res, core.ErrClosed)
+			bounded.AllFail(t, time.Second, res, krcore.ErrClosed)
 			for name, w := range waiters {
 				err := bounded.Within(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
-				if !errors.Is(err, core.ErrClosed) {
+				if !errors.Is(err, krcore.ErrClosed) {
 					t.Errorf("%s on a closed queue: %v, want ErrClosed", name, err)
 				}
 			}
@@ -87,12 +88,12 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 				runtime.Gosched()
 			}
 			q2.Close()
-			var out [1]core.Completion
+			var out [1]krcore.Completion
 			n, err := q2.PopWait(long, out[:])
 			if n != 1 || err != nil || out[0].Status != verbs.Success {
 				t.Errorf("PopWait on a closed queue holding a completion: %d %v %+v, want it popped", n, err, out[0])
 			}
-			if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, core.ErrClosed) {
+			if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, krcore.ErrClosed) {
 				t.Errorf("PopWait on a closed, drained queue: %d %v, want ErrClosed", n, err)
 			}
 		})
@@ -101,7 +102,7 @@ func TestQueueCloseWakesWaiters(t *testing.T) {
 
 // reader is a queue from a to b connected for 8-byte READs of a region b
 // exports as name, and such a READ.
-func reader(t *testing.T, a, b *core.Runtime, name string) (*core.Queue, core.Request) {
+func reader(t *testing.T, a, b *core.Runtime, name string) (*core.Queue, krcore.Request) {
 	t.Helper()
 	serve(t, b, name, 64)
 	g, err := a.Region(ctx(t), b.Node(), name)
@@ -112,7 +113,7 @@ func reader(t *testing.T, a, b *core.Runtime, name string) (*core.Queue, core.Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mustQueue(t, a, b.Node()), core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
+	return mustQueue(t, a, b.Node()), krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}
 }
 
 // TestRuntimeCloseWakesWaiters: closing the runtime fails every waiter of
@@ -144,7 +145,7 @@ func TestRuntimeCloseWakesWaiters(t *testing.T) {
 			if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
 				t.Fatal(err)
 			}
-			bounded.AllFail(t, time.Second, all, core.ErrClosed)
+			bounded.AllFail(t, time.Second, all, krcore.ErrClosed)
 		})
 	}
 }

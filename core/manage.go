@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"time"
+
+	"github.com/krcore/krcore"
 )
 
 // manage runs the pool policy every HotWindow until the runtime stops.
@@ -51,7 +53,7 @@ func (rt *Runtime) manage() {
 }
 
 // loads samples every peer's requests since the last window.
-func (rt *Runtime) loads() ([]peerLoad, map[NodeID]*peer) {
+func (rt *Runtime) loads() ([]peerLoad, map[krcore.NodeID]*peer) {
 	rt.mu.Lock()
 	peers := make([]*peer, 0, len(rt.peers))
 	for _, p := range rt.peers {
@@ -59,7 +61,7 @@ func (rt *Runtime) loads() ([]peerLoad, map[NodeID]*peer) {
 	}
 	rt.mu.Unlock()
 	loads := make([]peerLoad, 0, len(peers))
-	byNode := make(map[NodeID]*peer, len(peers))
+	byNode := make(map[krcore.NodeID]*peer, len(peers))
 	for _, p := range peers {
 		ops := p.ops.Load()
 		p.mu.Lock()
@@ -168,7 +170,7 @@ func (rt *Runtime) peerIdle(pq *pqp) (int, error) {
 
 // idleRC is the passive side of peerIdle: how many windows this node has
 // pushed nothing to the caller, 0 while it has requests on the QP.
-func (rt *Runtime) idleRC(from NodeID, body []byte) []byte {
+func (rt *Runtime) idleRC(from krcore.NodeID, body []byte) []byte {
 	pq := rt.rcByPair(from, body)
 	if pq == nil {
 		return []byte{rcFailed}

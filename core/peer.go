@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -28,7 +29,7 @@ type target struct {
 // connections, shared by every VQ connected to it.
 type peer struct {
 	rt   *Runtime
-	node NodeID
+	node krcore.NodeID
 	tgt  atomic.Pointer[target]
 	rcl  atomic.Pointer[[]*pqp] // RC QPs VQs may use
 	ops  atomic.Uint64          // requests pushed, for hotness
@@ -67,13 +68,13 @@ func (rt *Runtime) dciFor(q *Queue) *pqp { return pickQP(q.id, nil, rt.dcis) }
 
 // peerFor finds the peer for node: warm from the runtime's table, or cold
 // through the meta cache and, on a miss, one READ of the MetaServer.
-func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
+func (rt *Runtime) peerFor(ctx context.Context, node krcore.NodeID) (*peer, error) {
 	rt.mu.RLock()
 	p := rt.peers[node]
 	closed := rt.closed
 	rt.mu.RUnlock()
 	if closed {
-		return nil, fmt.Errorf("core: connect: %w", ErrClosed)
+		return nil, fmt.Errorf("core: connect: %w", krcore.ErrClosed)
 	}
 	if p != nil {
 		return p, nil
@@ -82,7 +83,7 @@ func (rt *Runtime) peerFor(ctx context.Context, node NodeID) (*peer, error) {
 	rec, err := rt.meta.Lookup(ctx, node)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
-			err = fmt.Errorf("%w: %w", ErrUnreachable, err)
+			err = fmt.Errorf("%w: %w", krcore.ErrUnreachable, err)
 		}
 		return nil, fmt.Errorf("core: connect to node %d: %w", node, err)
 	}
@@ -201,7 +202,7 @@ func (p *peer) close() {
 // (both ends, which ctx bounds), so the next Connect builds one again.
 // Benchmarks use it to measure cold connects; an application never needs it
 // (stale targets are refetched).
-func (rt *Runtime) Forget(ctx context.Context, node NodeID) error {
+func (rt *Runtime) Forget(ctx context.Context, node krcore.NodeID) error {
 	rt.mu.RLock()
 	p := rt.peers[node]
 	rt.mu.RUnlock()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -127,7 +128,7 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool, arm fun
 	}
 	err := pl.waitReady(ctx, q, ready, arm)
 	if err == nil && closed {
-		err = fmt.Errorf("core: queue %d: %w", q.id, ErrClosed)
+		err = fmt.Errorf("core: queue %d: %w", q.id, krcore.ErrClosed)
 	}
 	return err
 }
@@ -371,7 +372,7 @@ func (pl *poller) stopWatch() {
 }
 
 // errRuntimeClosed fails the waits that the runtime's Close ends.
-var errRuntimeClosed = fmt.Errorf("core: runtime: %w", ErrClosed)
+var errRuntimeClosed = fmt.Errorf("core: runtime: %w", krcore.ErrClosed)
 
 // wakeAll wakes whoever sleeps on the completion queue, so that it sees
 // the runtime stopped (see sleepOnCQ); the others sleep on rt.stop too.

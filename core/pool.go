@@ -3,6 +3,8 @@ package core
 import (
 	"cmp"
 	"slices"
+
+	"github.com/krcore/krcore"
 )
 
 // QPType names the kind of a shared physical QP in a PoolQP.
@@ -54,7 +56,7 @@ type PoolQP struct {
 	QPN uint32 `json:"qpn"`
 	// Peer is the node at the other end of an RC QP; 0 for DCT and DCIs,
 	// which reach (or are reached by) any node.
-	Peer NodeID `json:"peer,omitempty"`
+	Peer krcore.NodeID `json:"peer,omitempty"`
 	// RemoteQPN is the peer's end of an RC QP; 0 otherwise.
 	RemoteQPN uint32 `json:"remote_qpn,omitempty"`
 	// State is what the runtime tracks for the QP.

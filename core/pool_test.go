@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -24,7 +25,7 @@ func TestPoolQPs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}); err != nil {
+			if _, err := q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := pop1(t, q); wc.Status != verbs.Success {

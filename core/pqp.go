@@ -237,11 +237,11 @@ func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
 	le.PutUint32(h[8:], r.q.port.Load())
 	le.PutUint32(h[12:], r.imm)
 	if !r.notify {
-		return p.hdr.Range(slot, hdrLen).sge()
+		return sge(p.hdr, p.hdr.Range(slot, hdrLen))
 	}
 	le.PutUint32(h[8:], r.q.port.Load()|hdrWrite)
 	le.PutUint32(h[hdrLen:], r.local.Length)
-	return p.hdr.Range(slot, notifyLen).sge()
+	return sge(p.hdr, p.hdr.Range(slot, notifyLen))
 }
 
 // portHasImm flags, in a message's immediate, that the user's immediate in

@@ -1,16 +1,11 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
-
-// ErrRefused marks a request the runtime refused before it reached a shared
-// QP. The request still completes, in order, with the status the hardware
-// would have given a private QP, and only its own VQ sees it.
-var ErrRefused = errors.New("core: request refused")
 
 // limits are the checks' parameters, from the device.
 type limits struct {
@@ -25,10 +20,10 @@ type refusal struct {
 }
 
 func (r *refusal) Error() string {
-	return fmt.Sprintf("%s: %s (%s)", ErrRefused, r.why, r.status)
+	return fmt.Sprintf("%s: %s (%s)", krcore.ErrRefused, r.why, r.status)
 }
 
-func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.status} }
+func (r *refusal) Unwrap() []error { return []error{krcore.ErrRefused, r.status} }
 
 // check is the protection every request passes before it may touch a shared
 // QP: the opcode must be valid and make sense for how the VQ is connected,
@@ -37,14 +32,14 @@ func (r *refusal) Unwrap() []error { return []error{ErrRefused, r.status} }
 // region the request names; nil for none) with its access, and sizes and
 // alignment must hold. It reads nothing of the caller's Region. It is pure:
 // the decision depends only on its arguments.
-func check(r *Request, g *grant, twoSided bool, lim limits) *refusal {
+func check(r *krcore.Request, m *MR, g *grant, twoSided bool, lim limits) *refusal {
 	refuse := func(st verbs.Status, format string, a ...any) *refusal {
 		return &refusal{status: st, why: fmt.Sprintf(format, a...)}
 	}
 	if !r.Op.Valid() {
 		return refuse(verbs.LocQPOpErr, "unknown opcode %d", r.Op)
 	}
-	if ref := checkLocal(r, lim); ref != nil {
+	if ref := checkLocal(r, m, lim); ref != nil {
 		return ref
 	}
 	if r.Op.IsSend() {
@@ -60,7 +55,7 @@ func check(r *Request, g *grant, twoSided bool, lim limits) *refusal {
 }
 
 // checkLocal checks the request's local buffer.
-func checkLocal(r *Request, lim limits) *refusal {
+func checkLocal(r *krcore.Request, m *MR, lim limits) *refusal {
 	l := &r.Local
 	n := uint64(l.Len)
 	switch {
@@ -72,15 +67,15 @@ func checkLocal(r *Request, lim limits) *refusal {
 		return &refusal{verbs.LocLenErr, fmt.Sprintf("%s needs a local buffer", r.Op)}
 	case n == 0:
 		return nil
-	case l.MR == nil:
-		return &refusal{verbs.LocProtErr, "no local MR"}
-	case !l.MR.live():
+	case m == nil:
+		return &refusal{verbs.LocProtErr, "no local MR of this runtime"}
+	case !m.live():
 		return &refusal{verbs.LocProtErr, "local MR deregistered"}
-	case !l.Fits(l.MR.Len()):
-		return &refusal{verbs.LocProtErr, fmt.Sprintf("local range [%d,+%d) outside the %d-byte MR", l.Off, n, l.MR.Len())}
+	case !l.Fits(m.Len()):
+		return &refusal{verbs.LocProtErr, fmt.Sprintf("local range [%d,+%d) outside the %d-byte MR", l.Off, n, m.Len())}
 	}
 	writes := r.Op == verbs.OpRead || r.Op.IsAtomic()
-	if writes && l.MR.access&verbs.AccessLocalWrite == 0 {
+	if writes && m.access&verbs.AccessLocalWrite == 0 {
 		return &refusal{verbs.LocProtErr, fmt.Sprintf("%s lands in an MR without LOCAL_WRITE", r.Op)}
 	}
 	if r.Op.IsAtomic() && n != 8 {
@@ -91,7 +86,7 @@ func checkLocal(r *Request, lim limits) *refusal {
 
 // checkRemote checks a one-sided request's remote range against g, the
 // record of its region.
-func checkRemote(r *Request, g *grant) *refusal {
+func checkRemote(r *krcore.Request, g *grant) *refusal {
 	if g == nil {
 		return &refusal{verbs.RemInvReqErr, fmt.Sprintf("%s without a remote region", r.Op)}
 	}

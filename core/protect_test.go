@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -20,44 +21,44 @@ func TestCheck(t *testing.T) {
 	dead.dead.Store(true)
 	g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
 	lim := limits{maxMsg: 1 << 20}
-	ok := Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(0)}
-	if r := check(&ok, grantOf(&ok), false, lim); r != nil {
+	ok := krcore.Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(0)}
+	if r := check(&ok, localOf(&ok), grantOf(ok.Remote.Region), false, lim); r != nil {
 		t.Fatalf("good READ refused: %v", r)
 	}
 	cases := []struct {
 		name string
-		req  Request
+		req  krcore.Request
 		two  bool
 		want verbs.Status
 	}{
-		{"unknown opcode", Request{Op: 99}, false, verbs.LocQPOpErr},
-		{"local past MR end", Request{Op: verbs.OpRead, Local: rw.Range(4000, 200), Remote: g.At(0)}, false, verbs.LocProtErr},
-		{"negative offset", Request{Op: verbs.OpWrite, Local: rw.Range(-1, 8), Remote: g.At(0)}, false, verbs.LocLenErr},
-		{"READ into read-only MR", Request{Op: verbs.OpRead, Local: ro.Range(0, 8), Remote: g.At(0)}, false, verbs.LocProtErr},
-		{"deregistered MR", Request{Op: verbs.OpWrite, Local: dead.Range(0, 8), Remote: g.At(0)}, false, verbs.LocProtErr},
-		{"no MR", Request{Op: verbs.OpWrite, Local: Local{Len: 8}, Remote: g.At(0)}, false, verbs.LocProtErr},
-		{"too long", Request{Op: verbs.OpWrite, Local: Local{MR: rw, Len: 2 << 20}, Remote: g.At(0)}, false, verbs.LocLenErr},
-		{"remote past region", Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(1000)}, false, verbs.RemAccessErr},
-		{"remote offset overflow", Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(^uint64(0))}, false, verbs.RemAccessErr},
-		{"WRITE to read-only region", Request{Op: verbs.OpWrite, Local: rw.Range(0, 8), Remote: g.At(0)}, false, verbs.RemAccessErr},
-		{"no region", Request{Op: verbs.OpRead, Local: rw.Range(0, 8)}, false, verbs.RemInvReqErr},
-		{"misaligned atomic", Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 8), Remote: g.At(4)}, false, verbs.RemInvReqErr},
-		{"atomic of 4 bytes", Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 4), Remote: g.At(0)}, false, verbs.LocLenErr},
-		{"SEND without a port", Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}, false, verbs.LocQPOpErr},
-		{"WRITE_WITH_IMM without a port", Request{Op: verbs.OpWriteImm, Local: rw.Range(0, 8), Remote: g.At(0)}, false, verbs.LocQPOpErr},
+		{"unknown opcode", krcore.Request{Op: 99}, false, verbs.LocQPOpErr},
+		{"local past MR end", krcore.Request{Op: verbs.OpRead, Local: rw.Range(4000, 200), Remote: g.At(0)}, false, verbs.LocProtErr},
+		{"negative offset", krcore.Request{Op: verbs.OpWrite, Local: rw.Range(-1, 8), Remote: g.At(0)}, false, verbs.LocLenErr},
+		{"READ into read-only MR", krcore.Request{Op: verbs.OpRead, Local: ro.Range(0, 8), Remote: g.At(0)}, false, verbs.LocProtErr},
+		{"deregistered MR", krcore.Request{Op: verbs.OpWrite, Local: dead.Range(0, 8), Remote: g.At(0)}, false, verbs.LocProtErr},
+		{"no MR", krcore.Request{Op: verbs.OpWrite, Local: krcore.Local{Len: 8}, Remote: g.At(0)}, false, verbs.LocProtErr},
+		{"too long", krcore.Request{Op: verbs.OpWrite, Local: krcore.Local{MR: rw, Len: 2 << 20}, Remote: g.At(0)}, false, verbs.LocLenErr},
+		{"remote past region", krcore.Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(1000)}, false, verbs.RemAccessErr},
+		{"remote offset overflow", krcore.Request{Op: verbs.OpRead, Local: rw.Range(0, 64), Remote: g.At(^uint64(0))}, false, verbs.RemAccessErr},
+		{"WRITE to read-only region", krcore.Request{Op: verbs.OpWrite, Local: rw.Range(0, 8), Remote: g.At(0)}, false, verbs.RemAccessErr},
+		{"no region", krcore.Request{Op: verbs.OpRead, Local: rw.Range(0, 8)}, false, verbs.RemInvReqErr},
+		{"misaligned atomic", krcore.Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 8), Remote: g.At(4)}, false, verbs.RemInvReqErr},
+		{"atomic of 4 bytes", krcore.Request{Op: verbs.OpFetchAdd, Local: rw.Range(0, 4), Remote: g.At(0)}, false, verbs.LocLenErr},
+		{"SEND without a port", krcore.Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}, false, verbs.LocQPOpErr},
+		{"WRITE_WITH_IMM without a port", krcore.Request{Op: verbs.OpWriteImm, Local: rw.Range(0, 8), Remote: g.At(0)}, false, verbs.LocQPOpErr},
 	}
 	for _, c := range cases {
-		r := check(&c.req, grantOf(&c.req), c.two, lim)
+		r := check(&c.req, localOf(&c.req), grantOf(c.req.Remote.Region), c.two, lim)
 		if r == nil {
 			t.Errorf("%s: accepted", c.name)
 			continue
 		}
-		if r.status != c.want || !errors.Is(r, ErrRefused) || !errors.Is(r, c.want) {
+		if r.status != c.want || !errors.Is(r, krcore.ErrRefused) || !errors.Is(r, c.want) {
 			t.Errorf("%s: refused with %v, want %s", c.name, r, c.want)
 		}
 	}
-	send := Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}
-	if r := check(&send, grantOf(&send), true, lim); r != nil {
+	send := krcore.Request{Op: verbs.OpSend, Local: rw.Range(0, 8)}
+	if r := check(&send, localOf(&send), grantOf(send.Remote.Region), true, lim); r != nil {
 		t.Errorf("SEND on a port refused: %v", r)
 	}
 }
@@ -72,11 +73,11 @@ func FuzzCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
 		mrs := []*MR{{mr: fakeVerbsMR{}, access: verbs.AccessAll}, {mr: fakeVerbsMR{}}, nil}
 		g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
-		r := Request{Op: verbs.Opcode(op), Local: Local{MR: mrs[int(which)%3], Off: off, Len: n}, Remote: g.At(roff)}
+		r := krcore.Request{Op: verbs.Opcode(op), Local: krcore.Local{MR: mrs[int(which)%3], Off: off, Len: n}, Remote: g.At(roff)}
 		if which&4 != 0 {
 			r.Remote.Region = nil
 		}
-		if check(&r, grantOf(&r), two, limits{maxMsg: 1 << 20}) != nil {
+		if check(&r, localOf(&r), grantOf(r.Remote.Region), two, limits{maxMsg: 1 << 20}) != nil {
 			return
 		}
 		if !r.Op.Valid() {
@@ -94,10 +95,9 @@ func FuzzCheck(f *testing.F) {
 	})
 }
 
-// grantOf is the record r's Region holds, as Queue.accept reads it.
-func grantOf(r *Request) *grant {
-	if r.Remote.Region == nil {
-		return nil
-	}
-	return r.Remote.Region.g
+// localOf is the MR behind r's local handle, as Queue.accept resolves it
+// (without its check of which runtime made it).
+func localOf(r *krcore.Request) *MR {
+	m, _ := r.Local.MR.(*MR)
+	return m
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -66,7 +67,7 @@ func (rt *Runtime) Queue() (*Queue, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {
-		return nil, fmt.Errorf("core: queue: %w", ErrClosed)
+		return nil, fmt.Errorf("core: queue: %w", krcore.ErrClosed)
 	}
 	for {
 		rt.nextQ++
@@ -80,21 +81,13 @@ func (rt *Runtime) Queue() (*Queue, error) {
 	return q, nil
 }
 
-// ConnectOption modifies Connect.
-type ConnectOption func(*Queue)
-
-// ToPort connects the queue to a two-sided port on the node, for SEND.
-func ToPort(port uint32) ConnectOption {
-	return func(q *Queue) { q.dstPort, q.toPort = port, true }
-}
-
 // Connect points the queue at a node. It costs a cached lookup when the
 // node is known (warm) and one RDMA READ of the MetaServer when it is not
 // (cold): no handshake with the node itself. In RC-only mode (no DC) a
 // node without an RC QP in the pool gets one first, within ctx: a UD
 // handshake with the node; when the pool is full and no RC peer is idle
 // Connect fails with ErrNoQP.
-func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption) error {
+func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
 	p, err := q.rt.peerFor(ctx, node)
 	if err != nil {
 		return err
@@ -108,14 +101,14 @@ func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return fmt.Errorf("core: connect: %w", ErrClosed)
+		return fmt.Errorf("core: connect: %w", krcore.ErrClosed)
 	}
 	if q.n > 0 && q.peer != p {
 		return fmt.Errorf("core: connect queue with %d requests outstanding to another node: %w", q.n, verbs.ErrBusy)
 	}
 	q.peer, q.dstPort, q.toPort = p, 0, false
-	for _, o := range opts {
-		o(q)
+	if opts != nil && opts.Port != 0 {
+		q.dstPort, q.toPort = opts.Port, true
 	}
 	q.rt.count(&q.rt.stats.connects)
 	return nil
@@ -128,7 +121,7 @@ func (q *Queue) Connect(ctx context.Context, node NodeID, opts ...ConnectOption)
 // popped) Push returns ErrNoCredit, with how many requests it accepted,
 // unless wait is true: then it waits until requests complete (or are
 // popped), or ctx ends.
-func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, error) {
+func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err := q.usable(); err != nil {
@@ -144,7 +137,7 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...Request) (int, erro
 			q.postLocked(batch)
 			batch = batch[:0]
 			if !wait {
-				return i, fmt.Errorf("core: push: %d outstanding: %w", q.rt.cfg.Credits, ErrNoCredit)
+				return i, fmt.Errorf("core: push: %d outstanding: %w", q.rt.cfg.Credits, krcore.ErrNoCredit)
 			}
 			if err := q.waitCredit(ctx); err != nil {
 				return i, err
@@ -190,9 +183,9 @@ func (q *Queue) full() bool { return q.credits == 0 || q.n == len(q.ents) }
 func (q *Queue) usable() error {
 	switch {
 	case q.closed:
-		return fmt.Errorf("core: queue: %w", ErrClosed)
+		return fmt.Errorf("core: queue: %w", krcore.ErrClosed)
 	case q.peer == nil:
-		return ErrNotConnected
+		return krcore.ErrNotConnected
 	}
 	return nil
 }
@@ -215,24 +208,22 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 
 // accept checks a request, takes a credit and records an entry for it. It
 // returns the record to post unless the request was refused.
-func (q *Queue) accept(r *Request) (rec, bool) {
+func (q *Queue) accept(r *krcore.Request) (rec, bool) {
 	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 	seq := q.seq + uint64(q.n)
 	q.ents[(q.head+q.n)%len(q.ents)] = e
 	q.n++
 	q.credits--
-	var g *grant // read once: every check and the post use this record
-	if reg := r.Remote.Region; reg != nil {
-		g = reg.g
-	}
-	ref := q.checkOwner(r, g)
+	// Resolved once: every check and the post use these records.
+	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
+	ref := q.checkOwner(r, m, g)
 	if ref == nil {
-		ref = check(r, g, q.toPort, q.rt.lim)
+		ref = check(r, m, g, q.toPort, q.rt.lim)
 	}
 	if ref == nil && q.peer.dead.Load() != nil {
 		ref = deadRefusal
 	}
-	if ref == nil && r.Local.Len > 0 && !r.Local.MR.use() {
+	if ref == nil && r.Local.Len > 0 && !m.use() {
 		ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
 	}
 	if ref != nil {
@@ -244,8 +235,8 @@ func (q *Queue) accept(r *Request) (rec, bool) {
 	q.peer.touch()
 	x := rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
 	if r.Local.Len > 0 {
-		x.local, x.hasLocal = r.Local.sge(), true
-		q.ents[(q.head+q.n-1)%len(q.ents)].mr = r.Local.MR // released as it finishes
+		x.local, x.hasLocal = sge(m, r.Local), true
+		q.ents[(q.head+q.n-1)%len(q.ents)].mr = m // released as it finishes
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
@@ -352,19 +343,19 @@ func (q *Queue) pop() entry {
 // Pop moves finished requests' completions into out, in push order, and
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
-func (q *Queue) Pop(out []Completion) int {
+func (q *Queue) Pop(out []krcore.Completion) int {
 	q.rt.sends.poll()
 	return q.popReady(out)
 }
 
-func (q *Queue) popReady(out []Completion) int {
+func (q *Queue) popReady(out []krcore.Completion) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := 0
 	for k < len(out) && q.n > 0 && q.ents[q.head].done {
 		e := q.pop()
 		if e.signaled || e.status != verbs.Success {
-			out[k] = Completion{ID: e.id, Op: e.op, Status: e.status, Len: int(e.n)}
+			out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: e.status, Len: int(e.n)}
 			k++
 		}
 	}
@@ -374,7 +365,7 @@ func (q *Queue) popReady(out []Completion) int {
 // PopWait is Pop that waits for at least one completion, spinning briefly
 // and then sleeping, until ctx ends. An empty out could never take one:
 // it is refused at once (verbs.ErrInvalid).
-func (q *Queue) PopWait(ctx context.Context, out []Completion) (int, error) {
+func (q *Queue) PopWait(ctx context.Context, out []krcore.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, fmt.Errorf("core: pop wait: no room for a completion: %w", verbs.ErrInvalid)
 	}
@@ -399,7 +390,7 @@ func (q *Queue) Close() error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return fmt.Errorf("core: queue: %w", ErrClosed)
+		return fmt.Errorf("core: queue: %w", krcore.ErrClosed)
 	}
 	q.closed = true
 	q.shut.Store(true)

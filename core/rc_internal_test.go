@@ -2,9 +2,10 @@ package core
 
 import (
 	"context"
-	"github.com/krcore/krcore/meta"
 	"testing"
 	"time"
+
+	"github.com/krcore/krcore/meta"
 
 	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"

@@ -2,16 +2,11 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
-
-// ErrNoQP: in RC-only mode, a peer needs an RC QP, the pool holds RCPeers
-// peers already and every one of them has requests in flight, so none can
-// be evicted to make room.
-var ErrNoQP = errors.New("core: no RC QP available: the pool is full and every RC peer is busy")
 
 // ensureRC gives p an RC QP if it has none: in RC-only mode every VQ to a
 // peer travels on one. One goroutine builds while the others wait for it;
@@ -27,7 +22,7 @@ func (rt *Runtime) ensureRC(ctx context.Context, p *peer) error {
 			case <-ctx.Done():
 				return fmt.Errorf("core: RC to node %d: %w", p.node, ctx.Err())
 			case <-rt.stop:
-				return fmt.Errorf("core: RC to node %d: %w", p.node, ErrClosed)
+				return fmt.Errorf("core: RC to node %d: %w", p.node, krcore.ErrClosed)
 			}
 		}
 		ch := make(chan struct{})
@@ -68,7 +63,7 @@ func (rt *Runtime) reserve(p *peer) error {
 	peers, hs := rt.holders(p)
 	victim, ok := makeRoom(hs, rt.cfg.RCPeers)
 	if !ok {
-		return fmt.Errorf("%d peers hold RC QPs (RCPeers %d), none idle: %w", len(hs), rt.cfg.RCPeers, ErrNoQP)
+		return fmt.Errorf("%d peers hold RC QPs (RCPeers %d), none idle: %w", len(hs), rt.cfg.RCPeers, krcore.ErrNoQP)
 	}
 	if victim >= 0 {
 		rt.evictPeer(peers[victim])

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -21,7 +22,7 @@ func TestRCOnlyConnect(t *testing.T) {
 	defer q.Close()
 	for round := 1; round <= 2; round++ {
 		reads := a.MetaStats().Reads
-		if err := q.Connect(ctx(t), 1); err != nil {
+		if err := q.Connect(ctx(t), 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		st := a.Stats()
@@ -29,7 +30,7 @@ func TestRCOnlyConnect(t *testing.T) {
 			t.Fatalf("cold connect %d: %+v, %d MetaServer READs", round, st, a.MetaStats().Reads-reads)
 		}
 		for range 3 {
-			if err := q.Connect(ctx(t), 1); err != nil {
+			if err := q.Connect(ctx(t), 1, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -58,8 +59,8 @@ func TestRCOnlyConnect(t *testing.T) {
 func TestRCOnlyBudget(t *testing.T) {
 	c := modeNoDC.start(t, 4, core.Config{RCPeers: 1})
 	a := c.Node(1)
-	var gs [5]*core.Region
-	for n := core.NodeID(2); n <= 4; n++ {
+	var gs [5]krcore.Region
+	for n := krcore.NodeID(2); n <= 4; n++ {
 		serve(t, c.Node(n), "r", 64)
 	}
 	q2, q3 := mustQueue(t, a, 2), mustQueue(t, a, 3) // 3 evicts the idle 2
@@ -67,7 +68,7 @@ func TestRCOnlyBudget(t *testing.T) {
 		t.Fatalf("after connecting a second peer: %+v", st)
 	}
 	local, _ := a.RegMR(64, verbs.AccessAll)
-	read := func(q *core.Queue, node core.NodeID) core.Completion {
+	read := func(q *core.Queue, node krcore.NodeID) krcore.Completion {
 		t.Helper()
 		if gs[node] == nil {
 			g, err := q.Region(ctx(t), "r")
@@ -76,7 +77,7 @@ func TestRCOnlyBudget(t *testing.T) {
 			}
 			gs[node] = g
 		}
-		if _, err := q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: gs[node].At(0)}); err != nil {
+		if _, err := q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: gs[node].At(0)}); err != nil {
 			t.Fatal(err)
 		}
 		return pop1(t, q)
@@ -93,18 +94,18 @@ func TestRCOnlyBudget(t *testing.T) {
 	// Keep node 3's RC QP busy: its node dies with a READ in flight, which
 	// stays in flight until the retry timeout.
 	c.Devices[2].Close()
-	if _, err := q3.Push(ctx(t), true, core.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: gs[3].At(0)}); err != nil {
+	if _, err := q3.Push(ctx(t), true, krcore.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(8, 8), Remote: gs[3].At(0)}); err != nil {
 		t.Fatal(err)
 	}
 	q4, _ := a.Queue()
 	defer q4.Close()
-	if err := q4.Connect(ctx(t), 4); !errors.Is(err, core.ErrNoQP) {
+	if err := q4.Connect(ctx(t), 4, nil); !errors.Is(err, krcore.ErrNoQP) {
 		t.Fatalf("connect with the pool busy: %v, want ErrNoQP", err)
 	}
 	if wc := pop1(t, q3); wc.Status != verbs.RetryExcErr {
 		t.Fatalf("READ to the dead node: %+v", wc)
 	}
-	if err := q4.Connect(ctx(t), 4); err != nil {
+	if err := q4.Connect(ctx(t), 4, nil); err != nil {
 		t.Fatalf("connect once the dead node's RC QP is gone: %v", err)
 	}
 }
@@ -122,16 +123,16 @@ func TestUnpolledReceiver(t *testing.T) {
 		c := m.start(t, 2, core.Config{RecvSlots: slots})
 		a, b := c.Node(1), c.Node(2)
 		serve(t, b, "r", 64)
-		q := mustQueue(t, a, 2, core.ToPort(5))
+		q := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 5})
 		g, err := q.Region(ctx(t), "r")
 		if err != nil {
 			t.Fatal(err)
 		}
 		local, _ := a.RegMR(8, verbs.AccessAll)
-		out := make([]core.Completion, 1)
+		out := make([]krcore.Completion, 1)
 		for i := range 4 * slots {
 			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			req := core.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: g.At(0), Imm: uint32(i)}
+			req := krcore.Request{ID: uint64(i), Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: g.At(0), Imm: uint32(i)}
 			push := func() error { _, err := q.Push(wctx, true, req); return err }
 			if i%2 == 0 {
 				push = func() error { return core.PushRaw(wctx, q, req) }

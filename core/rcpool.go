@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -36,7 +37,7 @@ func (rt *Runtime) buildRC(ctx context.Context, p *peer) error {
 	switch {
 	case err != nil:
 	case len(resp) > 0 && resp[0] == rcNoQP:
-		err = fmt.Errorf("%w: %w", errRCRefused, ErrNoQP)
+		err = fmt.Errorf("%w: %w", errRCRefused, krcore.ErrNoQP)
 	case len(resp) == 0 || resp[0] != rcOK:
 		err = errRCRefused
 	}
@@ -86,7 +87,7 @@ func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32, built bool) (
 // (readyRC): before that, our requests on it would be dropped. A retried
 // request (same caller QP) is answered with the QP already made. In
 // RC-only mode the peer must fit our budget too (the strategy's admit).
-func (rt *Runtime) acceptRC(ctx context.Context, from NodeID, body []byte) []byte {
+func (rt *Runtime) acceptRC(ctx context.Context, from krcore.NodeID, body []byte) []byte {
 	var remote verbs.Endpoint
 	if err := remote.UnmarshalBinary(body); err != nil {
 		return []byte{rcFailed}
@@ -124,7 +125,7 @@ func acceptReply(qp verbs.QP) []byte {
 }
 
 // rcTo finds our RC QP connected to node's QP qpn.
-func (rt *Runtime) rcTo(node NodeID, qpn uint32) *pqp {
+func (rt *Runtime) rcTo(node krcore.NodeID, qpn uint32) *pqp {
 	for _, pq := range *rt.byQPN.Load() {
 		if pq.rc != nil && pq.rc.node == node && pq.remoteQPN == qpn {
 			return pq
@@ -134,7 +135,7 @@ func (rt *Runtime) rcTo(node NodeID, qpn uint32) *pqp {
 }
 
 // readyRC puts an accepted RC QP into the caller's peer pool.
-func (rt *Runtime) readyRC(from NodeID, body []byte) []byte {
+func (rt *Runtime) readyRC(from krcore.NodeID, body []byte) []byte {
 	pq := rt.rcByPair(from, body)
 	if pq == nil {
 		return []byte{rcFailed}
@@ -145,7 +146,7 @@ func (rt *Runtime) readyRC(from NodeID, body []byte) []byte {
 }
 
 // rcByPair finds our RC QP named in a control body (sender's QPN, ours).
-func (rt *Runtime) rcByPair(from NodeID, body []byte) *pqp {
+func (rt *Runtime) rcByPair(from krcore.NodeID, body []byte) *pqp {
 	if len(body) != 8 {
 		return nil
 	}
@@ -176,7 +177,7 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 		return // the runtime is closing; teardown destroys the QP
 	}
 	if _, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN)); err != nil {
-		if errors.Is(err, ErrPeerDead) {
+		if errors.Is(err, krcore.ErrPeerDead) {
 			pq.closeEnd(false) // its end is gone with it
 		} else {
 			rt.log.Warn("peer not told of RC close", "peer", pq.rc.node, "err", err)
@@ -186,7 +187,7 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 }
 
 // closeRC is the passive side of evictRC: the peer has drained its end.
-func (rt *Runtime) closeRC(from NodeID, body []byte) []byte {
+func (rt *Runtime) closeRC(from krcore.NodeID, body []byte) []byte {
 	pq := rt.rcByPair(from, body)
 	if pq == nil {
 		return []byte{rcFailed}

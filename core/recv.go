@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -35,7 +36,7 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 }
 
 func (r *receiver) repost(i int) error {
-	wr := verbs.RecvWR{ID: recvBit | uint64(i), SGL: []verbs.SGE{r.mr.Range(i*r.slot, r.slot).sge()}}
+	wr := verbs.RecvWR{ID: recvBit | uint64(i), SGL: []verbs.SGE{sge(r.mr, r.mr.Range(i*r.slot, r.slot))}}
 	_, err := r.rt.srq.PostRecv([]verbs.RecvWR{wr})
 	return err
 }
@@ -64,7 +65,7 @@ func (r *receiver) onWC(wc *verbs.WC) {
 	b := r.mr.Bytes()[i*r.slot : i*r.slot+int(wc.ByteLen)]
 	le := binary.LittleEndian
 	from := le.Uint32(b[8:])
-	m := Message{
+	m := krcore.Message{
 		From: le.Uint64(b), Port: from &^ hdrWrite,
 		Imm: le.Uint32(b[12:]), HasImm: wc.Imm&portHasImm != 0,
 	}
@@ -119,7 +120,7 @@ func (rt *Runtime) serveRecvs() {
 			continue
 		}
 		if _, err := pl.sleep(ctx, q, polled, &token, &displaced); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			if ctx.Err() == nil && !errors.Is(err, krcore.ErrClosed) {
 				rt.log.Warn("receive queue no longer served", "err", err)
 			}
 			return
@@ -133,14 +134,14 @@ const maxInbox = 4096
 
 // inbox is a bound queue's receive side.
 type inbox struct {
-	bufs  []Local   // posted receive buffers, in order
-	ready []Message // received, not yet popped
+	bufs  []krcore.Local   // posted receive buffers, in order
+	ready []krcore.Message // received, not yet popped
 }
 
 // deliver places a message in the oldest posted buffer, or keeps a copy.
 // A WRITE_WITH_IMM's notification has no payload and takes no buffer: it
 // joins the received messages in its order.
-func (q *Queue) deliver(m Message, data []byte) bool {
+func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	in := &q.msgs
@@ -157,7 +158,7 @@ func (q *Queue) deliver(m Message, data []byte) bool {
 		buf := in.bufs[0]
 		in.bufs = in.bufs[1:]
 		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
-		buf.MR.unuse() // after the copy: the memory stays until then
+		mrOf(buf).unuse() // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
@@ -188,13 +189,13 @@ func (rt *Runtime) bind(q *Queue, port uint32) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed || q.isClosed() {
-		return fmt.Errorf("core: bind port %d: %w", port, ErrClosed)
+		return fmt.Errorf("core: bind port %d: %w", port, krcore.ErrClosed)
 	}
 	if _, taken := rt.ports[port]; taken {
-		return fmt.Errorf("core: bind port %d: %w", port, ErrPortInUse)
+		return fmt.Errorf("core: bind port %d: %w", port, krcore.ErrPortInUse)
 	}
 	if !q.port.CompareAndSwap(0, port) {
-		return fmt.Errorf("core: queue already bound to port %d: %w", q.port.Load(), ErrPortInUse)
+		return fmt.Errorf("core: queue already bound to port %d: %w", q.port.Load(), krcore.ErrPortInUse)
 	}
 	rt.ports[port] = q
 	return nil
@@ -211,21 +212,22 @@ func (q *Queue) Unbind() {
 }
 
 // PushRecv posts buffers that messages to the bound port land in, in order.
-func (q *Queue) PushRecv(bufs ...Local) error {
+func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return fmt.Errorf("core: push receive: %w", ErrClosed)
+		return fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
 	}
 	for i, b := range bufs {
-		if !q.rt.ownMR(b.MR) || !b.MR.live() || b.Len == 0 || !b.Fits(b.MR.Len()) || b.MR.access&verbs.AccessLocalWrite == 0 {
+		m := q.rt.ownMR(b.MR)
+		if m == nil || !m.live() || b.Len == 0 || !b.Fits(m.Len()) || m.access&verbs.AccessLocalWrite == 0 {
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
 	}
 	for i, b := range bufs {
-		if !b.MR.use() { // deregistered since the check
+		if !mrOf(b).use() { // deregistered since the check
 			for _, u := range bufs[:i] {
-				u.MR.unuse()
+				mrOf(u).unuse()
 			}
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
@@ -239,8 +241,8 @@ func (q *Queue) PushRecv(bufs ...Local) error {
 func (q *Queue) dropBufs(m *MR) {
 	kept := q.msgs.bufs[:0]
 	for _, b := range q.msgs.bufs {
-		if m == nil || b.MR == m {
-			b.MR.unuse()
+		if m == nil || mrOf(b) == m {
+			mrOf(b).unuse()
 		} else {
 			kept = append(kept, b)
 		}
@@ -267,7 +269,7 @@ func (rt *Runtime) dropRecvBufs(m *MR) {
 
 // PopMsgs moves received messages into out and returns how many. It never
 // blocks.
-func (q *Queue) PopMsgs(out []Message) int {
+func (q *Queue) PopMsgs(out []krcore.Message) int {
 	if n := q.popMsgs(out); n > 0 {
 		return n
 	}
@@ -275,7 +277,7 @@ func (q *Queue) PopMsgs(out []Message) int {
 	return q.popMsgs(out)
 }
 
-func (q *Queue) popMsgs(out []Message) int {
+func (q *Queue) popMsgs(out []krcore.Message) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := copy(out, q.msgs.ready)
@@ -286,7 +288,7 @@ func (q *Queue) popMsgs(out []Message) int {
 
 // PopMsgsWait is PopMsgs that waits for at least one message. An empty
 // out could never take one: it is refused at once (verbs.ErrInvalid).
-func (q *Queue) PopMsgsWait(ctx context.Context, out []Message) (int, error) {
+func (q *Queue) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, error) {
 	if len(out) == 0 {
 		return 0, fmt.Errorf("core: pop messages wait: no room for a message: %w", verbs.ErrInvalid)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -29,15 +30,15 @@ func TestWriteImmNotAMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		target := serve(t, b, "target", 64)
-		cliA := mustQueue(t, a, 2, core.ToPort(portA))
-		cliB := mustQueue(t, a, 2, core.ToPort(portB))
-		writer := mustQueue(t, a, 2, core.ToPort(portB))
+		cliA := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: portA})
+		cliB := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: portB})
+		writer := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: portB})
 		g, err := writer.Region(ctx(t), "target")
 		if err != nil {
 			t.Fatal(err)
 		}
 		src, _ := a.RegMR(64, verbs.AccessLocalWrite)
-		push := func(q *core.Queue, r core.Request) {
+		push := func(q *core.Queue, r krcore.Request) {
 			t.Helper()
 			if _, err := q.Push(ctx(t), true, r); err != nil {
 				t.Fatal(err)
@@ -48,15 +49,15 @@ func TestWriteImmNotAMessage(t *testing.T) {
 		}
 		secret := bytes.Repeat([]byte("A-secret"), 4)
 		copy(src.Bytes(), secret)
-		var msgs [8]core.Message
+		var msgs [8]krcore.Message
 		for i := 0; i < 4; i++ { // fill every slot once with port A's bytes
-			push(cliA, core.Request{ID: uint64(i), Op: verbs.OpSend, Local: src.Range(0, len(secret))})
+			push(cliA, krcore.Request{ID: uint64(i), Op: verbs.OpSend, Local: src.Range(0, len(secret))})
 			if _, err := srvA.PopMsgsWait(ctx(t), msgs[:1]); err != nil {
 				t.Fatal(err)
 			}
 		}
 		copy(src.Bytes(), bytes.Repeat([]byte{'w'}, 32))
-		if err := core.PushRaw(ctx(t), writer, core.Request{ID: 10, Op: verbs.OpWriteImm, Local: src.Range(0, 32), Remote: g.At(0), Imm: portB}); err != nil {
+		if err := core.PushRaw(ctx(t), writer, krcore.Request{ID: 10, Op: verbs.OpWriteImm, Local: src.Range(0, 32), Remote: g.At(0), Imm: portB}); err != nil {
 			t.Fatal(err)
 		}
 		if wc := pop1(t, writer); wc.Status != verbs.Success {
@@ -68,7 +69,7 @@ func TestWriteImmNotAMessage(t *testing.T) {
 		// A SEND to port B on the same QP, after the WRITE_WITH_IMM: the
 		// first message port B sees must be this one.
 		copy(src.Bytes(), "B-message")
-		push(cliB, core.Request{ID: 11, Op: verbs.OpSend, Local: src.Range(0, 9)})
+		push(cliB, krcore.Request{ID: 11, Op: verbs.OpSend, Local: src.Range(0, 9)})
 		if _, err := srvB.PopMsgsWait(ctx(t), msgs[:1]); err != nil {
 			t.Fatal(err)
 		}

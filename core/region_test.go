@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -14,7 +15,7 @@ import (
 // exporter is a node's MR with three parts: a secret it never exports, a
 // read-only export "ro" and a public read-write export "pub".
 type exporter struct {
-	mr               *core.MR
+	mr               krcore.MR
 	secret, ro, pub  []byte // views of mr's bytes
 	roOff, pubOff, n int
 }
@@ -49,7 +50,7 @@ func (e *exporter) snapshot() []byte { return append(append([]byte(nil), e.secre
 // node 2) until stop: each WRITEs its own 64-byte slot and READs it back,
 // and READs the exporter's fixed tail. Every wrong byte or failed request
 // is an error on errs.
-func innocents(t *testing.T, rt *core.Runtime, pub *core.Region, e *exporter, k int, stop chan struct{}) func() []error {
+func innocents(t *testing.T, rt *core.Runtime, pub krcore.Region, e *exporter, k int, stop chan struct{}) func() []error {
 	var wg sync.WaitGroup
 	errs := make([]error, k)
 	for v := 0; v < k; v++ {
@@ -62,22 +63,22 @@ func innocents(t *testing.T, rt *core.Runtime, pub *core.Region, e *exporter, k 
 	return func() []error { close(stop); wg.Wait(); return errs }
 }
 
-func innocent(t *testing.T, rt *core.Runtime, pub *core.Region, e *exporter, v int, stop chan struct{}) error {
+func innocent(t *testing.T, rt *core.Runtime, pub krcore.Region, e *exporter, v int, stop chan struct{}) error {
 	c := ctx(t)
 	q, err := rt.Queue()
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(c, pub.Node()); err != nil {
+	if err := q.Connect(c, pub.Node(), nil); err != nil {
 		return err
 	}
 	mine, _ := rt.RegMR(256, verbs.AccessAll)
 	defer rt.Deregister(mine)
 	slot := uint64(v * 64)
 	tail := e.pub[512:576]
-	var out [1]core.Completion
-	do := func(r core.Request) error {
+	var out [1]krcore.Completion
+	do := func(r krcore.Request) error {
 		if _, err := q.Push(c, true, r); err != nil {
 			return err
 		}
@@ -102,13 +103,13 @@ func innocent(t *testing.T, rt *core.Runtime, pub *core.Region, e *exporter, v i
 			w[j] = byte(v + i + j)
 		}
 		clear(mine.Bytes()[64:192])
-		if err := do(core.Request{ID: 1, Op: verbs.OpWrite, Local: mine.Range(0, 64), Remote: pub.At(slot)}); err != nil {
+		if err := do(krcore.Request{ID: 1, Op: verbs.OpWrite, Local: mine.Range(0, 64), Remote: pub.At(slot)}); err != nil {
 			return err
 		}
-		if err := do(core.Request{ID: 2, Op: verbs.OpRead, Local: mine.Range(64, 64), Remote: pub.At(slot)}); err != nil {
+		if err := do(krcore.Request{ID: 2, Op: verbs.OpRead, Local: mine.Range(64, 64), Remote: pub.At(slot)}); err != nil {
 			return err
 		}
-		if err := do(core.Request{ID: 3, Op: verbs.OpRead, Local: mine.Range(128, 64), Remote: pub.At(512)}); err != nil {
+		if err := do(krcore.Request{ID: 3, Op: verbs.OpRead, Local: mine.Range(128, 64), Remote: pub.At(512)}); err != nil {
 			return err
 		}
 		if b := mine.Bytes(); !bytes.Equal(b[64:128], w) || !bytes.Equal(b[128:192], tail) {
@@ -146,12 +147,12 @@ func TestRegionForgery(t *testing.T) {
 		copied := *ro
 		forged := []struct {
 			name string
-			g    *core.Region
+			g    krcore.Region
 			want verbs.Status
 		}{
 			{"zero value", &core.Region{}, verbs.RemInvReqErr},
 			{"another runtime's", theirs, verbs.RemAccessErr},
-			{"handle claiming all", core.HandleRegion(core.Handle{ID: 1}, 2, "ro", 3*exportLen, verbs.AccessAll), verbs.RemAccessErr},
+			{"caller-made claiming all", claimedRegion{2, "ro", 3 * exportLen, verbs.AccessAll}, verbs.RemInvReqErr},
 		}
 		id := uint64(0)
 		for _, f := range forged {
@@ -159,7 +160,7 @@ func TestRegionForgery(t *testing.T) {
 				for _, off := range []uint64{0, exportLen - 8, exportLen, 2 * exportLen} {
 					id++
 					clear(local.Bytes())
-					q.Push(ctx(t), true, core.Request{ID: id, Op: op, Local: local.Range(0, 8), Remote: f.g.At(off)})
+					q.Push(ctx(t), true, krcore.Request{ID: id, Op: op, Local: local.Range(0, 8), Remote: f.g.At(off)})
 					if wc := pop1(t, q); wc.ID != id || wc.Status != f.want {
 						t.Errorf("%s: %s at %d: %+v, want %s", f.name, op, off, wc, f.want)
 					}
@@ -170,11 +171,11 @@ func TestRegionForgery(t *testing.T) {
 			}
 		}
 		// A copy is the same grant: within it, it works; past it, refused.
-		q.Push(ctx(t), true, core.Request{ID: 100, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: copied.At(exportLen - 8)})
+		q.Push(ctx(t), true, krcore.Request{ID: 100, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: copied.At(exportLen - 8)})
 		if wc := pop1(t, q); wc.Status != verbs.Success || !bytes.Equal(local.Bytes()[:8], e.ro[exportLen-8:]) {
 			t.Errorf("copy of a region, in bounds: %+v", wc)
 		}
-		for _, r := range []core.Request{
+		for _, r := range []krcore.Request{
 			{ID: 101, Op: verbs.OpRead, Local: local.Range(0, 16), Remote: copied.At(exportLen - 8)},
 			{ID: 102, Op: verbs.OpWrite, Local: local.Range(0, 8), Remote: copied.At(0)},
 		} {
@@ -219,7 +220,7 @@ func TestExportEnforcedAtResponder(t *testing.T) {
 		local, _ := a.RegMR(4096, verbs.AccessAll)
 		cases := []struct {
 			name string
-			g    *core.Region
+			g    krcore.Region
 			op   verbs.Opcode
 			off  uint64
 		}{
@@ -238,7 +239,7 @@ func TestExportEnforcedAtResponder(t *testing.T) {
 			if cs.op.IsAtomic() {
 				n = 8
 			}
-			q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: cs.op, Local: local.Range(0, n), Remote: cs.g.At(cs.off)})
+			q.Push(ctx(t), true, krcore.Request{ID: uint64(i), Op: cs.op, Local: local.Range(0, n), Remote: cs.g.At(cs.off)})
 			if wc := pop1(t, q); wc.Status != verbs.RemAccessErr {
 				t.Errorf("%s: %+v, want REM_ACCESS_ERR", cs.name, wc)
 			}
@@ -254,7 +255,7 @@ func TestExportEnforcedAtResponder(t *testing.T) {
 		if !bytes.Equal(e.snapshot(), before) {
 			t.Error("the exporter's secret or read-only bytes changed")
 		}
-		q.Push(ctx(t), true, core.Request{ID: 99, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: ro.At(0)})
+		q.Push(ctx(t), true, krcore.Request{ID: 99, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: ro.At(0)})
 		if wc := pop1(t, q); wc.Status != verbs.Success || !bytes.Equal(local.Bytes()[:8], e.ro[:8]) {
 			t.Errorf("the real grant after the forgeries: %+v", wc)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/provider/soft"
@@ -46,7 +47,7 @@ func TestStaleTargetRefetched(t *testing.T) {
 	}
 	q := mustQueue(t, a, 2)
 	local, _ := a.RegMR(8, verbs.AccessAll)
-	q.Push(ctx(t), true, core.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
+	q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(0)})
 	if wc := pop1(t, q); wc.Status != verbs.Success {
 		t.Fatalf("READ after restart: %+v", wc)
 	}
@@ -57,7 +58,7 @@ func TestStaleTargetRefetched(t *testing.T) {
 func TestLeaseExpiry(t *testing.T) {
 	c := start(t, 3, core.Config{RCPeers: -1, Lease: 300 * time.Millisecond})
 	a := c.Node(1)
-	if err := mustQueue(t, a, 3).Connect(ctx(t), 3); err != nil {
+	if err := mustQueue(t, a, 3).Connect(ctx(t), 3, nil); err != nil {
 		t.Fatal(err)
 	}
 	c.Devices[2].Close() // node 3's NIC dies: no deregistration, no renewals
@@ -65,9 +66,9 @@ func TestLeaseExpiry(t *testing.T) {
 	for {
 		a.Forget(ctx(t), 3)
 		q, _ := a.Queue()
-		err := q.Connect(ctx(t), 3)
+		err := q.Connect(ctx(t), 3, nil)
 		q.Close()
-		if errors.Is(err, core.ErrUnreachable) {
+		if errors.Is(err, krcore.ErrUnreachable) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -84,13 +85,13 @@ func TestClosedRuntime(t *testing.T) {
 	b := c.Node(2)
 	q := mustQueue(t, b, 1)
 	c.Runtimes[1].Close()
-	if _, err := b.Queue(); !errors.Is(err, core.ErrClosed) {
+	if _, err := b.Queue(); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Queue after Close: %v", err)
 	}
-	if _, err := q.Push(context.Background(), false, core.Request{Op: verbs.OpRead}); !errors.Is(err, core.ErrClosed) {
+	if _, err := q.Push(context.Background(), false, krcore.Request{Op: verbs.OpRead}); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Push after Close: %v", err)
 	}
-	if err := q.Connect(ctx(t), 1); !errors.Is(err, core.ErrClosed) {
+	if err := q.Connect(ctx(t), 1, nil); !errors.Is(err, krcore.ErrClosed) {
 		t.Errorf("Connect after Close: %v", err)
 	}
 }

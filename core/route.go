@@ -3,6 +3,7 @@ package core
 import (
 	"sort"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -61,7 +62,7 @@ func step(cur, want *pqp, inflight int) routeStep {
 
 // peerLoad is what the pool policy knows of a peer after one window.
 type peerLoad struct {
-	node NodeID
+	node krcore.NodeID
 	ops  uint64 // requests pushed to the peer in the window
 	rcs  int    // RC QPs the peer has
 	// built is how many of them this node built. An RC QP another node
@@ -87,7 +88,7 @@ type poolPolicy struct {
 // in this window. Peers idle for coldWindows lose their RC QPs regardless.
 // Only RC QPs this node built are evicted (see peerLoad.built), and the
 // caller evicts them only if the other end is idle too (see keepRC).
-func (pp poolPolicy) plan(loads []peerLoad) (build, evict []NodeID) {
+func (pp poolPolicy) plan(loads []peerLoad) (build, evict []krcore.NodeID) {
 	if pp.peers <= 0 {
 		return nil, nil
 	}
@@ -146,7 +147,7 @@ func keepRC(peerIdle int, err error, need int) bool {
 // holder is what the RC-only budget knows of a peer holding RC QPs, or
 // reserving a place while it builds its first.
 type holder struct {
-	node     NodeID
+	node     krcore.NodeID
 	self     bool   // the peer that needs the place
 	reserved bool   // building its first RC QP
 	busy     bool   // an RC QP of it has requests in flight or queued, or is broken
@@ -163,7 +164,7 @@ type holder struct {
 // one holding only QPs it accepted (their builder's one-sided requests are
 // invisible here: it may keep them hot), then most idle windows, then
 // fewest requests since the last window, then lowest node. With no such
-// holder ok is false: every place is busy (ErrNoQP).
+// holder ok is false: every place is busy (krcore.ErrNoQP).
 func makeRoom(hs []holder, budget int) (victim int, ok bool) {
 	if len(hs) < budget {
 		return -1, true

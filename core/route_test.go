@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -14,15 +15,15 @@ func TestPlan(t *testing.T) {
 	cases := []struct {
 		name         string
 		loads        []peerLoad
-		build, evict []NodeID
+		build, evict []krcore.NodeID
 	}{
 		{"nothing hot", []peerLoad{{node: 1, ops: 99}}, nil, nil},
 		{"hot peers served hottest first within budget",
-			[]peerLoad{{node: 1, ops: 100}, {node: 2, ops: 500}, {node: 3, ops: 300}}, []NodeID{2, 3}, nil},
+			[]peerLoad{{node: 1, ops: 100}, {node: 2, ops: 500}, {node: 3, ops: 300}}, []krcore.NodeID{2, 3}, nil},
 		{"a peer with its K QPs is not rebuilt", []peerLoad{{node: 1, ops: 1000, rcs: 1}}, nil, nil},
-		{"cold RC peers are evicted", []peerLoad{{node: 1, rcs: 1, built: 1, idle: 3}}, nil, []NodeID{1}},
+		{"cold RC peers are evicted", []peerLoad{{node: 1, rcs: 1, built: 1, idle: 3}}, nil, []krcore.NodeID{1}},
 		{"full budget: a hot peer displaces an idle RC peer",
-			[]peerLoad{{node: 1, rcs: 1, built: 1, idle: 1}, {node: 2, rcs: 1, built: 1, ops: 10}, {node: 3, ops: 200}}, []NodeID{3}, []NodeID{1}},
+			[]peerLoad{{node: 1, rcs: 1, built: 1, idle: 1}, {node: 2, rcs: 1, built: 1, ops: 10}, {node: 3, ops: 200}}, []krcore.NodeID{3}, []krcore.NodeID{1}},
 		{"full budget, no idle holder: nothing changes",
 			[]peerLoad{{node: 1, rcs: 1, built: 1, ops: 5}, {node: 2, rcs: 1, built: 1, ops: 10}, {node: 3, ops: 200}}, nil, nil},
 		// An RC QP another node built carries its requests, unseen here:
@@ -52,7 +53,7 @@ func TestPickQP(t *testing.T) {
 		want      *pqp
 	}{
 		{"a peer with RC QPs takes one", 3, rcs, dcis, rc1},
-		{"the same VQ, the same RC QP", 5, rcs, dcis, rc1},
+		{"the same krcore.VQ, the same RC QP", 5, rcs, dcis, rc1},
 		{"VQs spread over the RC QPs", 4, rcs, dcis, rc0},
 		{"no RC QP: the VQ's DCI", 3, nil, dcis, dci1},
 		{"RC-only, no RC QP: no route", 3, nil, nil, nil},
@@ -182,7 +183,7 @@ func TestSentence(t *testing.T) {
 		dead   *peer
 		want   cs
 	}{
-		{"the culprit's VQ fails, the others are reposted in order", verbs.RemAccessErr, true, nil,
+		{"the culprit's krcore.VQ fails, the others are reposted in order", verbs.RemAccessErr, true, nil,
 			cs{{qa, 10, verbs.RemAccessErr}, {qa, 11, verbs.WRFlushErr}, {qb, 4, repost}, {qb, 5, repost}, {qb, 6, repost}}},
 		{"a stale target: everything is reposted, the culprit first", verbs.RemAccessErr, false, nil,
 			cs{{qa, 10, repost}, {qb, 4, repost}, {qa, 11, repost}, {qb, 5, repost}, {qb, 6, repost}}},
@@ -216,7 +217,7 @@ func TestStrategyPolicy(t *testing.T) {
 	// RC-only: a long-idle RC QP this node built stays; a hot peer still
 	// gets its second RC QP.
 	build, evict := pp.plan([]peerLoad{{node: 1, rcs: 1, built: 1, idle: 1 << 30}, {node: 2, rcs: 1, built: 1, ops: 50}})
-	if !slices.Equal(build, []NodeID{2}) || evict != nil {
+	if !slices.Equal(build, []krcore.NodeID{2}) || evict != nil {
 		t.Errorf("RC-only plan: build %v evict %v, want [2] []", build, evict)
 	}
 }

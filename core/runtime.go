@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -12,26 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
-)
-
-// Sentinel errors.
-var (
-	// ErrClosed: the runtime or queue was closed.
-	ErrClosed = errors.New("core: closed")
-	// ErrNotConnected: the queue is not connected to a node.
-	ErrNotConnected = errors.New("core: queue not connected")
-	// ErrNoCredit: the queue has as many requests outstanding as its
-	// credits allow (and was not asked to wait).
-	ErrNoCredit = errors.New("core: no credit: too many requests outstanding")
-	// ErrPortInUse: another queue is bound to the port.
-	ErrPortInUse = errors.New("core: port in use")
-	// ErrNoRegion: the node exports no region of that name.
-	ErrNoRegion = errors.New("core: no such region")
-	// ErrUnreachable: the node is not registered or cannot be reached.
-	ErrUnreachable = errors.New("core: node unreachable")
 )
 
 // Config configures a Runtime.
@@ -39,7 +22,7 @@ type Config struct {
 	// Device is the RNIC the runtime shares. The runtime does not close it.
 	Device verbs.Device
 	// Node is this node's cluster-wide id (non-zero).
-	Node NodeID
+	Node krcore.NodeID
 	// Meta lists the MetaServers. Empty starts an embedded MetaServer on
 	// Device (see Runtime.MetaInfo), the default for one node or an
 	// in-process cluster.
@@ -148,22 +131,6 @@ func (c *Config) withinDevice() error {
 	return nil
 }
 
-// Stats counts what the runtime did, for metrics and tests.
-type Stats struct {
-	Connects, ColdConnects, Refusals, Recoveries, PostErrors uint64
-	RCBuilt, RCEvicted, Migrations, StaleTargets, Dropped    uint64
-	// PeersDead counts the times a peer was found dead (see ErrPeerDead).
-	PeersDead uint64
-	// WriteImms counts raw WRITE_WITH_IMM receive completions, from a
-	// writer that is not a krcore runtime (a runtime's WRITE_WITH_IMM
-	// arrives as a notification, Message.Write): consumed, not delivered
-	// to any VQ.
-	WriteImms      uint64
-	DCIs, RCs, VQs int
-	// RCOnly reports that the runtime runs without DC (Config.RCOnly).
-	RCOnly bool
-}
-
 type counters struct {
 	connects, coldConnects, refusals, recoveries, postErrors atomic.Uint64
 	rcBuilt, rcEvicted, migrations, staleTargets, dropped    atomic.Uint64
@@ -179,7 +146,7 @@ type Runtime struct {
 	cfg    Config
 	routes strategy // DC with RC for hot peers, or RC alone (Config.RCOnly)
 	dev    verbs.Device
-	node   NodeID
+	node   krcore.NodeID
 	log    *slog.Logger
 	pd     verbs.PD
 	sends  *poller // completions of every physical QP's sends
@@ -201,7 +168,7 @@ type Runtime struct {
 	queues  map[uint32]*Queue
 	nextQ   uint32
 	ports   map[uint32]*Queue
-	peers   map[NodeID]*peer
+	peers   map[krcore.NodeID]*peer
 	exports map[string]*export
 	mrs     map[*MR]struct{} // registered and not released: Close releases them
 	closed  bool
@@ -225,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	rt := &Runtime{
 		cfg: cfg, dev: cfg.Device, node: cfg.Node, log: cfg.Logger.With("node", cfg.Node),
 		lim:    limits{maxMsg: uint64(cfg.Device.Attr().MaxMsgSize)},
-		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[NodeID]*peer),
+		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[krcore.NodeID]*peer),
 		exports: make(map[string]*export), mrs: make(map[*MR]struct{}), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
 	rt.routes = newStrategy(rt)
@@ -355,7 +322,7 @@ func (rt *Runtime) MetaInfo() meta.Info {
 }
 
 // Node is this runtime's node id.
-func (rt *Runtime) Node() NodeID { return rt.node }
+func (rt *Runtime) Node() krcore.NodeID { return rt.node }
 
 // RegMR allocates and registers size bytes of off-heap memory.
 func (rt *Runtime) RegMR(size int, access verbs.Access) (*MR, error) {
@@ -397,7 +364,7 @@ func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
 	rt.mu.Unlock()
 	if closed { // Close began meanwhile and will not see m
 		mr.Close()
-		return nil, fmt.Errorf("core: register: runtime: %w", ErrClosed)
+		return nil, fmt.Errorf("core: register: runtime: %w", krcore.ErrClosed)
 	}
 	return m, nil
 }
@@ -407,7 +374,7 @@ func (rt *Runtime) closedErr(what string) error {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	if rt.closed {
-		return fmt.Errorf("core: %s: runtime: %w", what, ErrClosed)
+		return fmt.Errorf("core: %s: runtime: %w", what, krcore.ErrClosed)
 	}
 	return nil
 }
@@ -454,12 +421,13 @@ func (rt *Runtime) releaseAll() {
 // out by then), then deregisters the memory and frees what RegMR
 // allocated. If some are still in flight then, it returns an error
 // wrapping verbs.ErrBusy and the last of them releases the MR.
-func (rt *Runtime) Deregister(m *MR) error {
-	if !rt.ownMR(m) {
-		return fmt.Errorf("core: deregister an MR of another runtime: %w", ErrRefused)
+func (rt *Runtime) Deregister(h krcore.MR) error {
+	m := rt.ownMR(h)
+	if m == nil {
+		return fmt.Errorf("core: deregister an MR of another runtime: %w", krcore.ErrRefused)
 	}
 	if m.dead.Swap(true) {
-		return fmt.Errorf("core: deregister: %w", ErrClosed)
+		return fmt.Errorf("core: deregister: %w", krcore.ErrClosed)
 	}
 	rt.unexportMR(m)
 	rt.dropRecvBufs(m)
@@ -489,7 +457,7 @@ func (rt *Runtime) drain(m *MR) error {
 func (rt *Runtime) count(c *atomic.Uint64) { c.Add(1) }
 
 // Stats reports the runtime's counters.
-func (rt *Runtime) Stats() Stats {
+func (rt *Runtime) Stats() krcore.Stats {
 	s := &rt.stats
 	rt.mu.Lock()
 	vqs := len(rt.queues)
@@ -498,7 +466,7 @@ func (rt *Runtime) Stats() Stats {
 		rcs += len(p.rcs())
 	}
 	rt.mu.Unlock()
-	return Stats{
+	return krcore.Stats{
 		Connects: s.connects.Load(), ColdConnects: s.coldConnects.Load(), Refusals: s.refusals.Load(),
 		Recoveries: s.recoveries.Load(), PostErrors: s.postErrors.Load(), RCBuilt: s.rcBuilt.Load(),
 		RCEvicted: s.rcEvicted.Load(), Migrations: s.migrations.Load(), StaleTargets: s.staleTargets.Load(), PeersDead: s.peersDead.Load(),
@@ -545,7 +513,7 @@ func (rt *Runtime) Close() error {
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()
-		return fmt.Errorf("core: runtime: %w", ErrClosed)
+		return fmt.Errorf("core: runtime: %w", krcore.ErrClosed)
 	}
 	rt.closed = true
 	qs := make([]*Queue, 0, len(rt.queues))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/soft"
@@ -25,10 +26,10 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	ebuf, _ := b.RegMR(64, verbs.AccessLocalWrite)
-	if err := echo.Connect(ctx(t), 1, core.ToPort(8)); err != nil {
+	if err := echo.Connect(ctx(t), 1, &krcore.ConnectOptions{Port: 8}); err != nil {
 		t.Fatal(err)
 	}
-	q := mustQueue(t, a, 2, core.ToPort(7))
+	q := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 	if err := q.Bind(8); err != nil {
 		t.Fatal(err)
 	}
@@ -36,13 +37,13 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // the echo
-		var ms [1]core.Message
-		var cs [4]core.Completion
+		var ms [1]krcore.Message
+		var cs [4]krcore.Completion
 		for {
 			if _, err := echo.PopMsgsWait(cctx, ms[:]); err != nil {
 				return
 			}
-			echo.Push(cctx, true, core.Request{Op: verbs.OpSend, Local: ebuf.Range(0, 8)})
+			echo.Push(cctx, true, krcore.Request{Op: verbs.OpSend, Local: ebuf.Range(0, 8)})
 			echo.Pop(cs[:])
 		}
 	}()
@@ -54,17 +55,17 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		go func() {
-			var cs [1]core.Completion
+			var cs [1]krcore.Completion
 			idle.PopWait(cctx, cs[:])
 		}()
 		go func() {
-			var ms [1]core.Message
+			var ms [1]krcore.Message
 			idle.PopMsgsWait(cctx, ms[:])
 		}()
 	}
 	comps, msgs := make(chan error, 1), make(chan error, 1)
 	go func() {
-		var cs [1]core.Completion
+		var cs [1]krcore.Completion
 		for {
 			_, err := q.PopWait(cctx, cs[:])
 			if cctx.Err() != nil {
@@ -74,7 +75,7 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 		}
 	}()
 	go func() {
-		var ms [1]core.Message
+		var ms [1]krcore.Message
 		for {
 			_, err := q.PopMsgsWait(cctx, ms[:])
 			if cctx.Err() != nil {
@@ -85,7 +86,7 @@ func TestTwoWaitersOneQueue(t *testing.T) {
 	}()
 	const rounds = 2000
 	for i := range rounds {
-		if _, err := q.Push(ctx(t), true, core.Request{ID: uint64(i), Op: verbs.OpSend, Local: msg.Range(0, 8)}); err != nil {
+		if _, err := q.Push(ctx(t), true, krcore.Request{ID: uint64(i), Op: verbs.OpSend, Local: msg.Range(0, 8)}); err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range []struct {
@@ -120,7 +121,7 @@ func tcpRuntimes(tb testing.TB, n int, tmpl core.Config) (devs []verbs.Device, r
 		}
 		tb.Cleanup(func() { dev.Close() })
 		cfg := tmpl
-		cfg.Device, cfg.Node = dev, core.NodeID(i+1)
+		cfg.Device, cfg.Node = dev, krcore.NodeID(i+1)
 		if i > 0 {
 			cfg.Meta = []meta.Info{rts[0].MetaInfo()}
 		}
@@ -142,7 +143,7 @@ func tcpRuntimes(tb testing.TB, n int, tmpl core.Config) (devs []verbs.Device, r
 func TestWaitContexts(t *testing.T) {
 	_, rts := tcpRuntimes(t, 2, core.Config{})
 	q, req := vqReader(t, rts[0], rts[1])
-	var out [1]core.Completion
+	var out [1]krcore.Completion
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
@@ -225,11 +225,11 @@ func TestCExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := mr.Handle()
-	out, code = run("-m", strconv.FormatUint(h.ID, 10), "2", "table")
-	t.Logf("krread -m %d 2 table:\n%s", h.ID, out)
+	id, _ := other.MRID(mr)
+	out, code = run("-m", strconv.FormatUint(id, 10), "2", "table")
+	t.Logf("krread -m %d 2 table:\n%s", id, out)
 	if code != 2 || !strings.Contains(out, "LOC_PROT_ERR") {
-		t.Errorf("krread with another client's MR %d: exit %d, output:\n%s", h.ID, code, out)
+		t.Errorf("krread with another client's MR %d: exit %d, output:\n%s", id, code, out)
 	}
 	if !bytes.Equal(mr.Bytes(), make([]byte, 4096)) {
 		t.Error("the other client's MR was written")
@@ -302,7 +302,7 @@ func TestCMessages(t *testing.T) {
 	q.PushRecv(mr.Range(0, 256))
 	replied := make(chan error, 1)
 	go func() {
-		var m [1]core.Message
+		var m [1]krcore.Message
 		if _, err := q.PopMsgsWait(ctx, m[:]); err != nil {
 			replied <- err
 			return
@@ -311,14 +311,14 @@ func TestCMessages(t *testing.T) {
 			replied <- fmt.Errorf("node 2 got %+v %q", m[0], got)
 			return
 		}
-		if err := q.Connect(ctx, 1, core.ToPort(7)); err != nil {
+		if err := q.Connect(ctx, 1, &krcore.ConnectOptions{Port: 7}); err != nil {
 			replied <- err
 			return
 		}
 		for i, s := range []string{"pong", "late"} {
 			copy(mr.Bytes()[200:], s)
-			q.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpSendImm, Imm: 42, Local: mr.Range(200, 4)})
-			var out [1]core.Completion
+			q.Push(ctx, true, krcore.Request{ID: uint64(i), Op: verbs.OpSendImm, Imm: 42, Local: mr.Range(200, 4)})
+			var out [1]krcore.Completion
 			if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
 				replied <- fmt.Errorf("reply %d: %v %v", i, err, out[0].Err())
 				return
@@ -330,8 +330,8 @@ func TestCMessages(t *testing.T) {
 			return
 		}
 		n := copy(mr.Bytes()[200:], "written")
-		q.Push(ctx, true, core.Request{ID: 2, Op: verbs.OpWriteImm, Imm: 43, Local: mr.Range(200, n), Remote: g.At(0)})
-		var out [1]core.Completion
+		q.Push(ctx, true, krcore.Request{ID: 2, Op: verbs.OpWriteImm, Imm: 43, Local: mr.Range(200, n), Remote: g.At(0)})
+		var out [1]krcore.Completion
 		if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
 			replied <- fmt.Errorf("WRITE_WITH_IMM: %v %v", err, out[0].Err())
 			return

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
@@ -92,15 +93,15 @@ func TestHostileRing(t *testing.T) {
 	}
 	defer good.Close()
 	q, _ := good.Queue()
-	q.Connect(ctx, 2)
+	q.Connect(ctx, 2, nil)
 	g, err := q.Region(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf, _ := good.RegMR(64, verbs.AccessAll)
 	for i := range 200 {
-		q.Push(ctx, true, core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
-		var out [1]core.Completion
+		q.Push(ctx, true, krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+		var out [1]krcore.Completion
 		if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
 			t.Fatalf("good client: %v %v", err, out[0].Err())
 		}

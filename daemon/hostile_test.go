@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
@@ -324,11 +324,11 @@ func TestHostileControl(t *testing.T) {
 		{name: "register two fds", hello: true, msg: func(t *testing.T) *wire.Msg {
 			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true), memfd(t, 4096, true))
 		}, want: verbs.ErrInvalid},
-		{name: "deregister unknown", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpDeregister, 0).U64(12345) }, want: core.ErrRefused},
+		{name: "deregister unknown", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpDeregister, 0).U64(12345) }, want: krcore.ErrRefused},
 		{name: "export unknown MR", hello: true, msg: func(*testing.T) *wire.Msg {
 			return wire.NewMsg(wire.OpExport, 0).Str("x").U64(12345).U64(0).U64(8).U32(uint32(verbs.AccessRemoteRead))
-		}, want: core.ErrRefused},
-		{name: "unexport not mine", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpUnexport, 0).Str("table") }, want: core.ErrRefused},
+		}, want: krcore.ErrRefused},
+		{name: "unexport not mine", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpUnexport, 0).Str("table") }, want: krcore.ErrRefused},
 		{name: "region short", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpRegion, 0).U64(2) }, want: verbs.ErrInvalid},
 		{name: "queue no fds", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpQueue, 0) }, want: verbs.ErrInvalid},
 		{name: "queue pipes", hello: true, msg: func(t *testing.T) *wire.Msg {
@@ -351,8 +351,8 @@ func TestHostileControl(t *testing.T) {
 		}, want: verbs.ErrInvalid},
 		{name: "connect unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg {
 			return wire.NewMsg(wire.OpConnect, 0).U64(12345).U64(2).U8(0).U32(0)
-		}, want: core.ErrRefused},
-		{name: "close unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpCloseVQ, 0).U64(12345) }, want: core.ErrRefused},
+		}, want: krcore.ErrRefused},
+		{name: "close unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpCloseVQ, 0).U64(12345) }, want: krcore.ErrRefused},
 		{name: "stats with an fd", hello: true, msg: func(t *testing.T) *wire.Msg { return withFDs(wire.NewMsg(wire.OpStats, 0), pipe(t)) }},
 		{name: "short header", hello: true, raw: []byte{byte(wire.OpStats), 0, 0}},
 		{name: "empty message", hello: true, raw: []byte{}},

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/verbs"
 	dto "github.com/prometheus/client_model/go"
@@ -128,11 +128,11 @@ func TestMetrics(t *testing.T) {
 
 	q, _ := cl.Queue()
 	for range 2 { // cold, then warm
-		if err := q.Connect(ctx, 2); err != nil {
+		if err := q.Connect(ctx, 2, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Connect(ctx, 99); err == nil {
+	if err := q.Connect(ctx, 99, nil); err == nil {
 		t.Fatal("connect to node 99, which does not exist: no error")
 	}
 	g, err := q.Region(ctx, "t")
@@ -141,9 +141,9 @@ func TestMetrics(t *testing.T) {
 	}
 	buf, _ := cl.RegMR(8192, verbs.AccessAll)
 	const reads = 100
-	do := func(r core.Request) {
+	do := func(r krcore.Request) {
 		t.Helper()
-		var out [1]core.Completion
+		var out [1]krcore.Completion
 		if _, err := q.Push(ctx, true, r); err != nil {
 			t.Fatal(err)
 		}
@@ -152,9 +152,9 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for i := range reads {
-		do(core.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
+		do(krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
 	}
-	do(core.Request{ID: reads, Op: verbs.OpWrite, Local: buf.Range(0, 8192), Remote: g.At(0)})
+	do(krcore.Request{ID: reads, Op: verbs.OpWrite, Local: buf.Range(0, 8192), Remote: g.At(0)})
 
 	after := scrape(t, srv)
 	for _, c := range []struct {

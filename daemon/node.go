@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/ibverbs"
@@ -41,7 +42,7 @@ type NodeConfig struct {
 	// Config is the server's (New); its Logger is the runtime's too.
 	Config
 	// Node is this node's cluster-wide id (non-zero).
-	Node core.NodeID
+	Node krcore.NodeID
 	// Meta lists the MetaServers the runtime joins; none embeds one.
 	Meta []meta.Info
 	// Device names the RNIC.
@@ -116,7 +117,7 @@ func (n *Node) Serve(ctx context.Context) error { return n.srv.Serve(ctx) }
 // no error.
 func (n *Node) Close() error {
 	err := n.srv.Close()
-	if errors.Is(err, core.ErrClosed) {
+	if errors.Is(err, krcore.ErrClosed) {
 		err = nil
 	}
 	return errors.Join(err, n.rt.Close(), n.dev.Close())

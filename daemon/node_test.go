@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"context"
 	"errors"
-	"github.com/krcore/krcore/core"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/verbs"
@@ -48,7 +48,7 @@ func TestStartNode(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Serve after Close: %v", err)
 	}
-	if _, err := cl.Queue(); !errors.Is(err, client.ErrDaemonGone) {
+	if _, err := cl.Queue(); !errors.Is(err, krcore.ErrDaemonGone) {
 		t.Errorf("Queue after the daemon closed: %v, want ErrDaemonGone", err)
 	}
 	if _, err := n.Device().AllocPD(); !errors.Is(err, verbs.ErrClosed) {
@@ -75,17 +75,17 @@ func readOwn(ctx context.Context, t *testing.T, cl *client.Client) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, cl.Node()); err != nil {
+	if err := q.Connect(ctx, cl.Node(), nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := q.Region(ctx, "own")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Push(ctx, false, core.Request{ID: 1, Op: verbs.OpRead, Local: mem.Range(0, 15), Remote: g.At(0)}); err != nil {
+	if _, err := q.Push(ctx, false, krcore.Request{ID: 1, Op: verbs.OpRead, Local: mem.Range(0, 15), Remote: g.At(0)}); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]core.Completion, 1)
+	out := make([]krcore.Completion, 1)
 	if k, err := q.PopWait(ctx, out); err != nil || k != 1 || out[0].Status != verbs.Success || string(mem.Bytes()[:15]) != "through krcored" {
 		t.Fatalf("READ of the own node's region: %d %+v %v, read %q", k, out[0], err, mem.Bytes()[:15])
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
@@ -41,8 +42,8 @@ type pump struct {
 	mu   sync.Mutex
 	vqs  []*vq
 	next int // the VQ a round starts with, round robin
-	reqs []core.Request
-	out  []core.Completion
+	reqs []krcore.Request
+	out  []krcore.Completion
 	// now is Server.clock at the last round, 0 until read (roundClock);
 	// the pump goroutine's alone, as round runs only there (run,
 	// spinRounds, and Wait's ready func).
@@ -51,7 +52,7 @@ type pump struct {
 
 func newPump(ss *session) *pump {
 	p := &pump{ss: ss, g: ss.s.rt.Group(), spin: ss.s.cfg.Spin, limit: ss.s.cfg.ClientCredits,
-		done: make(chan struct{}), reqs: make([]core.Request, 0, batch), out: make([]core.Completion, 64)}
+		done: make(chan struct{}), reqs: make([]krcore.Request, 0, batch), out: make([]krcore.Completion, 64)}
 	return p
 }
 
@@ -370,7 +371,7 @@ func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
 // push hands reqs to v's queue without waiting and returns how many it
 // accepted and the SQE to resume at: past them all (end), or the first
 // request refused for want of credit.
-func (p *pump) push(v *vq, reqs []core.Request, end uint64) (int, uint64) {
+func (p *pump) push(v *vq, reqs []krcore.Request, end uint64) (int, uint64) {
 	if len(reqs) == 0 {
 		return 0, end
 	}
@@ -381,7 +382,7 @@ func (p *pump) push(v *vq, reqs []core.Request, end uint64) (int, uint64) {
 		end = reqs[k].ID
 	}
 	clear(reqs)
-	if err != nil && !errors.Is(err, core.ErrNoCredit) {
+	if err != nil && !errors.Is(err, krcore.ErrNoCredit) {
 		v.stop(err)
 	}
 	return k, end

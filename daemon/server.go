@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
@@ -193,7 +194,7 @@ func removeStale(path string) error {
 	}
 	if c, err := net.Dial("unixpacket", path); err == nil {
 		c.Close()
-		return fmt.Errorf("daemon: %s: another krcored is serving: %w", path, core.ErrPortInUse)
+		return fmt.Errorf("daemon: %s: another krcored is serving: %w", path, krcore.ErrPortInUse)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("daemon: remove stale socket %s: %w", path, err)
@@ -325,7 +326,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return fmt.Errorf("daemon: %w", core.ErrClosed)
+		return fmt.Errorf("daemon: %w", krcore.ErrClosed)
 	}
 	s.closed = true
 	ss := make([]*session, 0, len(s.sessions))

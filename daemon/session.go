@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -20,7 +20,7 @@ import (
 
 // memory is a client's MR: its memfd mapped here and registered.
 type memory struct {
-	mr  *core.MR
+	mr  krcore.MR
 	blk *offheap.Block
 }
 
@@ -38,7 +38,7 @@ type session struct {
 	mu      sync.RWMutex
 	mrs     map[uint64]*memory
 	mrBytes int64
-	regions map[uint64]*core.Region
+	regions map[uint64]krcore.Region
 	vqs     map[uint64]*vq
 	exports map[string]uint64 // name: the MR exported, whose Deregister withdraws it
 
@@ -58,7 +58,7 @@ type session struct {
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 	ss := &session{s: s, id: s.ids.Add(1), conn: c, cred: cred, mrs: make(map[uint64]*memory),
-		regions: make(map[uint64]*core.Region), vqs: make(map[uint64]*vq), exports: make(map[string]uint64)}
+		regions: make(map[uint64]krcore.Region), vqs: make(map[uint64]*vq), exports: make(map[string]uint64)}
 	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
 	ss.pump = newPump(ss)
 	return ss
@@ -118,7 +118,7 @@ func (ss *session) handle(m *wire.Msg) *wire.Msg {
 		err = ss.handleOp(m, r)
 	}
 	if err != nil {
-		if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
+		if errors.Is(err, krcore.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
 			ss.refusals.Add(1)
 		}
 		return r.Fail(err)
@@ -158,7 +158,8 @@ func (ss *session) hello(m *wire.Msg, r *wire.Msg) error {
 		return fmt.Errorf("protocol version %d, daemon speaks %d: %w", v, wire.Version, verbs.ErrInvalid)
 	}
 	st := ss.s.rt
-	r.U64(ss.id).U64(st.Node()).U32(uint32(ss.s.rt.Credits())).U32(uint32(ss.s.rt.MaxMessage()))
+	cfg := ss.s.rt.Config()
+	r.U64(ss.id).U64(st.Node()).U32(uint32(cfg.Credits)).U32(uint32(cfg.MaxMessage))
 	return nil
 }
 
@@ -224,7 +225,7 @@ func (ss *session) deregister(id uint64, err error) error {
 	}
 	ss.mu.Unlock()
 	if mem == nil {
-		return fmt.Errorf("deregister MR %d: not this client's: %w", id, core.ErrRefused)
+		return fmt.Errorf("deregister MR %d: not this client's: %w", id, krcore.ErrRefused)
 	}
 	return mem.release(ss.s)
 }
@@ -261,7 +262,7 @@ func (ss *session) export(m *wire.Msg) error {
 	}
 	mem := ss.mr(id)
 	if mem == nil {
-		return fmt.Errorf("export %q of MR %d: not this client's: %w", name, id, core.ErrRefused)
+		return fmt.Errorf("export %q of MR %d: not this client's: %w", name, id, krcore.ErrRefused)
 	}
 	if off > 1<<40 || n > 1<<40 {
 		return fmt.Errorf("export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
@@ -284,7 +285,7 @@ func (ss *session) unexport(name string, err error) error {
 	delete(ss.exports, name)
 	ss.mu.Unlock()
 	if !mine {
-		return fmt.Errorf("unexport %q: not exported by this client: %w", name, core.ErrRefused)
+		return fmt.Errorf("unexport %q: not exported by this client: %w", name, krcore.ErrRefused)
 	}
 	ss.s.rt.Unexport(name)
 	return nil
@@ -310,7 +311,7 @@ func (ss *session) region(m *wire.Msg, r *wire.Msg) error {
 }
 
 // regionByID is the client's region, or nil.
-func (ss *session) regionByID(id uint64) *core.Region {
+func (ss *session) regionByID(id uint64) krcore.Region {
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
 	return ss.regions[id]
@@ -347,7 +348,7 @@ func (ss *session) vqCall(m *wire.Msg) error {
 	v := ss.vqs[id]
 	ss.mu.RUnlock()
 	if v == nil {
-		return fmt.Errorf("VQ %d: not this client's: %w", id, core.ErrRefused)
+		return fmt.Errorf("VQ %d: not this client's: %w", id, krcore.ErrRefused)
 	}
 	switch m.Op {
 	case wire.OpConnect:
@@ -357,11 +358,11 @@ func (ss *session) vqCall(m *wire.Msg) error {
 		}
 		ctx, cancel := context.WithTimeout(ss.ctx, ss.s.cfg.CallTimeout)
 		defer cancel()
-		var opts []core.ConnectOption
+		var opts krcore.ConnectOptions
 		if toPort != 0 {
-			opts = append(opts, core.ToPort(port))
+			opts.Port = port
 		}
-		return v.connect(ctx, node, opts)
+		return v.connect(ctx, node, &opts)
 	case wire.OpBind:
 		port := m.GetU32()
 		if err := m.Err(); err != nil {
@@ -394,7 +395,7 @@ func (ss *session) reclaim() {
 	ss.conn.Close()
 	ss.mu.Lock()
 	vqs, mrs, exports := ss.vqs, ss.mrs, ss.exports
-	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]uint64{}, map[uint64]*core.Region{}
+	ss.vqs, ss.mrs, ss.exports, ss.regions = map[uint64]*vq{}, map[uint64]*memory{}, map[string]uint64{}, map[uint64]krcore.Region{}
 	ss.mrBytes = 0
 	ss.mu.Unlock()
 	if err := ss.pump.drain(vqs); err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/offheap"
@@ -57,12 +58,12 @@ func newVQ(ss *session, fds []int) (*vq, error) {
 			return nil, fmt.Errorf("queue: %w: %w", err, verbs.ErrInvalid)
 		}
 	}
-	size := wire.RingSize(ss.s.rt.MaxMessage())
+	size := wire.RingSize(ss.s.rt.Config().MaxMessage)
 	blk, err := offheap.OpenSealed(fds[0], size)
 	if err != nil {
 		return nil, fmt.Errorf("queue: ring: %w: %w", err, verbs.ErrInvalid)
 	}
-	ring, _ := wire.NewRing(blk.Bytes(), ss.s.rt.MaxMessage())
+	ring, _ := wire.NewRing(blk.Bytes(), ss.s.rt.Config().MaxMessage)
 	q, err := ss.s.rt.Queue()
 	if err != nil {
 		blk.Close()
@@ -90,9 +91,9 @@ func (v *vq) start() {
 	v.ss.pump.add(v)
 }
 
-func (v *vq) connect(ctx context.Context, node core.NodeID, opts []core.ConnectOption) error {
+func (v *vq) connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
 	start := time.Now()
-	err := v.q.Connect(ctx, node, opts...)
+	err := v.q.Connect(ctx, node, opts)
 	v.ss.s.metrics.observeConnect(start, err)
 	if err != nil {
 		return err
@@ -146,15 +147,15 @@ func (v *vq) stopped() error { return v.ctx.Err() }
 // the runtime as any caller's; a cold connect bounded by the call timeout
 // holds up only this VQ.
 func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
-	var opts []core.ConnectOption
+	var opts krcore.ConnectOptions
 	if e.Flags&wire.FlagToPort != 0 {
-		opts = append(opts, core.ToPort(e.Imm))
+		opts.Port = e.Imm
 	}
 	ctx, cancel := context.WithTimeout(v.ctx, v.ss.s.cfg.CallTimeout)
-	err := v.connect(ctx, e.MR, opts)
+	err := v.connect(ctx, e.MR, &opts)
 	cancel()
 	v.ss.ringCalls.Add(1)
-	if errors.Is(err, core.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
+	if errors.Is(err, krcore.ErrRefused) || errors.Is(err, verbs.ErrInvalid) {
 		v.ss.refusals.Add(1)
 	}
 	v.ring.PutCtlErr(err)
@@ -164,8 +165,8 @@ func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
 
 // request translates an SQE. An MR or region that is not the client's
 // becomes a request the runtime refuses in order on this VQ.
-func (v *vq) request(seq uint64, e *wire.SQE) core.Request {
-	r := core.Request{ID: seq, Op: verbs.Opcode(e.Op), Imm: e.Imm, Compare: e.Compare, Swap: e.Swap,
+func (v *vq) request(seq uint64, e *wire.SQE) krcore.Request {
+	r := krcore.Request{ID: seq, Op: verbs.Opcode(e.Op), Imm: e.Imm, Compare: e.Compare, Swap: e.Swap,
 		Unsignaled: e.Flags&wire.FlagUnsignaled != 0}
 	off, n := toInt(e.Off), toInt(e.Len)
 	if n != 0 {
@@ -173,7 +174,7 @@ func (v *vq) request(seq uint64, e *wire.SQE) core.Request {
 			r.Local = mem.mr.Range(off, n)
 		} else {
 			v.ss.refusals.Add(1)
-			r.Local = core.Local{Off: off, Len: n} // no MR: refused
+			r.Local = krcore.Local{Off: off, Len: n} // no MR: refused
 		}
 	}
 	if e.Region != 0 {
@@ -252,7 +253,7 @@ func (v *vq) deliver() {
 	r := v.ring
 	tail := r.Ctr(wire.MsgTail)
 	pos := tail.Load()
-	msgs := make([]core.Message, 16)
+	msgs := make([]krcore.Message, 16)
 	for {
 		free, ok := v.msgRoom(pos)
 		if !ok {
@@ -264,7 +265,7 @@ func (v *vq) deliver() {
 		}
 		for i := range msgs[:n] {
 			r.PutMsg(pos, msgHdr(&msgs[i]), msgs[i].Data)
-			msgs[i] = core.Message{}
+			msgs[i] = krcore.Message{}
 			pos++
 		}
 		tail.Store(pos)
@@ -272,7 +273,7 @@ func (v *vq) deliver() {
 	}
 }
 
-func msgHdr(m *core.Message) wire.MsgHdr {
+func msgHdr(m *krcore.Message) wire.MsgHdr {
 	h := wire.MsgHdr{Status: m.Status, Len: uint32(m.Len), Imm: m.Imm, From: m.From, Port: m.Port}
 	if m.Buf != nil {
 		h.Flags |= wire.MsgInBuf

@@ -65,7 +65,7 @@
  * and control calls on it fail with KRC_CODE_REFUSED. When the process exits
  * or dies, the daemon reclaims everything it owned.
  *
- * Not here: the Go client's OpStats decoding (core.Stats' field list is Go's)
+ * Not here: the Go client's OpStats decoding (krcore.Stats' field list is Go's)
  * and C++ (the header uses C11 _Atomic).
  */
 #ifndef KRCORE_H
@@ -119,7 +119,7 @@ enum krc_op {
 	KRC_OP_BIND,        /* u64 vq, u32 port; - */
 	KRC_OP_UNBIND,      /* u64 vq; - */
 	KRC_OP_CLOSE_VQ,    /* u64 vq; - */
-	KRC_OP_STATS,       /* -; core.Stats as u64s */
+	KRC_OP_STATS,       /* -; krcore.Stats as u64s */
 	KRC_OP_STATUS,      /* -; str JSON */
 	KRC_OP_BYE          /* daemon to client, unasked: str reason */
 };

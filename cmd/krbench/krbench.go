@@ -80,7 +80,7 @@
 //     one goroutine and on GOMAXPROCS goroutines.
 //   - vq: 8 B READ and WRITE, one at a time (lat) and with -tx-depth
 //     outstanding (bw), through a VQ and through a raw RC QP between the
-//     same two RNICs; 64 B SEND round trips through VQs (Bind, ToPort,
+//     same two RNICs; 64 B SEND round trips through VQs (Bind, Connect to a port,
 //     PushRecv, PopMsgs) and through raw RC SEND/RECV. The VQ waits as the
 //     raw QP's poller does (-spin, then the runtime's own wait).
 //   - imm (only when named): round trips of WRITE_WITH_IMM (A writes 8 B or

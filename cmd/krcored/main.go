@@ -45,7 +45,7 @@
 // least -1, spin at least 0; share_quantum takes any duration (negative:
 // pacing off).
 // SIGINT or SIGTERM shuts down gracefully: clients get OpBye and fail with
-// client.ErrDaemonGone.
+// krcore.ErrDaemonGone.
 package main
 
 import (

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
@@ -76,7 +77,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("run: %v", err)
 	}
 	done <- nil
-	if _, err := c.Queue(); !errors.Is(err, client.ErrDaemonGone) {
+	if _, err := c.Queue(); !errors.Is(err, krcore.ErrDaemonGone) {
 		t.Errorf("after shutdown: %v, want ErrDaemonGone", err)
 	}
 }
@@ -383,7 +384,7 @@ func TestMetaFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		t.Fatalf("connect with the first MetaServer down: %v", err)
 	}
 	g, err := q.Region(ctx, "table")
@@ -391,10 +392,10 @@ func TestMetaFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf, _ := c.RegMR(4096, verbs.AccessAll)
-	if _, err := q.Push(ctx, true, core.Request{Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
+	if _, err := q.Push(ctx, true, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)}); err != nil {
 		t.Fatal(err)
 	}
-	out := make([]core.Completion, 1)
+	out := make([]krcore.Completion, 1)
 	if _, err := q.PopWait(ctx, out); err != nil || out[0].Err() != nil || string(buf.Bytes()[:17]) != "hello from node 2" {
 		t.Fatalf("READ of node 2: %v %+v %q", err, out[0], buf.Bytes()[:17])
 	}

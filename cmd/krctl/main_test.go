@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
@@ -51,7 +52,7 @@ func TestKrctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := cl.Queue()
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	mr, err := cl.RegMR(4096, verbs.AccessAll)
@@ -62,10 +63,10 @@ func TestKrctl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpRead, Local: mr.Range(0, 8), Remote: g.At(0)}); err != nil {
+	if _, err := q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: mr.Range(0, 8), Remote: g.At(0)}); err != nil {
 		t.Fatal(err)
 	}
-	var wc [1]core.Completion
+	var wc [1]krcore.Completion
 	if _, err := q.PopWait(ctx, wc[:]); err != nil || wc[0].Err() != nil {
 		t.Fatal(err, wc[0].Err())
 	}

@@ -31,7 +31,7 @@
 // and three eventfds (doorbell, completion bell, message bell), optionally a
 // fourth: the control bell (see Control on the ring). The daemon
 // may send OpBye unasked when it shuts down; a client then fails every call
-// with client.ErrDaemonGone, as it does when the socket closes.
+// with krcore.ErrDaemonGone, as it does when the socket closes.
 //
 // # Rings
 //
@@ -57,8 +57,8 @@
 // Added after the first protocol, without renumbering anything: hot control
 // operations a VQ user calls often travel on the VQ's submission ring, so
 // they cost a shared-memory round trip instead of a socket one. Today that
-// is Connect (and Connect with ToPort): an SQE with op OpConnectSQE (0xfd),
-// MR = the node, Imm = the port and flag FlagToPort (bit 1) for ToPort. The
+// is Connect (with or without a port): an SQE with op OpConnectSQE (0xfd),
+// MR = the node, Imm = the port and flag FlagToPort (bit 1) when a port is given. The
 // daemon runs it in order with the SQEs around it (requests before it go
 // where the VQ pointed) and publishes its outcome in the header counter
 // CtlDone (line 12) as CtlResult: (sequence number + 1) << 8 | error code

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"os"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
@@ -33,15 +33,16 @@ var sentinels = []struct {
 	name string
 	err  error
 }{
-	{"core.ErrClosed", core.ErrClosed},
-	{"core.ErrNotConnected", core.ErrNotConnected},
-	{"core.ErrNoCredit", core.ErrNoCredit},
-	{"core.ErrPortInUse", core.ErrPortInUse},
-	{"core.ErrNoRegion", core.ErrNoRegion},
-	{"core.ErrUnreachable", core.ErrUnreachable},
-	{"core.ErrRefused", core.ErrRefused},
-	{"core.ErrNoQP", core.ErrNoQP},
-	{"core.ErrPeerDead", core.ErrPeerDead},
+	{"krcore.ErrClosed", krcore.ErrClosed},
+	{"krcore.ErrNotConnected", krcore.ErrNotConnected},
+	{"krcore.ErrNoCredit", krcore.ErrNoCredit},
+	{"krcore.ErrPortInUse", krcore.ErrPortInUse},
+	{"krcore.ErrNoRegion", krcore.ErrNoRegion},
+	{"krcore.ErrUnreachable", krcore.ErrUnreachable},
+	{"krcore.ErrRefused", krcore.ErrRefused},
+	{"krcore.ErrNoQP", krcore.ErrNoQP},
+	{"krcore.ErrPeerDead", krcore.ErrPeerDead},
+	{"krcore.ErrDaemonGone", krcore.ErrDaemonGone},
 	{"verbs.ErrClosed", verbs.ErrClosed},
 	{"verbs.ErrInvalid", verbs.ErrInvalid},
 	{"verbs.ErrLimit", verbs.ErrLimit},

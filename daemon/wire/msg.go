@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -29,7 +29,7 @@ const (
 	OpBind                     // u64 vq, u32 port; -
 	OpUnbind                   // u64 vq; -
 	OpCloseVQ                  // u64 vq; -
-	OpStats                    // -; the fields of core.Stats as u64s (PutStats)
+	OpStats                    // -; the fields of krcore.Stats as u64s (PutStats)
 	OpStatus                   // -; str JSON (Status)
 	OpBye                      // daemon to client, unasked: str reason
 )
@@ -60,8 +60,8 @@ const (
 // codes maps the first protocol's codes to the errors they stand for; the
 // body after the text carries every sentinel (see errors.go).
 var codes = map[uint8]error{
-	CodeClosed: core.ErrClosed, CodeNotConnected: core.ErrNotConnected, CodePortInUse: core.ErrPortInUse,
-	CodeNoRegion: core.ErrNoRegion, CodeUnreachable: core.ErrUnreachable, CodeRefused: core.ErrRefused,
+	CodeClosed: krcore.ErrClosed, CodeNotConnected: krcore.ErrNotConnected, CodePortInUse: krcore.ErrPortInUse,
+	CodeNoRegion: krcore.ErrNoRegion, CodeUnreachable: krcore.ErrUnreachable, CodeRefused: krcore.ErrRefused,
 	CodeInvalid: verbs.ErrInvalid, CodeBusy: verbs.ErrBusy, CodeDeadline: context.DeadlineExceeded,
 	CodeLimit: verbs.ErrLimit, CodeCanceled: context.Canceled,
 }

@@ -47,7 +47,7 @@ const OpRecv = 0xfe
 
 // OpConnectSQE is the SQE op that connects the VQ (Connect), beside verbs'
 // opcodes: MR holds the node, Imm the port and FlagToPort asks for
-// core.ToPort(Imm). The daemon runs it in order with the SQEs around it and
+// krcore.ConnectOptions{Port: Imm}. The daemon runs it in order with the SQEs around it and
 // publishes its outcome in CtlDone, not on the completion ring.
 const OpConnectSQE = 0xfd
 
@@ -74,7 +74,7 @@ const (
 const (
 	MsgInBuf  = 1 << iota // landed in the oldest posted receive buffer
 	MsgHasImm             // carries immediate data
-	// MsgWrite: the notification of a WRITE_WITH_IMM (core.Message.Write):
+	// MsgWrite: the notification of a WRITE_WITH_IMM (krcore.Message.Write):
 	// Len bytes were written into an exported region; no data follows
 	// the header and no posted buffer was taken.
 	MsgWrite

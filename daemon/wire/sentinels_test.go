@@ -19,10 +19,13 @@ func TestEverySentinelCrosses(t *testing.T) {
 	for _, s := range sentinels {
 		known[s.name] = true
 	}
-	for pkg, dir := range map[string]string{"core": "core", "verbs": "verbs", "meta": "meta", "offheap": "offheap",
+	for pkg, dir := range map[string]string{"krcore": ".", "verbs": "verbs", "meta": "meta", "offheap": "offheap",
 		"udrpc": "internal/udrpc"} {
-		for _, name := range exportedErrs(t, filepath.Join("..", "..", dir)) {
-			if !known[pkg+"."+name] {
+		for name, alias := range exportedErrs(t, filepath.Join("..", "..", dir)) {
+			if alias == "" {
+				alias = pkg + "." + name
+			}
+			if !known[alias] {
 				t.Errorf("%s.%s does not cross the socket: add it to sentinels", pkg, name)
 			}
 		}
@@ -30,15 +33,16 @@ func TestEverySentinelCrosses(t *testing.T) {
 }
 
 // exportedErrs lists the exported package-level variables named Err* that
-// dir's non-test files declare.
-func exportedErrs(t *testing.T, dir string) []string {
+// dir's non-test files declare, each with the sentinel it is another name
+// for ("verbs.ErrInvalid" for `ErrInvalid = verbs.ErrInvalid`), or "".
+func exportedErrs(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no Go files in %s: %v", dir, err)
 	}
-	var names []string
+	names := make(map[string]string)
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
@@ -53,9 +57,18 @@ func exportedErrs(t *testing.T, dir string) []string {
 				continue
 			}
 			for _, spec := range g.Specs {
-				for _, id := range spec.(*ast.ValueSpec).Names {
-					if id.IsExported() && strings.HasPrefix(id.Name, "Err") {
-						names = append(names, id.Name)
+				vs := spec.(*ast.ValueSpec)
+				for i, id := range vs.Names {
+					if !id.IsExported() || !strings.HasPrefix(id.Name, "Err") {
+						continue
+					}
+					names[id.Name] = ""
+					if i < len(vs.Values) {
+						if sel, ok := vs.Values[i].(*ast.SelectorExpr); ok {
+							if x, ok := sel.X.(*ast.Ident); ok {
+								names[id.Name] = x.Name + "." + sel.Sel.Name
+							}
+						}
 					}
 				}
 			}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 )
@@ -8,10 +9,10 @@ import (
 // Status is the body of OpStatus's response, as JSON: a snapshot of the
 // daemon, what krctl shows.
 type Status struct {
-	Node    core.NodeID      `json:"node"`
+	Node    krcore.NodeID    `json:"node"`
 	Socket  string           `json:"socket"`
 	Uptime  string           `json:"uptime"`
-	Runtime core.Stats       `json:"runtime"`
+	Runtime krcore.Stats     `json:"runtime"`
 	Meta    meta.ClientStats `json:"meta_cache"`
 	// Pool counts the shared QPs in service by type: the DCT (none
 	// without DC), the DCIs and the RC QPs in their peers' pools.
@@ -59,15 +60,15 @@ type ClientStatus struct {
 
 // VQStatus describes one client VQ.
 type VQStatus struct {
-	ID          uint64      `json:"id"`
-	Node        core.NodeID `json:"node"`
-	Port        uint32      `json:"port"`
-	Outstanding int         `json:"outstanding"`
+	ID          uint64        `json:"id"`
+	Node        krcore.NodeID `json:"node"`
+	Port        uint32        `json:"port"`
+	Outstanding int           `json:"outstanding"`
 }
 
 // PutStats appends s as OpStats's response body: its counters as u64s in
 // the order GetStats reads them.
-func PutStats(r *Msg, s core.Stats) {
+func PutStats(r *Msg, s krcore.Stats) {
 	for _, v := range []uint64{s.Connects, s.ColdConnects, s.Refusals, s.Recoveries, s.PostErrors, s.RCBuilt,
 		s.RCEvicted, s.Migrations, s.StaleTargets, s.Dropped, uint64(s.DCIs), uint64(s.RCs), uint64(s.VQs)} {
 		r.U64(v)
@@ -75,8 +76,8 @@ func PutStats(r *Msg, s core.Stats) {
 }
 
 // GetStats reads what PutStats wrote.
-func GetStats(m *Msg) core.Stats {
-	var s core.Stats
+func GetStats(m *Msg) krcore.Stats {
+	var s krcore.Stats
 	for _, p := range []*uint64{&s.Connects, &s.ColdConnects, &s.Refusals, &s.Recoveries, &s.PostErrors,
 		&s.RCBuilt, &s.RCEvicted, &s.Migrations, &s.StaleTargets, &s.Dropped} {
 		*p = m.GetU64()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -35,8 +35,8 @@ func TestMsgRoundTrip(t *testing.T) {
 
 // TestErrors: sentinels survive the trip, so errors.Is works on the client.
 func TestErrors(t *testing.T) {
-	for _, s := range []error{core.ErrClosed, core.ErrNotConnected, core.ErrPortInUse, core.ErrNoRegion,
-		core.ErrUnreachable, core.ErrRefused, verbs.ErrInvalid, verbs.ErrBusy, verbs.ErrLimit,
+	for _, s := range []error{krcore.ErrClosed, krcore.ErrNotConnected, krcore.ErrPortInUse, krcore.ErrNoRegion,
+		krcore.ErrUnreachable, krcore.ErrRefused, verbs.ErrInvalid, verbs.ErrBusy, verbs.ErrLimit,
 		context.DeadlineExceeded, context.Canceled} {
 		r := NewMsg(OpBind, 1).Fail(fmt.Errorf("bind: %w", s))
 		back, _ := Parse(r.Bytes(), nil)
@@ -107,7 +107,7 @@ func TestErrorIdentity(t *testing.T) {
 		fmt.Errorf("core: connect to node 5: %w", fmt.Errorf("meta: fetch node 5: %w", read)),
 		fmt.Errorf("core: connect to node 5: meta: fetch node 5: all 2 servers failed: %w",
 			errors.Join(read, fmt.Errorf("hello 127.0.0.1:7001: %w", meta.ErrNoReply))),
-		fmt.Errorf("core: connect to node 6: %w: %w", core.ErrUnreachable, fmt.Errorf("meta: fetch node 6: %w", meta.ErrNotFound)),
+		fmt.Errorf("core: connect to node 6: %w: %w", krcore.ErrUnreachable, fmt.Errorf("meta: fetch node 6: %w", meta.ErrNotFound)),
 		fmt.Errorf("post: %w", verbs.RemAccessErr),
 		fmt.Errorf("register: %w: %w", offheap.ErrNotSealed, verbs.ErrInvalid),
 		errors.New("no sentinel at all"),
@@ -132,7 +132,7 @@ func TestErrorIdentity(t *testing.T) {
 	old.Code = CodeUnreachable
 	old.Str("core: connect to node 6: node unreachable")
 	back, _ := Parse(old.Bytes(), nil)
-	if err := back.Error(); !errors.Is(err, core.ErrUnreachable) || !strings.Contains(err.Error(), "node 6") {
+	if err := back.Error(); !errors.Is(err, krcore.ErrUnreachable) || !strings.Contains(err.Error(), "node 6") {
 		t.Errorf("first protocol's error: %v", err)
 	}
 }

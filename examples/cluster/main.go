@@ -16,8 +16,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -77,12 +77,12 @@ func connects(ctx context.Context, c *cluster.Cluster, n int) error {
 			return err
 		}
 		t := time.Now()
-		if err := q.Connect(ctx, 3); err != nil {
+		if err := q.Connect(ctx, 3, nil); err != nil {
 			return fmt.Errorf("cold connect: %w", err)
 		}
 		cold[i] = time.Since(t)
 		t = time.Now()
-		if err := q.Connect(ctx, 3); err != nil {
+		if err := q.Connect(ctx, 3, nil); err != nil {
 			return fmt.Errorf("warm connect: %w", err)
 		}
 		warm[i] = time.Since(t)
@@ -162,7 +162,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, 2); err != nil {
+	if err := q.Connect(ctx, 2, nil); err != nil {
 		return err
 	}
 	buf, err := client.RegMR(64, verbs.AccessAll)
@@ -170,7 +170,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	copy(buf.Bytes()[32:], "new-value")
-	reqs := []core.Request{
+	reqs := []krcore.Request{
 		{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 15), Remote: g.At(0)},
 		{ID: 2, Op: verbs.OpWrite, Local: buf.Range(32, 9), Remote: g.At(100)},
 		{ID: 3, Op: verbs.OpFetchAdd, Local: buf.Range(56, 8), Remote: g.At(1024), Compare: 1},
@@ -179,7 +179,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 	if _, err := q.Push(ctx, true, reqs...); err != nil {
 		return err
 	}
-	out := make([]core.Completion, len(reqs))
+	out := make([]krcore.Completion, len(reqs))
 	for got := 0; got < len(reqs); {
 		k, err := q.PopWait(ctx, out[got:])
 		if err != nil {
@@ -220,7 +220,7 @@ func twoSided(ctx context.Context, c *cluster.Cluster) error {
 	if err := cli.Bind(8); err != nil {
 		return err
 	}
-	if err := cli.Connect(ctx, 3, core.ToPort(7)); err != nil {
+	if err := cli.Connect(ctx, 3, &krcore.ConnectOptions{Port: 7}); err != nil {
 		return err
 	}
 	reply, _ := cliRT.RegMR(4096, verbs.AccessLocalWrite)
@@ -229,23 +229,23 @@ func twoSided(ctx context.Context, c *cluster.Cluster) error {
 	n := copy(msg.Bytes(), "ping")
 
 	start := time.Now()
-	if _, err := cli.Push(ctx, true, core.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, n)}); err != nil {
+	if _, err := cli.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, n)}); err != nil {
 		return err
 	}
-	var m [1]core.Message
+	var m [1]krcore.Message
 	if _, err := srv.PopMsgsWait(ctx, m[:]); err != nil {
 		return err
 	}
 	// Echo: answer on a queue connected to the sender's node and port.
 	back, _ := srvRT.Queue()
 	defer back.Close()
-	if err := back.Connect(ctx, m[0].From, core.ToPort(m[0].Port)); err != nil {
+	if err := back.Connect(ctx, m[0].From, &krcore.ConnectOptions{Port: m[0].Port}); err != nil {
 		return err
 	}
 	pong, _ := srvRT.RegMR(64, verbs.AccessLocalWrite)
 	k := copy(pong.Bytes(), "pong to ")
 	k += copy(pong.Bytes()[k:], in.Bytes()[:m[0].Len])
-	if _, err := back.Push(ctx, true, core.Request{ID: 2, Op: verbs.OpSend, Local: pong.Range(0, k)}); err != nil {
+	if _, err := back.Push(ctx, true, krcore.Request{ID: 2, Op: verbs.OpSend, Local: pong.Range(0, k)}); err != nil {
 		return err
 	}
 	if _, err := cli.PopMsgsWait(ctx, m[:]); err != nil {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/krcore/krcore"
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/flags"
@@ -134,16 +135,16 @@ func runDaemonCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // dSide is one way to reach the runtime: embedded or through krcored.
 type dSide struct {
 	name  string
-	api   core.API
-	q     core.VQ // one-sided, connected to the server
-	cq    core.VQ // connect series
-	g     *core.Region
-	local *core.MR
+	api   krcore.API
+	q     krcore.VQ // one-sided, connected to the server
+	cq    krcore.VQ // connect series
+	g     krcore.Region
+	local krcore.MR
 	ping  *vqPing
 	// own reads the side's own node: no fabric, the daemon's cost alone
-	own    core.VQ
-	ownG   *core.Region
-	ownMem *core.MR
+	own    krcore.VQ
+	ownG   krcore.Region
+	ownMem krcore.MR
 }
 
 // dBench owns everything one krbench daemon run starts.
@@ -213,7 +214,7 @@ func (b *dBench) start() error {
 
 // node starts a soft node on loopback TCP (the daemon is another process)
 // and a runtime on it.
-func (b *dBench) node(ctx context.Context, id core.NodeID, metas []meta.Info) (*core.Runtime, error) {
+func (b *dBench) node(ctx context.Context, id krcore.NodeID, metas []meta.Info) (*core.Runtime, error) {
 	dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		return nil, err
@@ -310,11 +311,11 @@ func (b *dBench) open(ctx context.Context, s *dSide) error {
 	if s.local, err = s.api.RegMR(4096, verbs.AccessAll); err != nil {
 		return err
 	}
-	for _, q := range []*core.VQ{&s.q, &s.cq} {
+	for _, q := range []*krcore.VQ{&s.q, &s.cq} {
 		if *q, err = s.api.Queue(); err != nil {
 			return err
 		}
-		if err = (*q).Connect(ctx, dNodeServer); err != nil {
+		if err = (*q).Connect(ctx, dNodeServer, nil); err != nil {
 			return err
 		}
 	}
@@ -340,7 +341,7 @@ func (b *dBench) openOwn(ctx context.Context, s *dSide) error {
 	if s.own, err = s.api.Queue(); err != nil {
 		return err
 	}
-	if err = s.own.Connect(ctx, s.api.Node()); err != nil {
+	if err = s.own.Connect(ctx, s.api.Node(), nil); err != nil {
 		return err
 	}
 	s.ownG, err = s.own.Region(ctx, dOwnRegion)
@@ -350,7 +351,7 @@ func (b *dBench) openOwn(ctx context.Context, s *dSide) error {
 func (b *dBench) close() error {
 	var errs []error
 	for _, s := range b.sides {
-		for _, q := range []core.VQ{s.q, s.cq, s.own} {
+		for _, q := range []krcore.VQ{s.q, s.cq, s.own} {
 			if q != nil {
 				q.Close()
 			}
@@ -432,7 +433,7 @@ func (b *dBench) latency() error {
 		{testDWrite, "Embedded vs daemon RDMA_Write Latency, 8 B (interleaved)", verbs.OpWrite}} {
 		err := b.pair(t.title, t.test, vqOneSidedSize, "VQ.Push, then wait for its completion, one request at a time",
 			func(s *dSide, w, n int) ([]time.Duration, error) {
-				req := core.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
+				req := krcore.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
 				return vqLatency(dl, s.q, b.poll, req, w, n)
 			})
 		if err != nil {
@@ -442,7 +443,7 @@ func (b *dBench) latency() error {
 	return b.pair("Embedded vs daemon RDMA_Read Latency, 8 B, own node (interleaved)", testDReadOwn, vqOneSidedSize,
 		"VQ.Push, then wait for its completion, one request at a time; each side READs a region of its own node, so no fabric hop hides the daemon's cost",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
-			req := core.Request{Op: verbs.OpRead, Local: s.local.Range(0, vqOneSidedSize), Remote: s.ownG.At(0)}
+			req := krcore.Request{Op: verbs.OpRead, Local: s.local.Range(0, vqOneSidedSize), Remote: s.ownG.At(0)}
 			return vqLatency(dl, s.own, b.poll, req, w, n)
 		})
 }
@@ -484,7 +485,7 @@ func (b *dBench) bandwidth() error {
 		{testDWrite, "Embedded vs daemon RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite}} {
 		var series []*bwSeries
 		for _, s := range b.sides {
-			req := core.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
+			req := krcore.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
 			series = append(series, newBWSeries(func(n int) ([]perf.Mark, error) {
 				return vqStream(dl, s.q, b.poll, req, n, b.d.txDepth, b.d.cqMod)
 			}))
@@ -534,7 +535,7 @@ func (b *dBench) connects() error {
 			samples := make([]time.Duration, 0, n)
 			for i := range w + n {
 				t0 := time.Now()
-				if err := s.cq.Connect(dl.get(), dNodeServer); err != nil {
+				if err := s.cq.Connect(dl.get(), dNodeServer, nil); err != nil {
 					return nil, fmt.Errorf("warm connect #%d: %w", i, err)
 				}
 				if d := time.Since(t0); i >= w {

@@ -116,7 +116,7 @@ func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, node); err != nil {
+	if err := q.Connect(ctx, node, nil); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ready")
@@ -124,7 +124,7 @@ func runConnector(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	for i := range n {
-		if err := q.Connect(ctx, node); err != nil {
+		if err := q.Connect(ctx, node, nil); err != nil {
 			return fmt.Errorf("warm connect #%d: %w", i, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/perf"
@@ -256,19 +257,19 @@ func (v *immVQs) runImm(ctx context.Context, size, warmup, iters int) ([]time.Du
 // a region it exports for the peer to write into, and a buffer it writes
 // from into the peer's region.
 type vqImm struct {
-	rt   core.API
+	rt   krcore.API
 	poll vqPoll
-	q    core.VQ
-	ring *core.MR // exported as immRegionName
-	src  *core.MR
-	peer *core.Region
-	msgs []core.Message
-	comp []core.Completion
+	q    krcore.VQ
+	ring krcore.MR // exported as immRegionName
+	src  krcore.MR
+	peer krcore.Region
+	msgs []krcore.Message
+	comp []krcore.Completion
 	seq  uint32
 }
 
-func newVQImm(rt core.API, port uint32, poll vqPoll) (_ *vqImm, err error) {
-	v := &vqImm{rt: rt, poll: poll, msgs: make([]core.Message, 1), comp: make([]core.Completion, 1)}
+func newVQImm(rt krcore.API, port uint32, poll vqPoll) (_ *vqImm, err error) {
+	v := &vqImm{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
 			v.close()
@@ -294,8 +295,8 @@ func newVQImm(rt core.API, port uint32, poll vqPoll) (_ *vqImm, err error) {
 }
 
 // connect points the VQ at the peer's port and learns its region.
-func (v *vqImm) connect(ctx context.Context, to core.NodeID, port uint32) (err error) {
-	if err = v.q.Connect(ctx, to, core.ToPort(port)); err != nil {
+func (v *vqImm) connect(ctx context.Context, to krcore.NodeID, port uint32) (err error) {
+	if err = v.q.Connect(ctx, to, &krcore.ConnectOptions{Port: port}); err != nil {
 		return err
 	}
 	v.peer, err = v.q.Region(ctx, immRegionName)
@@ -311,7 +312,7 @@ func (v *vqImm) close() error {
 
 // write pushes a WRITE_WITH_IMM of size bytes into the peer's region.
 func (v *vqImm) write(ctx context.Context, size int, imm uint32) error {
-	_, err := v.q.Push(ctx, false, core.Request{ID: uint64(imm), Op: verbs.OpWriteImm, Local: v.src.Range(0, size),
+	_, err := v.q.Push(ctx, false, krcore.Request{ID: uint64(imm), Op: verbs.OpWriteImm, Local: v.src.Range(0, size),
 		Remote: v.peer.At(0), Imm: imm})
 	return err
 }
@@ -323,7 +324,7 @@ func (v *vqImm) notified(ctx context.Context, size int) (uint32, error) {
 		return 0, err
 	}
 	m := v.msgs[0]
-	v.msgs[0] = core.Message{}
+	v.msgs[0] = krcore.Message{}
 	if !m.Write || m.Status != verbs.Success || m.Len != size {
 		return 0, fmt.Errorf("want a notification of %d B, got write=%v len %d status %s", size, m.Write, m.Len, m.Status)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/krcore/krcore"
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/perf"
@@ -43,9 +44,9 @@ const (
 // krRuntime is the client side's KRCore runtime, joined to the server's
 // MetaServer: one embedded in this process, or krcored's (-daemon).
 type krRuntime struct {
-	api    core.API
+	api    krcore.API
 	rt     *core.Runtime // the embedded runtime; nil through krcored
-	server core.NodeID
+	server krcore.NodeID
 	info   meta.Info
 }
 
@@ -73,13 +74,13 @@ func (c *client) startKr() (*krRuntime, error) {
 	if rep.NodeID == 0 || rep.Client == 0 {
 		return nil, fmt.Errorf("server's runtime has node id %d and gave the client %d", rep.NodeID, rep.Client)
 	}
-	server := core.NodeID(rep.NodeID)
+	server := krcore.NodeID(rep.NodeID)
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.timeout)
 	defer cancel()
 	if cfg.daemon != "" {
 		return c.attachKr(ctx, server, info)
 	}
-	node := core.NodeID(rep.Client)
+	node := krcore.NodeID(rep.Client)
 	rt, err := core.New(ctx, core.Config{Device: c.dev, Node: node, Meta: []meta.Info{info},
 		Credits: max(128, cfg.txDepth), Logger: slogTo(c.stderr)})
 	if err != nil {
@@ -89,7 +90,7 @@ func (c *client) startKr() (*krRuntime, error) {
 }
 
 // attachKr attaches to the krcored at -daemon.
-func (c *client) attachKr(ctx context.Context, server core.NodeID, info meta.Info) (*krRuntime, error) {
+func (c *client) attachKr(ctx context.Context, server krcore.NodeID, info meta.Info) (*krRuntime, error) {
 	cl, err := krclient.Attach(ctx, krclient.Options{Socket: c.cfg.daemon, CallTimeout: c.cfg.timeout})
 	if err != nil {
 		return nil, fmt.Errorf("attach krcored at %s: %w", c.cfg.daemon, err)
@@ -273,7 +274,7 @@ func coldText(daemon bool, s string) string {
 // (kept or, warming up, thrown away).
 type connBlocks struct {
 	kr                      *krRuntime
-	q                       core.VQ
+	q                       krcore.VQ
 	mc                      *meta.Client
 	dl                      *deadline
 	r                       *rdmaRun
@@ -293,7 +294,7 @@ func (b *connBlocks) coldBlock(n int, keep bool) error {
 			return fmt.Errorf("forget the server: %w", err)
 		}
 		t0 := time.Now()
-		err = fresh.Connect(ctx, b.kr.server)
+		err = fresh.Connect(ctx, b.kr.server, nil)
 		d := time.Since(t0)
 		fresh.Close()
 		if err != nil {
@@ -310,7 +311,7 @@ func (b *connBlocks) warmBlock(n int, keep bool) error {
 	for i := range n {
 		ctx := b.dl.get()
 		t0 := time.Now()
-		err := b.q.Connect(ctx, b.kr.server)
+		err := b.q.Connect(ctx, b.kr.server, nil)
 		d := time.Since(t0)
 		if err != nil {
 			return fmt.Errorf("warm connect #%d: %w", i, err)
@@ -420,10 +421,10 @@ func (c *client) connectRate(kr *krRuntime) (perf.Result, error) {
 
 // connectBurst has g goroutines make n warm connects each, and returns the
 // time from their common start to the last one's end.
-func connectBurst(ctx context.Context, rt core.API, server core.NodeID, g, n int, timeout time.Duration) (time.Duration, error) {
+func connectBurst(ctx context.Context, rt krcore.API, server krcore.NodeID, g, n int, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	qs := make([]core.VQ, g)
+	qs := make([]krcore.VQ, g)
 	defer func() {
 		for _, q := range qs {
 			if q != nil {
@@ -436,7 +437,7 @@ func connectBurst(ctx context.Context, rt core.API, server core.NodeID, g, n int
 		if err != nil {
 			return 0, err
 		}
-		if err := q.Connect(ctx, server); err != nil {
+		if err := q.Connect(ctx, server, nil); err != nil {
 			return 0, fmt.Errorf("connect: %w", err)
 		}
 		qs[i] = q
@@ -450,7 +451,7 @@ func connectBurst(ctx context.Context, rt core.API, server core.NodeID, g, n int
 			defer wg.Done()
 			<-start
 			for range n {
-				if err := q.Connect(ctx, server); err != nil {
+				if err := q.Connect(ctx, server, nil); err != nil {
 					errs[i] = fmt.Errorf("warm connect: %w", err)
 					return
 				}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -17,8 +18,8 @@ import (
 // its own under a fresh node id that joins it (so no runtime ever meets a
 // stale record of an earlier one) and closes it when the test ends.
 const (
-	serverNode      core.NodeID = 1
-	firstClientNode             = 2
+	serverNode      krcore.NodeID = 1
+	firstClientNode               = 2
 	// regionName is the region the server exports for one-sided tests.
 	regionName = "krbench"
 	regionSize = 64 << 10
@@ -39,11 +40,11 @@ const runVQEcho = "vq-echo"
 // krServer is the server's runtime and what it offers clients.
 type krServer struct {
 	rt   *core.Runtime
-	mem  *core.MR // exported as regionName
+	mem  krcore.MR // exported as regionName
 	echo *vqEcho
 	dev  verbs.Device // the device it owns: only a kept runtime's (-keep-runtime)
 	// nextClient is the node id the next client runtime takes.
-	nextClient core.NodeID
+	nextClient krcore.NodeID
 }
 
 // keepKrServer starts the runtime -keep-runtime keeps for every session,
@@ -72,7 +73,7 @@ func keepKrServer(ctx context.Context, cfg *config, fab fabric, log *slog.Logger
 }
 
 // clientNode hands out the node id of a client runtime.
-func (k *krServer) clientNode() core.NodeID {
+func (k *krServer) clientNode() krcore.NodeID {
 	id := k.nextClient
 	k.nextClient++
 	return id

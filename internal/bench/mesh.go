@@ -177,7 +177,7 @@ func (m *krMesh) create(ctx context.Context) (time.Duration, error) {
 					return
 				}
 				qs = append(qs, q)
-				if err := q.Connect(ctx, peer.Node()); err != nil {
+				if err := q.Connect(ctx, peer.Node(), nil); err != nil {
 					errs[i] = fmt.Errorf("node %d connects to node %d: %w", rt.Node(), peer.Node(), err)
 					return
 				}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
@@ -40,7 +41,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 		return err
 	}
 	defer cl.Close()
-	srcID, dstID := core.NodeID(n), core.NodeID(n-1)
+	srcID, dstID := krcore.NodeID(n), krcore.NodeID(n-1)
 	src, dst := cl.Node(srcID), cl.Node(dstID)
 	iters := min(tourMaxIters, cfg.itersOr(modeLat, 8))
 	warmup := min(max(iters/10, 1), 20)
@@ -87,7 +88,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 					}
 				}
 				t0 := time.Now()
-				err := q.Connect(c, dstID)
+				err := q.Connect(c, dstID, nil)
 				d := time.Since(t0)
 				if err != nil {
 					return fmt.Errorf("node %d connects to node %d: %w", srcID, dstID, err)
@@ -148,7 +149,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 		return err
 	}
 	defer src.Deregister(buf)
-	if _, err := vqLatency(dl, q, vqPoll{}, core.Request{Op: verbs.OpRead, Local: buf.Range(0, len(greeting)), Remote: region.At(0)}, 1, 0); err != nil {
+	if _, err := vqLatency(dl, q, vqPoll{}, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, len(greeting)), Remote: region.At(0)}, 1, 0); err != nil {
 		return err
 	}
 	readBack := string(buf.Bytes()[:len(greeting)])
@@ -157,18 +158,18 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	}
 	scribble := fmt.Sprintf(tourScribble, srcID)
 	copy(buf.Bytes()[1024:], scribble)
-	if _, err := vqLatency(dl, q, vqPoll{}, core.Request{Op: verbs.OpWrite, Local: buf.Range(1024, len(scribble)), Remote: region.At(2048)}, 1, 0); err != nil {
+	if _, err := vqLatency(dl, q, vqPoll{}, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(1024, len(scribble)), Remote: region.At(2048)}, 1, 0); err != nil {
 		return err
 	}
 	seen := string(mem.Bytes()[2048 : 2048+len(scribble)])
 	if seen != scribble {
 		return fmt.Errorf("cluster: WRITE of %q left %q at node %d", scribble, seen, dstID)
 	}
-	reads, err := vqLatency(dl, q, poll, core.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}, warmup, iters)
+	reads, err := vqLatency(dl, q, poll, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}, warmup, iters)
 	if err != nil {
 		return err
 	}
-	writes, err := vqLatency(dl, q, poll, core.Request{Op: verbs.OpWrite, Local: buf.Range(0, 8), Remote: region.At(3072)}, warmup, iters)
+	writes, err := vqLatency(dl, q, poll, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(0, 8), Remote: region.At(3072)}, warmup, iters)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -15,7 +15,7 @@ import (
 // runVQ compares the KRCore data plane with raw verbs between the same two
 // soft RNICs, in interleaved blocks: 8 B READ and WRITE one at a time (lat)
 // and with a window of requests outstanding (bw) through a VQ and through a
-// raw RC QP, and 64 B SEND round trips through VQs (Bind, ToPort, PushRecv,
+// raw RC QP, and 64 B SEND round trips through VQs (Bind, a Connect to a port, PushRecv,
 // PopMsgsWait) and through raw RC SEND/RECV.
 func (c *client) runVQ() (err error) {
 	cfg := c.cfg
@@ -52,11 +52,11 @@ func (c *client) runVQ() (err error) {
 type vqSide struct {
 	c      *client
 	kr     *krRuntime
-	rt     core.API
-	server core.NodeID
-	q      core.VQ // connected to the server, one-sided
-	region *core.Region
-	local  *core.MR
+	rt     krcore.API
+	server krcore.NodeID
+	q      krcore.VQ // connected to the server, one-sided
+	region krcore.Region
+	local  krcore.MR
 	poll   vqPoll // waits as the raw QP's poller does
 }
 
@@ -75,12 +75,12 @@ func (v *vqSide) open() error {
 	if v.q, err = v.rt.Queue(); err != nil {
 		return err
 	}
-	return v.q.Connect(ctx, v.server)
+	return v.q.Connect(ctx, v.server, nil)
 }
 
 // request is the VQ request of a one-sided op of size bytes.
-func (v *vqSide) request(op verbs.Opcode, size int) core.Request {
-	return core.Request{Op: op, Local: v.local.Range(0, size), Remote: v.region.At(0)}
+func (v *vqSide) request(op verbs.Opcode, size int) krcore.Request {
+	return krcore.Request{Op: op, Local: v.local.Range(0, size), Remote: v.region.At(0)}
 }
 
 // info is the preamble every VQ-vs-QP table shares.
@@ -163,8 +163,8 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 
 // vqLatency runs warmup+iters requests one at a time and returns the last
 // iters push-to-completion times.
-func vqLatency(dl *deadline, q core.VQ, poll vqPoll, req core.Request, warmup, iters int) ([]time.Duration, error) {
-	out := make([]core.Completion, 1)
+func vqLatency(dl *deadline, q krcore.VQ, poll vqPoll, req krcore.Request, warmup, iters int) ([]time.Duration, error) {
+	out := make([]krcore.Completion, 1)
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
 		req.ID = uint64(i)
@@ -296,9 +296,9 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 // vqStream keeps up to depth requests in flight on q until total have
 // completed, asking for a completion on one in cqMod (and the last); a VQ
 // completes in order, so a completion retires every request before it.
-func vqStream(dl *deadline, q core.VQ, poll vqPoll, req core.Request, total, depth, cqMod int) ([]perf.Mark, error) {
-	reqs := make([]core.Request, depth)
-	out := make([]core.Completion, 64)
+func vqStream(dl *deadline, q krcore.VQ, poll vqPoll, req krcore.Request, total, depth, cqMod int) ([]perf.Mark, error) {
+	reqs := make([]krcore.Request, depth)
+	out := make([]krcore.Completion, 64)
 	marks := make([]perf.Mark, 1, total/cqMod+2)
 	posted, done := 0, 0
 	start := time.Now()

@@ -7,26 +7,26 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
 // vqEcho answers every message to its bound port with the same bytes, sent
 // back to the sender's port through the same VQ.
 type vqEcho struct {
-	rt    core.API
+	rt    krcore.API
 	poll  vqPoll
-	q     core.VQ
-	in    *core.MR // echoSlots receive buffers of maxVQMessage
-	out   *core.MR // the echo's source
-	to    core.NodeID
+	q     krcore.VQ
+	in    krcore.MR // echoSlots receive buffers of maxVQMessage
+	out   krcore.MR // the echo's source
+	to    krcore.NodeID
 	toPrt uint32
-	msgs  []core.Message
-	comp  []core.Completion
+	msgs  []krcore.Message
+	comp  []krcore.Completion
 }
 
-func newVQEcho(rt core.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
-	e := &vqEcho{rt: rt, poll: poll, msgs: make([]core.Message, echoSlots), comp: make([]core.Completion, 1)}
+func newVQEcho(rt krcore.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
+	e := &vqEcho{rt: rt, poll: poll, msgs: make([]krcore.Message, echoSlots), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -52,7 +52,7 @@ func (e *vqEcho) close() error {
 // vqBuffers registers the buffers of a bound VQ, echoSlots receive
 // buffers of maxVQMessage and one to send from, and posts every receive.
 // It returns what it registered even when it fails, for closeVQ.
-func vqBuffers(rt core.API, q core.VQ) (in, out *core.MR, err error) {
+func vqBuffers(rt krcore.API, q krcore.VQ) (in, out krcore.MR, err error) {
 	if in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
 		return in, out, err
 	}
@@ -68,7 +68,7 @@ func vqBuffers(rt core.API, q core.VQ) (in, out *core.MR, err error) {
 }
 
 // closeVQ closes a queue (if any) and deregisters its buffers.
-func closeVQ(rt core.API, q core.VQ, mrs ...*core.MR) error {
+func closeVQ(rt krcore.API, q krcore.VQ, mrs ...krcore.MR) error {
 	if q != nil {
 		q.Close()
 	}
@@ -95,14 +95,14 @@ func (e *vqEcho) serve(ctx context.Context, total int, timeout time.Duration) er
 			if err := e.answer(dl.get(), m); err != nil {
 				return fmt.Errorf("VQ echo #%d: %w", done, err)
 			}
-			*m = core.Message{}
+			*m = krcore.Message{}
 			done++
 		}
 	}
 	return nil
 }
 
-func (e *vqEcho) answer(ctx context.Context, m *core.Message) error {
+func (e *vqEcho) answer(ctx context.Context, m *krcore.Message) error {
 	if m.Status != verbs.Success {
 		return fmt.Errorf("message from node %d: %s", m.From, m.Status)
 	}
@@ -120,12 +120,12 @@ func (e *vqEcho) answer(ctx context.Context, m *core.Message) error {
 		}
 	}
 	if m.From != e.to || m.Port != e.toPrt {
-		if err := e.q.Connect(ctx, m.From, core.ToPort(m.Port)); err != nil {
+		if err := e.q.Connect(ctx, m.From, &krcore.ConnectOptions{Port: m.Port}); err != nil {
 			return err
 		}
 		e.to, e.toPrt = m.From, m.Port
 	}
-	if _, err := e.q.Push(ctx, true, core.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}); err != nil {
+	if _, err := e.q.Push(ctx, true, krcore.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}); err != nil {
 		return err
 	}
 	if _, err := e.poll.pop(ctx, e.q, e.comp); err != nil {
@@ -137,18 +137,18 @@ func (e *vqEcho) answer(ctx context.Context, m *core.Message) error {
 // vqPing is the client half of a VQ ping-pong: a queue bound to a port and
 // connected to the echo's, with receive buffers posted.
 type vqPing struct {
-	rt   core.API
+	rt   krcore.API
 	poll vqPoll
-	q    core.VQ
-	in   *core.MR
-	out  *core.MR
-	msgs []core.Message
-	comp []core.Completion
+	q    krcore.VQ
+	in   krcore.MR
+	out  krcore.MR
+	msgs []krcore.Message
+	comp []krcore.Completion
 	seq  uint64
 }
 
-func newVQPing(ctx context.Context, rt core.API, port uint32, to core.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
-	v := &vqPing{rt: rt, poll: poll, msgs: make([]core.Message, 1), comp: make([]core.Completion, 1)}
+func newVQPing(ctx context.Context, rt krcore.API, port uint32, to krcore.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
+	v := &vqPing{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
 			v.close()
@@ -161,7 +161,7 @@ func newVQPing(ctx context.Context, rt core.API, port uint32, to core.NodeID, to
 	if err = v.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if err = v.q.Connect(ctx, to, core.ToPort(toPort)); err != nil {
+	if err = v.q.Connect(ctx, to, &krcore.ConnectOptions{Port: toPort}); err != nil {
 		return nil, err
 	}
 	if v.in, v.out, err = vqBuffers(rt, v.q); err != nil {
@@ -188,7 +188,7 @@ func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.
 		binary.LittleEndian.PutUint64(ob, v.seq)
 		wctx := dl.get()
 		t0 := time.Now()
-		if _, err := v.q.Push(wctx, false, core.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}); err != nil {
+		if _, err := v.q.Push(wctx, false, krcore.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}); err != nil {
 			return nil, fmt.Errorf("VQ SEND %d B #%d: %w", size, i, err)
 		}
 		if _, err := v.poll.popMsgs(wctx, v.q, v.msgs); err != nil {
@@ -208,7 +208,7 @@ func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.
 				return nil, err
 			}
 		}
-		*m = core.Message{}
+		*m = krcore.Message{}
 		if _, err := v.poll.pop(wctx, v.q, v.comp); err != nil {
 			return nil, fmt.Errorf("VQ SEND %d B #%d: completion: %w", size, i, err)
 		}

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore"
 )
 
 // vqPoll waits for a VQ's completions or messages the way krbench's
@@ -47,11 +47,11 @@ func pollThen[T any](w vqPoll, ctx context.Context, out []T, poll func([]T) int,
 	return wait(ctx, out)
 }
 
-func (w vqPoll) pop(ctx context.Context, q core.VQ, out []core.Completion) (int, error) {
+func (w vqPoll) pop(ctx context.Context, q krcore.VQ, out []krcore.Completion) (int, error) {
 	return pollThen(w, ctx, out, q.Pop, q.PopWait)
 }
 
-func (w vqPoll) popMsgs(ctx context.Context, q core.VQ, out []core.Message) (int, error) {
+func (w vqPoll) popMsgs(ctx context.Context, q krcore.VQ, out []krcore.Message) (int, error) {
 	return pollThen(w, ctx, out, q.PopMsgs, q.PopMsgsWait)
 }
 

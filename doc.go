@@ -1,0 +1,41 @@
+// Package krcore is the vocabulary every krcore layer and application
+// programs against: the runtime (API), its virtual queues (VQ), the
+// requests pushed on them and the completions and messages that come back,
+// local and remote ranges, opaque handles for registered memory (MR) and
+// remote regions (Region), and every sentinel error.
+//
+// Two implementations exist, and code written against this package runs
+// unchanged on both:
+//
+//   - core.New plus core.Embed: a runtime inside the process.
+//   - client.Attach: the node's shared runtime in krcored, reached over a
+//     Unix socket and shared-memory rings.
+//
+// Nothing above those two packages imports either, except to construct
+// one. Errors match the same sentinels (errors.Is) on both.
+//
+// # Virtual queues
+//
+// A VQ behaves like one private RC queue pair to the node it is connected
+// to: its requests complete in order and it sees only its own completions,
+// with verbs' status names (verbs.Status), while the runtime multiplexes
+// every VQ of the node onto a few shared QPs. Connect costs a cached
+// lookup or one RDMA READ of the MetaServer, never a handshake with the
+// peer in the common case.
+//
+// # Protection
+//
+// Requests name memory by handle and offset, never by key. An MR is
+// memory registered with the runtime that handed it out; a Region is a
+// grant a node made under a name (Export), learned by Region. Neither
+// reveals an rkey, and a handle another runtime made, or a value built by
+// the caller, is refused before it reaches a shared QP. The bounds and
+// rights of a Region are enforced where the memory lives: its exporter
+// registered exactly those bytes with exactly those rights.
+//
+// # Messages and notifications
+//
+// A VQ bound to a port (VQ.Bind) receives SENDs addressed to that port
+// (Connect with ConnectOptions.Port) as Messages, popped with PopMsgs in
+// arrival order.
+package krcore
