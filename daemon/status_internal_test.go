@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/krcore/krcore/daemon/wire"
-
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
