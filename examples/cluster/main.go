@@ -18,6 +18,7 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -48,10 +49,12 @@ func run(ctx context.Context, nodes, n int) error {
 	if err := connects(ctx, c, n); err != nil {
 		return err
 	}
-	if err := oneSided(ctx, c); err != nil {
+	// From here on the tour is application code: it knows only package
+	// krcore, and would run unchanged on krcored (client.Attach).
+	if err := oneSided(ctx, core.Embed(c.Node(2)), core.Embed(c.Node(1))); err != nil {
 		return err
 	}
-	return twoSided(ctx, c)
+	return twoSided(ctx, core.Embed(c.Node(3)), core.Embed(c.Node(1)))
 }
 
 // connects times raw RC connection set-up and krcore connects in one run.
@@ -143,8 +146,7 @@ func median(d []time.Duration) time.Duration {
 
 // oneSided: node 2 exports a region, node 1 reads, writes and counts in it
 // without node 2 running any code.
-func oneSided(ctx context.Context, c *cluster.Cluster) error {
-	server, client := c.Node(2), c.Node(1)
+func oneSided(ctx context.Context, server, client krcore.API) error {
 	mem, err := server.RegMR(4096, verbs.AccessAll)
 	if err != nil {
 		return err
@@ -153,7 +155,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 	if err := server.Export("kv", mem, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
 		return err
 	}
-	g, err := client.Region(ctx, 2, "kv")
+	g, err := client.Region(ctx, server.Node(), "kv")
 	if err != nil {
 		return err
 	}
@@ -162,7 +164,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Connect(ctx, 2, nil); err != nil {
+	if err := q.Connect(ctx, server.Node(), nil); err != nil {
 		return err
 	}
 	buf, err := client.RegMR(64, verbs.AccessAll)
@@ -200,8 +202,7 @@ func oneSided(ctx context.Context, c *cluster.Cluster) error {
 }
 
 // twoSided: node 3 runs an echo service on port 7; node 1 sends to it.
-func twoSided(ctx context.Context, c *cluster.Cluster) error {
-	srvRT, cliRT := c.Node(3), c.Node(1)
+func twoSided(ctx context.Context, srvRT, cliRT krcore.API) error {
 	srv, err := srvRT.Queue()
 	if err != nil {
 		return err
@@ -220,7 +221,7 @@ func twoSided(ctx context.Context, c *cluster.Cluster) error {
 	if err := cli.Bind(8); err != nil {
 		return err
 	}
-	if err := cli.Connect(ctx, 3, &krcore.ConnectOptions{Port: 7}); err != nil {
+	if err := cli.Connect(ctx, srvRT.Node(), &krcore.ConnectOptions{Port: 7}); err != nil {
 		return err
 	}
 	reply, _ := cliRT.RegMR(4096, verbs.AccessLocalWrite)
