@@ -37,5 +37,11 @@
 //
 // A VQ bound to a port (VQ.Bind) receives SENDs addressed to that port
 // (Connect with ConnectOptions.Port) as Messages, popped with PopMsgs in
-// arrival order.
+// arrival order; a SEND_WITH_IMM carries its immediate (Message.HasImm).
+// A WRITE_WITH_IMM on a VQ connected to a port writes the bytes into the
+// peer's region and then notifies the VQ bound to that port: a Message with
+// Write set, the immediate and the byte count, no payload and no posted
+// buffer taken, in order with the port's other messages and only once the
+// bytes are in place. That is the doorbell of a ring in remote memory (an
+// RPC's request ring, a socket's receive buffer): write, then notify.
 package krcore
