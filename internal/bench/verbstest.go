@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/krcore/krcore/internal/perf"
+	"github.com/krcore/krcore/verbs"
+)
+
+// setup creates this side's endpoint for a test, inline payloads up to
+// inline bytes, has the server create its own, and connects both: the
+// out-of-band exchange perftest does. It returns the server's MR.
+func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ mrInfo, err error) {
+	cfg := c.cfg
+	fail := func(err error) (*endpoint, mrInfo, error) {
+		return nil, mrInfo{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
+	}
+	sh := qpShape{sendDepth: cfg.txDepth, recvDepth: 1, inline: inline}
+	if test == testSend {
+		sh.recvDepth = cfg.rxDepth
+	}
+	ep, err := newEndpoint(c.dev, nil, size, sh)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if err != nil {
+			ep.close()
+		}
+	}()
+	b, err := marshalEP(ep.qp)
+	if err != nil {
+		return fail(err)
+	}
+	rep, err := c.ctl.call(&msg{Op: opSetup, Test: test, Mode: mode, MaxSize: size,
+		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.inline, EP: b}, cfg.timeout)
+	if err != nil {
+		return fail(err)
+	}
+	remote, err := unmarshalEP(rep.EP)
+	if err != nil {
+		return fail(err)
+	}
+	if rep.MR == nil || rep.MR.Len < size {
+		return fail(fmt.Errorf("server MR missing or smaller than %d B", size))
+	}
+	if err := ep.connect(remote); err != nil {
+		return fail(err)
+	}
+	if test == testSend && mode == modeLat {
+		// Echoes come back as SENDs; the server sends none before our
+		// first SEND, so posting after connecting is in time.
+		if err := ep.postRecvs(cfg.rxDepth); err != nil {
+			return fail(err)
+		}
+	}
+	return ep, *rep.MR, nil
+}
+
+// teardown frees both sides' objects of a test.
+func (c *client) teardown(ep *endpoint) error {
+	_, err := c.ctl.call(&msg{Op: opTeardown}, c.cfg.timeout)
+	return firstErr(err, ep.close())
+}
+
+// rdmaRun is a test's connected endpoint, the server's MR it targets and
+// a poller on the endpoint's CQ: what every measured RDMA series needs.
+type rdmaRun struct {
+	ep *endpoint
+	mr mrInfo
+	p  *poller
+}
+
+// openRun is setup plus the poller the client's placement calls for.
+func (c *client) openRun(test, mode string, size, inline int) (*rdmaRun, error) {
+	ep, mr, err := c.setup(test, mode, size, inline)
+	if err != nil {
+		return nil, err
+	}
+	p := newPoller(c.ctx, ep.cq, c.cfg.spinFor(c.place), c.cfg.timeout, c.place)
+	return &rdmaRun{ep: ep, mr: mr, p: p}, nil
+}
+
+// closeRun stops the poller before both sides' objects go away.
+func (c *client) closeRun(r *rdmaRun) error {
+	r.p.close()
+	return c.teardown(r.ep)
+}
+
+// fitSizes drops sizes the device cannot carry in one message.
+func (c *client) fitSizes(test, mode string) []int {
+	limit := int(min(uint64(c.dev.Attr().MaxMsgSize), c.dev.Attr().MaxMRSize))
+	var out []int
+	for _, s := range c.cfg.sizes(test, mode) {
+		if s <= limit {
+			out = append(out, s)
+		} else {
+			c.logf("%s %s: skipping %d B, above the device's %d B message limit", test, mode, s, limit)
+		}
+	}
+	return out
+}
+
+func opcode(test, atomicOp string) verbs.Opcode {
+	switch test {
+	case testRead:
+		return verbs.OpRead
+	case testWrite:
+		return verbs.OpWrite
+	case testSend:
+		return verbs.OpSend
+	}
+	if atomicOp == "cas" {
+		return verbs.OpCompareSwap
+	}
+	return verbs.OpFetchAdd
+}
+
+// latencyRun measures one size. SEND is a ping-pong with the server
+// echoing; its samples are halved, as ib_send_lat reports half the round
+// trip.
+func (c *client) latencyRun(ep *endpoint, p *poller, test string, spec opSpec, warmup, iters int) ([]time.Duration, error) {
+	if test != testSend {
+		s, err := ep.latency(p, spec, warmup, iters)
+		if err != nil {
+			return nil, fmt.Errorf("%s lat: %w", test, err)
+		}
+		return s, nil
+	}
+	if err := c.ctl.send(&msg{Op: opRun, Test: test, Mode: modeLat, Size: spec.size, Total: warmup + iters}, c.cfg.timeout); err != nil {
+		return nil, err
+	}
+	samples, err := ep.pingPong(p, spec.size, warmup, iters)
+	if err != nil {
+		return nil, fmt.Errorf("send lat: %w", err)
+	}
+	if _, err := c.ctl.reply(opRun, c.cfg.timeout); err != nil {
+		return nil, fmt.Errorf("send lat: %w", err)
+	}
+	for i := range samples {
+		samples[i] /= 2
+	}
+	return samples, nil
+}
+
+// bandwidthRun measures one size after a one-window warm-up. For SEND the
+// server counts warm-up and measured receives.
+func (c *client) bandwidthRun(ep *endpoint, p *poller, test string, spec opSpec, warmup, iters int) ([]perf.Mark, error) {
+	cfg := c.cfg
+	if test == testSend {
+		if err := c.ctl.send(&msg{Op: opRun, Test: test, Mode: modeBW, Size: spec.size, Total: warmup + iters}, cfg.timeout); err != nil {
+			return nil, err
+		}
+	}
+	if warmup > 0 {
+		if _, err := ep.stream(p, spec, warmup, cfg.txDepth, cfg.cqMod); err != nil {
+			return nil, fmt.Errorf("%s bw warm-up: %w", test, err)
+		}
+	}
+	marks, err := ep.stream(p, spec, iters, cfg.txDepth, cfg.cqMod)
+	if err != nil {
+		return nil, fmt.Errorf("%s bw: %w", test, err)
+	}
+	if test == testSend {
+		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+			return nil, fmt.Errorf("send bw: %w", err)
+		}
+	}
+	return marks, nil
+}
