@@ -17,10 +17,7 @@ func BenchmarkRead8(b *testing.B) {
 	ctx := ctxT(b)
 	for _, mode := range []string{"embedded", "daemon"} {
 		b.Run(mode, func(b *testing.B) {
-			api := modeAPI(b, e, mode)
-			q, g := connect(b, ctx, api)
-			buf, _ := api.RegMR(64, verbs.AccessAll)
-			req := krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+			q, req := read8(b, e, mode)
 			var out [1]krcore.Completion
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -47,10 +44,7 @@ func BenchmarkRead8Window(b *testing.B) {
 	ctx := ctxT(b)
 	for _, mode := range []string{"embedded", "daemon"} {
 		b.Run(mode, func(b *testing.B) {
-			api := modeAPI(b, e, mode)
-			q, g := connect(b, ctx, api)
-			buf, _ := api.RegMR(64, verbs.AccessAll)
-			req := krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
+			q, req := read8(b, e, mode)
 			out := make([]krcore.Completion, window)
 			inflight := 0
 			pop := func() {
@@ -80,6 +74,18 @@ func BenchmarkRead8Window(b *testing.B) {
 			}
 		})
 	}
+}
+
+// read8 is a VQ of mode's API connected to node 2 and an 8 B READ of its
+// table.
+func read8(b *testing.B, e *env, mode string) (krcore.VQ, krcore.Request) {
+	api := modeAPI(b, e, mode)
+	q, g := connect(b, ctxT(b), api)
+	buf, err := api.RegMR(64, verbs.AccessAll)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return q, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)}
 }
 
 // BenchmarkConnectWarm is a warm Connect: a cached lookup embedded, a

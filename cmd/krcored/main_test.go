@@ -31,12 +31,7 @@ import (
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "krcored.sock")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := ln.Addr().String()
-	ln.Close()
+	metrics := freeAddr(t)
 	conf := filepath.Join(dir, "krcored.json")
 	os.WriteFile(conf, []byte(`{"socket": "/nonexistent/overridden.sock", "node": 7, "max_vqs": 4, "log_level": "warn"}`), 0o600)
 
@@ -46,6 +41,7 @@ func TestRun(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	var c *client.Client
+	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for c == nil {
 		actx, acancel := context.WithTimeout(ctx, time.Second)
@@ -82,6 +78,17 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// freeAddr is a local TCP address free a moment ago, for -metrics.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // get GETs path from the HTTP server at addr.
 func get(t *testing.T, addr, path string) (code int, body string) {
 	t.Helper()
@@ -102,12 +109,7 @@ func get(t *testing.T, addr, path string) (code int, body string) {
 func TestPprof(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "krcored.sock")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	conf := writeConfig(t, `{"pprof": true, "log_level": "warn", "metrics": "`+addr+`"}`)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
