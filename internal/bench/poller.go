@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// poller waits for completions: it busy-polls for a bounded time, because a
+// blocking wait costs a goroutine wake-up (several microseconds) that would
+// swamp an in-memory READ, then blocks on the CQ with a deadline, because
+// these machines have two cores to share and a dead peer must not hang us.
+//
+// While spinning in one process it yields now and then (see next). Across
+// processes it does not: there the yields kept waking the runtime's idle
+// thread and left the fabric's link reader and the peer process one core,
+// and READ latency rose to about the spin budget (krbench -spin 200us:
+// 130-230 us instead of 40-60 us without yields).
+type poller struct {
+	ctx     context.Context
+	cq      verbs.CQ
+	wc      []verbs.WC
+	spin    time.Duration
+	yield   bool
+	timeout time.Duration
+
+	// The context blocking waits use, kept while its deadline is at least
+	// timeout/2 away: a fresh deadline per wait would arm and stop a timer
+	// inside every measured operation. A wait thus gives up after between
+	// timeout/2 and timeout.
+	waitCtx      context.Context
+	waitCancel   context.CancelFunc
+	waitDeadline time.Time
+}
+
+func newPoller(ctx context.Context, cq verbs.CQ, spin, timeout time.Duration, placement string) *poller {
+	return &poller{ctx: ctx, cq: cq, wc: make([]verbs.WC, 64), spin: spin, timeout: timeout, yield: placement == placementInproc}
+}
+
+// close releases the poller's wait context.
+func (p *poller) close() {
+	if p.waitCancel != nil {
+		p.waitCancel()
+		p.waitCtx, p.waitCancel = nil, nil
+	}
+}
+
+// waitContext returns a context for one blocking wait.
+func (p *poller) waitContext() (context.Context, time.Time) {
+	now := time.Now()
+	if p.waitCtx == nil || p.waitDeadline.Sub(now) < p.timeout/2 {
+		p.close()
+		p.waitDeadline = now.Add(p.timeout)
+		p.waitCtx, p.waitCancel = context.WithDeadline(p.ctx, p.waitDeadline)
+	}
+	return p.waitCtx, p.waitDeadline
+}
+
+// next returns one or more completions.
+func (p *poller) next() ([]verbs.WC, error) {
+	if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {
+		return p.result(n, err)
+	}
+	if p.spin > 0 {
+		start := time.Now()
+		for i := 1; ; i++ {
+			if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {
+				return p.result(n, err)
+			}
+			if i%spinYield != 0 {
+				continue
+			}
+			if p.yield {
+				// A goroutine we woke (the in-process peer our last post
+				// completed a receive for) sits in this P's runnext slot;
+				// without a yield it would wait out our whole spin. Seen
+				// as in-process SEND ping-pong latency equal to -spin.
+				runtime.Gosched()
+			}
+			// Reading the clock costs more than a poll; look now.
+			if time.Since(start) >= p.spin {
+				break
+			}
+		}
+	}
+	ctx, deadline := p.waitContext()
+	for {
+		werr := p.cq.Wait(ctx)
+		if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {
+			return p.result(n, err)
+		}
+		switch {
+		case p.ctx.Err() != nil:
+			return nil, fmt.Errorf("wait for completion: %w", p.ctx.Err())
+		case !time.Now().Before(deadline):
+			return nil, fmt.Errorf("nothing for at least %v: %w", p.timeout/2, errNoCompletion)
+		case werr != nil && !errors.Is(werr, context.DeadlineExceeded):
+			return nil, fmt.Errorf("wait for completion: %w", werr)
+		}
+	}
+}
+
+func (p *poller) result(n int, err error) ([]verbs.WC, error) {
+	if err != nil {
+		return nil, fmt.Errorf("poll CQ: %w", err)
+	}
+	return p.wc[:n], nil
+}
+
+// checkWC turns a failed completion into an error naming the operation.
+func checkWC(wc *verbs.WC, what string) error {
+	if wc.Status != verbs.Success {
+		return fmt.Errorf("%s: %w", what, wc.Err())
+	}
+	return nil
+}
