@@ -39,7 +39,7 @@ case "$iters" in ''|*[!0-9]*) echo "rdma-interop: KRCORE_INTEROP_ITERS=$iters is
 work=$(mktemp -d /tmp/krcore-rdma-interop.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 echo "== go build -tags rdma ./cmd/krbench ./cmd/krcored ./cmd/krctl"
-go vet -tags rdma ./cmd/krbench ./cmd/krcored ./cmd/krctl
+go vet -tags rdma ./cmd/krbench ./internal/bench/... ./cmd/krcored ./cmd/krctl ./daemon/...
 for c in krbench krcored krctl; do go build -tags rdma -o "$work/$c" ./cmd/$c; done
 
 # The guest's part. Its shell is bash; every step is bounded by timeout(1).
