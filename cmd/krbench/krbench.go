@@ -44,10 +44,11 @@
 //
 // krbench pingpong is rdma-core's ibv_rc_pingpong: its flags (-p port, -d
 // ib-dev, -i ib-port, -s size, -m mtu, -r rx-depth, -n iters, -l sl, -e
-// events, -g gid-idx, -c chk), its out-of-band TCP exchange (internal/bench/pingpong/ppwire.go),
-// its SEND/RECV traffic and its result lines, so it runs against the C tool
-// in either role (.ci/rdma-interop.sh proves both on rxe in a VM). Every
-// wait is bounded by -timeout (default 1m).
+// events, -g gid-idx, -c chk), its out-of-band TCP exchange
+// (internal/bench/pingpong/ppwire.go), its SEND/RECV traffic and its result
+// lines, so it runs against the C tool in either role (.ci/rdma-interop.sh
+// proves both on rxe in a VM). Every wait is bounded by -timeout (default
+// 1m).
 //
 // Test selection (flags or words after the command):
 //
