@@ -317,7 +317,7 @@ func (e *Endpoint) Send(ctx context.Context, to Dest, msg []byte) error {
 		return err
 	}
 	e.mu.RLock()
-	if e.qp.State() == verbs.StateErr {
+	if e.qp.State() == verbs.StateErr && !e.closed.Load() {
 		e.mu.RUnlock()
 		if err := e.recover(); err != nil {
 			e.putTx(i)
@@ -326,6 +326,10 @@ func (e *Endpoint) Send(ctx context.Context, to Dest, msg []byte) error {
 		e.mu.RLock()
 	}
 	defer e.mu.RUnlock()
+	if e.closed.Load() { // Close may be releasing the buffers
+		e.putTx(i)
+		return e.cfg.Closed
+	}
 	off := e.txOff(i)
 	copy(e.mr.Bytes()[off:], msg)
 	qkey := to.QKey
@@ -412,10 +416,18 @@ func (e *Endpoint) Shutdown() {
 	e.mu.Unlock()
 }
 
-// Close shuts the endpoint down and releases its resources; nothing may
-// be waiting on it any more.
+// Close shuts the endpoint down and releases its resources. A goroutine
+// still in a call may be leading the poller, handling a message in a
+// receive buffer, or copying a request into a send buffer: Close waits
+// for it to leave them (the leader leaves within its wait's context, at
+// most one attempt's timeout for a call), and no one enters them again.
 func (e *Endpoint) Close() error {
 	e.Shutdown()
+	if e.poll != nil {
+		e.poll.Retire()
+	}
+	e.mu.Lock() // no sender is copying into a send buffer
+	defer e.mu.Unlock()
 	var errs []error
 	if e.qp != nil {
 		errs = append(errs, e.qp.Close())

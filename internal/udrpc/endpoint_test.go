@@ -315,3 +315,72 @@ func TestServerRecoversBrokenQP(t *testing.T) {
 		t.Fatalf("call after the server's QP broke: %v", err)
 	}
 }
+
+// TestCloseWaitsForLeader: Close does not release the receive buffers
+// while a caller's goroutine, leading the poller, is still handling a
+// message in one of them (a runtime closing under its applications' calls
+// once faulted there, in ReplyID); the leader then fails with
+// Config.Closed.
+func TestCloseWaitsForLeader(t *testing.T) {
+	fab := soft.NewFabric()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sender := newSide(t, fab, udrpc.Config{})
+	dev, err := fab.NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pd.Close()
+		dev.Close()
+	})
+	inDispatch, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ep, err := udrpc.New(dev, pd, udrpc.Config{QKey: 0x1234, ReplyID: func([]byte) (uint64, bool) {
+		once.Do(func() {
+			close(inDispatch)
+			<-gate
+		})
+		return 0, true // a reply nobody waits for: nothing more is read
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	led := make(chan error, 1)
+	go func() { led <- ep.Wait(ctx, make(chan struct{})) }()
+	s := &side{dev: dev, pd: pd, ep: ep}
+	if err := sender.ep.Send(ctx, s.dest(t, sender.pd), frame(2, 7)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inDispatch:
+	case <-ctx.Done():
+		t.Fatal("the leader never handled the message")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ep.Close() }()
+	select {
+	case err := <-closed:
+		t.Error("Close returned while the leader was handling a message in a receive buffer")
+		closed <- err
+	case <-time.After(200 * time.Millisecond): // Close must still be waiting
+	}
+	close(gate)
+	select {
+	case err := <-led:
+		if !errors.Is(err, udrpc.ErrClosed) {
+			t.Errorf("the leader's wait: %v, want ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the leader never left")
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close never returned")
+	}
+}

@@ -61,6 +61,13 @@ func (p *Poller) Wait(ctx context.Context, ready <-chan struct{}) error {
 	}
 }
 
+// Retire waits for the leader, if any, to leave, and keeps anyone from
+// leading again: the owner is about to free what handle touches. The
+// owner closes stop first, so the leader leaves at its next idle poll
+// (its CQ wait ends with the completions of the QP the owner moved to
+// ERR, or with its own context) and the followers return.
+func (p *Poller) Retire() { p.lead.Lock() }
+
 // leadUntil drains the CQ until ready fires. It sleeps in CQ.Wait as soon
 // as a poll finds nothing, without spinning first: a lookup is one READ, and
 // on a provider whose waiter reads the wire itself (the soft RNIC over TCP)
