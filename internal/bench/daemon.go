@@ -21,6 +21,7 @@ import (
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/soft"
@@ -99,8 +100,8 @@ func parseDaemon(args []string, stderr io.Writer) (*dConfig, error) {
 	if (d.socket == "") != (d.metaInfo == "") {
 		return nil, fmt.Errorf("%w: -daemon and -meta go together", flags.ErrUsage)
 	}
-	if d.n < pairBlocks || d.procs < 1 || d.cqMod < 1 || d.txDepth < d.cqMod {
-		return nil, fmt.Errorf("%w: -n >= %d, -procs >= 1, -tx-depth >= -cq-mod >= 1", flags.ErrUsage, pairBlocks)
+	if d.n < interleave.Blocks || d.procs < 1 || d.cqMod < 1 || d.txDepth < d.cqMod {
+		return nil, fmt.Errorf("%w: -n >= %d, -procs >= 1, -tx-depth >= -cq-mod >= 1", flags.ErrUsage, interleave.Blocks)
 	}
 	return d, nil
 }
@@ -397,25 +398,25 @@ func (b *dBench) info(series string) []perf.Field {
 		{Key: "Nodes", Value: fmt.Sprintf("server node %d: a child process; embedded node %d in this process; daemon node %d: %s; soft RNICs over loopback TCP",
 			dNodeServer, dNodeEmbedded, b.cl.Node(), how)},
 		{Key: "CQ polling", Value: b.poll.String()},
-		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},
+		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", interleave.Blocks)},
 	}
 }
 
 // pair measures the two sides' latency series in interleaved blocks.
 func (b *dBench) pair(title, test string, size int, what string, run func(s *dSide, warmup, iters int) ([]time.Duration, error)) error {
-	var series []*latSeries
+	var series []*interleave.Latency
 	for _, s := range b.sides {
-		series = append(series, &latSeries{run: func(w, n int) ([]time.Duration, error) { return run(s, w, n) }})
+		series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return run(s, w, n) }})
 	}
-	if err := warmLatency(max(b.d.n/10, 10), series...); err != nil {
+	if err := interleave.WarmLatency(max(b.d.n/10, 10), series...); err != nil {
 		return fmt.Errorf("%s: %w", test, err)
 	}
-	if err := alternate(series[0].block(perBlock(b.d.n)), series[1].block(perBlock(b.d.n))); err != nil {
+	if err := interleave.Pair(series[0].Block(interleave.PerBlock(b.d.n)), series[1].Block(interleave.PerBlock(b.d.n))); err != nil {
 		return fmt.Errorf("%s: %w", test, err)
 	}
 	var rows []perf.LatencyStats
 	for i, s := range series {
-		l := perf.Latency(size, s.samples)
+		l := perf.Latency(size, s.Samples)
 		l.Label = b.sides[i].name
 		rows = append(rows, l)
 	}
@@ -477,29 +478,29 @@ func (b *dBench) machine(when string) func() error {
 func (b *dBench) bandwidth() error {
 	dl := newDeadline(b.ctx, b.d.timeout)
 	defer dl.close()
-	total := perBlock(b.d.n * 10)
+	total := interleave.PerBlock(b.d.n * 10)
 	for _, t := range []struct {
 		test, title string
 		op          verbs.Opcode
 	}{{testDRead, "Embedded vs daemon RDMA_Read BW, 8 B (interleaved)", verbs.OpRead},
 		{testDWrite, "Embedded vs daemon RDMA_Write BW, 8 B (interleaved)", verbs.OpWrite}} {
-		var series []*bwSeries
+		var series []*interleave.Bandwidth
 		for _, s := range b.sides {
 			req := krcore.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
-			series = append(series, newBWSeries(func(n int) ([]perf.Mark, error) {
+			series = append(series, interleave.NewBandwidth(func(n int) ([]perf.Mark, error) {
 				return vqStream(dl, s.q, b.poll, req, n, b.d.txDepth, b.d.cqMod)
 			}))
 		}
-		if err := warmBandwidth(total, series...); err != nil {
+		if err := interleave.WarmBandwidth(total, series...); err != nil {
 			return fmt.Errorf("%s bw: %w", t.test, err)
 		}
-		if err := alternate(series[0].block(total), series[1].block(total)); err != nil {
+		if err := interleave.Pair(series[0].Block(total), series[1].Block(total)); err != nil {
 			return fmt.Errorf("%s bw: %w", t.test, err)
 		}
 		var rows []perf.BandwidthStats
 		for i, s := range series {
-			a := perf.Bandwidth(vqOneSidedSize, s.marks, b.d.txDepth)
-			m := perf.MedianBlock(vqOneSidedSize, s.blocks, b.d.txDepth)
+			a := perf.Bandwidth(vqOneSidedSize, s.Marks, b.d.txDepth)
+			m := perf.MedianBlock(vqOneSidedSize, s.BlockMarks, b.d.txDepth)
 			a.Label, m.Label = b.sides[i].name, b.sides[i].name+medianSuffix
 			rows = append(rows, a, m)
 		}

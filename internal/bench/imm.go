@@ -9,6 +9,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -65,29 +66,29 @@ func runImm(ctx context.Context, cfg *config, out *output, stderr io.Writer, log
 
 // immSize measures the four series at one size.
 func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int, out *output, logf func(string, ...any)) error {
-	series := []*latSeries{
-		{run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpSend, size, w, n) }},
-		{run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpWriteImm, size, w, n) }},
-		{run: func(w, n int) ([]time.Duration, error) { return vq.runSend(ctx, size, w, n) }},
-		{run: func(w, n int) ([]time.Duration, error) { return vq.runImm(ctx, size, w, n) }},
+	series := []*interleave.Latency{
+		{Run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpSend, size, w, n) }},
+		{Run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpWriteImm, size, w, n) }},
+		{Run: func(w, n int) ([]time.Duration, error) { return vq.runSend(ctx, size, w, n) }},
+		{Run: func(w, n int) ([]time.Duration, error) { return vq.runImm(ctx, size, w, n) }},
 	}
 	labels := []string{seriesQPSend, seriesQPImm, seriesVQSend, seriesVQImm}
 	iters, warmup := cfg.iters(modeLat, size)
-	if err := warmLatency(warmup, series...); err != nil {
+	if err := interleave.WarmLatency(warmup, series...); err != nil {
 		return err
 	}
-	per := perBlock(iters)
-	logf("%s: %d B, %d blocks of %d round trips per series", testImm, size, pairBlocks, per)
-	for b := range pairBlocks { // rotate the order: each series leads once in four
+	per := interleave.PerBlock(iters)
+	logf("%s: %d B, %d blocks of %d round trips per series", testImm, size, interleave.Blocks, per)
+	for b := range interleave.Blocks { // rotate the order: each series leads once in four
 		for k := range series {
-			if err := series[(b+k)%len(series)].block(per)(); err != nil {
+			if err := series[(b+k)%len(series)].Block(per)(); err != nil {
 				return fmt.Errorf("%s: %w", labels[(b+k)%len(series)], err)
 			}
 		}
 	}
 	rows := make([]perf.LatencyStats, len(series))
 	for i, s := range series {
-		rows[i] = perf.Latency(size, s.samples)
+		rows[i] = perf.Latency(size, s.Samples)
 		rows[i].Label = labels[i]
 	}
 	ratio := func(a, b int) string { return fmt.Sprintf("%.2f", rows[a].Typical/rows[b].Typical) }
@@ -100,7 +101,7 @@ func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int
 			{Key: "Rows", Value: "whole round trips (not halved), request to the echo's arrival"},
 			{Key: "Ratios (t_typical)", Value: fmt.Sprintf("qp write_imm/send %s; vq write_imm/send %s; vq/qp send %s; vq/qp write_imm %s",
 				ratio(1, 0), ratio(3, 2), ratio(2, 0), ratio(3, 1))},
-			{Key: "Blocks", Value: fmt.Sprintf("%d per series, order rotating", pairBlocks)},
+			{Key: "Blocks", Value: fmt.Sprintf("%d per series, order rotating", interleave.Blocks)},
 		},
 		Latency: rows})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/krcore/krcore"
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
@@ -168,7 +169,7 @@ func (c *client) runKrConnect() (err error) {
 	b := &connBlocks{kr: kr, q: q, mc: mc, dl: dl, r: r}
 
 	iters, warmup := cfg.connIters()
-	per := perBlock(iters)
+	per := interleave.PerBlock(iters)
 	series := []func(int, bool) error{b.warmBlock, b.fetchBlock, b.readBlock}
 	if kr.rt != nil {
 		series = append([]func(int, bool) error{b.coldBlock}, series...)
@@ -188,12 +189,12 @@ func (c *client) runKrConnect() (err error) {
 	if kr.rt != nil {
 		ms0 = kr.rt.MetaStats()
 	}
-	c.logf("krcore connect: %d blocks of %d of %d series", pairBlocks, per, len(series))
+	c.logf("krcore connect: %d blocks of %d of %d series", interleave.Blocks, per, len(series))
 	blocks := make([]func() error, len(series))
 	for i, f := range series {
 		blocks[i] = func() error { return f(per, true) }
 	}
-	if err := alternateN(blocks...); err != nil {
+	if err := interleave.Rotate(blocks...); err != nil {
 		return err
 	}
 	st1 := kr.api.Stats()
@@ -201,7 +202,7 @@ func (c *client) runKrConnect() (err error) {
 		{Key: "Runtimes", Value: fmt.Sprintf("client %s; joined the MetaServer of server node %d (%s)", c.where(kr), kr.server, kr.info)},
 		{Key: "Fabric", Value: c.fabricIn},
 		{Key: "Series", Value: connSeriesText(st1.RCOnly, kr.rt == nil)},
-		{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", pairBlocks, per)},
+		{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, rotating order", interleave.Blocks, per)},
 	}
 	if kr.rt != nil {
 		ms1 := kr.rt.MetaStats()
@@ -383,7 +384,7 @@ func (c *client) connectRate(kr *krRuntime) (perf.Result, error) {
 			{Key: "Rows", Value: "N: the whole series of N goroutines; N" + medianSuffix + ": its block with the median rate (one scheduler stall cannot move it)"},
 		}}
 	ops := cfg.rateOps()
-	per := perBlock(ops)
+	per := interleave.PerBlock(ops)
 	total := make([]time.Duration, len(gs))
 	blocks := make([][][]perf.Mark, len(gs))
 	block := func(k int) func() error {
@@ -402,11 +403,11 @@ func (c *client) connectRate(kr *krRuntime) (perf.Result, error) {
 	if len(gs) > 1 {
 		second = block(1)
 	}
-	if err := alternate(block(0), second); err != nil {
+	if err := interleave.Pair(block(0), second); err != nil {
 		return res, fmt.Errorf("connect rate: %w", err)
 	}
 	for k, g := range gs {
-		n := g * per * pairBlocks
+		n := g * per * interleave.Blocks
 		bw := perf.Bandwidth(0, []perf.Mark{{}, {At: total[k], Msgs: n}}, 1)
 		bw.Label = c.label(strconv.Itoa(g))
 		res.Bandwidth = append(res.Bandwidth, bw)
@@ -462,23 +463,4 @@ func connectBurst(ctx context.Context, rt krcore.API, server krcore.NodeID, g, n
 	close(start)
 	wg.Wait()
 	return time.Since(t0), errors.Join(errs...)
-}
-
-// alternateN runs pairBlocks blocks of each function, the order rotating
-// and reversing from block to block (ABC, CBA, BCA, ACB ...), so no series
-// always runs first or right after the same neighbour.
-func alternateN(fs ...func() error) error {
-	n := len(fs)
-	for i := range pairBlocks {
-		for k := range n {
-			j := (k + i/2) % n
-			if i%2 == 1 {
-				j = (n - 1 - k + i/2) % n
-			}
-			if err := fs[j](); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -201,7 +202,7 @@ func checkKrcore(t *testing.T, rep *perf.Report, placement string, iters int) {
 			if row := b.BandwidthLabelRow(s); row == nil || row.Iterations != iters || row.MsgRate <= 0 {
 				t.Errorf("%s %s bw %s: %+v", placement, test, s, row)
 			}
-			if row := b.BandwidthLabelRow(s + medianSuffix); row == nil || row.Iterations != iters/pairBlocks || row.MsgRate <= 0 {
+			if row := b.BandwidthLabelRow(s + medianSuffix); row == nil || row.Iterations != iters/interleave.Blocks || row.MsgRate <= 0 {
 				t.Errorf("%s %s bw %s: %+v", placement, test, s+medianSuffix, row)
 			}
 		}

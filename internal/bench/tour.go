@@ -8,6 +8,7 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -124,9 +125,9 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 			return err
 		}
 	}
-	per := perBlock(iters)
+	per := interleave.PerBlock(iters)
 	colds0 := src.Stats().ColdConnects
-	if err := alternateN(
+	if err := interleave.Rotate(
 		func() error { return connect(true, &cold)(per) },
 		func() error { return connect(false, &warm)(per) },
 		func() error { return rcConnect(&rc)(per) },
@@ -199,7 +200,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 			{Key: "One-sided", Value: fmt.Sprintf("node %d READ %q from node %d's exported region \"greeting\", WROTE %q there and node %d's memory shows it", srcID, readBack, dstID, scribble, dstID)},
 			{Key: "Two-sided", Value: fmt.Sprintf("node %d port %d SENDs %d B to node %d port %d, whose VQ echoes it back; every echo's sequence number checked; both wait with %s", srcID, tourPingPort, vqTwoSidedSize, dstID, tourEchoPort, poll)},
 			{Key: "Node " + fmt.Sprint(srcID), Value: fmt.Sprintf("%d connects (%d cold, %d MetaServer READs), VQ route %s", st.Connects, st.ColdConnects, ms.Reads, route)},
-			{Key: "Steps", Value: fmt.Sprintf("connects interleaved in %d blocks; %d iterations per step after %d warm-up", pairBlocks, iters, warmup)},
+			{Key: "Steps", Value: fmt.Sprintf("connects interleaved in %d blocks; %d iterations per step after %d warm-up", interleave.Blocks, iters, warmup)},
 		},
 		Latency: rows,
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -99,7 +100,7 @@ func (v *vqSide) info(series string) []perf.Field {
 		{Key: "QP", Value: "a raw RC QP between the same two RNICs, its own PD/CQ, no inline data (as the VQ)"},
 		{Key: "Fabric", Value: v.c.fabricIn},
 		{Key: "CQ polling", Value: "qp: " + v.c.polling() + "; vq: " + v.poll.String()},
-		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", pairBlocks)},
+		{Key: "Blocks", Value: fmt.Sprintf("%d per series, alternating (ABBA)", interleave.Blocks)},
 	}
 }
 
@@ -141,20 +142,20 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
-	vq := &latSeries{run: func(warmup, iters int) ([]time.Duration, error) {
+	vq := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) {
 		return vqLatency(dl, v.q, v.poll, req, warmup, iters)
 	}}
-	qp := &latSeries{run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.latency(r.p, spec, warmup, iters) }}
+	qp := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.latency(r.p, spec, warmup, iters) }}
 	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
-	per := perBlock(iters)
-	if err := warmLatency(warmup, vq, qp); err != nil {
+	per := interleave.PerBlock(iters)
+	if err := interleave.WarmLatency(warmup, vq, qp); err != nil {
 		return err
 	}
-	c.logf("%s: %d blocks of %d", t.test, pairBlocks, per)
-	if err := alternate(vq.block(per), qp.block(per)); err != nil {
+	c.logf("%s: %d blocks of %d", t.test, interleave.Blocks, per)
+	if err := interleave.Pair(vq.Block(per), qp.Block(per)); err != nil {
 		return fmt.Errorf("%s: %w", t.test, err)
 	}
-	a, b := perf.Latency(vqOneSidedSize, vq.samples), perf.Latency(vqOneSidedSize, qp.samples)
+	a, b := perf.Latency(vqOneSidedSize, vq.Samples), perf.Latency(vqOneSidedSize, qp.Samples)
 	a.Label, b.Label = c.label(seriesVQ), seriesQP
 	return c.out.add(perf.Result{Title: c.krTitle(t.latTitle), Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
 		Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
@@ -207,7 +208,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 	}
 	defer ping.close()
 	iters, warmup := cfg.iters(modeLat, size)
-	per := perBlock(iters)
+	per := interleave.PerBlock(iters)
 	var vq, qp []time.Duration
 	vqBlock := func(n int, keep bool) error {
 		if err := c.ctl.send(&msg{Op: opRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
@@ -247,8 +248,8 @@ func (v *vqSide) twoSidedLat() (err error) {
 	if err := qpBlock(warmup, false); err != nil {
 		return err
 	}
-	c.logf("%s: %d blocks of %d round trips", testVQSend, pairBlocks, per)
-	if err := alternate(func() error { return vqBlock(per, true) }, func() error { return qpBlock(per, true) }); err != nil {
+	c.logf("%s: %d blocks of %d round trips", testVQSend, interleave.Blocks, per)
+	if err := interleave.Pair(func() error { return vqBlock(per, true) }, func() error { return qpBlock(per, true) }); err != nil {
 		return fmt.Errorf("%s: %w", testVQSend, err)
 	}
 	a, b := perf.Latency(size, vq), perf.Latency(size, qp)
@@ -269,21 +270,21 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
-	vq := newBWSeries(func(total int) ([]perf.Mark, error) {
+	vq := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) {
 		return vqStream(dl, v.q, v.poll, req, total, cfg.txDepth, cfg.cqMod)
 	})
-	qp := newBWSeries(func(total int) ([]perf.Mark, error) { return r.ep.stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	qp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
 	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
-	per := perBlock(iters)
-	if err := warmBandwidth(warmup, vq, qp); err != nil {
+	per := interleave.PerBlock(iters)
+	if err := interleave.WarmBandwidth(warmup, vq, qp); err != nil {
 		return err
 	}
-	c.logf("%s bw: %d blocks of %d", t.test, pairBlocks, per)
-	if err := alternate(vq.block(per), qp.block(per)); err != nil {
+	c.logf("%s bw: %d blocks of %d", t.test, interleave.Blocks, per)
+	if err := interleave.Pair(vq.Block(per), qp.Block(per)); err != nil {
 		return fmt.Errorf("%s bw: %w", t.test, err)
 	}
-	a, b := perf.Bandwidth(vqOneSidedSize, vq.marks, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp.marks, cfg.txDepth)
-	ma, mb := perf.MedianBlock(vqOneSidedSize, vq.blocks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qp.blocks, cfg.txDepth)
+	a, b := perf.Bandwidth(vqOneSidedSize, vq.Marks, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp.Marks, cfg.txDepth)
+	ma, mb := perf.MedianBlock(vqOneSidedSize, vq.BlockMarks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qp.BlockMarks, cfg.txDepth)
 	a.Label, b.Label, ma.Label, mb.Label = c.label(seriesVQ), seriesQP, c.label(seriesVQ)+medianSuffix, seriesQP+medianSuffix
 	return c.out.add(perf.Result{Title: c.krTitle(t.bwTitle), Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
