@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -66,7 +67,7 @@ func runInprocSuite(ctx context.Context, cfg *config, out *output, stderr io.Wri
 type client struct {
 	ctx  context.Context
 	cfg  *config
-	ctl  *ctrl
+	ctl  *control.Conn
 	dev  verbs.Device
 	host string // the server's host, for the raw baseline connection
 	out  *output
@@ -91,7 +92,7 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 		return fmt.Errorf("connect to server %s: %w", addr, err)
 	}
 	host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
-	c := &client{ctx: ctx, cfg: cfg, ctl: newCtrl(ctx, conn), host: host, out: out, logf: logf, place: fab.placement(),
+	c := &client{ctx: ctx, cfg: cfg, ctl: control.NewConn(ctx, conn), host: host, out: out, logf: logf, place: fab.placement(),
 		transport: fab.transport(), stderr: stderr}
 	defer c.ctl.Close()
 
@@ -104,7 +105,7 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 			err = fmt.Errorf("close client RNIC: %w", cerr)
 		}
 	}()
-	hello, err := c.ctl.call(&msg{Op: opHello, Version: protocolVersion, Node: fab.describe(c.dev), Fabric: fab.placement()}, cfg.timeout)
+	hello, err := c.ctl.Call(&control.Msg{Op: control.OpHello, Version: control.Version, Node: fab.describe(c.dev), Fabric: fab.placement()}, cfg.timeout)
 	if err != nil {
 		return fmt.Errorf("hello to %s: %w", addr, err)
 	}
@@ -144,7 +145,7 @@ func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *ou
 			return err
 		}
 	}
-	if _, err := c.ctl.call(&msg{Op: opBye}, cfg.timeout); err != nil {
+	if _, err := c.ctl.Call(&control.Msg{Op: control.OpBye}, cfg.timeout); err != nil {
 		return fmt.Errorf("bye: %w", err)
 	}
 	return nil
@@ -269,19 +270,19 @@ func durText(d time.Duration) string { return strings.ReplaceAll(d.String(), "µ
 // done closes the connection and tells the server.
 func (c *client) openRaw() (rc *rawClient, done func() error, err error) {
 	cfg := c.cfg
-	rep, err := c.ctl.call(&msg{Op: opRaw}, cfg.timeout)
+	rep, err := c.ctl.Call(&control.Msg{Op: control.OpRaw}, cfg.timeout)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tcp baseline: %w", err)
 	}
 	d := net.Dialer{Timeout: cfg.timeout}
 	conn, err := d.DialContext(c.ctx, "tcp", net.JoinHostPort(c.host, strconv.Itoa(rep.Port)))
 	if err != nil {
-		c.ctl.call(&msg{Op: opRawDone}, cfg.timeout)
+		c.ctl.Call(&control.Msg{Op: control.OpRawDone}, cfg.timeout)
 		return nil, nil, fmt.Errorf("tcp baseline: connect: %w", err)
 	}
 	done = func() error {
 		conn.Close()
-		if _, err := c.ctl.call(&msg{Op: opRawDone}, cfg.timeout); err != nil {
+		if _, err := c.ctl.Call(&control.Msg{Op: control.OpRawDone}, cfg.timeout); err != nil {
 			return fmt.Errorf("tcp baseline: %w", err)
 		}
 		return nil

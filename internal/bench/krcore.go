@@ -12,6 +12,7 @@ import (
 	"github.com/krcore/krcore"
 	krclient "github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
@@ -64,7 +65,7 @@ func (k *krRuntime) close() error {
 // id the server hands out, or attaches to krcored with -daemon.
 func (c *client) startKr() (*krRuntime, error) {
 	cfg := c.cfg
-	rep, err := c.ctl.call(&msg{Op: opKrStart}, cfg.timeout)
+	rep, err := c.ctl.Call(&control.Msg{Op: control.OpKrStart}, cfg.timeout)
 	if err != nil {
 		return nil, fmt.Errorf("start the server's KRCore runtime: %w", err)
 	}

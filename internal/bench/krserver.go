@@ -33,7 +33,7 @@ const (
 	maxVQMessage = 4096
 )
 
-// runVQEcho is the Test of an opRun that has the server echo messages on
+// runVQEcho is the Test of a control.OpRun that has the server echo messages on
 // its VQ port (the raw SEND echo is Test "send").
 const runVQEcho = "vq-echo"
 

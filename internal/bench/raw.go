@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -27,7 +28,7 @@ const rawRefresh = 256
 
 // rawOpen starts a listener for the baseline connection and serves it in the
 // background; the control connection stays free for rawClose.
-func (s *session) rawOpen() (*msg, error) {
+func (s *session) rawOpen() (*control.Msg, error) {
 	if err := s.rawClose(); err != nil {
 		return nil, err
 	}
@@ -43,7 +44,7 @@ func (s *session) rawOpen() (*msg, error) {
 			s.logf("raw baseline: %v", err)
 		}
 	}()
-	return &msg{Op: opRaw, Port: ln.Addr().(*net.TCPAddr).Port}, nil
+	return &control.Msg{Op: control.OpRaw, Port: ln.Addr().(*net.TCPAddr).Port}, nil
 }
 
 // rawServe accepts one connection and answers its phases until EOF.

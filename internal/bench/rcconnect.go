@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -87,20 +88,20 @@ func (c *client) connectOnce(buf *offheap.Block, p *poller, token uint64) (_ []t
 		if cerr := ep.close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		if _, cerr := c.ctl.call(&msg{Op: opConnClose}, cfg.timeout); cerr != nil && err == nil {
+		if _, cerr := c.ctl.Call(&control.Msg{Op: control.OpConnClose}, cfg.timeout); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	epb, err := marshalEP(ep.qp)
+	epb, err := control.MarshalEP(ep.qp)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := c.ctl.call(&msg{Op: opConnCreate, EP: epb, Token: token}, cfg.timeout)
+	rep, err := c.ctl.Call(&control.Msg{Op: control.OpConnCreate, EP: epb, Token: token}, cfg.timeout)
 	if err != nil {
 		return nil, err
 	}
 	t2 := time.Now()
-	remote, err := unmarshalEP(rep.EP)
+	remote, err := control.UnmarshalEP(rep.EP)
 	if err != nil {
 		return nil, err
 	}

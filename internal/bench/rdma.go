@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -84,8 +85,8 @@ func newEndpoint(dev verbs.Device, buf *offheap.Block, size int, sh qpShape) (_ 
 }
 
 // info is what the peer needs to reach e's MR.
-func (e *endpoint) info() *mrInfo {
-	return &mrInfo{Addr: e.mr.Addr(), RKey: e.mr.RKey(), Len: e.mr.Len()}
+func (e *endpoint) info() *control.MR {
+	return &control.MR{Addr: e.mr.Addr(), RKey: e.mr.RKey(), Len: e.mr.Len()}
 }
 
 // connect brings e's QP to RTS towards the peer QP at remote.
@@ -148,8 +149,8 @@ var errNoCompletion = errors.New("no completion before the deadline (is the peer
 type opSpec struct {
 	op     verbs.Opcode
 	size   int
-	remote mrInfo // one-sided ops: the peer's MR
-	cmp    uint64 // atomics
+	remote control.MR // one-sided ops: the peer's MR
+	cmp    uint64     // atomics
 	swap   uint64
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -106,8 +107,8 @@ func serve(ctx context.Context, cfg *config, fab fabric, kept *krServer, ln net.
 // refuse tells a second client the server is busy.
 func refuse(c net.Conn, timeout time.Duration) {
 	defer c.Close()
-	ctl := newCtrl(context.Background(), c)
-	ctl.send(&msg{Op: opHello, Err: "server busy with another client; try again later"}, timeout)
+	ctl := control.NewConn(context.Background(), c)
+	ctl.Send(&control.Msg{Op: control.OpHello, Err: "server busy with another client; try again later"}, timeout)
 }
 
 // session is the server's state for one client.
@@ -115,7 +116,7 @@ type session struct {
 	ctx  context.Context
 	cfg  *config
 	fab  fabric
-	ctl  *ctrl
+	ctl  *control.Conn
 	logf func(string, ...any)
 
 	dev  verbs.Device
@@ -137,14 +138,14 @@ type session struct {
 func serveSession(ctx context.Context, cfg *config, fab fabric, kept *krServer, conn net.Conn, logf func(string, ...any)) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &session{ctx: ctx, cfg: cfg, fab: fab, ctl: newCtrl(ctx, conn), logf: logf, kr: kept, kept: kept}
+	s := &session{ctx: ctx, cfg: cfg, fab: fab, ctl: control.NewConn(ctx, conn), logf: logf, kr: kept, kept: kept}
 	defer func() {
 		if cerr := s.close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
 	for {
-		m, err := s.ctl.recv(cfg.idle)
+		m, err := s.ctl.Recv(cfg.idle)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // shutting down
@@ -154,12 +155,12 @@ func serveSession(ctx context.Context, cfg *config, fab fabric, kept *krServer, 
 		reply, herr := s.handle(m)
 		if herr != nil {
 			logf("%s: %v", m.Op, herr)
-			reply = &msg{Op: m.Op, Err: herr.Error()}
+			reply = &control.Msg{Op: m.Op, Err: herr.Error()}
 		}
-		if err := s.ctl.send(reply, cfg.timeout); err != nil {
+		if err := s.ctl.Send(reply, cfg.timeout); err != nil {
 			return err
 		}
-		if m.Op == opBye {
+		if m.Op == control.OpBye {
 			return nil
 		}
 	}
@@ -171,14 +172,14 @@ const (
 	maxDepth = 8192
 )
 
-func (s *session) handle(m *msg) (*msg, error) {
-	if m.Op != opHello && m.Op != opBye && s.dev == nil {
+func (s *session) handle(m *control.Msg) (*control.Msg, error) {
+	if m.Op != control.OpHello && m.Op != control.OpBye && s.dev == nil {
 		return nil, fmt.Errorf("%s before hello", m.Op)
 	}
 	switch m.Op {
-	case opHello:
-		if m.Version != protocolVersion {
-			return nil, fmt.Errorf("client speaks control protocol %d, server %d: use the same krbench on both sides", m.Version, protocolVersion)
+	case control.OpHello:
+		if m.Version != control.Version {
+			return nil, fmt.Errorf("client speaks control protocol %d, server %d: use the same krbench on both sides", m.Version, control.Version)
 		}
 		if m.Fabric != s.fab.placement() {
 			return nil, fmt.Errorf("client wants a %s fabric, this server runs %s", m.Fabric, s.fab.placement())
@@ -190,16 +191,16 @@ func (s *session) handle(m *msg) (*msg, error) {
 			}
 			s.dev = dev
 		}
-		return &msg{Op: opHello, Version: protocolVersion, Node: s.fab.describe(s.dev), Fabric: s.fab.placement()}, nil
+		return &control.Msg{Op: control.OpHello, Version: control.Version, Node: s.fab.describe(s.dev), Fabric: s.fab.placement()}, nil
 
-	case opSetup:
+	case control.OpSetup:
 		if err := s.closeEP(); err != nil {
 			return nil, err
 		}
 		if m.MaxSize < 1 || m.MaxSize > maxSize || m.TxDepth < 1 || m.TxDepth > maxDepth || m.RxDepth < 0 || m.RxDepth > maxDepth {
 			return nil, fmt.Errorf("setup: size %d (max %d) or depths %d/%d (max %d) out of range", m.MaxSize, maxSize, m.TxDepth, m.RxDepth, maxDepth)
 		}
-		remote, err := unmarshalEP(m.EP)
+		remote, err := control.UnmarshalEP(m.EP)
 		if err != nil {
 			return nil, err
 		}
@@ -225,13 +226,13 @@ func (s *session) handle(m *msg) (*msg, error) {
 				return nil, err
 			}
 		}
-		b, err := marshalEP(ep.qp)
+		b, err := control.MarshalEP(ep.qp)
 		if err != nil {
 			return nil, err
 		}
-		return &msg{Op: opSetup, EP: b, MR: ep.info()}, nil
+		return &control.Msg{Op: control.OpSetup, EP: b, MR: ep.info()}, nil
 
-	case opRun:
+	case control.OpRun:
 		if m.Test == runVQEcho {
 			return s.vqEcho(m)
 		}
@@ -241,7 +242,7 @@ func (s *session) handle(m *msg) (*msg, error) {
 		if m.Size < 1 || m.Size > s.ep.mr.Len() || m.Total < 1 {
 			return nil, fmt.Errorf("run: size %d (MR %d B) or count %d out of range", m.Size, s.ep.mr.Len(), m.Total)
 		}
-		ctx, stop := s.watchPeer()
+		ctx, stop := s.ctl.Watch(s.ctx)
 		defer stop()
 		p := newPoller(ctx, s.ep.cq, s.cfg.spinFor(s.fab.placement()), s.cfg.timeout, s.fab.placement())
 		defer p.close()
@@ -257,15 +258,15 @@ func (s *session) handle(m *msg) (*msg, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &msg{Op: opRun}, nil
+		return &control.Msg{Op: control.OpRun}, nil
 
-	case opTeardown:
-		return &msg{Op: opTeardown}, s.closeEP()
+	case control.OpTeardown:
+		return &control.Msg{Op: control.OpTeardown}, s.closeEP()
 
-	case opConnCreate:
+	case control.OpConnCreate:
 		return s.connCreate(m)
 
-	case opKrStart:
+	case control.OpKrStart:
 		if s.kr == nil {
 			kr, err := startKrServer(s.ctx, s.dev, slogTo(logfWriter(s.logf)), s.cfg.timeout, newVQPoll(s.cfg, s.fab.placement()))
 			if err != nil {
@@ -273,64 +274,39 @@ func (s *session) handle(m *msg) (*msg, error) {
 			}
 			s.kr = kr
 		}
-		return &msg{Op: opKrStart, Meta: s.kr.rt.MetaInfo().String(), NodeID: serverNode, Client: uint64(s.kr.clientNode())}, nil
+		return &control.Msg{Op: control.OpKrStart, Meta: s.kr.rt.MetaInfo().String(), NodeID: serverNode, Client: uint64(s.kr.clientNode())}, nil
 
-	case opConnClose:
+	case control.OpConnClose:
 		err := s.closeConn()
-		return &msg{Op: opConnClose}, err
+		return &control.Msg{Op: control.OpConnClose}, err
 
-	case opRaw:
+	case control.OpRaw:
 		return s.rawOpen()
 
-	case opRawDone:
-		return &msg{Op: opRawDone}, s.rawClose()
+	case control.OpRawDone:
+		return &control.Msg{Op: control.OpRawDone}, s.rawClose()
 
-	case opBye:
-		return &msg{Op: opBye}, nil
+	case control.OpBye:
+		return &control.Msg{Op: control.OpBye}, nil
 	}
 	return nil, fmt.Errorf("unknown request %q", m.Op)
 }
 
-// watchPeer returns a context that ends when the client hangs up during a
-// run, so a client killed mid-test frees the server at once instead of
-// after -timeout. The client sends nothing while a run lasts, so a read
-// that returns means the connection ended. stop ends the watch and must
-// be called before the next request is read.
-func (s *session) watchPeer() (context.Context, func()) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, err := s.ctl.r.Peek(1)
-		var ne net.Error
-		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
-			cancel()
-		}
-	}()
-	return ctx, func() {
-		// A deadline in the past wakes the watcher's read; recv sets a
-		// fresh deadline for the next request.
-		s.ctl.conn.SetReadDeadline(time.Now())
-		<-done
-		cancel()
-	}
-}
-
 // vqEcho plays the server's part in a VQ ping-pong: echo m.Total messages
 // arriving at echoPort.
-func (s *session) vqEcho(m *msg) (*msg, error) {
+func (s *session) vqEcho(m *control.Msg) (*control.Msg, error) {
 	if s.kr == nil {
 		return nil, errors.New("run: VQ echo before kr-start")
 	}
 	if m.Total < 1 || m.Total > 1<<30 {
 		return nil, fmt.Errorf("run: VQ echo of %d messages out of range", m.Total)
 	}
-	ctx, stop := s.watchPeer()
+	ctx, stop := s.ctl.Watch(s.ctx)
 	defer stop()
 	if err := s.kr.echo.serve(ctx, m.Total, s.cfg.timeout); err != nil {
 		return nil, err
 	}
-	return &msg{Op: opRun}, nil
+	return &control.Msg{Op: control.OpRun}, nil
 }
 
 // connSize is the connect test's MR: enough for the proving READ.
@@ -339,11 +315,11 @@ const connSize = 4096
 // connCreate is the server's part of one timed connection: create PD, CQ,
 // QP and MR, connect the QP to the client's, and say how long each took so
 // the client can split the round trip into phases.
-func (s *session) connCreate(m *msg) (*msg, error) {
+func (s *session) connCreate(m *control.Msg) (*control.Msg, error) {
 	if err := s.closeConn(); err != nil {
 		return nil, err
 	}
-	remote, err := unmarshalEP(m.EP)
+	remote, err := control.UnmarshalEP(m.EP)
 	if err != nil {
 		return nil, err
 	}
@@ -367,11 +343,11 @@ func (s *session) connCreate(m *msg) (*msg, error) {
 		return nil, err
 	}
 	t2 := time.Now()
-	b, err := marshalEP(ep.qp)
+	b, err := control.MarshalEP(ep.qp)
 	if err != nil {
 		return nil, err
 	}
-	return &msg{Op: opConnCreate, EP: b, MR: ep.info(), CreateNS: int64(t1.Sub(t0)), ModifyNS: int64(t2.Sub(t1))}, nil
+	return &control.Msg{Op: control.OpConnCreate, EP: b, MR: ep.info(), CreateNS: int64(t1.Sub(t0)), ModifyNS: int64(t2.Sub(t1))}, nil
 }
 
 func (s *session) closeEP() error {

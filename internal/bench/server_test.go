@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -102,8 +103,8 @@ func TestServerBusyAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	first := newCtrl(context.Background(), conn)
-	if _, err := first.call(&msg{Op: opHello, Version: protocolVersion, Fabric: placementCross}, 5*time.Second); err != nil {
+	first := control.NewConn(context.Background(), conn)
+	if _, err := first.Call(&control.Msg{Op: control.OpHello, Version: control.Version, Fabric: placementCross}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// ...so a second is turned away with a clear message.
@@ -112,7 +113,7 @@ func TestServerBusyAndStop(t *testing.T) {
 		t.Errorf("second client: exit %d, stderr %q", code, stderr)
 	}
 	// A request that makes no sense is an error reply, not a crash.
-	if _, err := first.call(&msg{Op: opSetup, MaxSize: 1 << 40, TxDepth: 1}, 5*time.Second); err == nil || !strings.Contains(err.Error(), "out of range") {
+	if _, err := first.Call(&control.Msg{Op: control.OpSetup, MaxSize: 1 << 40, TxDepth: 1}, 5*time.Second); err == nil || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("bad setup: %v", err)
 	}
 	first.Close()

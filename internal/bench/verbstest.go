@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -11,10 +12,10 @@ import (
 // setup creates this side's endpoint for a test, inline payloads up to
 // inline bytes, has the server create its own, and connects both: the
 // out-of-band exchange perftest does. It returns the server's MR.
-func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ mrInfo, err error) {
+func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ control.MR, err error) {
 	cfg := c.cfg
-	fail := func(err error) (*endpoint, mrInfo, error) {
-		return nil, mrInfo{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
+	fail := func(err error) (*endpoint, control.MR, error) {
+		return nil, control.MR{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
 	}
 	sh := qpShape{sendDepth: cfg.txDepth, recvDepth: 1, inline: inline}
 	if test == testSend {
@@ -29,16 +30,16 @@ func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ mrIn
 			ep.close()
 		}
 	}()
-	b, err := marshalEP(ep.qp)
+	b, err := control.MarshalEP(ep.qp)
 	if err != nil {
 		return fail(err)
 	}
-	rep, err := c.ctl.call(&msg{Op: opSetup, Test: test, Mode: mode, MaxSize: size,
+	rep, err := c.ctl.Call(&control.Msg{Op: control.OpSetup, Test: test, Mode: mode, MaxSize: size,
 		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.inline, EP: b}, cfg.timeout)
 	if err != nil {
 		return fail(err)
 	}
-	remote, err := unmarshalEP(rep.EP)
+	remote, err := control.UnmarshalEP(rep.EP)
 	if err != nil {
 		return fail(err)
 	}
@@ -60,7 +61,7 @@ func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ mrIn
 
 // teardown frees both sides' objects of a test.
 func (c *client) teardown(ep *endpoint) error {
-	_, err := c.ctl.call(&msg{Op: opTeardown}, c.cfg.timeout)
+	_, err := c.ctl.Call(&control.Msg{Op: control.OpTeardown}, c.cfg.timeout)
 	return firstErr(err, ep.close())
 }
 
@@ -68,7 +69,7 @@ func (c *client) teardown(ep *endpoint) error {
 // a poller on the endpoint's CQ: what every measured RDMA series needs.
 type rdmaRun struct {
 	ep *endpoint
-	mr mrInfo
+	mr control.MR
 	p  *poller
 }
 
@@ -128,14 +129,14 @@ func (c *client) latencyRun(ep *endpoint, p *poller, test string, spec opSpec, w
 		}
 		return s, nil
 	}
-	if err := c.ctl.send(&msg{Op: opRun, Test: test, Mode: modeLat, Size: spec.size, Total: warmup + iters}, c.cfg.timeout); err != nil {
+	if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeLat, Size: spec.size, Total: warmup + iters}, c.cfg.timeout); err != nil {
 		return nil, err
 	}
 	samples, err := ep.pingPong(p, spec.size, warmup, iters)
 	if err != nil {
 		return nil, fmt.Errorf("send lat: %w", err)
 	}
-	if _, err := c.ctl.reply(opRun, c.cfg.timeout); err != nil {
+	if _, err := c.ctl.Reply(control.OpRun, c.cfg.timeout); err != nil {
 		return nil, fmt.Errorf("send lat: %w", err)
 	}
 	for i := range samples {
@@ -149,7 +150,7 @@ func (c *client) latencyRun(ep *endpoint, p *poller, test string, spec opSpec, w
 func (c *client) bandwidthRun(ep *endpoint, p *poller, test string, spec opSpec, warmup, iters int) ([]perf.Mark, error) {
 	cfg := c.cfg
 	if test == testSend {
-		if err := c.ctl.send(&msg{Op: opRun, Test: test, Mode: modeBW, Size: spec.size, Total: warmup + iters}, cfg.timeout); err != nil {
+		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeBW, Size: spec.size, Total: warmup + iters}, cfg.timeout); err != nil {
 			return nil, err
 		}
 	}
@@ -163,7 +164,7 @@ func (c *client) bandwidthRun(ep *endpoint, p *poller, test string, spec opSpec,
 		return nil, fmt.Errorf("%s bw: %w", test, err)
 	}
 	if test == testSend {
-		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+		if _, err := c.ctl.Reply(control.OpRun, cfg.timeout); err != nil {
 			return nil, fmt.Errorf("send bw: %w", err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
@@ -211,14 +212,14 @@ func (v *vqSide) twoSidedLat() (err error) {
 	per := interleave.PerBlock(iters)
 	var vq, qp []time.Duration
 	vqBlock := func(n int, keep bool) error {
-		if err := c.ctl.send(&msg{Op: opRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
+		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
 			return err
 		}
 		s, err := ping.run(c.ctx, size, 0, n, cfg.timeout)
 		if err != nil {
 			return err
 		}
-		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+		if _, err := c.ctl.Reply(control.OpRun, cfg.timeout); err != nil {
 			return fmt.Errorf("VQ echo: %w", err)
 		}
 		if keep {
@@ -227,14 +228,14 @@ func (v *vqSide) twoSidedLat() (err error) {
 		return nil
 	}
 	qpBlock := func(n int, keep bool) error {
-		if err := c.ctl.send(&msg{Op: opRun, Test: testSend, Mode: modeLat, Size: size, Total: n}, cfg.timeout); err != nil {
+		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: testSend, Mode: modeLat, Size: size, Total: n}, cfg.timeout); err != nil {
 			return err
 		}
 		s, err := r.ep.pingPong(r.p, size, 0, n)
 		if err != nil {
 			return fmt.Errorf("RC ping-pong: %w", err)
 		}
-		if _, err := c.ctl.reply(opRun, cfg.timeout); err != nil {
+		if _, err := c.ctl.Reply(control.OpRun, cfg.timeout); err != nil {
 			return fmt.Errorf("RC echo: %w", err)
 		}
 		if keep {
