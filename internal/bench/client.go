@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -197,10 +198,10 @@ func (c *client) runTest(test, mode string) (err error) {
 	for _, size := range sizes {
 		iters, warmup := cfg.iters(mode, size)
 		c.logf("%s %s: %d B x %d (+%d warm-up)", test, mode, size, iters, warmup)
-		spec := opSpec{op: opcode(test, cfg.atomicOp), size: size, remote: r.mr}
+		spec := rawqp.Spec{Op: opcode(test, cfg.atomicOp), Size: size, Remote: r.mr}
 		if test == testAtomic {
-			size, spec.size = 8, 8
-			spec.cmp = 1 // FAA adds 1; CAS compares with 1 (and mostly fails, which costs the same)
+			size, spec.Size = 8, 8
+			spec.Cmp = 1 // FAA adds 1; CAS compares with 1 (and mostly fails, which costs the same)
 		}
 		if mode == modeLat {
 			samples, err := c.latencyRun(ep, p, test, spec, warmup, iters)

@@ -10,6 +10,7 @@ import (
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -110,8 +111,8 @@ func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int
 type immRaw struct {
 	ctx     context.Context
 	timeout time.Duration
-	a, b    *endpoint
-	pa, pb  *poller
+	a, b    *rawqp.Endpoint
+	pa, pb  *rawqp.Poller
 }
 
 func newImmRaw(ctx context.Context, cl *cluster.Cluster, cfg *config) (_ *immRaw, err error) {
@@ -121,27 +122,27 @@ func newImmRaw(ctx context.Context, cl *cluster.Cluster, cfg *config) (_ *immRaw
 			r.close()
 		}
 	}()
-	sh := qpShape{sendDepth: immQPDepth, recvDepth: immQPDepth}
-	if r.a, err = newEndpoint(cl.Devices[0], nil, maxVQMessage, sh); err != nil {
+	sh := rawqp.Shape{SendDepth: immQPDepth, RecvDepth: immQPDepth}
+	if r.a, err = rawqp.NewEndpoint(cl.Devices[0], nil, maxVQMessage, sh); err != nil {
 		return nil, err
 	}
-	if r.b, err = newEndpoint(cl.Devices[1], nil, maxVQMessage, sh); err != nil {
+	if r.b, err = rawqp.NewEndpoint(cl.Devices[1], nil, maxVQMessage, sh); err != nil {
 		return nil, err
 	}
-	if err = r.a.connect(r.b.qp.Endpoint()); err != nil {
+	if err = r.a.Connect(r.b.QP.Endpoint()); err != nil {
 		return nil, err
 	}
-	if err = r.b.connect(r.a.qp.Endpoint()); err != nil {
+	if err = r.b.Connect(r.a.QP.Endpoint()); err != nil {
 		return nil, err
 	}
-	for _, e := range []*endpoint{r.a, r.b} {
-		if err = e.postRecvs(immQPDepth); err != nil {
+	for _, e := range []*rawqp.Endpoint{r.a, r.b} {
+		if err = e.PostRecvs(immQPDepth); err != nil {
 			return nil, err
 		}
 	}
 	spin := cfg.spinFor(placementInproc)
-	r.pa = newPoller(ctx, r.a.cq, spin, cfg.timeout, placementInproc)
-	r.pb = newPoller(ctx, r.b.cq, spin, cfg.timeout, placementInproc)
+	r.pa = rawqp.NewPoller(ctx, r.a.CQ, spin, cfg.timeout, true)
+	r.pb = rawqp.NewPoller(ctx, r.b.CQ, spin, cfg.timeout, true)
 	return r, nil
 }
 
@@ -149,8 +150,8 @@ func newImmRaw(ctx context.Context, cl *cluster.Cluster, cfg *config) (_ *immRaw
 // the other side's MR), the echo in a goroutine it owns.
 func (r *immRaw) run(op verbs.Opcode, size, warmup, iters int) ([]time.Duration, error) {
 	done := make(chan error, 1)
-	go func() { done <- r.b.echoOp(r.pb, opSpec{op: op, size: size, remote: *r.a.info()}, warmup+iters) }()
-	s, err := r.a.pingPongOp(r.pa, opSpec{op: op, size: size, remote: *r.b.info()}, warmup, iters)
+	go func() { done <- r.b.EchoOp(r.pb, rawqp.Spec{Op: op, Size: size, Remote: *r.a.Remote()}, warmup+iters) }()
+	s, err := r.a.PingPongOp(r.pa, rawqp.Spec{Op: op, Size: size, Remote: *r.b.Remote()}, warmup, iters)
 	// A failed ping leaves the echo waiting for what never comes: its
 	// poller gives up within the timeout.
 	return s, firstErr(err, <-done)
@@ -158,14 +159,14 @@ func (r *immRaw) run(op verbs.Opcode, size, warmup, iters int) ([]time.Duration,
 
 func (r *immRaw) close() error {
 	var err error
-	for _, p := range []*poller{r.pa, r.pb} {
+	for _, p := range []*rawqp.Poller{r.pa, r.pb} {
 		if p != nil {
-			p.close()
+			p.Close()
 		}
 	}
-	for _, e := range []*endpoint{r.a, r.b} {
+	for _, e := range []*rawqp.Endpoint{r.a, r.b} {
 		if e != nil {
-			err = firstErr(err, e.close())
+			err = firstErr(err, e.Close())
 		}
 	}
 	return err

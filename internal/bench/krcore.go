@@ -14,6 +14,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
@@ -342,8 +343,8 @@ func (b *connBlocks) fetchBlock(n int, keep bool) error {
 }
 
 func (b *connBlocks) readBlock(n int, keep bool) error {
-	spec := opSpec{op: verbs.OpRead, size: 8, remote: b.r.mr}
-	s, err := b.r.ep.latency(b.r.p, spec, 0, n)
+	spec := rawqp.Spec{Op: verbs.OpRead, Size: 8, Remote: b.r.mr}
+	s, err := b.r.ep.Latency(b.r.p, spec, 0, n)
 	if keep {
 		b.read = append(b.read, s...)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -68,9 +69,9 @@ func (c *client) pairLatency() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, done()) }()
-	spec := opSpec{op: verbs.OpRead, size: pairLatSize, remote: r.mr}
+	spec := rawqp.Spec{Op: verbs.OpRead, Size: pairLatSize, Remote: r.mr}
 	tcp := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return rc.pingPong(pairLatSize, warmup, iters) }}
-	rd := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.latency(r.p, spec, warmup, iters) }}
+	rd := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.Latency(r.p, spec, warmup, iters) }}
 
 	iters, warmup := cfg.iters(modeLat, pairLatSize)
 	per := interleave.PerBlock(iters)
@@ -105,9 +106,9 @@ func (c *client) pairBandwidth() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, done()) }()
-	spec := opSpec{op: verbs.OpWrite, size: pairBWSize, remote: r.mr}
+	spec := rawqp.Spec{Op: verbs.OpWrite, Size: pairBWSize, Remote: r.mr}
 	tcp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return rc.stream(pairBWSize, total, cfg.cqMod) })
-	wr := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	wr := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.Stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
 
 	iters, warmup := cfg.iters(modeBW, pairBWSize)
 	per := interleave.PerBlock(iters)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -28,15 +29,15 @@ func (c *client) runConnect() error {
 	// two nodes (when no earlier test did); it is reported apart from the
 	// steady state.
 	const warmup = 1
-	buf, err := allocBuf(connSize)
+	buf, err := rawqp.AllocBuf(connSize)
 	if err != nil {
 		return err
 	}
 	defer buf.Close()
 	samples := make([][]time.Duration, len(phases))
 	var first time.Duration
-	p := newPoller(c.ctx, nil, cfg.spinFor(c.place), cfg.timeout, c.place)
-	defer p.close()
+	p := rawqp.NewPoller(c.ctx, nil, cfg.spinFor(c.place), cfg.timeout, c.place == placementInproc)
+	defer p.Close()
 	base := rand.Uint64()
 	for i := range warmup + iters {
 		c.logf("connect #%d", i)
@@ -73,26 +74,26 @@ func (c *client) runConnect() error {
 
 // connectOnce makes, proves and tears down one connection, returning the
 // phase durations in phases order.
-func (c *client) connectOnce(buf *offheap.Block, p *poller, token uint64) (_ []time.Duration, err error) {
+func (c *client) connectOnce(buf *offheap.Block, p *rawqp.Poller, token uint64) (_ []time.Duration, err error) {
 	cfg := c.cfg
 	b := buf.Bytes()
 	binary.LittleEndian.PutUint64(b, 0)
 
 	t0 := time.Now()
-	ep, err := newEndpoint(c.dev, buf, connSize, qpShape{sendDepth: 4, recvDepth: 1})
+	ep, err := rawqp.NewEndpoint(c.dev, buf, connSize, rawqp.Shape{SendDepth: 4, RecvDepth: 1})
 	if err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
 	defer func() {
-		if cerr := ep.close(); cerr != nil && err == nil {
+		if cerr := ep.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 		if _, cerr := c.ctl.Call(&control.Msg{Op: control.OpConnClose}, cfg.timeout); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	epb, err := control.MarshalEP(ep.qp)
+	epb, err := control.MarshalEP(ep.QP)
 	if err != nil {
 		return nil, err
 	}
@@ -108,12 +109,12 @@ func (c *client) connectOnce(buf *offheap.Block, p *poller, token uint64) (_ []t
 	if rep.MR == nil {
 		return nil, fmt.Errorf("server sent no MR")
 	}
-	if err := ep.connect(remote); err != nil {
+	if err := ep.Connect(remote); err != nil {
 		return nil, err
 	}
 	t3 := time.Now()
-	p.cq = ep.cq
-	if _, err := ep.latency(p, opSpec{op: verbs.OpRead, size: 8, remote: *rep.MR}, 0, 1); err != nil {
+	p.SetCQ(ep.CQ)
+	if _, err := ep.Latency(p, rawqp.Spec{Op: verbs.OpRead, Size: 8, Remote: *rep.MR}, 0, 1); err != nil {
 		return nil, fmt.Errorf("first READ: %w", err)
 	}
 	t4 := time.Now()

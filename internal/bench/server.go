@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -120,9 +121,9 @@ type session struct {
 	logf func(string, ...any)
 
 	dev  verbs.Device
-	ep   *endpoint      // the current test's objects
-	conn *endpoint      // the connect test's current connection
-	cbuf *offheap.Block // the connect test's MR memory, allocated once
+	ep   *rawqp.Endpoint // the current test's objects
+	conn *rawqp.Endpoint // the connect test's current connection
+	cbuf *offheap.Block  // the connect test's MR memory, allocated once
 
 	kr   *krServer // the KRCore runtime, once a client asked for it
 	kept *krServer // the runtime kept across sessions (-keep-runtime), not the session's to close
@@ -206,31 +207,31 @@ func (s *session) handle(m *control.Msg) (*control.Msg, error) {
 		}
 		// The server sends only in the SEND tests (echoes), and receives
 		// only there; its QP is otherwise a pure responder.
-		sh := qpShape{sendDepth: m.TxDepth, recvDepth: 1, inline: m.Inline}
+		sh := rawqp.Shape{SendDepth: m.TxDepth, RecvDepth: 1, Inline: m.Inline}
 		if m.Test == testSend {
-			sh.recvDepth = m.RxDepth
+			sh.RecvDepth = m.RxDepth
 		}
-		ep, err := newEndpoint(s.dev, nil, m.MaxSize, sh)
+		ep, err := rawqp.NewEndpoint(s.dev, nil, m.MaxSize, sh)
 		if err != nil {
 			return nil, err
 		}
 		s.ep = ep
-		if err := ep.connect(remote); err != nil {
+		if err := ep.Connect(remote); err != nil {
 			return nil, err
 		}
 		if m.Test == testSend {
 			// Before replying: the client may SEND as soon as it has our
 			// endpoint, and an RC SEND needs a posted receive. (A QP takes
 			// receives from INIT on; Connect has passed it.)
-			if err := ep.postRecvs(m.RxDepth); err != nil {
+			if err := ep.PostRecvs(m.RxDepth); err != nil {
 				return nil, err
 			}
 		}
-		b, err := control.MarshalEP(ep.qp)
+		b, err := control.MarshalEP(ep.QP)
 		if err != nil {
 			return nil, err
 		}
-		return &control.Msg{Op: control.OpSetup, EP: b, MR: ep.info()}, nil
+		return &control.Msg{Op: control.OpSetup, EP: b, MR: ep.Remote()}, nil
 
 	case control.OpRun:
 		if m.Test == runVQEcho {
@@ -239,19 +240,19 @@ func (s *session) handle(m *control.Msg) (*control.Msg, error) {
 		if s.ep == nil {
 			return nil, errors.New("run before setup")
 		}
-		if m.Size < 1 || m.Size > s.ep.mr.Len() || m.Total < 1 {
-			return nil, fmt.Errorf("run: size %d (MR %d B) or count %d out of range", m.Size, s.ep.mr.Len(), m.Total)
+		if m.Size < 1 || m.Size > s.ep.MR.Len() || m.Total < 1 {
+			return nil, fmt.Errorf("run: size %d (MR %d B) or count %d out of range", m.Size, s.ep.MR.Len(), m.Total)
 		}
 		ctx, stop := s.ctl.Watch(s.ctx)
 		defer stop()
-		p := newPoller(ctx, s.ep.cq, s.cfg.spinFor(s.fab.placement()), s.cfg.timeout, s.fab.placement())
-		defer p.close()
+		p := rawqp.NewPoller(ctx, s.ep.CQ, s.cfg.spinFor(s.fab.placement()), s.cfg.timeout, s.fab.placement() == placementInproc)
+		defer p.Close()
 		var err error
 		switch {
 		case m.Test == testSend && m.Mode == modeLat:
-			err = s.ep.echo(p, m.Size, m.Total)
+			err = s.ep.Echo(p, m.Size, m.Total)
 		case m.Test == testSend && m.Mode == modeBW:
-			err = s.ep.sink(p, m.Total)
+			err = s.ep.Sink(p, m.Total)
 		default:
 			err = fmt.Errorf("run: the server takes no part in %s %s", m.Test, m.Mode)
 		}
@@ -324,7 +325,7 @@ func (s *session) connCreate(m *control.Msg) (*control.Msg, error) {
 		return nil, err
 	}
 	if s.cbuf == nil {
-		if s.cbuf, err = allocBuf(connSize); err != nil {
+		if s.cbuf, err = rawqp.AllocBuf(connSize); err != nil {
 			return nil, err
 		}
 	}
@@ -333,28 +334,28 @@ func (s *session) connCreate(m *control.Msg) (*control.Msg, error) {
 	binary.LittleEndian.PutUint64(s.cbuf.Bytes(), m.Token)
 
 	t0 := time.Now()
-	ep, err := newEndpoint(s.dev, s.cbuf, connSize, qpShape{sendDepth: 4, recvDepth: 1})
+	ep, err := rawqp.NewEndpoint(s.dev, s.cbuf, connSize, rawqp.Shape{SendDepth: 4, RecvDepth: 1})
 	if err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
 	s.conn = ep
-	if err := ep.connect(remote); err != nil {
+	if err := ep.Connect(remote); err != nil {
 		return nil, err
 	}
 	t2 := time.Now()
-	b, err := control.MarshalEP(ep.qp)
+	b, err := control.MarshalEP(ep.QP)
 	if err != nil {
 		return nil, err
 	}
-	return &control.Msg{Op: control.OpConnCreate, EP: b, MR: ep.info(), CreateNS: int64(t1.Sub(t0)), ModifyNS: int64(t2.Sub(t1))}, nil
+	return &control.Msg{Op: control.OpConnCreate, EP: b, MR: ep.Remote(), CreateNS: int64(t1.Sub(t0)), ModifyNS: int64(t2.Sub(t1))}, nil
 }
 
 func (s *session) closeEP() error {
 	if s.ep == nil {
 		return nil
 	}
-	err := s.ep.close()
+	err := s.ep.Close()
 	s.ep = nil
 	return err
 }
@@ -363,7 +364,7 @@ func (s *session) closeConn() error {
 	if s.conn == nil {
 		return nil
 	}
-	err := s.conn.close()
+	err := s.conn.Close()
 	s.conn = nil
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -12,30 +13,30 @@ import (
 // setup creates this side's endpoint for a test, inline payloads up to
 // inline bytes, has the server create its own, and connects both: the
 // out-of-band exchange perftest does. It returns the server's MR.
-func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ control.MR, err error) {
+func (c *client) setup(test, mode string, size, inline int) (_ *rawqp.Endpoint, _ control.MR, err error) {
 	cfg := c.cfg
-	fail := func(err error) (*endpoint, control.MR, error) {
+	fail := func(err error) (*rawqp.Endpoint, control.MR, error) {
 		return nil, control.MR{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
 	}
-	sh := qpShape{sendDepth: cfg.txDepth, recvDepth: 1, inline: inline}
+	sh := rawqp.Shape{SendDepth: cfg.txDepth, RecvDepth: 1, Inline: inline}
 	if test == testSend {
-		sh.recvDepth = cfg.rxDepth
+		sh.RecvDepth = cfg.rxDepth
 	}
-	ep, err := newEndpoint(c.dev, nil, size, sh)
+	ep, err := rawqp.NewEndpoint(c.dev, nil, size, sh)
 	if err != nil {
 		return fail(err)
 	}
 	defer func() {
 		if err != nil {
-			ep.close()
+			ep.Close()
 		}
 	}()
-	b, err := control.MarshalEP(ep.qp)
+	b, err := control.MarshalEP(ep.QP)
 	if err != nil {
 		return fail(err)
 	}
 	rep, err := c.ctl.Call(&control.Msg{Op: control.OpSetup, Test: test, Mode: mode, MaxSize: size,
-		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.inline, EP: b}, cfg.timeout)
+		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.Inline, EP: b}, cfg.timeout)
 	if err != nil {
 		return fail(err)
 	}
@@ -46,13 +47,13 @@ func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ cont
 	if rep.MR == nil || rep.MR.Len < size {
 		return fail(fmt.Errorf("server MR missing or smaller than %d B", size))
 	}
-	if err := ep.connect(remote); err != nil {
+	if err := ep.Connect(remote); err != nil {
 		return fail(err)
 	}
 	if test == testSend && mode == modeLat {
 		// Echoes come back as SENDs; the server sends none before our
 		// first SEND, so posting after connecting is in time.
-		if err := ep.postRecvs(cfg.rxDepth); err != nil {
+		if err := ep.PostRecvs(cfg.rxDepth); err != nil {
 			return fail(err)
 		}
 	}
@@ -60,17 +61,17 @@ func (c *client) setup(test, mode string, size, inline int) (_ *endpoint, _ cont
 }
 
 // teardown frees both sides' objects of a test.
-func (c *client) teardown(ep *endpoint) error {
+func (c *client) teardown(ep *rawqp.Endpoint) error {
 	_, err := c.ctl.Call(&control.Msg{Op: control.OpTeardown}, c.cfg.timeout)
-	return firstErr(err, ep.close())
+	return firstErr(err, ep.Close())
 }
 
 // rdmaRun is a test's connected endpoint, the server's MR it targets and
 // a poller on the endpoint's CQ: what every measured RDMA series needs.
 type rdmaRun struct {
-	ep *endpoint
+	ep *rawqp.Endpoint
 	mr control.MR
-	p  *poller
+	p  *rawqp.Poller
 }
 
 // openRun is setup plus the poller the client's placement calls for.
@@ -79,13 +80,13 @@ func (c *client) openRun(test, mode string, size, inline int) (*rdmaRun, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := newPoller(c.ctx, ep.cq, c.cfg.spinFor(c.place), c.cfg.timeout, c.place)
+	p := rawqp.NewPoller(c.ctx, ep.CQ, c.cfg.spinFor(c.place), c.cfg.timeout, c.place == placementInproc)
 	return &rdmaRun{ep: ep, mr: mr, p: p}, nil
 }
 
 // closeRun stops the poller before both sides' objects go away.
 func (c *client) closeRun(r *rdmaRun) error {
-	r.p.close()
+	r.p.Close()
 	return c.teardown(r.ep)
 }
 
@@ -121,18 +122,18 @@ func opcode(test, atomicOp string) verbs.Opcode {
 // latencyRun measures one size. SEND is a ping-pong with the server
 // echoing; its samples are halved, as ib_send_lat reports half the round
 // trip.
-func (c *client) latencyRun(ep *endpoint, p *poller, test string, spec opSpec, warmup, iters int) ([]time.Duration, error) {
+func (c *client) latencyRun(ep *rawqp.Endpoint, p *rawqp.Poller, test string, spec rawqp.Spec, warmup, iters int) ([]time.Duration, error) {
 	if test != testSend {
-		s, err := ep.latency(p, spec, warmup, iters)
+		s, err := ep.Latency(p, spec, warmup, iters)
 		if err != nil {
 			return nil, fmt.Errorf("%s lat: %w", test, err)
 		}
 		return s, nil
 	}
-	if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeLat, Size: spec.size, Total: warmup + iters}, c.cfg.timeout); err != nil {
+	if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeLat, Size: spec.Size, Total: warmup + iters}, c.cfg.timeout); err != nil {
 		return nil, err
 	}
-	samples, err := ep.pingPong(p, spec.size, warmup, iters)
+	samples, err := ep.PingPong(p, spec.Size, warmup, iters)
 	if err != nil {
 		return nil, fmt.Errorf("send lat: %w", err)
 	}
@@ -147,19 +148,19 @@ func (c *client) latencyRun(ep *endpoint, p *poller, test string, spec opSpec, w
 
 // bandwidthRun measures one size after a one-window warm-up. For SEND the
 // server counts warm-up and measured receives.
-func (c *client) bandwidthRun(ep *endpoint, p *poller, test string, spec opSpec, warmup, iters int) ([]perf.Mark, error) {
+func (c *client) bandwidthRun(ep *rawqp.Endpoint, p *rawqp.Poller, test string, spec rawqp.Spec, warmup, iters int) ([]perf.Mark, error) {
 	cfg := c.cfg
 	if test == testSend {
-		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeBW, Size: spec.size, Total: warmup + iters}, cfg.timeout); err != nil {
+		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: test, Mode: modeBW, Size: spec.Size, Total: warmup + iters}, cfg.timeout); err != nil {
 			return nil, err
 		}
 	}
 	if warmup > 0 {
-		if _, err := ep.stream(p, spec, warmup, cfg.txDepth, cfg.cqMod); err != nil {
+		if _, err := ep.Stream(p, spec, warmup, cfg.txDepth, cfg.cqMod); err != nil {
 			return nil, fmt.Errorf("%s bw warm-up: %w", test, err)
 		}
 	}
-	marks, err := ep.stream(p, spec, iters, cfg.txDepth, cfg.cqMod)
+	marks, err := ep.Stream(p, spec, iters, cfg.txDepth, cfg.cqMod)
 	if err != nil {
 		return nil, fmt.Errorf("%s bw: %w", test, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -141,12 +142,12 @@ func (v *vqSide) oneSidedLat() error { return v.oneSided(modeLat, v.oneSidedLatO
 
 func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
-	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
+	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
 	vq := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) {
 		return vqLatency(dl, v.q, v.poll, req, warmup, iters)
 	}}
-	qp := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.latency(r.p, spec, warmup, iters) }}
+	qp := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.Latency(r.p, spec, warmup, iters) }}
 	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
 	per := interleave.PerBlock(iters)
 	if err := interleave.WarmLatency(warmup, vq, qp); err != nil {
@@ -231,7 +232,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: testSend, Mode: modeLat, Size: size, Total: n}, cfg.timeout); err != nil {
 			return err
 		}
-		s, err := r.ep.pingPong(r.p, size, 0, n)
+		s, err := r.ep.PingPong(r.p, size, 0, n)
 		if err != nil {
 			return fmt.Errorf("RC ping-pong: %w", err)
 		}
@@ -269,12 +270,12 @@ func (v *vqSide) oneSidedBW() error { return v.oneSided(modeBW, v.oneSidedBWOp) 
 
 func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
-	spec := opSpec{op: t.op, size: vqOneSidedSize, remote: r.mr}
+	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
 	vq := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) {
 		return vqStream(dl, v.q, v.poll, req, total, cfg.txDepth, cfg.cqMod)
 	})
-	qp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	qp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.Stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
 	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
 	per := interleave.PerBlock(iters)
 	if err := interleave.WarmBandwidth(warmup, vq, qp); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 )
 
 // vqPoll waits for a VQ's completions or messages the way krbench's
@@ -33,7 +34,7 @@ func pollThen[T any](w vqPoll, ctx context.Context, out []T, poll func([]T) int,
 			if n := poll(out); n > 0 {
 				return n, nil
 			}
-			if i%spinYield != 0 {
+			if i%rawqp.SpinYield != 0 {
 				continue
 			}
 			if w.yield {

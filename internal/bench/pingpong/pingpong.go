@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/provider/ibverbs"
 	"github.com/krcore/krcore/verbs"
@@ -224,7 +225,7 @@ func newPPCtx(ctx context.Context, cfg *ppConfig) (_ *ppCtx, err error) {
 	if c.dev, err = ibverbs.Open(ctx, cfg.dev, cfg.ibPort, cfg.gidIdx); err != nil {
 		return nil, err
 	}
-	if c.buf, err = offheap.Alloc(cfg.size); err != nil {
+	if c.buf, err = rawqp.AllocBuf(cfg.size); err != nil {
 		return nil, err
 	}
 	b := c.buf.Bytes()[:cfg.size]

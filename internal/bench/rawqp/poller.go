@@ -1,4 +1,4 @@
-package bench
+package rawqp
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// poller waits for completions: it busy-polls for a bounded time, because a
+// Poller waits for completions: it busy-polls for a bounded time, because a
 // blocking wait costs a goroutine wake-up (several microseconds) that would
 // swamp an in-memory READ, then blocks on the CQ with a deadline, because
 // these machines have two cores to share and a dead peer must not hang us.
 //
-// While spinning in one process it yields now and then (see next). Across
+// While spinning in one process it yields now and then (see Next). Across
 // processes it does not: there the yields kept waking the runtime's idle
 // thread and left the fabric's link reader and the peer process one core,
 // and READ latency rose to about the spin budget (krbench -spin 200us:
 // 130-230 us instead of 40-60 us without yields).
-type poller struct {
+type Poller struct {
 	ctx     context.Context
 	cq      verbs.CQ
 	wc      []verbs.WC
@@ -37,12 +37,19 @@ type poller struct {
 	waitDeadline time.Time
 }
 
-func newPoller(ctx context.Context, cq verbs.CQ, spin, timeout time.Duration, placement string) *poller {
-	return &poller{ctx: ctx, cq: cq, wc: make([]verbs.WC, 64), spin: spin, timeout: timeout, yield: placement == placementInproc}
+// NewPoller waits on cq: it polls for spin, yielding to the scheduler now
+// and then if yield is set (both sides in one process), then blocks with
+// deadlines timeout apart, under ctx.
+func NewPoller(ctx context.Context, cq verbs.CQ, spin, timeout time.Duration, yield bool) *Poller {
+	return &Poller{ctx: ctx, cq: cq, wc: make([]verbs.WC, 64), spin: spin, timeout: timeout, yield: yield}
 }
 
-// close releases the poller's wait context.
-func (p *poller) close() {
+// SetCQ points the poller at another CQ (the connect test's next
+// connection).
+func (p *Poller) SetCQ(cq verbs.CQ) { p.cq = cq }
+
+// Close releases the Poller's wait context.
+func (p *Poller) Close() {
 	if p.waitCancel != nil {
 		p.waitCancel()
 		p.waitCtx, p.waitCancel = nil, nil
@@ -50,18 +57,18 @@ func (p *poller) close() {
 }
 
 // waitContext returns a context for one blocking wait.
-func (p *poller) waitContext() (context.Context, time.Time) {
+func (p *Poller) waitContext() (context.Context, time.Time) {
 	now := time.Now()
 	if p.waitCtx == nil || p.waitDeadline.Sub(now) < p.timeout/2 {
-		p.close()
+		p.Close()
 		p.waitDeadline = now.Add(p.timeout)
 		p.waitCtx, p.waitCancel = context.WithDeadline(p.ctx, p.waitDeadline)
 	}
 	return p.waitCtx, p.waitDeadline
 }
 
-// next returns one or more completions.
-func (p *poller) next() ([]verbs.WC, error) {
+// Next returns one or more completions.
+func (p *Poller) Next() ([]verbs.WC, error) {
 	if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {
 		return p.result(n, err)
 	}
@@ -71,7 +78,7 @@ func (p *poller) next() ([]verbs.WC, error) {
 			if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {
 				return p.result(n, err)
 			}
-			if i%spinYield != 0 {
+			if i%SpinYield != 0 {
 				continue
 			}
 			if p.yield {
@@ -97,22 +104,22 @@ func (p *poller) next() ([]verbs.WC, error) {
 		case p.ctx.Err() != nil:
 			return nil, fmt.Errorf("wait for completion: %w", p.ctx.Err())
 		case !time.Now().Before(deadline):
-			return nil, fmt.Errorf("nothing for at least %v: %w", p.timeout/2, errNoCompletion)
+			return nil, fmt.Errorf("nothing for at least %v: %w", p.timeout/2, ErrNoCompletion)
 		case werr != nil && !errors.Is(werr, context.DeadlineExceeded):
 			return nil, fmt.Errorf("wait for completion: %w", werr)
 		}
 	}
 }
 
-func (p *poller) result(n int, err error) ([]verbs.WC, error) {
+func (p *Poller) result(n int, err error) ([]verbs.WC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poll CQ: %w", err)
 	}
 	return p.wc[:n], nil
 }
 
-// checkWC turns a failed completion into an error naming the operation.
-func checkWC(wc *verbs.WC, what string) error {
+// CheckWC turns a failed completion into an error naming the operation.
+func CheckWC(wc *verbs.WC, what string) error {
 	if wc.Status != verbs.Success {
 		return fmt.Errorf("%s: %w", what, wc.Err())
 	}
