@@ -88,6 +88,12 @@ func (rt *Runtime) Queue() (*Queue, error) {
 // handshake with the node; when the pool is full and no RC peer is idle
 // Connect fails with ErrNoQP.
 func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
+	q.mu.Lock()
+	err := q.movable(node, nil)
+	q.mu.Unlock()
+	if err != nil { // before the lookup: what fails here fails the same everywhere
+		return err
+	}
 	p, err := q.rt.peerFor(ctx, node)
 	if err != nil {
 		return err
@@ -100,17 +106,29 @@ func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.Co
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
-		return fmt.Errorf("core: connect: %w", krcore.ErrClosed)
-	}
-	if q.n > 0 && q.peer != p {
-		return fmt.Errorf("core: connect queue with %d requests outstanding to another node: %w", q.n, verbs.ErrBusy)
+	if err := q.movable(node, p); err != nil { // pushed or closed meanwhile
+		return err
 	}
 	q.peer, q.dstPort, q.toPort = p, 0, false
 	if opts != nil && opts.Port != 0 {
 		q.dstPort, q.toPort = opts.Port, true
 	}
 	q.rt.count(&q.rt.stats.connects)
+	return nil
+}
+
+// movable is nil when the queue may be connected to node: it is open, and
+// has no request outstanding or node is the one it is connected to. p, if
+// known, is node's peer record: one that replaced the record the queue's
+// requests use (the node forgotten and learned again) counts as another
+// node. q.mu held.
+func (q *Queue) movable(node krcore.NodeID, p *peer) error {
+	switch {
+	case q.closed:
+		return fmt.Errorf("core: connect: %w", krcore.ErrClosed)
+	case q.n > 0 && (q.peer.node != node || p != nil && p != q.peer):
+		return fmt.Errorf("core: connect queue with %d requests outstanding to node %d: %w", q.n, q.peer.node, verbs.ErrBusy)
+	}
 	return nil
 }
 
