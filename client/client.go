@@ -194,6 +194,9 @@ func (c *Client) Node() krcore.NodeID { return c.node }
 // RegMR allocates size bytes of memfd-backed memory and registers them with
 // the daemon.
 func (c *Client) RegMR(size int, access verbs.Access) (krcore.MR, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("client: register %d bytes: %w", size, verbs.ErrInvalid)
+	}
 	blk, err := offheap.AllocShared("krcore-mr", size)
 	if err != nil {
 		return nil, err
@@ -232,14 +235,17 @@ func (c *Client) Register(buf []byte, access verbs.Access) (krcore.MR, error) {
 	return &mr{c: c, id: id, buf: buf, access: access}, nil
 }
 
-// Deregister releases an MR from RegMR or Register.
+// Deregister releases an MR from RegMR or Register. A second Deregister
+// of it fails with krcore.ErrClosed, as the embedded runtime's does.
 func (c *Client) Deregister(m krcore.MR) error {
 	id := c.mrID(m)
 	if id == 0 {
 		return fmt.Errorf("client: deregister an MR of another runtime: %w", krcore.ErrRefused)
 	}
+	if m.(*mr).gone.Swap(true) {
+		return fmt.Errorf("client: deregister MR %d: %w", id, krcore.ErrClosed)
+	}
 	_, err := c.callT(wire.NewMsg(wire.OpDeregister, 0).U64(id))
-	m.(*mr).gone.Store(true)
 	c.mu.Lock()
 	blk := c.blocks[id]
 	delete(c.blocks, id)

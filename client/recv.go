@@ -12,6 +12,9 @@ import (
 // Bind makes the queue receive the messages sent to port on the daemon's
 // node.
 func (v *VQ) Bind(port uint32) error {
+	if v.shut.Load() { // the daemon forgot the VQ: it would refuse the id
+		return fmt.Errorf("client: bind port %d: %w", port, v.errClosed())
+	}
 	_, err := v.c.callT(wire.NewMsg(wire.OpBind, 0).U64(v.id).U32(port))
 	return wrap(fmt.Sprintf("bind port %d", port), err)
 }

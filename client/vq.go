@@ -182,10 +182,18 @@ func (v *VQ) usable() error {
 // on the submission ring, in order with the requests pushed before it, and
 // waits the wire way for the daemon's outcome: a warm connect is a ring
 // round trip, no system call while both sides keep up.
+//
+// A queue with requests outstanding (pushed and not popped here) cannot
+// move to another node (ErrBusy). The client checks it: the daemon's queue
+// forgets a request once its completion is on the ring, before the client
+// pops it.
 func (v *VQ) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
 	var port uint32
 	if opts != nil {
 		port = opts.Port
+	}
+	if err := v.movable(node); err != nil {
+		return fmt.Errorf("client: connect to node %d: %w", node, err)
 	}
 	toPort := port != 0
 	e := wire.SQE{Op: wire.OpConnectSQE, MR: node, Imm: port}
@@ -204,6 +212,20 @@ func (v *VQ) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.Conne
 	v.mu.Lock()
 	v.node, v.toPort = node, toPort
 	v.mu.Unlock()
+	return nil
+}
+
+// movable is nil when the queue may be connected to node: it is open, and
+// has no request outstanding or node is the one it is connected to.
+func (v *VQ) movable(node krcore.NodeID) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed || v.shut.Load() {
+		return v.errClosed()
+	}
+	if n := len(v.ents); n > 0 && node != v.node {
+		return fmt.Errorf("queue with %d requests outstanding to node %d: %w", n, v.node, verbs.ErrBusy)
+	}
 	return nil
 }
 
