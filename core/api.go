@@ -20,8 +20,7 @@ var (
 func Embed(rt *Runtime) krcore.API { return embedded{rt} }
 
 // embedded adapts *Runtime to krcore.API: the interface types in place of
-// the runtime's concrete ones, and an Unexport that reports an error, which
-// a daemon client can meet.
+// the runtime's concrete ones.
 type embedded struct{ rt *Runtime }
 
 func (e embedded) Node() krcore.NodeID { return e.rt.Node() }
@@ -56,7 +55,7 @@ func (e embedded) Export(name string, mr krcore.MR, off, n int, access verbs.Acc
 	return e.rt.Export(name, mr, off, n, access)
 }
 
-func (e embedded) Unexport(name string) error { e.rt.Unexport(name); return nil }
+func (e embedded) Unexport(name string) error { return e.rt.Unexport(name) }
 
 func (e embedded) Region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
 	g, err := e.rt.Region(ctx, node, name)

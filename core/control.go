@@ -43,6 +43,9 @@ const (
 	ctlTimeout  = 20 * time.Millisecond
 	ctlAttempts = 8
 	ctlQueue    = 256 // requests waiting to be served; past it they are dropped (and retried)
+	// maxName bounds an export's name, so that a region lookup for it fits
+	// a control message with room to spare.
+	maxName = 200
 )
 
 // control serves this node's control QP (region lookups and RC set-up for
@@ -271,7 +274,7 @@ func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Acc
 	if mr == nil {
 		return fmt.Errorf("core: export %q from an MR of another runtime: %w", name, krcore.ErrRefused)
 	}
-	if name == "" || len(name) > 200 || off < 0 || n <= 0 || off > mr.Len() || n > mr.Len()-off {
+	if name == "" || len(name) > maxName || off < 0 || n <= 0 || off > mr.Len() || n > mr.Len()-off {
 		return fmt.Errorf("core: export %q [%d,+%d) of a %d-byte MR: %w", name, off, n, mr.Len(), verbs.ErrInvalid)
 	}
 	remote := verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
@@ -309,15 +312,18 @@ func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Acc
 
 // Unexport withdraws a name and revokes it: its registration goes, so
 // clients that learned it get REM_ACCESS_ERR from now on. The memory stays
-// the caller's MR's.
-func (rt *Runtime) Unexport(name string) {
+// the caller's MR's. A name the runtime does not export is refused
+// (ErrRefused), as krcored refuses a client a name it did not export.
+func (rt *Runtime) Unexport(name string) error {
 	rt.mu.Lock()
 	e := rt.exports[name]
 	delete(rt.exports, name)
 	rt.mu.Unlock()
-	if e != nil {
-		e.revoke()
+	if e == nil {
+		return fmt.Errorf("core: unexport %q: not exported by this runtime: %w", name, krcore.ErrRefused)
 	}
+	e.revoke()
+	return nil
 }
 
 // revoke deregisters the export. The RNIC finishes an operation copying
@@ -363,8 +369,12 @@ func (rt *Runtime) describeRegion(name string) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(e.reg.Access()&remote))
 }
 
-// Region learns the region node exports under name.
+// Region learns the region node exports under name. A name longer than
+// any export's is refused (ErrInvalid) without asking.
 func (rt *Runtime) Region(ctx context.Context, node krcore.NodeID, name string) (*Region, error) {
+	if len(name) > maxName {
+		return nil, fmt.Errorf("core: region name of %d bytes, longer than an export's %d: %w", len(name), maxName, verbs.ErrInvalid)
+	}
 	resp, err := rt.ctrl.call(ctx, node, ctlRegionReq, []byte(name))
 	if err != nil {
 		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, err)

@@ -287,8 +287,7 @@ func (ss *session) unexport(name string, err error) error {
 	if !mine {
 		return fmt.Errorf("unexport %q: not exported by this client: %w", name, krcore.ErrRefused)
 	}
-	ss.s.rt.Unexport(name)
-	return nil
+	return ss.s.rt.Unexport(name)
 }
 
 func (ss *session) region(m *wire.Msg, r *wire.Msg) error {
