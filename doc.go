@@ -44,4 +44,19 @@
 // buffer taken, in order with the port's other messages and only once the
 // bytes are in place. That is the doorbell of a ring in remote memory (an
 // RPC's request ring, a socket's receive buffer): write, then notify.
+//
+// # Errors
+//
+// A call's error wraps (%w) one of this package's sentinels, each
+// documented where it is declared, and names what failed and why; a
+// request's failure is its Completion's verbs.Status (Completion.Err).
+// Test them with errors.Is, never by text: errors.Is answers the same for
+// an embedded runtime and for a client of krcored, whose daemon carries the
+// identity across its socket. Only ErrDaemonGone is one-sided, as only a
+// client has a daemon to lose. Some say the call may succeed later, once
+// what it needs is free (ErrNoCredit, ErrNoQP, ErrBusy, ErrPortInUse), some
+// that a peer or its region is missing (ErrUnreachable, ErrPeerDead,
+// ErrNoRegion), some that the call was wrong (ErrInvalid, ErrRefused,
+// ErrNotConnected, ErrClosed), and ErrLimit that it asked for more than the
+// runtime or the device allows.
 package krcore

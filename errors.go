@@ -10,7 +10,8 @@ import (
 // one of these, or one of the verbs errors below, so that errors.Is
 // answers the same whether the runtime is embedded or runs in krcored.
 var (
-	// ErrClosed: the runtime, the queue or the daemon connection is closed.
+	// ErrClosed: the runtime, the queue or the daemon connection is
+	// closed, or the MR was deregistered already.
 	ErrClosed = errors.New("krcore: closed")
 	// ErrNotConnected: a queue was used before Connect.
 	ErrNotConnected = errors.New("krcore: queue not connected")
@@ -25,7 +26,9 @@ var (
 	// reached.
 	ErrUnreachable = errors.New("krcore: node unreachable")
 	// ErrRefused: the runtime refused a request before it reached a
-	// shared QP (bad range, foreign or revoked handle, missing right).
+	// shared QP (bad range, foreign or revoked handle, missing right), or
+	// a call naming what is not the caller's (another runtime's MR, a
+	// name it did not export).
 	ErrRefused = errors.New("krcore: request refused")
 	// ErrNoQP: RC-only mode has no RC QP for a new peer: the pool is full
 	// and every RC peer is busy.
@@ -42,12 +45,14 @@ var (
 // application learns here. They are the verbs values themselves, so either
 // name matches.
 var (
-	// ErrInvalid: a bad argument (size, offset, port, access, handle).
+	// ErrInvalid: a bad argument (size, offset, port, access, handle, a
+	// name longer than an export's).
 	ErrInvalid = verbs.ErrInvalid
 	// ErrLimit: a size or count beyond what the device or runtime allows.
 	ErrLimit = verbs.ErrLimit
 	// ErrBusy: the object is in use (a queue with requests outstanding
-	// reconnected elsewhere; memory still used by requests in flight).
+	// reconnected elsewhere; memory still used by requests in flight; an
+	// export name taken).
 	ErrBusy = verbs.ErrBusy
 	// ErrUnsupported: the device or the runtime cannot do it.
 	ErrUnsupported = verbs.ErrUnsupported
