@@ -7,8 +7,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/rawqp"
@@ -258,14 +256,10 @@ func (c *client) info(test, mode string) []perf.Field {
 func (c *client) polling() string {
 	spin := c.cfg.spinFor(c.place)
 	if spin == 0 {
-		return "blocking wait (timeout " + durText(c.cfg.timeout) + ")"
+		return "blocking wait (timeout " + perf.DurationText(c.cfg.timeout) + ")"
 	}
-	return "spin " + durText(spin) + ", then blocking wait (timeout " + durText(c.cfg.timeout) + ")"
+	return "spin " + perf.DurationText(spin) + ", then blocking wait (timeout " + perf.DurationText(c.cfg.timeout) + ")"
 }
-
-// durText is d.String() in ASCII ("200us", not "200µs"): tables should
-// survive any terminal and grep.
-func durText(d time.Duration) string { return strings.ReplaceAll(d.String(), "µ", "u") }
 
 // openRaw has the server open its baseline listener and connects to it.
 // done closes the connection and tells the server.

@@ -22,6 +22,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/soft"
@@ -141,7 +142,7 @@ type dSide struct {
 	cq    krcore.VQ // connect series
 	g     krcore.Region
 	local krcore.MR
-	ping  *vqPing
+	ping  *vqrun.Ping
 	// own reads the side's own node: no fabric, the daemon's cost alone
 	own    krcore.VQ
 	ownG   krcore.Region
@@ -155,7 +156,7 @@ type dBench struct {
 	out    *output
 	log    *slog.Logger
 	stderr io.Writer
-	poll   vqPoll
+	poll   vqrun.Poll
 
 	devs   []verbs.Device
 	emb    *core.Runtime
@@ -169,7 +170,7 @@ type dBench struct {
 
 func (b *dBench) run() (err error) {
 	defer func() { err = firstErr(err, b.close()) }()
-	b.poll = vqPoll{spin: b.d.spin}
+	b.poll = vqrun.Poll{Spin: b.d.spin}
 	if err := b.start(); err != nil {
 		return err
 	}
@@ -326,7 +327,7 @@ func (b *dBench) open(ctx context.Context, s *dSide) error {
 	if err := b.openOwn(ctx, s); err != nil {
 		return fmt.Errorf("own node: %w", err)
 	}
-	s.ping, err = newVQPing(ctx, s.api, clientPort, dNodeServer, echoPort, b.poll)
+	s.ping, err = vqrun.NewPing(ctx, s.api, clientPort, dNodeServer, echoPort, b.poll)
 	return err
 }
 
@@ -358,7 +359,7 @@ func (b *dBench) close() error {
 			}
 		}
 		if s.ping != nil {
-			errs = append(errs, s.ping.close())
+			errs = append(errs, s.ping.Close())
 		}
 	}
 	if b.cl != nil {
@@ -425,8 +426,8 @@ func (b *dBench) pair(title, test string, size int, what string, run func(s *dSi
 }
 
 func (b *dBench) latency() error {
-	dl := newDeadline(b.ctx, b.d.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	defer dl.Close()
 	for _, t := range []struct {
 		test, title string
 		op          verbs.Opcode
@@ -435,7 +436,7 @@ func (b *dBench) latency() error {
 		err := b.pair(t.title, t.test, vqOneSidedSize, "VQ.Push, then wait for its completion, one request at a time",
 			func(s *dSide, w, n int) ([]time.Duration, error) {
 				req := krcore.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
-				return vqLatency(dl, s.q, b.poll, req, w, n)
+				return vqrun.Latency(dl, s.q, b.poll, req, w, n)
 			})
 		if err != nil {
 			return err
@@ -445,7 +446,7 @@ func (b *dBench) latency() error {
 		"VQ.Push, then wait for its completion, one request at a time; each side READs a region of its own node, so no fabric hop hides the daemon's cost",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
 			req := krcore.Request{Op: verbs.OpRead, Local: s.local.Range(0, vqOneSidedSize), Remote: s.ownG.At(0)}
-			return vqLatency(dl, s.own, b.poll, req, w, n)
+			return vqrun.Latency(dl, s.own, b.poll, req, w, n)
 		})
 }
 
@@ -476,8 +477,8 @@ func (b *dBench) machine(when string) func() error {
 }
 
 func (b *dBench) bandwidth() error {
-	dl := newDeadline(b.ctx, b.d.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	defer dl.Close()
 	total := interleave.PerBlock(b.d.n * 10)
 	for _, t := range []struct {
 		test, title string
@@ -488,7 +489,7 @@ func (b *dBench) bandwidth() error {
 		for _, s := range b.sides {
 			req := krcore.Request{Op: t.op, Local: s.local.Range(0, vqOneSidedSize), Remote: s.g.At(0)}
 			series = append(series, interleave.NewBandwidth(func(n int) ([]perf.Mark, error) {
-				return vqStream(dl, s.q, b.poll, req, n, b.d.txDepth, b.d.cqMod)
+				return vqrun.Stream(dl, s.q, b.poll, req, n, b.d.txDepth, b.d.cqMod)
 			}))
 		}
 		if err := interleave.WarmBandwidth(total, series...); err != nil {
@@ -521,22 +522,22 @@ func (b *dBench) twoSided() error {
 	return b.pair("Embedded vs daemon VQ Send ping-pong round trip, 64 B (interleaved)", testDSend, vqTwoSidedSize,
 		"full round trips: SEND to the server's bound port, its VQ echoes to the port ours is bound to (the echo waits without spinning)",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
-			return s.ping.run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
+			return s.ping.Run(b.ctx, vqTwoSidedSize, w, n, b.d.timeout)
 		})
 }
 
 // connects: warm Connect latency, embedded (a cached lookup) vs daemon (a
 // ring round trip).
 func (b *dBench) connects() error {
-	dl := newDeadline(b.ctx, b.d.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	defer dl.Close()
 	return b.pair("Embedded vs daemon warm connect latency (interleaved)", testDConnect, 0,
 		"VQ.Connect to the server node, already known (warm)",
 		func(s *dSide, w, n int) ([]time.Duration, error) {
 			samples := make([]time.Duration, 0, n)
 			for i := range w + n {
 				t0 := time.Now()
-				if err := s.cq.Connect(dl.get(), dNodeServer, nil); err != nil {
+				if err := s.cq.Connect(dl.Get(), dNodeServer, nil); err != nil {
 					return nil, fmt.Errorf("warm connect #%d: %w", i, err)
 				}
 				if d := time.Since(t0); i >= w {

@@ -20,6 +20,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/internal/bench/flags"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -70,17 +71,17 @@ func runDaemonServer(ctx context.Context, args []string, stdout io.Writer) error
 	// client's side needs: on 2 cores a 200 us spin made the 64 B SEND round
 	// trip ~217 us embedded and ~475 us through the daemon, against ~72 and
 	// ~98 us without it.
-	echo, err := newVQEcho(core.Embed(rt), echoPort, vqPoll{})
+	echo, err := vqrun.NewEcho(core.Embed(rt), echoPort, vqrun.Poll{})
 	if err != nil {
 		return err
 	}
-	defer echo.close()
+	defer echo.Close()
 	if metas == nil {
 		metas = []meta.Info{rt.MetaInfo()}
 	}
 	fmt.Fprintln(stdout, metas[0].String())
 	for ctx.Err() == nil {
-		echo.serve(ctx, math.MaxInt, time.Second) // ends at each idle second
+		echo.Serve(ctx, math.MaxInt, time.Second) // ends at each idle second
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/rawqp"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -123,10 +124,10 @@ func newImmRaw(ctx context.Context, cl *cluster.Cluster, cfg *config) (_ *immRaw
 		}
 	}()
 	sh := rawqp.Shape{SendDepth: immQPDepth, RecvDepth: immQPDepth}
-	if r.a, err = rawqp.NewEndpoint(cl.Devices[0], nil, maxVQMessage, sh); err != nil {
+	if r.a, err = rawqp.NewEndpoint(cl.Devices[0], nil, vqrun.MaxMessage, sh); err != nil {
 		return nil, err
 	}
-	if r.b, err = rawqp.NewEndpoint(cl.Devices[1], nil, maxVQMessage, sh); err != nil {
+	if r.b, err = rawqp.NewEndpoint(cl.Devices[1], nil, vqrun.MaxMessage, sh); err != nil {
 		return nil, err
 	}
 	if err = r.a.Connect(r.b.QP.Endpoint()); err != nil {
@@ -172,16 +173,16 @@ func (r *immRaw) close() error {
 	return err
 }
 
-// immVQs are the VQ sides: a SEND ping and echo (vqPing, vqEcho), and a
+// immVQs are the VQ sides: a SEND ping and echo (vqrun.Ping, vqrun.Echo), and a
 // WRITE_WITH_IMM ping and echo (vqImm).
 type immVQs struct {
 	timeout    time.Duration
-	ping       *vqPing
-	echo       *vqEcho
+	ping       *vqrun.Ping
+	echo       *vqrun.Echo
 	immA, immB *vqImm
 }
 
-func newImmVQs(ctx context.Context, cl *cluster.Cluster, cfg *config, poll vqPoll) (_ *immVQs, err error) {
+func newImmVQs(ctx context.Context, cl *cluster.Cluster, cfg *config, poll vqrun.Poll) (_ *immVQs, err error) {
 	v := &immVQs{timeout: cfg.timeout}
 	defer func() {
 		if err != nil {
@@ -191,10 +192,10 @@ func newImmVQs(ctx context.Context, cl *cluster.Cluster, cfg *config, poll vqPol
 	a, b := core.Embed(cl.Node(1)), core.Embed(cl.Node(2))
 	cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	if v.echo, err = newVQEcho(b, immEchoPort, poll); err != nil {
+	if v.echo, err = vqrun.NewEcho(b, immEchoPort, poll); err != nil {
 		return nil, err
 	}
-	if v.ping, err = newVQPing(cctx, a, immPingPort, 2, immEchoPort, poll); err != nil {
+	if v.ping, err = vqrun.NewPing(cctx, a, immPingPort, 2, immEchoPort, poll); err != nil {
 		return nil, err
 	}
 	if v.immA, err = newVQImm(a, immPingPort+10, poll); err != nil {
@@ -215,10 +216,10 @@ func newImmVQs(ctx context.Context, cl *cluster.Cluster, cfg *config, poll vqPol
 func (v *immVQs) close() error {
 	var err error
 	if v.ping != nil {
-		err = firstErr(err, v.ping.close())
+		err = firstErr(err, v.ping.Close())
 	}
 	if v.echo != nil {
-		err = firstErr(err, v.echo.close())
+		err = firstErr(err, v.echo.Close())
 	}
 	for _, s := range []*vqImm{v.immA, v.immB} {
 		if s != nil {
@@ -233,8 +234,8 @@ func (v *immVQs) runSend(ctx context.Context, size, warmup, iters int) ([]time.D
 	ectx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- v.echo.serve(ectx, warmup+iters, v.timeout) }()
-	s, err := v.ping.run(ctx, size, warmup, iters, v.timeout)
+	go func() { done <- v.echo.Serve(ectx, warmup+iters, v.timeout) }()
+	s, err := v.ping.Run(ctx, size, warmup, iters, v.timeout)
 	if err != nil {
 		stop()
 	}
@@ -260,7 +261,7 @@ func (v *immVQs) runImm(ctx context.Context, size, warmup, iters int) ([]time.Du
 // from into the peer's region.
 type vqImm struct {
 	rt   krcore.API
-	poll vqPoll
+	poll vqrun.Poll
 	q    krcore.VQ
 	ring krcore.MR // exported as immRegionName
 	src  krcore.MR
@@ -270,7 +271,7 @@ type vqImm struct {
 	seq  uint32
 }
 
-func newVQImm(rt krcore.API, port uint32, poll vqPoll) (_ *vqImm, err error) {
+func newVQImm(rt krcore.API, port uint32, poll vqrun.Poll) (_ *vqImm, err error) {
 	v := &vqImm{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
@@ -284,13 +285,13 @@ func newVQImm(rt krcore.API, port uint32, poll vqPoll) (_ *vqImm, err error) {
 	if err = v.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if v.ring, err = rt.RegMR(maxVQMessage, verbs.AccessAll); err != nil {
+	if v.ring, err = rt.RegMR(vqrun.MaxMessage, verbs.AccessAll); err != nil {
 		return nil, err
 	}
-	if err = rt.Export(immRegionName, v.ring, 0, maxVQMessage, verbs.AccessRemoteWrite); err != nil {
+	if err = rt.Export(immRegionName, v.ring, 0, vqrun.MaxMessage, verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	if v.src, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
+	if v.src, err = rt.RegMR(vqrun.MaxMessage, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -309,7 +310,7 @@ func (v *vqImm) close() error {
 	if v.ring != nil {
 		v.rt.Unexport(immRegionName)
 	}
-	return closeVQ(v.rt, v.q, v.ring, v.src)
+	return vqrun.CloseVQ(v.rt, v.q, v.ring, v.src)
 }
 
 // write pushes a WRITE_WITH_IMM of size bytes into the peer's region.
@@ -322,7 +323,7 @@ func (v *vqImm) write(ctx context.Context, size int, imm uint32) error {
 // notified waits for the notification of a WRITE_WITH_IMM of size bytes
 // and returns its immediate.
 func (v *vqImm) notified(ctx context.Context, size int) (uint32, error) {
-	if _, err := v.poll.popMsgs(ctx, v.q, v.msgs); err != nil {
+	if _, err := v.poll.PopMsgs(ctx, v.q, v.msgs); err != nil {
 		return 0, err
 	}
 	m := v.msgs[0]
@@ -335,21 +336,21 @@ func (v *vqImm) notified(ctx context.Context, size int) (uint32, error) {
 
 // completed waits for the completion of the last write.
 func (v *vqImm) completed(ctx context.Context) error {
-	if _, err := v.poll.pop(ctx, v.q, v.comp); err != nil {
+	if _, err := v.poll.Pop(ctx, v.q, v.comp); err != nil {
 		return err
 	}
 	return v.comp[0].Err()
 }
 
 // ping does warmup+iters round trips and returns the last iters, write to
-// the echo's notification; as vqPing, it takes its own completion after.
+// the echo's notification; as vqrun.Ping, it takes its own completion after.
 func (v *vqImm) ping(ctx context.Context, size, warmup, iters int, timeout time.Duration) ([]time.Duration, error) {
-	dl := newDeadline(ctx, timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(ctx, timeout)
+	defer dl.Close()
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
 		v.seq++
-		wctx := dl.get()
+		wctx := dl.Get()
 		t0 := time.Now()
 		if err := v.write(wctx, size, v.seq); err != nil {
 			return nil, fmt.Errorf("VQ WRITE_WITH_IMM %d B #%d: %w", size, i, err)
@@ -374,12 +375,12 @@ func (v *vqImm) ping(ctx context.Context, size, warmup, iters int, timeout time.
 
 // echo answers total notifications with a WRITE_WITH_IMM of the same size
 // and immediate, taking each completion before the next notification, as
-// vqEcho does.
+// vqrun.Echo does.
 func (v *vqImm) echo(ctx context.Context, size, total int, timeout time.Duration) error {
-	dl := newDeadline(ctx, timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(ctx, timeout)
+	defer dl.Close()
 	for i := range total {
-		wctx := dl.get()
+		wctx := dl.Get()
 		imm, err := v.notified(wctx, size)
 		if err == nil {
 			err = v.write(wctx, size, imm)

@@ -15,6 +15,7 @@ import (
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/rawqp"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
@@ -166,8 +167,8 @@ func (c *client) runKrConnect() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	dl := newDeadline(c.ctx, cfg.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(c.ctx, cfg.timeout)
+	defer dl.Close()
 	b := &connBlocks{kr: kr, q: q, mc: mc, dl: dl, r: r}
 
 	iters, warmup := cfg.connIters()
@@ -178,7 +179,7 @@ func (c *client) runKrConnect() (err error) {
 	}
 	// Warm-up: the first fetch learns the table's geometry (a UD round
 	// trip), the first READs dial the fabric link if nothing did yet.
-	if err := mc.Hello(dl.get()); err != nil {
+	if err := mc.Hello(dl.Get()); err != nil {
 		return fmt.Errorf("MetaServer hello: %w", err)
 	}
 	for _, f := range series {
@@ -279,7 +280,7 @@ type connBlocks struct {
 	kr                      *krRuntime
 	q                       krcore.VQ
 	mc                      *meta.Client
-	dl                      *deadline
+	dl                      *vqrun.Deadline
 	r                       *rdmaRun
 	cold, warm, fetch, read []time.Duration
 }
@@ -291,7 +292,7 @@ func (b *connBlocks) coldBlock(n int, keep bool) error {
 		if err != nil {
 			return err
 		}
-		ctx := b.dl.get()
+		ctx := b.dl.Get()
 		if err := b.kr.rt.Forget(ctx, b.kr.server); err != nil {
 			fresh.Close()
 			return fmt.Errorf("forget the server: %w", err)
@@ -312,7 +313,7 @@ func (b *connBlocks) coldBlock(n int, keep bool) error {
 
 func (b *connBlocks) warmBlock(n int, keep bool) error {
 	for i := range n {
-		ctx := b.dl.get()
+		ctx := b.dl.Get()
 		t0 := time.Now()
 		err := b.q.Connect(ctx, b.kr.server, nil)
 		d := time.Since(t0)
@@ -328,7 +329,7 @@ func (b *connBlocks) warmBlock(n int, keep bool) error {
 
 func (b *connBlocks) fetchBlock(n int, keep bool) error {
 	for i := range n {
-		ctx := b.dl.get()
+		ctx := b.dl.Get()
 		t0 := time.Now()
 		_, err := b.mc.Fetch(ctx, b.kr.server)
 		d := time.Since(t0)

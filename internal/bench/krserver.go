@@ -10,6 +10,7 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -26,11 +27,6 @@ const (
 	// echoPort is the server's two-sided port; clientPort the client's.
 	echoPort   uint32 = 7
 	clientPort uint32 = 8
-	// echoSlots is how many receive buffers a ping-pong port keeps posted.
-	echoSlots = 16
-	// maxVQMessage is the largest two-sided message krbench sends through a
-	// VQ: the runtime's default MaxMessage.
-	maxVQMessage = 4096
 )
 
 // runVQEcho is the Test of a control.OpRun that has the server echo messages on
@@ -41,7 +37,7 @@ const runVQEcho = "vq-echo"
 type krServer struct {
 	rt   *core.Runtime
 	mem  krcore.MR // exported as regionName
-	echo *vqEcho
+	echo *vqrun.Echo
 	dev  verbs.Device // the device it owns: only a kept runtime's (-keep-runtime)
 	// nextClient is the node id the next client runtime takes.
 	nextClient krcore.NodeID
@@ -79,7 +75,7 @@ func (k *krServer) clientNode() krcore.NodeID {
 	return id
 }
 
-func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, timeout time.Duration, poll vqPoll) (_ *krServer, err error) {
+func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, timeout time.Duration, poll vqrun.Poll) (_ *krServer, err error) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rt, err := core.New(sctx, core.Config{Device: dev, Node: serverNode, Logger: log})
@@ -98,7 +94,7 @@ func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, time
 	if err = rt.Export(regionName, k.mem, 0, regionSize, verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
 		return nil, fmt.Errorf("export runtime region: %w", err)
 	}
-	if k.echo, err = newVQEcho(core.Embed(rt), echoPort, poll); err != nil {
+	if k.echo, err = vqrun.NewEcho(core.Embed(rt), echoPort, poll); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -107,7 +103,7 @@ func startKrServer(ctx context.Context, dev verbs.Device, log *slog.Logger, time
 func (k *krServer) close() error {
 	var errs []error
 	if k.echo != nil {
-		errs = append(errs, k.echo.close())
+		errs = append(errs, k.echo.Close())
 	}
 	if k.mem != nil {
 		errs = append(errs, k.rt.Deregister(k.mem))

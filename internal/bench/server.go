@@ -304,7 +304,7 @@ func (s *session) vqEcho(m *control.Msg) (*control.Msg, error) {
 	}
 	ctx, stop := s.ctl.Watch(s.ctx)
 	defer stop()
-	if err := s.kr.echo.serve(ctx, m.Total, s.cfg.timeout); err != nil {
+	if err := s.kr.echo.Serve(ctx, m.Total, s.cfg.timeout); err != nil {
 		return nil, err
 	}
 	return &control.Msg{Op: control.OpRun}, nil

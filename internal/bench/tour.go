@@ -9,6 +9,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -46,8 +47,8 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	src, dst := cl.Node(srcID), cl.Node(dstID)
 	iters := min(tourMaxIters, cfg.itersOr(modeLat, 8))
 	warmup := min(max(iters/10, 1), 20)
-	dl := newDeadline(ctx, cfg.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(ctx, cfg.timeout)
+	defer dl.Close()
 	poll := newVQPoll(cfg, placementInproc)
 	logf("cluster: %d nodes up in %v; node %d -> node %d, %d iterations per step", n, up, srcID, dstID, iters)
 
@@ -82,7 +83,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	connect := func(forget bool, into *[]time.Duration) func(int) error {
 		return func(k int) error {
 			for range k {
-				c := dl.get()
+				c := dl.Get()
 				if forget {
 					if err := src.Forget(c, dstID); err != nil {
 						return err
@@ -150,7 +151,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 		return err
 	}
 	defer src.Deregister(buf)
-	if _, err := vqLatency(dl, q, vqPoll{}, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, len(greeting)), Remote: region.At(0)}, 1, 0); err != nil {
+	if _, err := vqrun.Latency(dl, q, vqrun.Poll{}, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, len(greeting)), Remote: region.At(0)}, 1, 0); err != nil {
 		return err
 	}
 	readBack := string(buf.Bytes()[:len(greeting)])
@@ -159,18 +160,18 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	}
 	scribble := fmt.Sprintf(tourScribble, srcID)
 	copy(buf.Bytes()[1024:], scribble)
-	if _, err := vqLatency(dl, q, vqPoll{}, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(1024, len(scribble)), Remote: region.At(2048)}, 1, 0); err != nil {
+	if _, err := vqrun.Latency(dl, q, vqrun.Poll{}, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(1024, len(scribble)), Remote: region.At(2048)}, 1, 0); err != nil {
 		return err
 	}
 	seen := string(mem.Bytes()[2048 : 2048+len(scribble)])
 	if seen != scribble {
 		return fmt.Errorf("cluster: WRITE of %q left %q at node %d", scribble, seen, dstID)
 	}
-	reads, err := vqLatency(dl, q, poll, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}, warmup, iters)
+	reads, err := vqrun.Latency(dl, q, poll, krcore.Request{Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: region.At(0)}, warmup, iters)
 	if err != nil {
 		return err
 	}
-	writes, err := vqLatency(dl, q, poll, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(0, 8), Remote: region.At(3072)}, warmup, iters)
+	writes, err := vqrun.Latency(dl, q, poll, krcore.Request{Op: verbs.OpWrite, Local: buf.Range(0, 8), Remote: region.At(3072)}, warmup, iters)
 	if err != nil {
 		return err
 	}
@@ -214,24 +215,24 @@ func (cfg *config) itersOr(mode string, size int) int {
 
 // tourPingPong runs warmup+iters VQ round trips from src to an echo on
 // dst, the echo in a goroutine this function owns.
-func tourPingPong(ctx context.Context, src, dst *core.Runtime, warmup, iters int, timeout time.Duration, poll vqPoll) ([]time.Duration, error) {
-	echo, err := newVQEcho(core.Embed(dst), tourEchoPort, poll)
+func tourPingPong(ctx context.Context, src, dst *core.Runtime, warmup, iters int, timeout time.Duration, poll vqrun.Poll) ([]time.Duration, error) {
+	echo, err := vqrun.NewEcho(core.Embed(dst), tourEchoPort, poll)
 	if err != nil {
 		return nil, err
 	}
-	defer echo.close()
+	defer echo.Close()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	ping, err := newVQPing(pctx, core.Embed(src), tourPingPort, dst.Node(), tourEchoPort, poll)
+	ping, err := vqrun.NewPing(pctx, core.Embed(src), tourPingPort, dst.Node(), tourEchoPort, poll)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	defer ping.close()
+	defer ping.Close()
 	ectx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- echo.serve(ectx, warmup+iters, timeout) }()
-	rtts, err := ping.run(ctx, vqTwoSidedSize, warmup, iters, timeout)
+	go func() { done <- echo.Serve(ectx, warmup+iters, timeout) }()
+	rtts, err := ping.Run(ctx, vqTwoSidedSize, warmup, iters, timeout)
 	if err != nil {
 		stop()
 	}

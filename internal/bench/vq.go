@@ -11,6 +11,7 @@ import (
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/rawqp"
+	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -60,10 +61,10 @@ type vqSide struct {
 	q      krcore.VQ // connected to the server, one-sided
 	region krcore.Region
 	local  krcore.MR
-	poll   vqPoll // waits as the raw QP's poller does
+	poll   vqrun.Poll // waits as the raw QP's poller does
 }
 
-func (v *vqSide) close() error { return closeVQ(v.rt, v.q, v.local) }
+func (v *vqSide) close() error { return vqrun.CloseVQ(v.rt, v.q, v.local) }
 
 func (v *vqSide) open() error {
 	ctx, cancel := context.WithTimeout(v.c.ctx, v.c.cfg.timeout)
@@ -120,15 +121,15 @@ var vqOneSidedOps = []vqOneSidedOp{
 
 // oneSided runs each of vqOneSidedOps in mode through the VQ and a raw RC
 // QP between the same RNICs; one endpoint and deadline serve both ops.
-func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *deadline, t vqOneSidedOp) error) (err error) {
+func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error) (err error) {
 	c := v.c
 	r, err := c.openRun(testRead, mode, vqOneSidedSize, 0)
 	if err != nil {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	dl := newDeadline(c.ctx, c.cfg.timeout)
-	defer dl.close()
+	dl := vqrun.NewDeadline(c.ctx, c.cfg.timeout)
+	defer dl.Close()
 	for _, t := range vqOneSidedOps {
 		if err := each(r, dl, t); err != nil {
 			return err
@@ -140,12 +141,12 @@ func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *deadline, t vqO
 // oneSidedLat: sync 8 B READ and WRITE, VQ vs QP.
 func (v *vqSide) oneSidedLat() error { return v.oneSided(modeLat, v.oneSidedLatOp) }
 
-func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
+func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
 	vq := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) {
-		return vqLatency(dl, v.q, v.poll, req, warmup, iters)
+		return vqrun.Latency(dl, v.q, v.poll, req, warmup, iters)
 	}}
 	qp := &interleave.Latency{Run: func(warmup, iters int) ([]time.Duration, error) { return r.ep.Latency(r.p, spec, warmup, iters) }}
 	iters, warmup := cfg.iters(modeLat, vqOneSidedSize)
@@ -164,36 +165,6 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 		Latency: []perf.LatencyStats{a, b}})
 }
 
-// vqLatency runs warmup+iters requests one at a time and returns the last
-// iters push-to-completion times.
-func vqLatency(dl *deadline, q krcore.VQ, poll vqPoll, req krcore.Request, warmup, iters int) ([]time.Duration, error) {
-	out := make([]krcore.Completion, 1)
-	samples := make([]time.Duration, 0, iters)
-	for i := range warmup + iters {
-		req.ID = uint64(i)
-		ctx := dl.get()
-		t0 := time.Now()
-		if _, err := q.Push(ctx, false, req); err != nil {
-			return nil, fmt.Errorf("VQ %s %d B #%d: %w", req.Op, req.Local.Len, i, err)
-		}
-		n, err := poll.pop(ctx, q, out)
-		d := time.Since(t0)
-		if err != nil {
-			return nil, fmt.Errorf("VQ %s %d B #%d: %w", req.Op, req.Local.Len, i, err)
-		}
-		if n != 1 || out[0].ID != uint64(i) {
-			return nil, fmt.Errorf("VQ %s #%d: got %d completions (first ID %d)", req.Op, i, n, out[0].ID)
-		}
-		if err := out[0].Err(); err != nil {
-			return nil, err
-		}
-		if i >= warmup {
-			samples = append(samples, d)
-		}
-	}
-	return samples, nil
-}
-
 // twoSidedLat: 64 B round trips, VQ ping-pong vs raw RC SEND/RECV
 // ping-pong; the server echoes both.
 func (v *vqSide) twoSidedLat() (err error) {
@@ -204,11 +175,11 @@ func (v *vqSide) twoSidedLat() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	ping, err := newVQPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
+	ping, err := vqrun.NewPing(c.ctx, v.rt, clientPort, v.server, echoPort, v.poll)
 	if err != nil {
 		return err
 	}
-	defer ping.close()
+	defer ping.Close()
 	iters, warmup := cfg.iters(modeLat, size)
 	per := interleave.PerBlock(iters)
 	var vq, qp []time.Duration
@@ -216,7 +187,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		if err := c.ctl.Send(&control.Msg{Op: control.OpRun, Test: runVQEcho, Size: size, Total: n}, cfg.timeout); err != nil {
 			return err
 		}
-		s, err := ping.run(c.ctx, size, 0, n, cfg.timeout)
+		s, err := ping.Run(c.ctx, size, 0, n, cfg.timeout)
 		if err != nil {
 			return err
 		}
@@ -260,7 +231,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 		Column: "series", Placement: c.place,
 		Info: append(v.info("full round trips (not halved): vq: SEND to the server's bound port, its VQ echoes to the port ours is bound to; "+
 			"qp: SEND on a raw RC QP, the server's RC QP echoes"),
-			perf.Field{Key: "RX depth", Value: fmt.Sprintf("vq: %d buffers per port; qp: %d receives", echoSlots, cfg.rxDepth)}),
+			perf.Field{Key: "RX depth", Value: fmt.Sprintf("vq: %d buffers per port; qp: %d receives", vqrun.EchoSlots, cfg.rxDepth)}),
 		Latency: []perf.LatencyStats{a, b}})
 }
 
@@ -268,12 +239,12 @@ func (v *vqSide) twoSidedLat() (err error) {
 // outstanding, one in -cq-mod signaled, VQ vs QP.
 func (v *vqSide) oneSidedBW() error { return v.oneSided(modeBW, v.oneSidedBWOp) }
 
-func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
+func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
 	vq := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) {
-		return vqStream(dl, v.q, v.poll, req, total, cfg.txDepth, cfg.cqMod)
+		return vqrun.Stream(dl, v.q, v.poll, req, total, cfg.txDepth, cfg.cqMod)
 	})
 	qp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.Stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
 	iters, warmup := cfg.iters(modeBW, vqOneSidedSize)
@@ -296,46 +267,6 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *deadline, t vqOneSidedOp) error {
 		Bandwidth: []perf.BandwidthStats{a, b, ma, mb}})
 }
 
-// vqStream keeps up to depth requests in flight on q until total have
-// completed, asking for a completion on one in cqMod (and the last); a VQ
-// completes in order, so a completion retires every request before it.
-func vqStream(dl *deadline, q krcore.VQ, poll vqPoll, req krcore.Request, total, depth, cqMod int) ([]perf.Mark, error) {
-	reqs := make([]krcore.Request, depth)
-	out := make([]krcore.Completion, 64)
-	marks := make([]perf.Mark, 1, total/cqMod+2)
-	posted, done := 0, 0
-	start := time.Now()
-	for done < total {
-		ctx := dl.get()
-		if room := min(depth-(posted-done), total-posted); room > 0 {
-			batch := reqs[:room]
-			for k := range batch {
-				seq := posted + k
-				batch[k] = req
-				batch[k].ID = uint64(seq)
-				batch[k].Unsignaled = !((seq+1)%cqMod == 0 || seq+1 == total)
-			}
-			n, err := q.Push(ctx, true, batch...)
-			posted += n
-			if err != nil {
-				return nil, fmt.Errorf("VQ push %s #%d (%d in flight): %w", req.Op, posted, posted-done, err)
-			}
-		}
-		n, err := poll.pop(ctx, q, out)
-		if err != nil {
-			return nil, fmt.Errorf("VQ %s after %d of %d: %w", req.Op, done, total, err)
-		}
-		for k := range out[:n] {
-			cp := &out[k]
-			if err := cp.Err(); err != nil {
-				return nil, err
-			}
-			if int(cp.ID) < done || int(cp.ID) >= posted {
-				return nil, fmt.Errorf("VQ %s: completion for request %d out of order (done %d, posted %d)", req.Op, cp.ID, done, posted)
-			}
-			done = int(cp.ID) + 1
-		}
-		marks = append(marks, perf.Mark{At: time.Since(start), Msgs: done})
-	}
-	return marks, nil
+func newVQPoll(cfg *config, placement string) vqrun.Poll {
+	return vqrun.Poll{Spin: cfg.spinFor(placement), Yield: placement == placementInproc}
 }

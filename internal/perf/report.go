@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Mode is the kind of table a Result holds.
@@ -467,3 +468,7 @@ func parseCheck(line string) (Check, error) {
 	c.Unit = unit
 	return c, nil
 }
+
+// DurationText is d.String() in ASCII ("200us", not "200µs"): tables should
+// survive any terminal and grep.
+func DurationText(d time.Duration) string { return strings.ReplaceAll(d.String(), "µ", "u") }

@@ -1,4 +1,4 @@
-package bench
+package vqrun
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// vqEcho answers every message to its bound port with the same bytes, sent
+// Echo answers every message to its bound port with the same bytes, sent
 // back to the sender's port through the same VQ.
-type vqEcho struct {
+type Echo struct {
 	rt    krcore.API
-	poll  vqPoll
+	poll  Poll
 	q     krcore.VQ
-	in    krcore.MR // echoSlots receive buffers of maxVQMessage
+	in    krcore.MR // EchoSlots receive buffers of MaxMessage
 	out   krcore.MR // the echo's source
 	to    krcore.NodeID
 	toPrt uint32
@@ -25,11 +25,12 @@ type vqEcho struct {
 	comp  []krcore.Completion
 }
 
-func newVQEcho(rt krcore.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
-	e := &vqEcho{rt: rt, poll: poll, msgs: make([]krcore.Message, echoSlots), comp: make([]krcore.Completion, 1)}
+// NewEcho binds a queue of rt to port and posts its receive buffers.
+func NewEcho(rt krcore.API, port uint32, poll Poll) (_ *Echo, err error) {
+	e := &Echo{rt: rt, poll: poll, msgs: make([]krcore.Message, EchoSlots), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
-			e.close()
+			e.Close()
 			err = fmt.Errorf("VQ echo on port %d: %w", port, err)
 		}
 	}()
@@ -39,36 +40,37 @@ func newVQEcho(rt krcore.API, port uint32, poll vqPoll) (_ *vqEcho, err error) {
 	if err = e.q.Bind(port); err != nil {
 		return nil, err
 	}
-	if e.in, e.out, err = vqBuffers(rt, e.q); err != nil {
+	if e.in, e.out, err = Buffers(rt, e.q); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *vqEcho) close() error {
-	return closeVQ(e.rt, e.q, e.in, e.out)
+// Close closes the echo's queue and deregisters its buffers.
+func (e *Echo) Close() error {
+	return CloseVQ(e.rt, e.q, e.in, e.out)
 }
 
-// vqBuffers registers the buffers of a bound VQ, echoSlots receive
-// buffers of maxVQMessage and one to send from, and posts every receive.
-// It returns what it registered even when it fails, for closeVQ.
-func vqBuffers(rt krcore.API, q krcore.VQ) (in, out krcore.MR, err error) {
-	if in, err = rt.RegMR(echoSlots*maxVQMessage, verbs.AccessLocalWrite); err != nil {
+// Buffers registers the buffers of a bound VQ, EchoSlots receive
+// buffers of MaxMessage and one to send from, and posts every receive.
+// It returns what it registered even when it fails, for CloseVQ.
+func Buffers(rt krcore.API, q krcore.VQ) (in, out krcore.MR, err error) {
+	if in, err = rt.RegMR(EchoSlots*MaxMessage, verbs.AccessLocalWrite); err != nil {
 		return in, out, err
 	}
-	if out, err = rt.RegMR(maxVQMessage, verbs.AccessLocalWrite); err != nil {
+	if out, err = rt.RegMR(MaxMessage, verbs.AccessLocalWrite); err != nil {
 		return in, out, err
 	}
-	for i := range echoSlots {
-		if err = q.PushRecv(in.Range(i*maxVQMessage, maxVQMessage)); err != nil {
+	for i := range EchoSlots {
+		if err = q.PushRecv(in.Range(i*MaxMessage, MaxMessage)); err != nil {
 			return in, out, err
 		}
 	}
 	return in, out, nil
 }
 
-// closeVQ closes a queue (if any) and deregisters its buffers.
-func closeVQ(rt krcore.API, q krcore.VQ, mrs ...krcore.MR) error {
+// CloseVQ closes a queue (if any) and deregisters its buffers.
+func CloseVQ(rt krcore.API, q krcore.VQ, mrs ...krcore.MR) error {
 	if q != nil {
 		q.Close()
 	}
@@ -81,18 +83,18 @@ func closeVQ(rt krcore.API, q krcore.VQ, mrs ...krcore.MR) error {
 	return errors.Join(errs...)
 }
 
-// serve echoes total messages, each waits at most timeout.
-func (e *vqEcho) serve(ctx context.Context, total int, timeout time.Duration) error {
-	dl := newDeadline(ctx, timeout)
-	defer dl.close()
+// Serve echoes total messages, each waits at most timeout.
+func (e *Echo) Serve(ctx context.Context, total int, timeout time.Duration) error {
+	dl := NewDeadline(ctx, timeout)
+	defer dl.Close()
 	for done := 0; done < total; {
-		n, err := e.poll.popMsgs(dl.get(), e.q, e.msgs)
+		n, err := e.poll.PopMsgs(dl.Get(), e.q, e.msgs)
 		if err != nil {
 			return fmt.Errorf("VQ echo: wait for message %d of %d: %w", done+1, total, err)
 		}
 		for i := range e.msgs[:n] {
 			m := &e.msgs[i]
-			if err := e.answer(dl.get(), m); err != nil {
+			if err := e.answer(dl.Get(), m); err != nil {
 				return fmt.Errorf("VQ echo #%d: %w", done, err)
 			}
 			*m = krcore.Message{}
@@ -102,7 +104,7 @@ func (e *vqEcho) serve(ctx context.Context, total int, timeout time.Duration) er
 	return nil
 }
 
-func (e *vqEcho) answer(ctx context.Context, m *krcore.Message) error {
+func (e *Echo) answer(ctx context.Context, m *krcore.Message) error {
 	if m.Status != verbs.Success {
 		return fmt.Errorf("message from node %d: %s", m.From, m.Status)
 	}
@@ -128,17 +130,17 @@ func (e *vqEcho) answer(ctx context.Context, m *krcore.Message) error {
 	if _, err := e.q.Push(ctx, true, krcore.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}); err != nil {
 		return err
 	}
-	if _, err := e.poll.pop(ctx, e.q, e.comp); err != nil {
+	if _, err := e.poll.Pop(ctx, e.q, e.comp); err != nil {
 		return err
 	}
 	return e.comp[0].Err()
 }
 
-// vqPing is the client half of a VQ ping-pong: a queue bound to a port and
+// Ping is the client half of a VQ ping-pong: a queue bound to a port and
 // connected to the echo's, with receive buffers posted.
-type vqPing struct {
+type Ping struct {
 	rt   krcore.API
-	poll vqPoll
+	poll Poll
 	q    krcore.VQ
 	in   krcore.MR
 	out  krcore.MR
@@ -147,11 +149,13 @@ type vqPing struct {
 	seq  uint64
 }
 
-func newVQPing(ctx context.Context, rt krcore.API, port uint32, to krcore.NodeID, toPort uint32, poll vqPoll) (_ *vqPing, err error) {
-	v := &vqPing{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
+// NewPing binds a queue of rt to port, connects it to node to, port
+// toPort (an Echo's), and posts its receive buffers.
+func NewPing(ctx context.Context, rt krcore.API, port uint32, to krcore.NodeID, toPort uint32, poll Poll) (_ *Ping, err error) {
+	v := &Ping{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
-			v.close()
+			v.Close()
 			err = fmt.Errorf("VQ ping-pong to node %d port %d: %w", to, toPort, err)
 		}
 	}()
@@ -164,34 +168,35 @@ func newVQPing(ctx context.Context, rt krcore.API, port uint32, to krcore.NodeID
 	if err = v.q.Connect(ctx, to, &krcore.ConnectOptions{Port: toPort}); err != nil {
 		return nil, err
 	}
-	if v.in, v.out, err = vqBuffers(rt, v.q); err != nil {
+	if v.in, v.out, err = Buffers(rt, v.q); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-func (v *vqPing) close() error { return closeVQ(v.rt, v.q, v.in, v.out) }
+// Close closes the ping's queue and deregisters its buffers.
+func (v *Ping) Close() error { return CloseVQ(v.rt, v.q, v.in, v.out) }
 
-// run does warmup+iters round trips of size bytes (at least 8: each
+// Run does warmup+iters round trips of size bytes (at least 8: each
 // message carries a sequence number the echo must return) and returns the
 // last iters round trips, send to echo.
-func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.Duration) ([]time.Duration, error) {
-	if size < 8 || size > maxVQMessage {
-		return nil, fmt.Errorf("VQ ping-pong: size %d B, want 8..%d", size, maxVQMessage)
+func (v *Ping) Run(ctx context.Context, size, warmup, iters int, timeout time.Duration) ([]time.Duration, error) {
+	if size < 8 || size > MaxMessage {
+		return nil, fmt.Errorf("VQ ping-pong: size %d B, want 8..%d", size, MaxMessage)
 	}
-	dl := newDeadline(ctx, timeout)
-	defer dl.close()
+	dl := NewDeadline(ctx, timeout)
+	defer dl.Close()
 	samples := make([]time.Duration, 0, iters)
 	ob := v.out.Bytes()
 	for i := range warmup + iters {
 		v.seq++
 		binary.LittleEndian.PutUint64(ob, v.seq)
-		wctx := dl.get()
+		wctx := dl.Get()
 		t0 := time.Now()
 		if _, err := v.q.Push(wctx, false, krcore.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}); err != nil {
 			return nil, fmt.Errorf("VQ SEND %d B #%d: %w", size, i, err)
 		}
-		if _, err := v.poll.popMsgs(wctx, v.q, v.msgs); err != nil {
+		if _, err := v.poll.PopMsgs(wctx, v.q, v.msgs); err != nil {
 			return nil, fmt.Errorf("VQ ping-pong %d B #%d: wait for the echo: %w", size, i, err)
 		}
 		rtt := time.Since(t0)
@@ -209,7 +214,7 @@ func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.
 			}
 		}
 		*m = krcore.Message{}
-		if _, err := v.poll.pop(wctx, v.q, v.comp); err != nil {
+		if _, err := v.poll.Pop(wctx, v.q, v.comp); err != nil {
 			return nil, fmt.Errorf("VQ SEND %d B #%d: completion: %w", size, i, err)
 		}
 		if err := v.comp[0].Err(); err != nil {
@@ -221,3 +226,10 @@ func (v *vqPing) run(ctx context.Context, size, warmup, iters int, timeout time.
 	}
 	return samples, nil
 }
+
+// EchoSlots is how many receive buffers a ping-pong port keeps posted.
+const EchoSlots = 16
+
+// MaxMessage is the largest two-sided message krbench sends through a VQ:
+// the runtime's default MaxMessage.
+const MaxMessage = 4096
