@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/daemon"
@@ -45,6 +46,8 @@ func identityDiff(want, got error) []string {
 // unknown name), and compares: the daemon's error answers
 // errors.Is as the embedded one does for every sentinel and status, and its
 // text is the embedded one's, which names the MetaServer READ and its status.
+// A MetaServer that cannot be read leaves the node unreachable
+// (ErrUnreachable), as an unknown node is.
 func TestConnectErrorCrosses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -106,6 +109,10 @@ func TestConnectErrorCrosses(t *testing.T) {
 	if !t.Failed() {
 		// the MetaServer's node goes: its RNIC stops answering
 		c.Devices[0].Close()
-		compare("connect with the MetaServer down", eq.Connect(ctx, 3, nil), dq.Connect(ctx, 3, nil), "node 3", "READ of bucket", "RETRY_EXC_ERR")
+		embedded, through := eq.Connect(ctx, 3, nil), dq.Connect(ctx, 3, nil)
+		compare("connect with the MetaServer down", embedded, through, "node 3", "READ of bucket", "RETRY_EXC_ERR")
+		if !errors.Is(embedded, krcore.ErrUnreachable) {
+			t.Errorf("connect with the MetaServer down: %v, want ErrUnreachable", embedded)
+		}
 	}
 }

@@ -227,9 +227,8 @@ func TestHostileBindClosed(t *testing.T) {
 // argSentinels are the errors a bad argument may match: what is wrong
 // with it (ErrInvalid, ErrLimit), or that it names what is not the
 // runtime's (ErrRefused), needs a connection (ErrNotConnected) or does
-// not exist (ErrNoRegion, ErrUnreachable, meta.ErrBadRecord for node 0,
-// which no record may have).
-var argSentinels = []error{verbs.ErrInvalid, verbs.ErrLimit, krcore.ErrRefused, krcore.ErrNotConnected, krcore.ErrNoRegion, krcore.ErrUnreachable, meta.ErrBadRecord}
+// not exist (ErrNoRegion, ErrUnreachable).
+var argSentinels = []error{verbs.ErrInvalid, verbs.ErrLimit, krcore.ErrRefused, krcore.ErrNotConnected, krcore.ErrNoRegion, krcore.ErrUnreachable}
 
 // TestHostileArgs hands the runtime's registration and export calls every
 // bad argument: each is an error matching a sentinel, never a panic.

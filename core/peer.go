@@ -79,13 +79,13 @@ func (rt *Runtime) peerFor(ctx context.Context, node krcore.NodeID) (*peer, erro
 	if p != nil {
 		return p, nil
 	}
+	if node == 0 {
+		return nil, fmt.Errorf("core: connect to node 0, which names no node: %w", verbs.ErrInvalid)
+	}
 	rt.count(&rt.stats.coldConnects)
 	rec, err := rt.meta.Lookup(ctx, node)
 	if err != nil {
-		if errors.Is(err, meta.ErrNotFound) {
-			err = fmt.Errorf("%w: %w", krcore.ErrUnreachable, err)
-		}
-		return nil, fmt.Errorf("core: connect to node %d: %w", node, err)
+		return nil, fmt.Errorf("core: connect to node %d: %w", node, lookupErr(err))
 	}
 	p = &peer{rt: rt, node: node, probeNow: make(chan struct{}, 1)}
 	t, err := rt.newTarget(p, rec)
@@ -100,6 +100,21 @@ func (rt *Runtime) peerFor(ctx context.Context, node krcore.NodeID) (*peer, erro
 	}
 	rt.peers[node] = p
 	return p, nil
+}
+
+// lookupErr adds to a failed MetaServer lookup the sentinel an
+// application tests: ErrUnreachable when the node is not registered or the
+// MetaServer could not be read (its READ failed, its record stayed torn),
+// ErrClosed when the runtime is closing. A context that ended says so
+// itself.
+func lookupErr(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, meta.ErrClosed):
+		return fmt.Errorf("%w: %w", krcore.ErrClosed, err)
+	}
+	return fmt.Errorf("%w: %w", krcore.ErrUnreachable, err)
 }
 
 func (rt *Runtime) newTarget(p *peer, rec meta.Record) (*target, error) {
