@@ -217,7 +217,7 @@ func (c *Client) RegMR(size int, access verbs.Access) (krcore.MR, error) {
 func (c *Client) Register(buf []byte, access verbs.Access) (krcore.MR, error) {
 	blk, off, err := offheap.Find(buf)
 	if err != nil {
-		return nil, fmt.Errorf("client: register: %w", err)
+		return nil, fmt.Errorf("client: register: %w: %w", verbs.ErrInvalid, err)
 	}
 	if blk.FD() < 0 {
 		return nil, fmt.Errorf("client: register: memory is not memfd-backed (use offheap.AllocShared): %w", verbs.ErrInvalid)

@@ -266,6 +266,32 @@ var sentinelCases = []sentinelCase{
 		_, err := s.api.RegMR(0, verbs.AccessAll)
 		return err
 	}},
+	{sentinel: "ErrInvalid", how: "register Go memory", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		_, err := s.api.Register(make([]byte, 4096), verbs.AccessAll)
+		return err
+	}},
+	{sentinel: "ErrInvalid", how: "RegMR with unknown access bits", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		_, err := s.api.RegMR(4096, verbs.Access(0xffff0000))
+		return err
+	}},
+	{sentinel: "ErrInvalid", how: "export rights the MR lacks", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		m, err := s.api.RegMR(64, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+		if err != nil {
+			t.Fatalf("%s: RegMR: %v", s.name, err)
+		}
+		defer s.api.Deregister(m)
+		return s.api.Export("rights", m, 0, 64, verbs.AccessRemoteWrite)
+	}},
+	{sentinel: "ErrInvalid", how: "region of node 0", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		_, err := s.api.Region(ctx, 0, "table")
+		return err
+	}},
+	{sentinel: "ErrInvalid", how: "connect to node 0", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		return s.queue(t).Connect(ctx, 0, nil)
+	}},
+	{sentinel: "ErrInvalid", how: "post an empty receive", provoke: func(t *testing.T, ctx context.Context, s *side) error {
+		return s.queue(t).PushRecv(s.mr(t, 64).Range(0, 0))
+	}},
 	{sentinel: "ErrInvalid", how: "bind port 0", provoke: func(t *testing.T, ctx context.Context, s *side) error {
 		return s.queue(t).Bind(0)
 	}},
