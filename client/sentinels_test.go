@@ -38,6 +38,8 @@ type sentinelBed struct {
 	fewMRs *env
 	// clients are the krcored clients of each cluster's daemon.
 	clients map[*env]*client.Client
+	// nodes counts the nodes newNode added.
+	nodes int
 }
 
 // fewMRs is the MR limit of fewMRs' devices: room for what a runtime
@@ -58,6 +60,18 @@ func startSentinelBed(t *testing.T) *sentinelBed {
 		b.clients[e] = attach(t, e)
 	}
 	return b
+}
+
+// newNode adds a node to main, for an embedded API of its own; the
+// cluster's Close stops it.
+func (b *sentinelBed) newNode(t *testing.T, ctx context.Context) *core.Runtime {
+	t.Helper()
+	b.nodes++
+	id := krcore.NodeID(100 + b.nodes)
+	if err := b.main.c.Add(ctx, cluster.Config{Runtime: core.Config{Logger: quiet}}, id); err != nil {
+		t.Fatal(err)
+	}
+	return b.main.c.Node(id)
 }
 
 // side is one implementation of krcore.API on a cluster's node 1.
@@ -112,7 +126,24 @@ type sentinelCase struct {
 	bed func(b *sentinelBed) *env
 	// prepare, if set, runs once before provoke runs on either side.
 	prepare func(t *testing.T, ctx context.Context, b *sentinelBed)
+	// fresh gives provoke APIs of its own to close: a new node of main,
+	// embedded, and a new client of main's daemon.
+	fresh   bool
 	provoke func(t *testing.T, ctx context.Context, s *side) error
+}
+
+// closedAPI gives ErrClosed scenarios after API.Close: f gets the API
+// and, made before the Close, a VQ connected to node 2 with a READ of the
+// table and an MR.
+func closedAPI(f func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error) func(t *testing.T, ctx context.Context, s *side) error {
+	return func(t *testing.T, ctx context.Context, s *side) error {
+		q, req := s.reader(t, ctx)
+		m := s.mr(t, 64)
+		if err := s.api.Close(); err != nil {
+			t.Fatalf("%s: close: %v", s.name, err)
+		}
+		return f(ctx, s, q, req, m)
+	}
 }
 
 // sentinels are the root package's sentinels by name; the guard checks it
@@ -174,6 +205,47 @@ var sentinelCases = []sentinelCase{
 		}
 		return s.api.Deregister(m)
 	}},
+	{sentinel: "ErrClosed", how: "close the API twice", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Close()
+	})},
+	{sentinel: "ErrClosed", how: "Queue after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		_, err := s.api.Queue()
+		return err
+	})},
+	{sentinel: "ErrClosed", how: "RegMR after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		_, err := s.api.RegMR(64, verbs.AccessAll)
+		return err
+	})},
+	{sentinel: "ErrClosed", how: "Region after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		_, err := s.api.Region(ctx, 2, "table")
+		return err
+	})},
+	{sentinel: "ErrClosed", how: "Export after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Export("late", m, 0, 64, verbs.AccessRemoteRead)
+	})},
+	{sentinel: "ErrClosed", how: "Unexport after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Unexport("table")
+	})},
+	{sentinel: "ErrClosed", how: "Deregister after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Deregister(m)
+	})},
+	{sentinel: "ErrClosed", how: "push on a VQ after its API's Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		_, err := q.Push(ctx, true, req)
+		return err
+	})},
+	{sentinel: "ErrClosed", how: "PopWait on a VQ after its API's Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		_, err := q.PopWait(ctx, make([]krcore.Completion, 1))
+		return err
+	})},
+	{sentinel: "ErrClosed", how: "connect a VQ after its API's Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return q.Connect(ctx, 2, nil)
+	})},
+	{sentinel: "ErrClosed", how: "bind a VQ after its API's Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return q.Bind(4711)
+	})},
+	{sentinel: "ErrClosed", how: "post a receive on a VQ after its API's Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return q.PushRecv(m.Range(0, 64))
+	})},
 	{sentinel: "ErrNotConnected", how: "push before connect", provoke: func(t *testing.T, ctx context.Context, s *side) error {
 		_, err := s.queue(t).Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: s.mr(t, 64).Range(0, 8)})
 		return err
@@ -411,7 +483,11 @@ func TestSentinelsAgree(t *testing.T) {
 			}
 			want := sentinels[tc.sentinel]
 			errs := map[string]error{}
-			for _, s := range []*side{{"embedded", core.Embed(e.c.Node(1)), e}, {"krcored", b.clients[e], e}} {
+			sides := []*side{{"embedded", core.Embed(e.c.Node(1)), e}, {"krcored", b.clients[e], e}}
+			if tc.fresh {
+				sides = []*side{{"embedded", core.Embed(b.newNode(t, ctx)), e}, {"krcored", attach(t, e), e}}
+			}
+			for _, s := range sides {
 				err := tc.provoke(t, ctx, s)
 				t.Logf("%s: %s", s.name, shortErr(err))
 				if !errors.Is(err, want) {

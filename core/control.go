@@ -313,9 +313,14 @@ func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Acc
 // Unexport withdraws a name and revokes it: its registration goes, so
 // clients that learned it get REM_ACCESS_ERR from now on. The memory stays
 // the caller's MR's. A name the runtime does not export is refused
-// (ErrRefused), as krcored refuses a client a name it did not export.
+// (ErrRefused), as krcored refuses a client a name it did not export; a
+// closed runtime, which revoked every name, fails with ErrClosed.
 func (rt *Runtime) Unexport(name string) error {
 	rt.mu.Lock()
+	if rt.closed { // Close revokes what is left
+		rt.mu.Unlock()
+		return fmt.Errorf("core: unexport %q: runtime: %w", name, krcore.ErrClosed)
+	}
 	e := rt.exports[name]
 	delete(rt.exports, name)
 	rt.mu.Unlock()
