@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/control"
@@ -206,4 +208,79 @@ func (r *rawClient) stream(size, count, markEvery int) ([]perf.Mark, error) {
 		return nil, fmt.Errorf("tcp stream %d B: wait for the server's ack: %w", size, err)
 	}
 	return append(marks, perf.Mark{At: time.Since(start), Msgs: count}), nil
+}
+
+// openRaw has the server open its baseline listener and connects to it.
+// done closes the connection and tells the server.
+func (c *client) openRaw() (rc *rawClient, done func() error, err error) {
+	cfg := c.cfg
+	rep, err := c.ctl.Call(&control.Msg{Op: control.OpRaw}, cfg.timeout)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tcp baseline: %w", err)
+	}
+	d := net.Dialer{Timeout: cfg.timeout}
+	conn, err := d.DialContext(c.ctx, "tcp", net.JoinHostPort(c.host, strconv.Itoa(rep.Port)))
+	if err != nil {
+		c.ctl.Call(&control.Msg{Op: control.OpRawDone}, cfg.timeout)
+		return nil, nil, fmt.Errorf("tcp baseline: connect: %w", err)
+	}
+	done = func() error {
+		conn.Close()
+		if _, err := c.ctl.Call(&control.Msg{Op: control.OpRawDone}, cfg.timeout); err != nil {
+			return fmt.Errorf("tcp baseline: %w", err)
+		}
+		return nil
+	}
+	return &rawClient{c: conn, timeout: cfg.timeout}, done, nil
+}
+
+// runRaw measures the plain TCP baseline at the sizes the RDMA tests use.
+func (c *client) runRaw() (err error) {
+	cfg := c.cfg
+	rc, done, err := c.openRaw()
+	if err != nil {
+		return err
+	}
+	defer func() { err = firstErr(err, done()) }()
+	conn := rc.c
+	info := []perf.Field{
+		{Key: "Transport", Value: "Go net.TCPConn, TCP_NODELAY"},
+		{Key: "Path", Value: conn.LocalAddr().String() + " <-> " + conn.RemoteAddr().String()},
+	}
+	for _, mode := range cfg.modesOf(testRaw) {
+		res := perf.Result{Title: titles[testRaw+mode], Test: testRaw, Mode: perf.Mode(mode), Placement: c.place, Info: info}
+		// The sizes the RDMA tests of this mode use (not atomics' 8 B
+		// alone, unless nothing else runs).
+		sizes := cfg.sizes(testRead, mode)
+		if mode == modeLat {
+			res.Info = append(slices.Clip(info), perf.Field{Key: "Latency", Value: "full round trip: write, then read the echo"})
+			for _, size := range sizes {
+				iters, warmup := cfg.iters(mode, size)
+				c.logf("tcp ping-pong: %d B x %d", size, iters)
+				s, err := rc.pingPong(size, warmup, iters)
+				if err != nil {
+					return err
+				}
+				res.Latency = append(res.Latency, perf.Latency(size, s))
+			}
+		} else {
+			res.Info = append(slices.Clip(info), perf.Field{Key: "BW", Value: "average: until the receiver acknowledges the last byte; peak: from the sender's writes (kernel buffering flatters it)"})
+			for _, size := range sizes {
+				iters, warmup := cfg.iters(mode, size)
+				c.logf("tcp stream: %d B x %d", size, iters)
+				if _, err := rc.stream(size, warmup, cfg.cqMod); err != nil {
+					return err
+				}
+				marks, err := rc.stream(size, iters, cfg.cqMod)
+				if err != nil {
+					return err
+				}
+				res.Bandwidth = append(res.Bandwidth, perf.Bandwidth(size, marks, cfg.txDepth))
+			}
+		}
+		if err := c.out.add(res); err != nil {
+			return err
+		}
+	}
+	return nil
 }
