@@ -2,8 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -256,4 +258,12 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// newOutput is a run's report.Output, as cfg asks (-json), deriving every
+// test's checks: the suite's and krbench daemon's.
+func newOutput(cfg *config, w io.Writer) *report.Output {
+	return report.New(w, cfg.json, func(rep *perf.Report) []perf.Check {
+		return append(deriveChecks(rep), deriveDaemonChecks(rep)...)
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/rawqp"
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -20,7 +21,7 @@ func runClientCmd(ctx context.Context, cfg *config, stdout, stderr io.Writer) er
 	if err := runSuite(ctx, cfg, cfg.server, cfg.fabricFor(ctx), out, stderr); err != nil {
 		return err
 	}
-	return out.finish(cfg.check)
+	return out.Finish(cfg.check)
 }
 
 // runInproc is -inproc: a server session in a goroutine, on an in-memory
@@ -31,10 +32,10 @@ func runInproc(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 	if err := runInprocSuite(ctx, cfg, out, stderr); err != nil {
 		return err
 	}
-	return out.finish(cfg.check)
+	return out.Finish(cfg.check)
 }
 
-func runInprocSuite(ctx context.Context, cfg *config, out *output, stderr io.Writer) error {
+func runInprocSuite(ctx context.Context, cfg *config, out *report.Output, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("inproc control listener: %w", err)
@@ -69,7 +70,7 @@ type client struct {
 	ctl  *control.Conn
 	dev  verbs.Device
 	host string // the server's host, for the raw baseline connection
-	out  *output
+	out  *report.Output
 	logf func(string, ...any)
 
 	place     string // placement of the two sides
@@ -80,7 +81,7 @@ type client struct {
 }
 
 // runSuite connects to the server at addr and runs cfg's tests.
-func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *output, stderr io.Writer) (err error) {
+func runSuite(ctx context.Context, cfg *config, addr string, fab fabric, out *report.Output, stderr io.Writer) (err error) {
 	logf := func(string, ...any) {}
 	if cfg.verbose {
 		logf = func(format string, a ...any) { fmt.Fprintf(stderr, "krbench: "+format+"\n", a...) }
@@ -215,7 +216,7 @@ func (c *client) runTest(test, mode string) (err error) {
 		}
 		res.Bandwidth = append(res.Bandwidth, perf.Bandwidth(size, marks, cfg.txDepth))
 	}
-	return c.out.add(res)
+	return c.out.Add(res)
 }
 
 // firstErr is err, or later if err is nil: when a run and then its cleanup

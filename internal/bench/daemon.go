@@ -22,6 +22,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
@@ -121,10 +122,10 @@ func runDaemonCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	b := &dBench{d: d, ctx: ctx, out: out, log: slogTo(stderr), stderr: stderr}
 	err = b.run()
 	if err == nil {
-		err = out.finish(d.check)
+		err = out.Finish(d.check)
 	}
 	switch {
-	case errors.Is(err, errTargetMissed):
+	case errors.Is(err, report.ErrTargetMissed):
 		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
 		return 3
 	case err != nil:
@@ -153,7 +154,7 @@ type dSide struct {
 type dBench struct {
 	d      *dConfig
 	ctx    context.Context
-	out    *output
+	out    *report.Output
 	log    *slog.Logger
 	stderr io.Writer
 	poll   vqrun.Poll
@@ -421,7 +422,7 @@ func (b *dBench) pair(title, test string, size int, what string, run func(s *dSi
 		l.Label = b.sides[i].name
 		rows = append(rows, l)
 	}
-	return b.out.add(perf.Result{Title: title, Test: test, Mode: perf.ModeLat, Column: "series", Placement: placementCross,
+	return b.out.Add(perf.Result{Title: title, Test: test, Mode: perf.ModeLat, Column: "series", Placement: placementCross,
 		Info: b.info(what), Latency: rows})
 }
 
@@ -470,7 +471,7 @@ func (b *dBench) machine(when string) func() error {
 		if err != nil || ns <= 0 {
 			return nil // not measurable here (one CPU, no affinity)
 		}
-		b.out.extra = append(b.out.extra, perf.Figure(
+		b.out.AddFigures(perf.Figure(
 			fmt.Sprintf("cross-core round trip of a cache line, %s the latency series", when), ns, " ns"))
 		return nil
 	}
@@ -505,7 +506,7 @@ func (b *dBench) bandwidth() error {
 			a.Label, m.Label = b.sides[i].name, b.sides[i].name+medianSuffix
 			rows = append(rows, a, m)
 		}
-		err := b.out.add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: placementCross,
+		err := b.out.Add(perf.Result{Title: t.title, Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: placementCross,
 			Info: append(b.info("VQ.Push, one request in cq-mod signaled, wait for completions"),
 				perf.Field{Key: "TX depth", Value: strconv.Itoa(b.d.txDepth)}, perf.Field{Key: "CQ moderation", Value: strconv.Itoa(b.d.cqMod)}),
 			Bandwidth: rows})
@@ -563,7 +564,7 @@ func (b *dBench) rates() error {
 			rates[procs] = append(rates[procs], r)
 		}
 	}
-	b.out.extra = append(b.out.extra,
+	b.out.AddFigures(
 		perf.Figure("connects/s through the daemon, 1 client process (median of 3 rounds)", median(rates[1])/1e6, " M/s"),
 		perf.Figure(fmt.Sprintf("connects/s through the daemon, %d client processes (median of 3 rounds)", b.d.procs), median(rates[b.d.procs])/1e6, " M/s"))
 	return nil

@@ -114,7 +114,7 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 			return fmt.Errorf("demo in-process: %w", err)
 		}
 	}
-	return out.finish(cfg.check)
+	return out.Finish(cfg.check)
 }
 
 // listenWatcher is the child's stdout: it picks the listen address out of

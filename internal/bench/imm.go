@@ -11,6 +11,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/rawqp"
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
@@ -41,7 +42,7 @@ const (
 var immSizes = []int{8, 4096}
 
 // runImm runs the imm test.
-func runImm(ctx context.Context, cfg *config, out *output, stderr io.Writer, logf func(string, ...any)) (err error) {
+func runImm(ctx context.Context, cfg *config, out *report.Output, stderr io.Writer, logf func(string, ...any)) (err error) {
 	cl, _, err := startCluster(ctx, 2, cfg, stderr)
 	if err != nil {
 		return err
@@ -67,7 +68,7 @@ func runImm(ctx context.Context, cfg *config, out *output, stderr io.Writer, log
 }
 
 // immSize measures the four series at one size.
-func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int, out *output, logf func(string, ...any)) error {
+func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int, out *report.Output, logf func(string, ...any)) error {
 	series := []*interleave.Latency{
 		{Run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpSend, size, w, n) }},
 		{Run: func(w, n int) ([]time.Duration, error) { return raw.run(verbs.OpWriteImm, size, w, n) }},
@@ -94,7 +95,7 @@ func immSize(ctx context.Context, cfg *config, raw *immRaw, vq *immVQs, size int
 		rows[i].Label = labels[i]
 	}
 	ratio := func(a, b int) string { return fmt.Sprintf("%.2f", rows[a].Typical/rows[b].Typical) }
-	return out.add(perf.Result{Title: fmt.Sprintf("WRITE_WITH_IMM + notification vs SEND round trip, %d B (interleaved)", size),
+	return out.Add(perf.Result{Title: fmt.Sprintf("WRITE_WITH_IMM + notification vs SEND round trip, %d B (interleaved)", size),
 		Test: testImm, Mode: perf.ModeLat, Column: "series", Placement: placementInproc,
 		Info: []perf.Field{
 			{Key: "Cluster", Value: "2 nodes (soft RNIC + KRCore runtime each) on one in-memory fabric; node 1 pings, node 2 echoes in a goroutine"},

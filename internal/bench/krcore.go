@@ -222,7 +222,7 @@ func (c *client) runKrConnect() (err error) {
 	}
 	rows = append(rows, labelled(perf.Latency(0, b.warm), c.label(seriesWarm)),
 		labelled(perf.Latency(8, b.fetch), seriesMetaRead), labelled(perf.Latency(8, b.read), seriesRead8))
-	if err := c.out.add(perf.Result{
+	if err := c.out.Add(perf.Result{
 		Title: c.krTitle("KRCore Connect Test (interleaved)"), Test: testKrConnect, Mode: perf.ModeLat, Column: "series", Placement: c.place,
 		Info: info, Latency: rows,
 	}); err != nil {
@@ -232,7 +232,7 @@ func (c *client) runKrConnect() (err error) {
 	if err != nil {
 		return err
 	}
-	return c.out.add(rate)
+	return c.out.Add(rate)
 }
 
 // labelled sets l's label.

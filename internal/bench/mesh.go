@@ -10,6 +10,7 @@ import (
 
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
 )
@@ -53,7 +54,7 @@ func startCluster(ctx context.Context, n int, cfg *config, stderr io.Writer) (*c
 
 // runMesh measures full-mesh creation over -nodes nodes, in alternating
 // blocks of one mesh each.
-func runMesh(ctx context.Context, cfg *config, out *output, stderr io.Writer, logf func(string, ...any)) (err error) {
+func runMesh(ctx context.Context, cfg *config, out *report.Output, stderr io.Writer, logf func(string, ...any)) (err error) {
 	n := cfg.nodes
 	cl, up, err := startCluster(ctx, n, cfg, stderr)
 	if err != nil {
@@ -131,7 +132,7 @@ func runMesh(ctx context.Context, cfg *config, out *output, stderr io.Writer, lo
 	a, b := perf.Latency(0, kr), perf.Latency(0, rc)
 	a.Label, b.Label = seriesKrcore, seriesRC
 	links := n * (n - 1)
-	return out.add(perf.Result{Title: fmt.Sprintf("Full-Mesh Creation Test, %d nodes (interleaved)", n), Test: testMesh, Mode: perf.ModeLat,
+	return out.Add(perf.Result{Title: fmt.Sprintf("Full-Mesh Creation Test, %d nodes (interleaved)", n), Test: testMesh, Mode: perf.ModeLat,
 		Column: "series", Placement: placementInproc,
 		Info: []perf.Field{
 			{Key: "Cluster", Value: fmt.Sprintf("%d nodes (soft RNIC + KRCore runtime each) on one in-memory fabric, up in %.2f ms; node 1 embeds the MetaServer", n, float64(up)/float64(time.Millisecond))},

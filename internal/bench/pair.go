@@ -84,7 +84,7 @@ func (c *client) pairLatency() (err error) {
 	}
 	t, l := perf.Latency(pairLatSize, tcp.Samples), perf.Latency(pairLatSize, rd.Samples)
 	t.Label, l.Label = seriesTCP, testRead
-	return c.out.add(perf.Result{
+	return c.out.Add(perf.Result{
 		Title: "Interleaved RDMA_Read vs TCP ping-pong, " + strconv.Itoa(pairLatSize) + " B", Test: testPairRead,
 		Mode: perf.ModeLat, Column: "series", Placement: c.place,
 		Info: []perf.Field{
@@ -121,7 +121,7 @@ func (c *client) pairBandwidth() (err error) {
 	}
 	t, w := perf.Bandwidth(pairBWSize, tcp.Marks, cfg.txDepth), perf.Bandwidth(pairBWSize, wr.Marks, cfg.txDepth)
 	t.Label, w.Label = seriesTCP, testWrite
-	return c.out.add(perf.Result{
+	return c.out.Add(perf.Result{
 		Title: "Interleaved RDMA_Write vs TCP stream, " + sizeName(pairBWSize), Test: testPairWrite,
 		Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: []perf.Field{

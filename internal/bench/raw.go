@@ -278,7 +278,7 @@ func (c *client) runRaw() (err error) {
 				res.Bandwidth = append(res.Bandwidth, perf.Bandwidth(size, marks, cfg.txDepth))
 			}
 		}
-		if err := c.out.add(res); err != nil {
+		if err := c.out.Add(res); err != nil {
 			return err
 		}
 	}

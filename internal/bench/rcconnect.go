@@ -69,7 +69,7 @@ func (c *client) runConnect() error {
 		l.Label = name
 		res.Latency = append(res.Latency, l)
 	}
-	return c.out.add(res)
+	return c.out.Add(res)
 }
 
 // connectOnce makes, proves and tears down one connection, returning the

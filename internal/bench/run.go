@@ -11,10 +11,8 @@ import (
 	"syscall"
 
 	"github.com/krcore/krcore/internal/bench/pingpong"
+	"github.com/krcore/krcore/internal/bench/report"
 )
-
-// errTargetMissed marks a -check run that missed a target (exit status 3).
-var errTargetMissed = errors.New("a target was missed")
 
 // Main is krbench (cmd/krbench) on the process's standard output and
 // error, until SIGINT or SIGTERM: it returns the exit status.
@@ -60,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, errTargetMissed):
+	case errors.Is(err, report.ErrTargetMissed):
 		fmt.Fprintf(stderr, "krbench: %v\n", err)
 		return 3
 	case ctx.Err() != nil && cfg.role == roleServer:

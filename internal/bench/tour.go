@@ -9,6 +9,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/verbs"
@@ -36,7 +37,7 @@ const (
 	tourScribble = "node %d was here"
 )
 
-func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer, logf func(string, ...any)) (err error) {
+func runCluster(ctx context.Context, cfg *config, out *report.Output, stderr io.Writer, logf func(string, ...any)) (err error) {
 	n := cfg.nodes
 	cl, up, err := startCluster(ctx, n, cfg, stderr)
 	if err != nil {
@@ -194,7 +195,7 @@ func runCluster(ctx context.Context, cfg *config, out *output, stderr io.Writer,
 	if st.RCs > 0 {
 		route = fmt.Sprintf("RC (built in the background once the peer was hot; %d migrations)", st.Migrations)
 	}
-	return out.add(perf.Result{Title: testClusterTitle, Test: testCluster, Mode: perf.ModeLat, Column: "step", Placement: placementInproc,
+	return out.Add(perf.Result{Title: testClusterTitle, Test: testCluster, Mode: perf.ModeLat, Column: "step", Placement: placementInproc,
 		Info: []perf.Field{
 			{Key: "Cluster", Value: fmt.Sprintf("%d nodes, each a soft RNIC and a KRCore runtime, on one in-memory fabric; up in %.2f ms; node 1 embeds the MetaServer, every node registered its DC target there", n, float64(up)/float64(time.Millisecond))},
 			{Key: "Connect", Value: fmt.Sprintf("node %d -> node %d. cold: the runtime forgot node %d, one READ of node 1's MetaServer, no handshake with node %d; warm: peer cached; rc_connect: raw RC between the same two RNICs (an RC QP on each, endpoints over loopback TCP, INIT/RTR/RTS on both)", srcID, dstID, dstID, dstID)},

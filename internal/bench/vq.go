@@ -160,7 +160,7 @@ func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) e
 	}
 	a, b := perf.Latency(vqOneSidedSize, vq.Samples), perf.Latency(vqOneSidedSize, qp.Samples)
 	a.Label, b.Label = c.label(seriesVQ), seriesQP
-	return c.out.add(perf.Result{Title: c.krTitle(t.latTitle), Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
+	return c.out.Add(perf.Result{Title: c.krTitle(t.latTitle), Test: t.test, Mode: perf.ModeLat, Column: "series", Placement: c.place,
 		Info:    v.info("vq: Queue.Push, then wait for its completion, one request at a time; qp: post one signaled WR, poll its completion"),
 		Latency: []perf.LatencyStats{a, b}})
 }
@@ -227,7 +227,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 	}
 	a, b := perf.Latency(size, vq), perf.Latency(size, qp)
 	a.Label, b.Label = c.label(seriesVQ), seriesQP
-	return c.out.add(perf.Result{Title: c.krTitle("VQ vs RC Send ping-pong round trip, 64 B (interleaved)"), Test: testVQSend, Mode: perf.ModeLat,
+	return c.out.Add(perf.Result{Title: c.krTitle("VQ vs RC Send ping-pong round trip, 64 B (interleaved)"), Test: testVQSend, Mode: perf.ModeLat,
 		Column: "series", Placement: c.place,
 		Info: append(v.info("full round trips (not halved): vq: SEND to the server's bound port, its VQ echoes to the port ours is bound to; "+
 			"qp: SEND on a raw RC QP, the server's RC QP echoes"),
@@ -259,7 +259,7 @@ func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) er
 	a, b := perf.Bandwidth(vqOneSidedSize, vq.Marks, cfg.txDepth), perf.Bandwidth(vqOneSidedSize, qp.Marks, cfg.txDepth)
 	ma, mb := perf.MedianBlock(vqOneSidedSize, vq.BlockMarks, cfg.txDepth), perf.MedianBlock(vqOneSidedSize, qp.BlockMarks, cfg.txDepth)
 	a.Label, b.Label, ma.Label, mb.Label = c.label(seriesVQ), seriesQP, c.label(seriesVQ)+medianSuffix, seriesQP+medianSuffix
-	return c.out.add(perf.Result{Title: c.krTitle(t.bwTitle), Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
+	return c.out.Add(perf.Result{Title: c.krTitle(t.bwTitle), Test: t.test, Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: append(v.info("vq: Queue.Push, one request in cq-mod signaled, wait for completions; qp: the same with WRs on the raw QP"),
 			perf.Field{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
 			perf.Field{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
