@@ -595,3 +595,127 @@ func rootSentinels(t *testing.T) []string {
 	}
 	return names
 }
+
+// TestRefusalsAgree: a malformed request, refused before it reaches a
+// shared QP, completes with the same status (Completion.Err answers
+// errors.Is the same) embedded and through krcored.
+func TestRefusalsAgree(t *testing.T) {
+	e := startCluster(t, cluster.Config{Nodes: 3, Runtime: core.Config{Logger: quiet}})
+	ctx := ctxT(t)
+	third, err := e.c.Node(3).RegMR(64, verbs.AccessAll)
+	if err == nil {
+		err = e.c.Node(3).Export("third", third, 0, 64, verbs.AccessRemoteRead)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	type fixture struct {
+		s     *side
+		q     krcore.VQ
+		buf   krcore.MR
+		ro    krcore.MR // no LOCAL_WRITE
+		gone  krcore.MR // deregistered
+		g     krcore.Region
+		other krcore.Region // node 3's, on a VQ connected to node 2
+	}
+	sides := []*side{{"embedded", core.Embed(e.c.Node(1)), e}, {"krcored", attach(t, e), e}}
+	fx := map[string]*fixture{}
+	for _, s := range sides {
+		f := &fixture{s: s}
+		f.q, _ = s.reader(t, ctx)
+		f.buf = s.mr(t, 4096)
+		var err error
+		if f.ro, err = s.api.RegMR(64, verbs.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		f.gone = s.mr(t, 64)
+		s.api.Deregister(f.gone)
+		if f.g, err = f.q.Region(ctx, "table"); err != nil {
+			t.Fatal(err)
+		}
+		if f.other, err = s.api.Region(ctx, 3, "third"); err != nil {
+			t.Fatal(err)
+		}
+		fx[s.name] = f
+	}
+	foreign := func(f *fixture) *fixture { // the other side's handles
+		if f.s.name == "embedded" {
+			return fx["krcored"]
+		}
+		return fx["embedded"]
+	}
+	for _, tc := range []struct {
+		name string
+		req  func(f *fixture) krcore.Request
+	}{
+		{"local past the MR", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(4090, 64), Remote: f.g.At(0)}
+		}},
+		{"local at a negative offset", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(-8, 8), Remote: f.g.At(0)}
+		}},
+		{"local of negative length", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(0, -8), Remote: f.g.At(0)}
+		}},
+		{"local offset overflowing", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(1<<62, 8), Remote: f.g.At(0)}
+		}},
+		{"local past the message limit", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpWrite, Local: f.buf.Range(0, 1<<31), Remote: f.g.At(0)}
+		}},
+		{"READ without a local buffer", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Remote: f.g.At(0)}
+		}},
+		{"READ into memory without LOCAL_WRITE", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.ro.Range(0, 8), Remote: f.g.At(0)}
+		}},
+		{"atomic on 4 bytes", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpFetchAdd, Local: f.buf.Range(0, 4), Remote: f.g.At(0)}
+		}},
+		{"deregistered MR", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.gone.Range(0, 8), Remote: f.g.At(0)}
+		}},
+		{"another runtime's MR", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: foreign(f).buf.Range(0, 8), Remote: f.g.At(0)}
+		}},
+		{"another runtime's region", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(0, 8), Remote: foreign(f).g.At(0)}
+		}},
+		{"another node's region", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(0, 8), Remote: f.other.At(0)}
+		}},
+		{"remote past the region", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(0, 64), Remote: f.g.At(4090)}
+		}},
+		{"no region", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpRead, Local: f.buf.Range(0, 8)}
+		}},
+		{"unknown opcode", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.Opcode(0x7f), Local: f.buf.Range(0, 8), Remote: f.g.At(0)}
+		}},
+		{"SEND on a VQ connected without a port", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpSend, Local: f.buf.Range(0, 8)}
+		}},
+		{"WRITE_WITH_IMM on a VQ connected without a port", func(f *fixture) krcore.Request {
+			return krcore.Request{Op: verbs.OpWriteImm, Local: f.buf.Range(0, 8), Remote: f.g.At(0)}
+		}},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			got := map[string]krcore.Completion{}
+			for _, s := range sides {
+				f := fx[s.name]
+				r := tc.req(f)
+				r.ID = 7
+				c := run(t, ctx, f.q, r)[0]
+				t.Logf("%s: %v", s.name, c.Err())
+				if c.ID != 7 || c.Status == verbs.Success {
+					t.Errorf("%s: completion %+v, want a refusal", s.name, c)
+				}
+				got[s.name] = c
+			}
+			if a, b := got["embedded"], got["krcored"]; a.Status != b.Status {
+				t.Errorf("status embedded %s, krcored %s", a.Status, b.Status)
+			}
+		})
+	}
+}

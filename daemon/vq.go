@@ -198,13 +198,20 @@ func (v *vq) postRecv(e *wire.SQE) {
 	}
 }
 
-// toInt converts a client's offset or length; nonsense becomes -1, which
-// the runtime refuses.
+// toInt converts a client's offset or length back to the int it pushed
+// (the SQE carries its two's complement), so that the runtime refuses a
+// bad one as it would the embedded caller's: a negative one as negative, a
+// huge one as past the MR. Beyond int's range (a 32-bit daemon) it
+// saturates.
 func toInt(x uint64) int {
-	if x > math.MaxInt32*8 {
-		return -1
+	switch v := int64(x); {
+	case v > math.MaxInt:
+		return math.MaxInt
+	case v < math.MinInt:
+		return math.MinInt
+	default:
+		return int(v)
 	}
-	return int(x)
 }
 
 // publishRetired tells the client how many requests are finished, which its
