@@ -551,9 +551,9 @@ func TestDaemonGoneOnlyClient(t *testing.T) {
 }
 
 // TestEverySentinelHasAScenario: every exported Err* of the root package
-// (errors.go) is in sentinels and has a scenario in sentinelCases, or a
-// reason in notBoth why none can run on both implementations; a sentinel
-// added later needs one.
+// (errors.go declares them) is in sentinels and has a scenario in
+// sentinelCases, or a reason in notBoth why none can run on both
+// implementations; a sentinel added later needs one.
 func TestEverySentinelHasAScenario(t *testing.T) {
 	declared := rootSentinels(t)
 	covered := map[string]bool{}
@@ -569,25 +569,34 @@ func TestEverySentinelHasAScenario(t *testing.T) {
 		}
 	}
 	if len(sentinels) != len(declared) {
-		t.Errorf("sentinels has %d entries, errors.go declares %d: %v", len(sentinels), len(declared), declared)
+		t.Errorf("sentinels has %d entries, the root package declares %d: %v", len(sentinels), len(declared), declared)
 	}
 }
 
 // rootSentinels lists the exported variables named Err* that the root
-// package's errors.go declares.
+// package declares (errors.go, or any other of its files).
 func rootSentinels(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "errors.go"), nil, parser.SkipObjectResolution)
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join("..", "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the root package's files: %v", err)
 	}
 	var names []string
-	for _, d := range f.Decls {
-		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
-			for _, spec := range g.Specs {
-				for _, id := range spec.(*ast.ValueSpec).Names {
-					if id.IsExported() && strings.HasPrefix(id.Name, "Err") {
-						names = append(names, id.Name)
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				for _, spec := range g.Specs {
+					for _, id := range spec.(*ast.ValueSpec).Names {
+						if id.IsExported() && strings.HasPrefix(id.Name, "Err") {
+							names = append(names, id.Name)
+						}
 					}
 				}
 			}
