@@ -13,7 +13,6 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/meta"
@@ -114,13 +113,13 @@ func TestHostileRing(t *testing.T) {
 		}
 	}
 	st := srv.Status()
-	rows := map[core.QPType]int{}
+	rows := map[string]int{}
 	for _, p := range st.QPs {
 		rows[p.Type]++
 	}
 	for _, p := range st.Pool {
-		if rows[core.QPType(p.Type)] < p.Count {
-			t.Errorf("%d %s QPs counted, %d listed: %+v", p.Count, p.Type, rows[core.QPType(p.Type)], st.QPs)
+		if rows[p.Type] < p.Count {
+			t.Errorf("%d %s QPs counted, %d listed: %+v", p.Count, p.Type, rows[p.Type], st.QPs)
 		}
 	}
 	if !slices.ContainsFunc(st.MetaEntries, func(e meta.CacheEntry) bool { return e.Node == 2 && e.Version != 0 }) {

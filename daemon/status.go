@@ -17,15 +17,12 @@ import (
 func (s *Server) Status() wire.Status {
 	st := wire.Status{Node: s.rt.Node(), Socket: s.cfg.Socket, Uptime: time.Since(s.start).Round(time.Second).String(),
 		Runtime: s.rt.Stats(), Meta: s.rt.MetaStats(), Attached: s.attached.Load(), Reclaim: s.reclaimed.Load(),
-		Denied: s.denied.Load(), QPs: s.rt.PoolQPs(), MetaEntries: s.rt.MetaEntries()}
+		Denied: s.denied.Load(), QPs: qpStatuses(s.rt.PoolQPs()), MetaEntries: s.rt.MetaEntries()}
 	dcts := 1
 	if st.Runtime.RCOnly {
 		dcts = 0
 	}
 	st.Pool = []wire.PoolQPs{{Type: "dct", Count: dcts}, {Type: "dci", Count: st.Runtime.DCIs}, {Type: "rc", Count: st.Runtime.RCs}}
-	if st.QPs == nil {
-		st.QPs = []core.PoolQP{}
-	}
 	if st.MetaEntries == nil {
 		st.MetaEntries = []meta.CacheEntry{}
 	}
@@ -40,6 +37,17 @@ func (s *Server) Status() wire.Status {
 	}
 	sort.Slice(st.Clients, func(i, j int) bool { return st.Clients[i].ID < st.Clients[j].ID })
 	return st
+}
+
+// qpStatuses is the runtime's shared QPs as the status document lists
+// them (never nil: an empty list, not null).
+func qpStatuses(qps []core.PoolQP) []wire.QPStatus {
+	out := make([]wire.QPStatus, len(qps))
+	for i, q := range qps {
+		out[i] = wire.QPStatus{Type: string(q.Type), QPN: q.QPN, Peer: q.Peer, RemoteQPN: q.RemoteQPN, State: string(q.State),
+			VQs: q.VQs, InFlight: q.InFlight, Queued: q.Queued, Posted: q.Posted}
+	}
+	return out
 }
 
 func (ss *session) snapshot() wire.ClientStatus {

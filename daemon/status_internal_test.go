@@ -20,7 +20,7 @@ func TestEncodeStatusFits(t *testing.T) {
 		st.MetaEntries = append(st.MetaEntries, meta.CacheEntry{Node: uint64(i + 1), Addr: "127.0.0.1:12345", DCTNum: 7, Version: 3})
 	}
 	for i := range 100 {
-		st.QPs = append(st.QPs, core.PoolQP{Type: core.QPTypeRC, QPN: uint32(i + 1), Peer: 2, State: core.QPReady})
+		st.QPs = append(st.QPs, wire.QPStatus{Type: string(core.QPTypeRC), QPN: uint32(i + 1), Peer: 2, State: string(core.QPReady)})
 	}
 	all, err := encodeStatus(st, 1<<20)
 	if err != nil {
@@ -48,5 +48,28 @@ func TestEncodeStatusFits(t *testing.T) {
 	}
 	if _, err := encodeStatus(st, 100); !errors.Is(err, verbs.ErrLimit) {
 		t.Errorf("status in 100 bytes: %v", err)
+	}
+}
+
+// TestQPStatusShape: the status document lists the runtime's shared QPs
+// with every field of core.PoolQP under the same keys, so krctl -json list
+// qps reads as the runtime's rows; a field added to core.PoolQP and not to
+// wire.QPStatus fails here.
+func TestQPStatusShape(t *testing.T) {
+	qps := []core.PoolQP{{Type: core.QPTypeRC, QPN: 7, Peer: 3, RemoteQPN: 9, State: core.QPDraining, VQs: 2, InFlight: 4,
+		Queued: 5, Posted: 6}}
+	want, err := json.Marshal(qps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(qpStatuses(qps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("status rows %s, runtime rows %s", got, want)
+	}
+	if b, _ := json.Marshal(qpStatuses(nil)); string(b) != "[]" {
+		t.Errorf("no QPs encode as %s, want []", b)
 	}
 }

@@ -19,7 +19,7 @@
 //	dci   7124377  -     -        ready  0    0         0       0
 //	rc    5533911  2     3815021  ready  3    1         0       18211
 //
-// With -json it prints the rows ([]core.PoolQP); the counts by type are in
+// With -json it prints the rows ([]wire.QPStatus, core.PoolQP's fields); the counts by type are in
 // the status document's "pool".
 //
 // list meta prints the meta cache's counters, then one row per cached

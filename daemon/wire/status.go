@@ -2,7 +2,6 @@ package wire
 
 import (
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 )
 
@@ -20,7 +19,7 @@ type Status struct {
 	// QPs lists the shared QPs one by one (core.Runtime.PoolQPs),
 	// including RC QPs entering or leaving the pool, which Pool does not
 	// count.
-	QPs []core.PoolQP `json:"qps"`
+	QPs []QPStatus `json:"qps"`
 	// MetaEntries lists the meta cache's records (core.Runtime.MetaEntries).
 	MetaEntries []meta.CacheEntry `json:"meta_entries"`
 	// QPsOmitted and MetaOmitted count rows left out of QPs and
@@ -37,6 +36,21 @@ type Status struct {
 type PoolQPs struct {
 	Type  string `json:"type"`
 	Count int    `json:"count"`
+}
+
+// QPStatus is one shared physical QP in the status document: the fields
+// of the runtime's core.PoolQP, under the same JSON keys, so that the
+// protocol, and client and krctl with it, does not depend on the runtime.
+type QPStatus struct {
+	Type      string        `json:"type"` // dct, dci or rc
+	QPN       uint32        `json:"qpn"`
+	Peer      krcore.NodeID `json:"peer,omitempty"`
+	RemoteQPN uint32        `json:"remote_qpn,omitempty"`
+	State     string        `json:"state"` // ready, connecting, draining ...
+	VQs       int           `json:"vqs"`
+	InFlight  int           `json:"inflight"`
+	Queued    int           `json:"queued"`
+	Posted    uint64        `json:"posted"`
 }
 
 // ClientStatus describes one attached client.
