@@ -259,8 +259,13 @@ func (c *Client) Deregister(m krcore.MR) error {
 	return nil
 }
 
-// Export offers n bytes at offset off of mr to every node under name.
+// Export offers n bytes at offset off of mr to every node under name. A
+// closed client fails it with ErrClosed before it looks at the arguments,
+// as the embedded runtime does.
 func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Access) error {
+	if err := c.err(); err != nil {
+		return fmt.Errorf("client: export %q: %w", name, err)
+	}
 	id := c.mrID(mr)
 	if id == 0 {
 		return fmt.Errorf("client: export %q from an MR of another runtime: %w", name, krcore.ErrRefused)

@@ -223,6 +223,12 @@ var sentinelCases = []sentinelCase{
 	{sentinel: "ErrClosed", how: "Export after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
 		return s.api.Export("late", m, 0, 64, verbs.AccessRemoteRead)
 	})},
+	{sentinel: "ErrClosed", how: "Export of another runtime's MR after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Export("late", s.e.table, 0, 64, verbs.AccessRemoteRead)
+	})},
+	{sentinel: "ErrRefused", how: "Deregister of another runtime's MR after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
+		return s.api.Deregister(s.e.table)
+	})},
 	{sentinel: "ErrClosed", how: "Unexport after Close", fresh: true, provoke: closedAPI(func(ctx context.Context, s *side, q krcore.VQ, req krcore.Request, m krcore.MR) error {
 		return s.api.Unexport("table")
 	})},
