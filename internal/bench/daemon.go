@@ -22,6 +22,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/flags"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
@@ -427,7 +428,7 @@ func (b *dBench) pair(title, test string, size int, what string, run func(s *dSi
 }
 
 func (b *dBench) latency() error {
-	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	dl := rawqp.NewDeadline(b.ctx, b.d.timeout)
 	defer dl.Close()
 	for _, t := range []struct {
 		test, title string
@@ -478,7 +479,7 @@ func (b *dBench) machine(when string) func() error {
 }
 
 func (b *dBench) bandwidth() error {
-	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	dl := rawqp.NewDeadline(b.ctx, b.d.timeout)
 	defer dl.Close()
 	total := interleave.PerBlock(b.d.n * 10)
 	for _, t := range []struct {
@@ -530,7 +531,7 @@ func (b *dBench) twoSided() error {
 // connects: warm Connect latency, embedded (a cached lookup) vs daemon (a
 // ring round trip).
 func (b *dBench) connects() error {
-	dl := vqrun.NewDeadline(b.ctx, b.d.timeout)
+	dl := rawqp.NewDeadline(b.ctx, b.d.timeout)
 	defer dl.Close()
 	return b.pair("Embedded vs daemon warm connect latency (interleaved)", testDConnect, 0,
 		"VQ.Connect to the server node, already known (warm)",

@@ -346,7 +346,7 @@ func (v *vqImm) completed(ctx context.Context) error {
 // ping does warmup+iters round trips and returns the last iters, write to
 // the echo's notification; as vqrun.Ping, it takes its own completion after.
 func (v *vqImm) ping(ctx context.Context, size, warmup, iters int, timeout time.Duration) ([]time.Duration, error) {
-	dl := vqrun.NewDeadline(ctx, timeout)
+	dl := rawqp.NewDeadline(ctx, timeout)
 	defer dl.Close()
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
@@ -378,7 +378,7 @@ func (v *vqImm) ping(ctx context.Context, size, warmup, iters int, timeout time.
 // and immediate, taking each completion before the next notification, as
 // vqrun.Echo does.
 func (v *vqImm) echo(ctx context.Context, size, total int, timeout time.Duration) error {
-	dl := vqrun.NewDeadline(ctx, timeout)
+	dl := rawqp.NewDeadline(ctx, timeout)
 	defer dl.Close()
 	for i := range total {
 		wctx := dl.Get()

@@ -15,7 +15,6 @@ import (
 	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/rawqp"
-	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
@@ -167,7 +166,7 @@ func (c *client) runKrConnect() (err error) {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	dl := vqrun.NewDeadline(c.ctx, cfg.timeout)
+	dl := rawqp.NewDeadline(c.ctx, cfg.timeout)
 	defer dl.Close()
 	b := &connBlocks{kr: kr, q: q, mc: mc, dl: dl, r: r}
 
@@ -280,7 +279,7 @@ type connBlocks struct {
 	kr                      *krRuntime
 	q                       krcore.VQ
 	mc                      *meta.Client
-	dl                      *vqrun.Deadline
+	dl                      *rawqp.Deadline
 	r                       *rdmaRun
 	cold, warm, fetch, read []time.Duration
 }

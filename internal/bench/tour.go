@@ -9,6 +9,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/bench/vqrun"
 	"github.com/krcore/krcore/internal/perf"
@@ -48,7 +49,7 @@ func runCluster(ctx context.Context, cfg *config, out *report.Output, stderr io.
 	src, dst := cl.Node(srcID), cl.Node(dstID)
 	iters := min(tourMaxIters, cfg.itersOr(modeLat, 8))
 	warmup := min(max(iters/10, 1), 20)
-	dl := vqrun.NewDeadline(ctx, cfg.timeout)
+	dl := rawqp.NewDeadline(ctx, cfg.timeout)
 	defer dl.Close()
 	poll := newVQPoll(cfg, placementInproc)
 	logf("cluster: %d nodes up in %v; node %d -> node %d, %d iterations per step", n, up, srcID, dstID, iters)

@@ -121,14 +121,14 @@ var vqOneSidedOps = []vqOneSidedOp{
 
 // oneSided runs each of vqOneSidedOps in mode through the VQ and a raw RC
 // QP between the same RNICs; one endpoint and deadline serve both ops.
-func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error) (err error) {
+func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *rawqp.Deadline, t vqOneSidedOp) error) (err error) {
 	c := v.c
 	r, err := c.openRun(testRead, mode, vqOneSidedSize, 0)
 	if err != nil {
 		return err
 	}
 	defer func() { err = firstErr(err, c.closeRun(r)) }()
-	dl := vqrun.NewDeadline(c.ctx, c.cfg.timeout)
+	dl := rawqp.NewDeadline(c.ctx, c.cfg.timeout)
 	defer dl.Close()
 	for _, t := range vqOneSidedOps {
 		if err := each(r, dl, t); err != nil {
@@ -141,7 +141,7 @@ func (v *vqSide) oneSided(mode string, each func(r *rdmaRun, dl *vqrun.Deadline,
 // oneSidedLat: sync 8 B READ and WRITE, VQ vs QP.
 func (v *vqSide) oneSidedLat() error { return v.oneSided(modeLat, v.oneSidedLatOp) }
 
-func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error {
+func (v *vqSide) oneSidedLatOp(r *rdmaRun, dl *rawqp.Deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)
@@ -239,7 +239,7 @@ func (v *vqSide) twoSidedLat() (err error) {
 // outstanding, one in -cq-mod signaled, VQ vs QP.
 func (v *vqSide) oneSidedBW() error { return v.oneSided(modeBW, v.oneSidedBWOp) }
 
-func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *vqrun.Deadline, t vqOneSidedOp) error {
+func (v *vqSide) oneSidedBWOp(r *rdmaRun, dl *rawqp.Deadline, t vqOneSidedOp) error {
 	c, cfg := v.c, v.c.cfg
 	spec := rawqp.Spec{Op: t.op, Size: vqOneSidedSize, Remote: r.mr}
 	req := v.request(t.op, vqOneSidedSize)

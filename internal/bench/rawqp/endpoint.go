@@ -3,7 +3,8 @@
 // Endpoint (PD, one CQ, an RC QP, an MR over off-heap memory) with its
 // request loops (one at a time, ping-pong, echo, sink, a window in flight),
 // and the Poller that waits for their completions (a bounded spin, then a
-// blocking wait with a deadline).
+// blocking wait with a deadline, from a Deadline that vqrun's VQ loops
+// share).
 package rawqp
 
 import (

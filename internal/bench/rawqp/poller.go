@@ -28,20 +28,18 @@ type Poller struct {
 	yield   bool
 	timeout time.Duration
 
-	// The context blocking waits use, kept while its deadline is at least
-	// timeout/2 away: a fresh deadline per wait would arm and stop a timer
-	// inside every measured operation. A wait thus gives up after between
-	// timeout/2 and timeout.
-	waitCtx      context.Context
-	waitCancel   context.CancelFunc
-	waitDeadline time.Time
+	// wait hands out the context blocking waits use: a fresh deadline per
+	// wait would arm and stop a timer inside every measured operation. A
+	// wait thus gives up after between timeout/2 and timeout.
+	wait *Deadline
 }
 
 // NewPoller waits on cq: it polls for spin, yielding to the scheduler now
 // and then if yield is set (both sides in one process), then blocks with
 // deadlines timeout apart, under ctx.
 func NewPoller(ctx context.Context, cq verbs.CQ, spin, timeout time.Duration, yield bool) *Poller {
-	return &Poller{ctx: ctx, cq: cq, wc: make([]verbs.WC, 64), spin: spin, timeout: timeout, yield: yield}
+	return &Poller{ctx: ctx, cq: cq, wc: make([]verbs.WC, 64), spin: spin, timeout: timeout, yield: yield,
+		wait: NewDeadline(ctx, timeout)}
 }
 
 // SetCQ points the poller at another CQ (the connect test's next
@@ -49,23 +47,7 @@ func NewPoller(ctx context.Context, cq verbs.CQ, spin, timeout time.Duration, yi
 func (p *Poller) SetCQ(cq verbs.CQ) { p.cq = cq }
 
 // Close releases the Poller's wait context.
-func (p *Poller) Close() {
-	if p.waitCancel != nil {
-		p.waitCancel()
-		p.waitCtx, p.waitCancel = nil, nil
-	}
-}
-
-// waitContext returns a context for one blocking wait.
-func (p *Poller) waitContext() (context.Context, time.Time) {
-	now := time.Now()
-	if p.waitCtx == nil || p.waitDeadline.Sub(now) < p.timeout/2 {
-		p.Close()
-		p.waitDeadline = now.Add(p.timeout)
-		p.waitCtx, p.waitCancel = context.WithDeadline(p.ctx, p.waitDeadline)
-	}
-	return p.waitCtx, p.waitDeadline
-}
+func (p *Poller) Close() { p.wait.Close() }
 
 // Next returns one or more completions.
 func (p *Poller) Next() ([]verbs.WC, error) {
@@ -94,7 +76,7 @@ func (p *Poller) Next() ([]verbs.WC, error) {
 			}
 		}
 	}
-	ctx, deadline := p.waitContext()
+	ctx, deadline := p.wait.Get(), p.wait.At()
 	for {
 		werr := p.cq.Wait(ctx)
 		if n, err := p.cq.Poll(p.wc); n > 0 || err != nil {

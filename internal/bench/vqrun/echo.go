@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -85,7 +86,7 @@ func CloseVQ(rt krcore.API, q krcore.VQ, mrs ...krcore.MR) error {
 
 // Serve echoes total messages, each waits at most timeout.
 func (e *Echo) Serve(ctx context.Context, total int, timeout time.Duration) error {
-	dl := NewDeadline(ctx, timeout)
+	dl := rawqp.NewDeadline(ctx, timeout)
 	defer dl.Close()
 	for done := 0; done < total; {
 		n, err := e.poll.PopMsgs(dl.Get(), e.q, e.msgs)
@@ -184,7 +185,7 @@ func (v *Ping) Run(ctx context.Context, size, warmup, iters int, timeout time.Du
 	if size < 8 || size > MaxMessage {
 		return nil, fmt.Errorf("VQ ping-pong: size %d B, want 8..%d", size, MaxMessage)
 	}
-	dl := NewDeadline(ctx, timeout)
+	dl := rawqp.NewDeadline(ctx, timeout)
 	defer dl.Close()
 	samples := make([]time.Duration, 0, iters)
 	ob := v.out.Bytes()

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/internal/perf"
 )
 
 // Latency runs warmup+iters requests one at a time and returns the last
 // iters push-to-completion times.
-func Latency(dl *Deadline, q krcore.VQ, poll Poll, req krcore.Request, warmup, iters int) ([]time.Duration, error) {
+func Latency(dl *rawqp.Deadline, q krcore.VQ, poll Poll, req krcore.Request, warmup, iters int) ([]time.Duration, error) {
 	out := make([]krcore.Completion, 1)
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
@@ -41,7 +42,7 @@ func Latency(dl *Deadline, q krcore.VQ, poll Poll, req krcore.Request, warmup, i
 // Stream keeps up to depth requests in flight on q until total have
 // completed, asking for a completion on one in cqMod (and the last); a VQ
 // completes in order, so a completion retires every request before it.
-func Stream(dl *Deadline, q krcore.VQ, poll Poll, req krcore.Request, total, depth, cqMod int) ([]perf.Mark, error) {
+func Stream(dl *rawqp.Deadline, q krcore.VQ, poll Poll, req krcore.Request, total, depth, cqMod int) ([]perf.Mark, error) {
 	reqs := make([]krcore.Request, depth)
 	out := make([]krcore.Completion, 64)
 	marks := make([]perf.Mark, 1, total/cqMod+2)

@@ -2,8 +2,8 @@
 // raw QPs, so the two measured side by side wait alike: Poll (a bounded
 // spin, then the runtime's own wait), request loops (Latency: one at a
 // time; Stream: a window in flight), and the two-sided Echo and Ping over
-// bound ports. Deadline bounds every wait without arming a timer inside a
-// measured operation.
+// bound ports. A rawqp.Deadline bounds every wait, as it does the raw QPs',
+// without arming a timer inside a measured operation.
 package vqrun
 
 import (
@@ -67,39 +67,4 @@ func (w Poll) String() string {
 		return "the runtime's PopWait (it spins ~20us itself, then sleeps on its CQ)"
 	}
 	return "Pop for " + perf.DurationText(w.Spin) + ", then the runtime's PopWait"
-}
-
-// Deadline hands out a context whose deadline is at least timeout/2 away,
-// making a new one only when the old one gets closer: every wait is
-// bounded without arming a timer inside each measured operation.
-type Deadline struct {
-	parent  context.Context
-	timeout time.Duration
-	ctx     context.Context
-	cancel  context.CancelFunc
-	at      time.Time
-}
-
-// NewDeadline hands out contexts under parent, each timeout from its making.
-func NewDeadline(parent context.Context, timeout time.Duration) *Deadline {
-	return &Deadline{parent: parent, timeout: timeout}
-}
-
-// Get is a context whose deadline is at least timeout/2 away.
-func (d *Deadline) Get() context.Context {
-	now := time.Now()
-	if d.ctx == nil || d.at.Sub(now) < d.timeout/2 {
-		d.Close()
-		d.at = now.Add(d.timeout)
-		d.ctx, d.cancel = context.WithDeadline(d.parent, d.at)
-	}
-	return d.ctx
-}
-
-// Close cancels the context last handed out.
-func (d *Deadline) Close() {
-	if d.cancel != nil {
-		d.cancel()
-		d.ctx, d.cancel = nil, nil
-	}
 }

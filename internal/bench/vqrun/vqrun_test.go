@@ -8,6 +8,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/rawqp"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -48,7 +49,7 @@ func TestLoops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dl := NewDeadline(ctx, 10*time.Second)
+	dl := rawqp.NewDeadline(ctx, 10*time.Second)
 	defer dl.Close()
 	poll := Poll{Spin: 20 * time.Microsecond, Yield: true}
 
@@ -82,23 +83,5 @@ func TestLoops(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Fatalf("echo: %v", err)
-	}
-}
-
-// TestDeadlineReuse: Get hands out the same context while its deadline is
-// at least half the timeout away, and a fresh one after.
-func TestDeadlineReuse(t *testing.T) {
-	d := NewDeadline(context.Background(), 400*time.Millisecond)
-	defer d.Close()
-	first := d.Get()
-	if d.Get() != first {
-		t.Error("a second Get right away made a new context")
-	}
-	time.Sleep(250 * time.Millisecond) // past timeout/2: the next Get must renew
-	if d.Get() == first {
-		t.Error("Get past half the timeout kept the old context")
-	}
-	if first.Err() == nil {
-		t.Error("the replaced context was not cancelled")
 	}
 }
