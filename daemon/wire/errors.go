@@ -1,15 +1,10 @@
 package wire
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
-	"os"
 
-	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/internal/udrpc"
-	"github.com/krcore/krcore/meta"
-	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/internal/errid"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -18,7 +13,8 @@ import (
 // followed by what errors.Is and errors.As can learn about it:
 //
 //	str  the error's text (err.Error())
-//	u8   n, then n strs: the names of the sentinels it matches (sentinels)
+//	u8   n, then n strs: the names of the sentinels it matches (the
+//	     table of internal/errid)
 //	u8   1 if it matches a verbs.Status, then u32 the status
 //	u8   1 if it matches a *verbs.CompletionError, then u64 ID, u32 QPN,
 //	     u32 status
@@ -27,72 +23,13 @@ import (
 // matches, so a client that reads only the text still gets that one. Names,
 // not indices, so two builds with different tables agree on what both know.
 
-// sentinels are the errors whose identity survives the trip, by a name
-// stable across builds.
-var sentinels = []struct {
-	name string
-	err  error
-}{
-	{"krcore.ErrClosed", krcore.ErrClosed},
-	{"krcore.ErrNotConnected", krcore.ErrNotConnected},
-	{"krcore.ErrNoCredit", krcore.ErrNoCredit},
-	{"krcore.ErrPortInUse", krcore.ErrPortInUse},
-	{"krcore.ErrNoRegion", krcore.ErrNoRegion},
-	{"krcore.ErrUnreachable", krcore.ErrUnreachable},
-	{"krcore.ErrRefused", krcore.ErrRefused},
-	{"krcore.ErrNoQP", krcore.ErrNoQP},
-	{"krcore.ErrPeerDead", krcore.ErrPeerDead},
-	{"krcore.ErrDaemonGone", krcore.ErrDaemonGone},
-	{"verbs.ErrClosed", verbs.ErrClosed},
-	{"verbs.ErrInvalid", verbs.ErrInvalid},
-	{"verbs.ErrLimit", verbs.ErrLimit},
-	{"verbs.ErrQPState", verbs.ErrQPState},
-	{"verbs.ErrQueueFull", verbs.ErrQueueFull},
-	{"verbs.ErrCQOverrun", verbs.ErrCQOverrun},
-	{"verbs.ErrBusy", verbs.ErrBusy},
-	{"verbs.ErrUnsupported", verbs.ErrUnsupported},
-	{"verbs.ErrNoDevice", verbs.ErrNoDevice},
-	{"verbs.ErrUnreachable", verbs.ErrUnreachable},
-	{"verbs.ErrBadEndpoint", verbs.ErrBadEndpoint},
-	{"meta.ErrNotFound", meta.ErrNotFound},
-	{"meta.ErrTableFull", meta.ErrTableFull},
-	{"meta.ErrBadRecord", meta.ErrBadRecord},
-	{"meta.ErrTorn", meta.ErrTorn},
-	{"meta.ErrNoReply", meta.ErrNoReply},
-	{"meta.ErrBadGeometry", meta.ErrBadGeometry},
-	{"meta.ErrClosed", meta.ErrClosed},
-	{"meta.ErrNodeInUse", meta.ErrNodeInUse},
-	{"udrpc.ErrClosed", udrpc.ErrClosed},
-	{"udrpc.ErrNoReply", udrpc.ErrNoReply},
-	{"udrpc.ErrTooLong", udrpc.ErrTooLong},
-	{"offheap.ErrNotOffHeap", offheap.ErrNotOffHeap},
-	{"offheap.ErrClosed", offheap.ErrClosed},
-	{"offheap.ErrPinned", offheap.ErrPinned},
-	{"offheap.ErrBadSize", offheap.ErrBadSize},
-	{"offheap.ErrNotSealed", offheap.ErrNotSealed},
-	{"context.Canceled", context.Canceled},
-	{"context.DeadlineExceeded", context.DeadlineExceeded},
-	{"os.ErrDeadlineExceeded", os.ErrDeadlineExceeded},
-	{"os.ErrNotExist", os.ErrNotExist},
-	{"os.ErrPermission", os.ErrPermission},
-}
-
 // ErrRemote wraps every error the daemon reported.
 var ErrRemote = errors.New("krcored")
 
-// Error is an error the daemon reported. Its text is the daemon's; it
-// matches (errors.Is, errors.As) ErrRemote and the sentinels, verbs.Status
-// and *verbs.CompletionError the daemon's error matched.
-type Error struct {
-	msg     string
-	wrapped []error
-}
-
-// Error is "krcored: " and the daemon's text.
-func (e *Error) Error() string { return "krcored: " + e.msg }
-
-// Unwrap returns ErrRemote and what the daemon's error matched.
-func (e *Error) Unwrap() []error { return e.wrapped }
+// Error is an error the daemon reported: "krcored: " and the daemon's
+// text. It matches (errors.Is, errors.As) ErrRemote and the sentinels,
+// verbs.Status and *verbs.CompletionError the daemon's error matched.
+type Error = errid.Error
 
 // ErrorCode is the code of the first protocol that carries err (CodeOK for
 // nil): the first of its sentinels err matches.
@@ -112,35 +49,28 @@ func ErrorCode(err error) uint8 {
 // CodeError rebuilds an error from its code and text alone, as a daemon of
 // the first protocol sent it.
 func CodeError(code uint8, text string) error {
-	e := &Error{msg: text, wrapped: []error{ErrRemote}}
+	wrapped := []error{ErrRemote}
 	if s := codes[code]; s != nil {
-		e.wrapped = append(e.wrapped, s)
+		wrapped = append(wrapped, s)
 	}
-	return e
+	return errid.Identity{}.Err("krcored: "+text, wrapped...)
 }
 
 // putError appends err's text and identity to m's body.
 func (m *Msg) putError(err error, maxText int) *Msg {
 	text := err.Error()
 	m.Str(text[:min(len(text), maxText)])
-	var names []string
-	for _, s := range sentinels {
-		if errors.Is(err, s.err) {
-			names = append(names, s.name)
-		}
-	}
-	m.U8(uint8(len(names)))
-	for _, n := range names {
+	id := errid.Capture(err)
+	m.U8(uint8(len(id.Sentinels)))
+	for _, n := range id.Sentinels {
 		m.Str(n)
 	}
-	var st verbs.Status
-	if errors.As(err, &st) {
-		m.U8(1).U32(uint32(st))
+	if id.HasStatus {
+		m.U8(1).U32(uint32(id.Status))
 	} else {
 		m.U8(0)
 	}
-	var ce *verbs.CompletionError
-	if errors.As(err, &ce) {
+	if ce := id.Completion; ce != nil {
 		m.U8(1).U64(ce.ID).U32(ce.QPN).U32(uint32(ce.Status))
 	} else {
 		m.U8(0)
@@ -157,25 +87,20 @@ func (m *Msg) getError(code uint8) error {
 	if m.off == len(m.b) || m.err != nil {
 		return CodeError(code, text)
 	}
-	e := &Error{msg: text, wrapped: []error{ErrRemote}}
+	var id errid.Identity
 	for range m.GetU8() {
-		name := m.GetStr()
-		for _, s := range sentinels {
-			if s.name == name {
-				e.wrapped = append(e.wrapped, s.err)
-			}
-		}
+		id.Sentinels = append(id.Sentinels, m.GetStr())
 	}
 	if m.GetU8() == 1 {
-		e.wrapped = append(e.wrapped, verbs.Status(m.GetU32()))
+		id.HasStatus, id.Status = true, verbs.Status(m.GetU32())
 	}
 	if m.GetU8() == 1 {
-		e.wrapped = append(e.wrapped, &verbs.CompletionError{ID: m.GetU64(), QPN: m.GetU32(), Status: verbs.Status(m.GetU32())})
+		id.Completion = &verbs.CompletionError{ID: m.GetU64(), QPN: m.GetU32(), Status: verbs.Status(m.GetU32())}
 	}
 	if m.err != nil {
 		return CodeError(code, text) // mangled identity: keep what the code says
 	}
-	return e
+	return id.Err("krcored: "+text, ErrRemote)
 }
 
 // The outcome of a failed control SQE is the error, encoded as on the
@@ -219,10 +144,4 @@ func (r *Ring) CtlErr(code uint8) error {
 
 // Sentinels lists the errors whose identity (errors.Is) crosses the
 // socket and the ring; verbs.Status and *verbs.CompletionError cross too.
-func Sentinels() []error {
-	errs := make([]error, len(sentinels))
-	for i, s := range sentinels {
-		errs[i] = s.err
-	}
-	return errs
-}
+func Sentinels() []error { return errid.Sentinels() }

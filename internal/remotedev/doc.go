@@ -12,9 +12,10 @@
 // Requests and responses are gob-encoded structs on one bidirectional
 // stream, matched by a sequence number, so any number of goroutines may call
 // at once: the server runs each request in its own goroutine. Server objects
-// are named by uint64 handles. Errors travel as their text plus the names of
-// the sentinel errors they match (verbs.ErrQPState, offheap.ErrNotOffHeap,
-// context.DeadlineExceeded ...), their verbs.Status and CompletionError, so
+// are named by uint64 handles. Errors travel as their text plus their
+// identity (internal/errid): the names of the sentinel errors they match
+// (verbs.ErrQPState, offheap.ErrNotOffHeap, context.DeadlineExceeded ...),
+// their verbs.Status and CompletionError, so
 // errors.Is and errors.As give on the client what they gave on the server.
 // Every call has a deadline (Options.CallTimeout); CQ.Wait is a loop of
 // bounded server-side waits, so it honours the caller's context without the

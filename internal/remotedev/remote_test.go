@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore/internal/errid"
 	"github.com/krcore/krcore/internal/remotedev"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -121,9 +122,9 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 	if !errors.Is(err, verbs.ErrQPState) {
 		t.Errorf("RESET->RTS: err = %v, want ErrQPState", err)
 	}
-	var rerr *remotedev.Error
+	var rerr *errid.Error
 	if !errors.As(err, &rerr) {
-		t.Errorf("RESET->RTS: err %T is not a *remotedev.Error", err)
+		t.Errorf("RESET->RTS: err %T is not a *errid.Error", err)
 	}
 	if n, err := qp.PostSend([]verbs.SendWR{{ID: 1, Op: verbs.OpSend}}); n != 0 || !errors.Is(err, verbs.ErrQPState) {
 		t.Errorf("post in RESET = %d, %v; want 0, ErrQPState", n, err)

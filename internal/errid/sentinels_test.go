@@ -1,4 +1,4 @@
-package wire
+package errid
 
 import (
 	"go/ast"
@@ -10,10 +10,10 @@ import (
 )
 
 // TestEverySentinelCrosses: every exported Err* variable of the packages
-// whose errors a daemon call can return is in the table, so that a
-// sentinel added to one of them later cannot silently lose its identity
-// on the way to a client (errors.Is answers differently embedded and
-// through krcored).
+// whose errors a krcored or remote-device call can return is in the table,
+// so that a sentinel added to one of them later cannot silently lose its
+// identity on the way to a client (errors.Is answers differently embedded
+// and through krcored or the remote device).
 func TestEverySentinelCrosses(t *testing.T) {
 	known := make(map[string]bool, len(sentinels))
 	for _, s := range sentinels {
@@ -26,7 +26,7 @@ func TestEverySentinelCrosses(t *testing.T) {
 				alias = pkg + "." + name
 			}
 			if !known[alias] {
-				t.Errorf("%s.%s does not cross the socket: add it to sentinels", pkg, name)
+				t.Errorf("%s.%s does not keep its identity across a process: add it to sentinels", pkg, name)
 			}
 		}
 	}
