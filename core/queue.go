@@ -88,21 +88,17 @@ func (rt *Runtime) Queue() (*Queue, error) {
 // handshake with the node; when the pool is full and no RC peer is idle
 // Connect fails with ErrNoQP.
 func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
-	q.mu.Lock()
-	err := q.movable(node, nil)
-	q.mu.Unlock()
-	if err != nil { // before the lookup: what fails here fails the same everywhere
-		return err
-	}
 	p, err := q.rt.peerFor(ctx, node)
+	if err == nil {
+		if err = p.deadErr(); err != nil {
+			err = fmt.Errorf("core: connect: %w", err)
+		}
+	}
+	if err == nil {
+		err = q.rt.routes.connect(ctx, p)
+	}
 	if err != nil {
-		return err
-	}
-	if err := p.deadErr(); err != nil {
-		return fmt.Errorf("core: connect: %w", err)
-	}
-	if err := q.rt.routes.connect(ctx, p); err != nil {
-		return err
+		return q.connectErr(node, err)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -115,6 +111,20 @@ func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.Co
 	}
 	q.rt.count(&q.rt.stats.connects)
 	return nil
+}
+
+// connectErr is the error of a Connect whose lookup or route failed with
+// err: the queue's own reason (closed, busy) comes first, as it would had
+// the queue been checked before the lookup, so a Connect fails the same
+// embedded and through krcored, whose client checks the queue first. It is
+// checked only on failure, to keep a warm Connect at one lock of q.mu.
+func (q *Queue) connectErr(node krcore.NodeID, err error) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if qerr := q.movable(node, nil); qerr != nil {
+		return qerr
+	}
+	return err
 }
 
 // movable is nil when the queue may be connected to node: it is open, and
