@@ -6,68 +6,54 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/provider/soft"
 	"github.com/krcore/krcore/verbs"
 )
 
-// A two-node in-process cluster: node 2 exports memory, node 1 connects a
-// virtual queue to it and reads and writes it with one-sided RDMA.
-func Example() {
+// Two runtimes built by hand, each on its own soft RNIC of one fabric: the
+// first embeds the MetaServer (Config.Meta empty), the second names it.
+// From Embed on, the code is the root package's (see its examples); it
+// would run unchanged on krcored.
+func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	fabric := soft.NewFabric()
+	dev1, _ := fabric.NewNode(soft.Config{Name: "node1"})
+	defer dev1.Close()
+	dev2, _ := fabric.NewNode(soft.Config{Name: "node2"})
+	defer dev2.Close()
+
+	rt1, err := core.New(ctx, core.Config{Device: dev1, Node: 1})
 	if err != nil {
 		panic(err)
 	}
-	defer c.Close()
-	server, client := c.Node(2), c.Node(1)
+	defer rt1.Close()
+	rt2, err := core.New(ctx, core.Config{Device: dev2, Node: 2, Meta: []meta.Info{rt1.MetaInfo()}})
+	if err != nil {
+		panic(err)
+	}
+	defer rt2.Close()
 
-	mem, _ := server.RegMR(4096, verbs.AccessAll)
-	copy(mem.Bytes(), "hello from node 2")
-	server.Export("greeting", mem, 0, 4096, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	var server, client krcore.API = core.Embed(rt1), core.Embed(rt2)
+	mem, _ := server.RegMR(64, verbs.AccessAll)
+	copy(mem.Bytes(), "counter")
+	server.Export("counter", mem, 0, 64, verbs.AccessRemoteAtomic)
 
 	q, _ := client.Queue()
 	defer q.Close()
-	if err := q.Connect(ctx, 2, nil); err != nil { // no handshake with node 2
-		panic(err)
+	q.Connect(ctx, server.Node(), nil) // one READ of node 1's MetaServer table
+	g, _ := q.Region(ctx, "counter")
+	old, _ := client.RegMR(8, verbs.AccessLocalWrite)
+	for i := range 3 {
+		q.Push(ctx, true, krcore.Request{ID: uint64(i), Op: verbs.OpFetchAdd, Local: old.Range(0, 8), Remote: g.At(8), Compare: 10})
+		var out [1]krcore.Completion
+		q.PopWait(ctx, out[:])
+		fmt.Println(out[0].Status, old.Bytes()[0])
 	}
-	region, err := client.Region(ctx, 2, "greeting")
-	if err != nil {
-		panic(err)
-	}
-	buf, _ := client.RegMR(64, verbs.AccessAll)
-	q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: region.At(0)})
-	var out [1]krcore.Completion
-	q.PopWait(ctx, out[:])
-	fmt.Println(out[0].Status, string(buf.Bytes()[:17]))
-	// Output: SUCCESS hello from node 2
-}
-
-// Two-sided messages: node 2 binds a port, node 1 connects to it and sends.
-func ExampleQueue_Bind() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-
-	srv, _ := c.Node(2).Queue()
-	defer srv.Close()
-	srv.Bind(80)
-	inbox, _ := c.Node(2).RegMR(1024, verbs.AccessLocalWrite)
-	srv.PushRecv(inbox.Range(0, 1024))
-
-	cli, _ := c.Node(1).Queue()
-	defer cli.Close()
-	cli.Connect(ctx, 2, &krcore.ConnectOptions{Port: 80})
-	msg, _ := c.Node(1).RegMR(64, verbs.AccessLocalWrite)
-	n := copy(msg.Bytes(), "GET /")
-	cli.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: msg.Range(0, n)})
-
-	var m [1]krcore.Message
-	srv.PopMsgsWait(ctx, m[:])
-	fmt.Printf("from node %d: %s\n", m[0].From, inbox.Bytes()[:m[0].Len])
-	// Output: from node 1: GET /
+	// Output:
+	// SUCCESS 0
+	// SUCCESS 10
+	// SUCCESS 20
 }
