@@ -40,8 +40,10 @@ type API interface {
 // ConnectOptions says what Connect points a VQ at besides the node. The
 // zero value (or nil) connects for one-sided requests only.
 type ConnectOptions struct {
-	// Port is the port bound at the node (VQ.Bind) that the VQ's SENDs go
-	// to; 0 is none, and a SEND is then refused.
+	// Port is the port bound at the node (VQ.Bind) that the VQ's SENDs and
+	// WRITE_WITH_IMM notifications go to; 0 is none, and they are then
+	// refused. Ports with the top bit set are reserved, as for Bind
+	// (ErrInvalid).
 	Port uint32
 }
 

@@ -269,6 +269,13 @@ func TestHostileArgs(t *testing.T) {
 			defer q.Close()
 			return withDeadline(t, 3*time.Second, "Connect 0", func(ctx context.Context) error { return q.Connect(ctx, 0, nil) })
 		},
+		"Connect reserved port": func() error {
+			q, _ := rt.Queue()
+			defer q.Close()
+			return withDeadline(t, 3*time.Second, "Connect port 1<<31", func(ctx context.Context) error {
+				return q.Connect(ctx, 2, &krcore.ConnectOptions{Port: 1 << 31})
+			})
+		},
 		"Connect unknown": func() error {
 			q, _ := rt.Queue()
 			defer q.Close()

@@ -88,6 +88,11 @@ func (rt *Runtime) Queue() (*Queue, error) {
 // handshake with the node; when the pool is full and no RC peer is idle
 // Connect fails with ErrNoQP.
 func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions) error {
+	if opts != nil && opts.Port&portHasImm != 0 {
+		// No queue can Bind it, and its bit would read as the flag of a
+		// user immediate at the receiver.
+		return fmt.Errorf("core: connect to port %#x: reserved: %w", opts.Port, verbs.ErrInvalid)
+	}
 	p, err := q.rt.peerFor(ctx, node)
 	if err == nil {
 		if err = p.deadErr(); err != nil {
