@@ -51,6 +51,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -66,7 +67,10 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	err := run(context.Background(), os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp): // -h: the flag package printed the usage
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "krcored:", err)
 		os.Exit(1)
 	}

@@ -62,7 +62,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp): // -h: the flag package printed the usage
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "krctl:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,16 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"testing"
+)
+
+// TestHelp: -h ends run with flag.ErrHelp, which main treats as success
+// (exit 0) after the flag package printed the usage.
+func TestHelp(t *testing.T) {
+	if err := run(context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -h: %v, want flag.ErrHelp", err)
+	}
+}
