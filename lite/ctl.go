@@ -1,0 +1,193 @@
+package lite
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Control message kinds.
+const (
+	opMap byte = iota + 1
+	opUnmap
+	opReply
+)
+
+// Reply codes.
+const (
+	codeOK byte = iota
+	codeFreed
+	codePerm
+	codeFailed
+)
+
+// A control message is kind(1) id(8) port(4) perm(1) code(1) name: the
+// requester's id and the port it awaits replies on; name is an LMR's name
+// (Map), or a grant's export name (Unmap, a Map's reply).
+const hdrLen = 15
+
+type ctlMsg struct {
+	kind byte
+	id   uint64
+	port uint32
+	perm Perm
+	code byte
+	name string
+}
+
+type reply struct {
+	code byte
+	name string
+}
+
+func (m ctlMsg) encode(b []byte) int {
+	b[0] = m.kind
+	binary.LittleEndian.PutUint64(b[1:], m.id)
+	binary.LittleEndian.PutUint32(b[9:], m.port)
+	b[13], b[14] = byte(m.perm), m.code
+	return hdrLen + copy(b[hdrLen:], m.name)
+}
+
+func decode(b []byte) (ctlMsg, bool) {
+	if len(b) < hdrLen {
+		return ctlMsg{}, false
+	}
+	return ctlMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), port: binary.LittleEndian.Uint32(b[9:]),
+		perm: Perm(b[13]), code: b[14], name: string(b[hdrLen:])}, true
+}
+
+// serve answers control messages until ctx is cancelled or srv closes.
+func (n *Node) serve(ctx context.Context) {
+	defer close(n.done)
+	msgs := make([]krcore.Message, slots)
+	for {
+		k, err := n.srv.PopMsgsWait(ctx, msgs)
+		if err != nil {
+			return
+		}
+		for i := range msgs[:k] {
+			n.handle(ctx, &msgs[i])
+		}
+	}
+}
+
+// handle answers one message and posts its buffer again.
+func (n *Node) handle(ctx context.Context, m *krcore.Message) {
+	data := m.Data
+	if m.Buf != nil {
+		data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+	}
+	req, ok := decode(data)
+	if m.Buf != nil {
+		defer n.srv.PushRecv(*m.Buf) // after decode copied the name out
+	}
+	if !ok || m.Write || m.Status != verbs.Success {
+		return
+	}
+	var code byte
+	var name string
+	switch req.kind {
+	case opMap:
+		name, code = n.grant(m.From, req.name, req.perm)
+	case opUnmap:
+		code = n.revoke(m.From, req.name)
+	case opReply:
+		n.deliver(req)
+		return
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+	defer cancel()
+	// A lost reply fails the requester at its deadline; nothing to do here.
+	_ = n.send(ctx, m.From, req.port, ctlMsg{kind: opReply, id: req.id, code: code, name: name})
+}
+
+// deliver hands a reply to the request waiting for it.
+func (n *Node) deliver(m ctlMsg) {
+	n.mu.Lock()
+	ch := n.pending[m.id]
+	delete(n.pending, m.id)
+	n.mu.Unlock()
+	if ch != nil {
+		ch <- reply{code: m.code, name: m.name}
+	}
+}
+
+// send SENDs m to port at node through the control queue.
+func (n *Node) send(ctx context.Context, node krcore.NodeID, port uint32, m ctlMsg) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if err := n.ctl.Connect(ctx, node, &krcore.ConnectOptions{Port: port}); err != nil {
+		return err
+	}
+	k := m.encode(n.outbox.Bytes())
+	req := krcore.Request{ID: m.id, Op: verbs.OpSend, Local: n.outbox.Range(0, k)}
+	if _, err := n.ctl.Push(ctx, true, req); err != nil {
+		return err
+	}
+	var out [1]krcore.Completion
+	if _, err := n.ctl.PopWait(ctx, out[:]); err != nil {
+		n.renewCtl() // a SEND still outstanding would pin the queue to node
+		return err
+	}
+	return out[0].Err()
+}
+
+// renewCtl replaces the control queue after a SEND was abandoned; ctlMu held.
+func (n *Node) renewCtl() {
+	n.ctl.Close()
+	if q, err := n.api.Queue(); err == nil {
+		n.ctl = q
+	}
+}
+
+// request sends m to the LITE endpoint of node and waits for its reply.
+func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply, error) {
+	if len(m.name) > slotSize-hdrLen {
+		return reply{}, fmt.Errorf("name of %d bytes: %w", len(m.name), krcore.ErrInvalid)
+	}
+	ch := make(chan reply, 1)
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return reply{}, krcore.ErrClosed
+	}
+	n.seq++
+	m.id, m.port = n.seq, n.port
+	n.pending[m.id] = ch
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.pending, m.id)
+		n.mu.Unlock()
+	}()
+	if err := n.send(ctx, node, n.port, m); err != nil {
+		return reply{}, err
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	case <-n.done:
+		return reply{}, krcore.ErrClosed
+	}
+}
+
+// codeErr is the error a reply code stands for.
+func codeErr(code byte) error {
+	switch code {
+	case codeOK:
+		return nil
+	case codeFreed:
+		return ErrFreed
+	case codePerm:
+		return ErrPerm
+	}
+	return errors.New("lite: the master failed to grant")
+}

@@ -1,0 +1,34 @@
+// Package lite is LITE (SOSP'17) on krcore: an indirection layer that
+// shows applications named remote memory behind opaque handles, never an
+// rkey. It uses only the root vocabulary package (krcore.API), so the same
+// code runs on an embedded runtime (core.Embed) and through krcored
+// (client.Attach).
+//
+// What is built (the first slice of issue 15):
+//
+//   - A Node is a process's LITE endpoint (Open): a virtual queue bound to
+//     a well-known port, served by one goroutine that answers other nodes'
+//     control messages (Map, Unmap) with SENDs.
+//   - Malloc makes an LMR on this node, which is its master, under a name
+//     and with the permissions (Read, Write, Atomic) it allows mappers.
+//   - Map asks the master by name for a permission; the master refuses
+//     what the LMR does not allow (ErrPerm) and grants the rest by
+//     exporting the LMR under a fresh name with exactly the granted
+//     access, so the rights are enforced at the responder, where the
+//     memory lives. The mapper gets a Handle, opaque and valid only in the
+//     Node that mapped it.
+//   - Read and Write move bytes through a handle with one-sided RDMA,
+//     bounds checked, through a registered bounce buffer of the Node.
+//   - Unmap withdraws one grant at the master; Free withdraws every grant
+//     before it releases the memory, so a stale handle's READ is refused
+//     by the responder and never reads freed memory.
+//
+// Not built yet (issue 15): LMRs striped over several nodes, registering
+// existing memory, finding a master by name alone, the share and admin
+// permissions, Memset, Memcpy and Memmove at the node holding the bytes,
+// Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, FetchAdd and
+// CompareSwap, locks, barriers, QoS, and the example applications and
+// benchmarks. A handle is refused in another Node, but a mapping is made
+// per node: another process on the mapper's node could, knowing the grant's
+// export name, read through it.
+package lite

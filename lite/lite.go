@@ -1,0 +1,201 @@
+package lite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// DefaultPort is the port a Node's endpoint binds when Options.Port is 0.
+const DefaultPort = 0x4c54
+
+// Sizes of the control plane and of the data path's bounce buffer.
+const (
+	slotSize   = 256      // one control message
+	slots      = 16       // receive buffers posted at the endpoint
+	bounceSize = 64 << 10 // largest single READ or WRITE of the data path
+	maxName    = 128      // an LMR name, leaving room for the grant prefix
+	ctlTimeout = 5 * time.Second
+)
+
+// Errors of package lite; every error lite returns wraps one of these or a
+// krcore sentinel or WC status.
+var (
+	// ErrPerm: the LMR's master refused a permission the LMR does not allow.
+	ErrPerm = errors.New("lite: permission denied")
+	// ErrFreed: the LMR was freed by its master, or no LMR has the name.
+	ErrFreed = errors.New("lite: no such LMR (freed or never made)")
+	// ErrBadHandle: the handle is zero, unmapped, or another Node's.
+	ErrBadHandle = errors.New("lite: bad handle")
+)
+
+// Perm is a set of permissions on an LMR.
+type Perm uint8
+
+// The permissions a mapper asks for and an LMR allows.
+const (
+	Read Perm = 1 << iota
+	Write
+	Atomic
+	permAll = Read | Write | Atomic
+)
+
+// access is the remote access that grants p.
+func (p Perm) access() verbs.Access {
+	var a verbs.Access
+	if p&Read != 0 {
+		a |= verbs.AccessRemoteRead
+	}
+	if p&Write != 0 {
+		a |= verbs.AccessRemoteWrite
+	}
+	if p&Atomic != 0 {
+		a |= verbs.AccessRemoteAtomic
+	}
+	return a
+}
+
+// Options configure a Node.
+type Options struct {
+	// Port is the port the endpoint binds, the same on every node of a
+	// LITE cluster; 0 is DefaultPort.
+	Port uint32
+}
+
+// Node is a process's LITE endpoint: the master of the LMRs it Mallocs and
+// the mapper of the handles it Maps. Its methods are safe for concurrent use.
+type Node struct {
+	api  krcore.API
+	port uint32
+
+	srv    krcore.VQ // bound to port, read only by serve
+	inbox  krcore.MR
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	ctlMu  sync.Mutex // ctl, outbox
+	ctl    krcore.VQ
+	outbox krcore.MR
+
+	dataMu sync.Mutex // data, bounce
+	data   krcore.VQ
+	bounce krcore.MR
+
+	mu      sync.Mutex
+	closed  bool
+	seq     uint64
+	lmrs    map[string]*LMR       // mastered here, by name
+	grants  map[string]*grant     // mastered here, by export name
+	maps    map[uint64]*mapping   // mapped here, by handle id
+	pending map[uint64]chan reply // control requests awaiting replies
+}
+
+// Open starts the LITE endpoint of api's node: it binds opts.Port and
+// serves other nodes' control messages until Close.
+func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
+	if api == nil {
+		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
+	}
+	n := &Node{api: api, port: opts.Port, done: make(chan struct{}),
+		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]chan reply{}}
+	if n.port == 0 {
+		n.port = DefaultPort
+	}
+	if err := n.setup(); err != nil {
+		n.release()
+		return nil, fmt.Errorf("lite: open port %d: %w", n.port, err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go n.serve(sctx)
+	return n, nil
+}
+
+// setup makes the endpoint's queues and buffers.
+func (n *Node) setup() error {
+	var err error
+	if n.srv, err = n.api.Queue(); err != nil {
+		return err
+	}
+	if n.ctl, err = n.api.Queue(); err != nil {
+		return err
+	}
+	if n.data, err = n.api.Queue(); err != nil {
+		return err
+	}
+	if n.inbox, err = n.api.RegMR(slots*slotSize, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if n.outbox, err = n.api.RegMR(slotSize, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if n.bounce, err = n.api.RegMR(bounceSize, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if err = n.srv.Bind(n.port); err != nil {
+		return err
+	}
+	for i := range slots {
+		if err = n.srv.PushRecv(n.inbox.Range(i*slotSize, slotSize)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops the endpoint: it frees every LMR this Node masters, stops
+// the serving goroutine, fails control requests waiting for replies with
+// krcore.ErrClosed and releases the queues and memory it made. The API
+// stays open.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	lmrs := make([]*LMR, 0, len(n.lmrs))
+	for _, l := range n.lmrs {
+		lmrs = append(lmrs, l)
+	}
+	n.mu.Unlock()
+	var errs []error
+	for _, l := range lmrs {
+		errs = append(errs, l.Free())
+	}
+	n.cancel()
+	n.srv.Close() // wakes serve's PopMsgsWait
+	<-n.done
+	n.release()
+	return errors.Join(errs...)
+}
+
+// release closes the queues and deregisters the buffers setup made.
+func (n *Node) release() {
+	for _, q := range []krcore.VQ{n.srv, n.ctl, n.data} {
+		if q != nil {
+			q.Close()
+		}
+	}
+	n.ctlMu.Lock()
+	n.dataMu.Lock()
+	for _, m := range []krcore.MR{n.inbox, n.outbox, n.bounce} {
+		if m != nil {
+			n.api.Deregister(m)
+		}
+	}
+	n.dataMu.Unlock()
+	n.ctlMu.Unlock()
+}
+
+// isClosed reports whether Close began.
+func (n *Node) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
+}
