@@ -240,10 +240,7 @@ func (n *Node) chunk(ctx context.Context, m *mapping, op verbs.Opcode, off int, 
 	}
 	var out [1]krcore.Completion
 	if _, err := n.data.PopWait(ctx, out[:]); err != nil {
-		n.data.Close() // the request may still be in flight: never reuse its queue
-		if q, qerr := n.api.Queue(); qerr == nil {
-			n.data = q
-		}
+		n.renewData()
 		return err
 	}
 	if err := out[0].Err(); err != nil {
@@ -253,4 +250,18 @@ func (n *Node) chunk(ctx context.Context, m *mapping, op verbs.Opcode, off int, 
 		copy(b, n.bounce.Bytes())
 	}
 	return nil
+}
+
+// renewData replaces the data queue and the bounce buffer after a request
+// was abandoned: it may still be in flight, and must neither pin the queue
+// nor land in the buffer the next request uses; dataMu held.
+func (n *Node) renewData() {
+	n.data.Close()
+	n.api.Deregister(n.bounce) // released once the abandoned request ends
+	if q, err := n.api.Queue(); err == nil {
+		n.data = q
+	}
+	if b, err := n.api.RegMR(bounceSize, verbs.AccessLocalWrite); err == nil {
+		n.bounce = b
+	}
 }

@@ -1,0 +1,42 @@
+package lite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/lite"
+)
+
+// Node 2 mallocs a read-only LMR and names it; node 1 maps it by name and
+// reads it through an opaque handle, never seeing an rkey.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	master, _ := lite.Open(ctx, core.Embed(c.Node(2)), lite.Options{})
+	defer master.Close()
+	mapper, _ := lite.Open(ctx, core.Embed(c.Node(1)), lite.Options{})
+	defer mapper.Close()
+
+	l, _ := master.Malloc(ctx, "greeting", 4096, lite.Read)
+	copy(l.Bytes(), "hello from node 2")
+
+	h, _ := mapper.Map(ctx, 2, "greeting", lite.Read)
+	buf := make([]byte, 17)
+	err = mapper.Read(ctx, h, 0, buf)
+	fmt.Println(string(buf), err)
+
+	_, err = mapper.Map(ctx, 2, "greeting", lite.Write)
+	fmt.Println(errors.Is(err, lite.ErrPerm))
+	// Output:
+	// hello from node 2 <nil>
+	// true
+}
