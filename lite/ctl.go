@@ -44,6 +44,12 @@ type reply struct {
 	name string
 }
 
+// waiter is a control request awaiting its reply from node.
+type waiter struct {
+	node krcore.NodeID
+	ch   chan reply
+}
+
 func (m ctlMsg) encode(b []byte) int {
 	b[0] = m.kind
 	binary.LittleEndian.PutUint64(b[1:], m.id)
@@ -96,7 +102,7 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	case opUnmap:
 		code = n.revoke(m.From, req.name)
 	case opReply:
-		n.deliver(req)
+		n.deliver(m.From, req)
 		return
 	default:
 		return
@@ -107,14 +113,19 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	_ = n.send(ctx, m.From, req.port, ctlMsg{kind: opReply, id: req.id, code: code, name: name})
 }
 
-// deliver hands a reply to the request waiting for it.
-func (n *Node) deliver(m ctlMsg) {
+// deliver hands a reply from node to the request waiting for it. Ids are
+// sequential and easy to guess: a reply from any other node than the one
+// asked is dropped, so no third node can answer a Map with an export name
+// of its choosing.
+func (n *Node) deliver(from krcore.NodeID, m ctlMsg) {
 	n.mu.Lock()
-	ch := n.pending[m.id]
-	delete(n.pending, m.id)
+	w, ok := n.pending[m.id]
+	if ok && w.node == from {
+		delete(n.pending, m.id)
+	}
 	n.mu.Unlock()
-	if ch != nil {
-		ch <- reply{code: m.code, name: m.name}
+	if ok && w.node == from {
+		w.ch <- reply{code: m.code, name: m.name}
 	}
 }
 
@@ -159,7 +170,7 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 	}
 	n.seq++
 	m.id, m.port = n.seq, n.port
-	n.pending[m.id] = ch
+	n.pending[m.id] = waiter{node: node, ch: ch}
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()

@@ -92,7 +92,7 @@ type Node struct {
 	lmrs    map[string]*LMR       // mastered here, by name
 	grants  map[string]*grant     // mastered here, by export name
 	maps    map[uint64]*mapping   // mapped here, by handle id
-	pending map[uint64]chan reply // control requests awaiting replies
+	pending map[uint64]waiter     // control requests awaiting replies, by id
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
@@ -102,7 +102,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
 	n := &Node{api: api, port: opts.Port, done: make(chan struct{}),
-		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]chan reply{}}
+		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{}}
 	if n.port == 0 {
 		n.port = DefaultPort
 	}
