@@ -89,10 +89,10 @@ type Node struct {
 	mu      sync.Mutex
 	closed  bool
 	seq     uint64
-	lmrs    map[string]*LMR       // mastered here, by name
-	grants  map[string]*grant     // mastered here, by export name
-	maps    map[uint64]*mapping   // mapped here, by handle id
-	pending map[uint64]waiter     // control requests awaiting replies, by id
+	lmrs    map[string]*LMR     // mastered here, by name
+	grants  map[string]*grant   // mastered here, by export name
+	maps    map[uint64]*mapping // mapped here, by handle id
+	pending map[uint64]waiter   // control requests awaiting replies, by id
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
