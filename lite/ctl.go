@@ -152,8 +152,13 @@ func (n *Node) send(ctx context.Context, node krcore.NodeID, port uint32, m ctlM
 // renewCtl replaces the control queue after a SEND was abandoned; ctlMu held.
 func (n *Node) renewCtl() {
 	n.ctl.Close()
+	if n.isClosed() {
+		return // Close releases what is left
+	}
 	if q, err := n.api.Queue(); err == nil {
+		n.qmu.Lock()
 		n.ctl = q
+		n.qmu.Unlock()
 	}
 }
 

@@ -86,6 +86,10 @@ type Node struct {
 	data   krcore.VQ
 	bounce krcore.MR
 
+	// qmu guards replacing ctl and data (done with ctlMu or dataMu held
+	// too), so that Close can close them while a waiter holds those.
+	qmu sync.Mutex
+
 	mu      sync.Mutex
 	closed  bool
 	seq     uint64
@@ -175,15 +179,15 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// release closes the queues and deregisters the buffers setup made.
+// release closes the queues and deregisters the buffers setup made. It
+// closes the queues first, under qmu, which wakes a Read, Write or control
+// SEND waiting on them, then takes their locks and closes them again: a
+// waiter woken that way may have renewed its queue before it saw closed.
 func (n *Node) release() {
-	for _, q := range []krcore.VQ{n.srv, n.ctl, n.data} {
-		if q != nil {
-			q.Close()
-		}
-	}
+	n.closeQueues()
 	n.ctlMu.Lock()
 	n.dataMu.Lock()
+	n.closeQueues()
 	for _, m := range []krcore.MR{n.inbox, n.outbox, n.bounce} {
 		if m != nil {
 			n.api.Deregister(m)
@@ -191,6 +195,17 @@ func (n *Node) release() {
 	}
 	n.dataMu.Unlock()
 	n.ctlMu.Unlock()
+}
+
+// closeQueues closes the Node's queues (closing one twice is harmless).
+func (n *Node) closeQueues() {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	for _, q := range []krcore.VQ{n.srv, n.ctl, n.data} {
+		if q != nil {
+			q.Close()
+		}
+	}
 }
 
 // isClosed reports whether Close began.

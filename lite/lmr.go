@@ -258,8 +258,13 @@ func (n *Node) chunk(ctx context.Context, m *mapping, op verbs.Opcode, off int, 
 func (n *Node) renewData() {
 	n.data.Close()
 	n.api.Deregister(n.bounce) // released once the abandoned request ends
+	if n.isClosed() {
+		return // Close releases what is left
+	}
 	if q, err := n.api.Queue(); err == nil {
+		n.qmu.Lock()
 		n.data = q
+		n.qmu.Unlock()
 	}
 	if b, err := n.api.RegMR(bounceSize, verbs.AccessLocalWrite); err == nil {
 		n.bounce = b
