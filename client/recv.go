@@ -85,7 +85,7 @@ func (v *VQ) popMsgRing(out []krcore.Message, max int) []krcore.Message {
 		out = append(out, m)
 		v.msgHead++
 	}
-	r.Ctr(wire.MsgHead).Store(v.msgHead)
+	wire.Publish(r.Ctr(wire.MsgHead), v.msgHead)
 	if r.Ctr(wire.DaemonFullMsg).Load() != 0 {
 		v.door.Ring()
 	}

@@ -336,7 +336,7 @@ func (v *VQ) publish() {
 	if r.Ctr(wire.SQTail).Load() == v.sqTail {
 		return
 	}
-	r.Ctr(wire.SQTail).Store(v.sqTail)
+	wire.Publish(r.Ctr(wire.SQTail), v.sqTail)
 	wire.Notify(r.Ctr(wire.DaemonSleeps), v.door)
 }
 
@@ -413,7 +413,7 @@ func (v *VQ) popCQ(out []krcore.Completion, max int) []krcore.Completion {
 	if v.cqHead != head {
 		// Stored only when it moved: a spinning Pop that wrote it every
 		// time would take the line from the daemon, which reads it.
-		r.Ctr(wire.CQHead).Store(v.cqHead)
+		wire.Publish(r.Ctr(wire.CQHead), v.cqHead)
 		if r.Ctr(wire.DaemonFullCQ).Load() != 0 {
 			v.door.Ring()
 		}

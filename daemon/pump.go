@@ -58,11 +58,22 @@ func newPump(ss *session) *pump {
 
 // add starts serving v.
 func (p *pump) add(v *vq) {
-	p.mu.Lock()
-	p.vqs = append(p.vqs, v)
-	p.mu.Unlock()
+	p.join(v)
 	p.g.Add(v.q)
 	p.g.Wake()
+}
+
+// join puts v among the VQs the pump serves. A pump armed to sleep arms v
+// too: the Wake that follows may reach it before it sleeps, and its sleep
+// would then wait for a doorbell that v's client, unarmed, never rings.
+func (p *pump) join(v *vq) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.vqs = append(p.vqs, v)
+	if p.asleep.Load() {
+		wire.Publish(v.ring.Ctr(wire.DaemonSleeps), 1)
+		v.armedTail.Store(v.ring.Ctr(wire.SQTail).Load())
+	}
 }
 
 // remove stops serving v; when it returns, no round touches v.
@@ -210,14 +221,15 @@ func (p *pump) spinRounds() bool {
 }
 
 // arm tells the client to ring the doorbell, and busy pumps to nudge this
-// one: it is going to sleep.
+// one: it is going to sleep. asleep is raised under p.mu, so that join
+// arms a VQ that comes later.
 func (p *pump) arm() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, v := range p.vqs {
-		v.ring.Ctr(wire.DaemonSleeps).Store(1)
+		wire.Publish(v.ring.Ctr(wire.DaemonSleeps), 1)
 		v.armedTail.Store(v.ring.Ctr(wire.SQTail).Load())
 	}
-	p.mu.Unlock()
 	p.asleep.Store(true)
 }
 
@@ -358,7 +370,7 @@ func (p *pump) submit(v *vq, limit int) (k int, moved bool) {
 	}
 	v.recvsTo = max(v.recvsTo, seq)
 	v.seq = next
-	r.Ctr(wire.SQHead).Store(next) // the entries are copied: the client may reuse them
+	wire.Publish(r.Ctr(wire.SQHead), next) // the entries are copied: the client may reuse them
 	if avail == wire.SQEntries && next != start {
 		// Only a client that found the ring full waits for its space;
 		// waking one that waits for a completion would cost it a spurious
@@ -399,7 +411,7 @@ func (p *pump) complete(v *vq) bool {
 		return false
 	}
 	if used == wire.CQEntries {
-		r.Ctr(wire.DaemonFullCQ).Store(1) // the client rings when it frees space
+		wire.Publish(r.Ctr(wire.DaemonFullCQ), 1) // the client rings when it frees space
 		if v.pos-head.Load() == wire.CQEntries {
 			return false
 		}
@@ -419,7 +431,7 @@ func (p *pump) complete(v *vq) bool {
 		v.pos++
 		v.observe(c.ID, now)
 	}
-	r.Ctr(wire.CQTail).Store(v.pos)
+	wire.Publish(r.Ctr(wire.CQTail), v.pos)
 	v.publishRetired()
 	v.ss.completions.Add(uint64(n))
 	wire.Notify(r.Ctr(wire.ClientCQ), v.cq)

@@ -159,7 +159,7 @@ func (v *vq) ringConnect(seq uint64, e *wire.SQE) {
 		v.ss.refusals.Add(1)
 	}
 	v.ring.PutCtlErr(err)
-	v.ring.Ctr(wire.CtlDone).Store(wire.CtlResult(seq, wire.ErrorCode(err)))
+	wire.Publish(v.ring.Ctr(wire.CtlDone), wire.CtlResult(seq, wire.ErrorCode(err)))
 	wire.Notify(v.ring.Ctr(v.ctlFlag), v.ctl)
 }
 
@@ -222,7 +222,7 @@ func (v *vq) publishRetired() {
 	out := uint64(v.q.Outstanding())
 	if acc >= out && acc-out > v.retired {
 		v.retired = acc - out
-		v.ring.Ctr(wire.Retired).Store(v.retired)
+		wire.Publish(v.ring.Ctr(wire.Retired), v.retired)
 	}
 }
 
@@ -242,7 +242,7 @@ func (v *vq) msgRoom(pos uint64) (free uint64, ok bool) {
 		}
 		// The raised flag makes the client ring the doorbell when it
 		// frees space, and watchDoor passes it on.
-		v.ring.Ctr(wire.DaemonFullMsg).Store(1)
+		wire.Publish(v.ring.Ctr(wire.DaemonFullMsg), 1)
 		if pos-head.Load() < wire.MsgEntries {
 			continue
 		}
@@ -275,7 +275,7 @@ func (v *vq) deliver() {
 			msgs[i] = krcore.Message{}
 			pos++
 		}
-		tail.Store(pos)
+		wire.Publish(tail, pos)
 		wire.Notify(r.Ctr(wire.ClientMsg), v.msg)
 	}
 }

@@ -95,8 +95,8 @@ func (b *Bell) Close() error { return b.f.Close() }
 // ErrBellClosed is what Wait returns when its bell closed under it.
 var ErrBellClosed = errors.New("wire: bell closed")
 
-// Wait returns when ready reports true: it polls for SpinFor, then sets
-// flag, checks again and sleeps on bell until woken, ctx ends or stop
+// Wait returns when ready reports true: it polls for SpinFor, then raises
+// flag (Publish), checks again and sleeps on bell until woken, ctx ends or stop
 // reports an error (the other side gone).
 func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bell, stop func() error) error {
 	start := time.Now()
@@ -114,7 +114,7 @@ func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bel
 			runtime.Gosched()
 			continue
 		}
-		flag.Store(1)
+		Publish(flag, 1)
 		if ready() {
 			flag.Store(0)
 			return nil
@@ -130,8 +130,18 @@ func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bel
 	}
 }
 
+// Publish stores v in c as the first half of a wake-up handshake: store,
+// then load the other side's flag or counter, while the other side does
+// the same the other way round, so that at least one of them sees the
+// other's write. That needs a store no later load may pass. It is a Swap:
+// on amd64 Store and Swap are the same XCHG, but under the race detector
+// Store is only a release store (golang/go#58020), a load may pass it, and
+// both sides could miss each other and sleep for good (a Connect through
+// krcored waited out its deadline that way).
+func Publish(c *atomic.Uint64, v uint64) { c.Swap(v) }
+
 // Notify rings bell if the other side sleeps on flag; call it after
-// publishing.
+// publishing (Publish).
 func Notify(flag *atomic.Uint64, bell *Bell) {
 	if flag.Load() != 0 {
 		bell.Ring()

@@ -163,7 +163,7 @@ func stopNow() bool { return true }
 
 func (rd *linkReader) setBlocked(b bool) {
 	if rd.blocked != nil {
-		rd.blocked.Store(b)
+		rd.blocked.Swap(b) // ordered before stop's loads, even under the race detector (golang/go#58020)
 	}
 }
 
