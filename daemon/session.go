@@ -181,14 +181,13 @@ func (ss *session) register(m *wire.Msg, r *wire.Msg) error {
 	if over {
 		return fmt.Errorf("register %d bytes: client limit %d: %w", n, ss.s.cfg.MaxMRBytes, verbs.ErrLimit)
 	}
-	mem, err := ss.mapAndRegister(m.FDs[0], off, n, access)
+	mem, err := ss.mapAndRegister(&m.FDs[0], off, n, access)
 	if err != nil {
 		ss.mu.Lock()
 		ss.mrBytes -= int64(n)
 		ss.mu.Unlock()
 		return err
 	}
-	m.FDs = nil // the block owns the memfd now
 	id := ss.s.ids.Add(1)
 	ss.mu.Lock()
 	ss.mrs[id] = mem
@@ -197,11 +196,17 @@ func (ss *session) register(m *wire.Msg, r *wire.Msg) error {
 	return nil
 }
 
-func (ss *session) mapAndRegister(fd int, off, n uint64, access verbs.Access) (*memory, error) {
-	blk, err := offheap.OpenSealed(fd, int(off+n))
+// mapAndRegister maps the memfd at *fd and registers [off, off+n) of it.
+// Once the mapping owns the memfd, *fd becomes -1: the message's
+// descriptors are closed after the call, and a failure past that point
+// closes the memfd with the mapping, so closing it again could close a
+// descriptor another goroutine has opened since under the same number.
+func (ss *session) mapAndRegister(fd *int, off, n uint64, access verbs.Access) (*memory, error) {
+	blk, err := offheap.OpenSealed(*fd, int(off+n))
 	if err != nil {
 		return nil, fmt.Errorf("register: %w: %w", err, verbs.ErrInvalid)
 	}
+	*fd = -1
 	mr, err := ss.s.rt.Register(blk.Bytes()[off:off+n], access)
 	if err != nil {
 		blk.Close()

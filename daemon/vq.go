@@ -63,6 +63,7 @@ func newVQ(ss *session, fds []int) (*vq, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: ring: %w: %w", err, verbs.ErrInvalid)
 	}
+	fds[0] = -1 // the block's now, closed with it (see mapAndRegister)
 	ring, _ := wire.NewRing(blk.Bytes(), ss.s.rt.Config().MaxMessage)
 	q, err := ss.s.rt.Queue()
 	if err != nil {

@@ -74,10 +74,12 @@ type Msg struct {
 	Op   Op
 	Code uint8
 	Seq  uint64
-	FDs  []int
-	b    []byte // the body
-	off  int    // read position in b
-	err  error  // the first decoding error
+	// FDs are the descriptors the message carries. A receiver that keeps
+	// one sets its entry to -1 (CloseFDs closes the rest), or nil for all.
+	FDs []int
+	b   []byte // the body
+	off int    // read position in b
+	err error  // the first decoding error
 }
 
 // NewMsg starts a message.

@@ -94,6 +94,9 @@ func (m *Msg) CloseFDs() { closeAll(m.FDs); m.FDs = nil }
 
 func closeAll(fds []int) {
 	for _, fd := range fds {
+		if fd < 0 {
+			continue // taken by its handler
+		}
 		unix.Close(fd)
 	}
 }
