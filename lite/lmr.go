@@ -25,12 +25,14 @@ type grant struct {
 	mapper krcore.NodeID
 }
 
-// mapping is what a Handle stands for in the Node that mapped it.
+// mapping is what a Handle stands for in the Node that mapped it. It is
+// never changed once made: a new layout makes a new mapping.
 type mapping struct {
-	master krcore.NodeID
-	name   string // the LMR's
-	export string // the grant's
-	region krcore.Region
+	master  krcore.NodeID
+	name    string // the LMR's
+	export  string // the grant's
+	lay     layout
+	regions []krcore.Region // the grant on each node of lay, in its order
 }
 
 // Handle names a mapping of an LMR. It is opaque and valid only in the
@@ -159,7 +161,8 @@ func (n *Node) Map(ctx context.Context, master krcore.NodeID, name string, perm 
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seq++
-	n.maps[n.seq] = &mapping{master: master, name: name, export: r.name, region: region}
+	n.maps[n.seq] = &mapping{master: master, name: name, export: r.name,
+		lay: single(master, int(region.Len())), regions: []krcore.Region{region}}
 	return Handle{n: n, id: n.seq}, nil
 }
 
@@ -205,36 +208,63 @@ func (n *Node) Write(ctx context.Context, h Handle, off int, buf []byte) error {
 	return n.io(ctx, h, off, buf, verbs.OpWrite)
 }
 
-// io moves buf through the bounce buffer, one chunk per request.
+// io moves buf through the bounce buffer, one request per extent.
 func (n *Node) io(ctx context.Context, h Handle, off int, buf []byte, op verbs.Opcode) error {
-	m, err := n.lookup(h)
-	if err == nil && (off < 0 || uint64(len(buf)) > m.region.Len() || uint64(off) > m.region.Len()-uint64(len(buf))) {
-		err = fmt.Errorf("%d bytes at %d of %d: %w", len(buf), off, m.region.Len(), krcore.ErrInvalid)
-	}
+	err := n.access(ctx, h, off, len(buf), func(m *mapping) error {
+		n.dataMu.Lock()
+		defer n.dataMu.Unlock()
+		for _, e := range m.lay.extents(off, len(buf), bounceSize) {
+			if err := n.chunk(ctx, m, e, op, buf[e.at:e.at+e.n]); err != nil {
+				return fmt.Errorf("%q at %d: %w", m.name, off+e.at, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("lite: %s: %w", op, err)
-	}
-	n.dataMu.Lock()
-	defer n.dataMu.Unlock()
-	for done := 0; done < len(buf); {
-		k := min(len(buf)-done, bounceSize)
-		if err := n.chunk(ctx, m, op, off+done, buf[done:done+k]); err != nil {
-			return fmt.Errorf("lite: %s %q at %d: %w", op, m.name, off+done, err)
-		}
-		done += k
 	}
 	return nil
 }
 
-// chunk moves one piece of at most bounceSize bytes; dataMu held.
-func (n *Node) chunk(ctx context.Context, m *mapping, op verbs.Opcode, off int, b []byte) error {
-	if err := n.data.Connect(ctx, m.master, nil); err != nil {
+// access runs fn on the mapping h stands for, once it checked that size
+// bytes at offset off lie inside its LMR. Every operation on a handle
+// goes through it, so that all see the same checks.
+func (n *Node) access(ctx context.Context, h Handle, off, size int, fn func(m *mapping) error) error {
+	m, err := n.lookup(h)
+	if err == nil {
+		err = m.lay.fits(off, size)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		return err
 	}
+	return fn(m)
+}
+
+// chunk moves the bytes of one extent, at most bounceSize; dataMu held.
+func (n *Node) chunk(ctx context.Context, m *mapping, e extent, op verbs.Opcode, b []byte) error {
 	if op == verbs.OpWrite {
 		copy(n.bounce.Bytes(), b)
 	}
-	req := krcore.Request{ID: 1, Op: op, Local: n.bounce.Range(0, len(b)), Remote: m.region.At(uint64(off))}
+	req := krcore.Request{ID: 1, Op: op, Local: n.bounce.Range(0, len(b)), Remote: m.regions[e.node].At(e.remote)}
+	if err := n.post(ctx, m.lay.nodes[e.node], req); err != nil {
+		return err
+	}
+	if op == verbs.OpRead {
+		copy(b, n.bounce.Bytes())
+	}
+	return nil
+}
+
+// post runs one request on the data queue, connected to node, and waits
+// for its completion; dataMu held. Its Local is the bounce buffer, which a
+// request abandoned here (ctx ended) replaces, with the queue.
+func (n *Node) post(ctx context.Context, node krcore.NodeID, req krcore.Request) error {
+	if err := n.data.Connect(ctx, node, nil); err != nil {
+		return err
+	}
 	if _, err := n.data.Push(ctx, true, req); err != nil {
 		return err
 	}
@@ -243,13 +273,7 @@ func (n *Node) chunk(ctx context.Context, m *mapping, op verbs.Opcode, off int, 
 		n.renewData()
 		return err
 	}
-	if err := out[0].Err(); err != nil {
-		return err
-	}
-	if op == verbs.OpRead {
-		copy(b, n.bounce.Bytes())
-	}
-	return nil
+	return out[0].Err()
 }
 
 // renewData replaces the data queue and the bounce buffer after a request
