@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -159,6 +160,7 @@ type dBench struct {
 	log    *slog.Logger
 	stderr io.Writer
 	poll   vqrun.Poll
+	role   string // the server child's role; empty: childServer
 
 	devs   []verbs.Device
 	emb    *core.Runtime
@@ -238,7 +240,7 @@ func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info,
 	if err != nil {
 		return meta.Info{}, err
 	}
-	args := []string{childServer}
+	args := []string{cmp.Or(b.role, childServer)}
 	if len(metas) > 0 {
 		args = append(args, "-meta", metas[0].String())
 	}

@@ -28,6 +28,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := runDaemonRole(ctx, args, stdout, stderr); ok {
 		return code
 	}
+	if code, ok := runLiteRole(ctx, args, stdout, stderr); ok {
+		return code
+	}
 	if len(args) > 0 && args[0] == "pingpong" {
 		return pingpong.Run(ctx, args[1:], stdout, stderr)
 	}

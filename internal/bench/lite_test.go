@@ -1,0 +1,37 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/krcore/krcore/internal/perf"
+)
+
+// TestLiteBench runs krbench lite small: the master and krcored in child
+// processes (this test binary again) and in this process; every series,
+// its ratio with the target, and the note naming the absent series come out.
+func TestLiteBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	out := krbenchProcess(t, "lite", "-n", "20", "-spin", "20us", "-timeout", "10s")
+	rep := parseTables(t, out)
+	for _, place := range []string{placementInproc, placementCross} {
+		r := rep.FindAt(place, testLiteRead, perf.ModeLat)
+		if r == nil {
+			t.Errorf("%s: no %s table", place, testLiteRead)
+			continue
+		}
+		for _, l := range []string{seriesLMR, seriesVQ, seriesLMR + daemonSuffix, seriesVQ + daemonSuffix} {
+			if row := r.LabelRow(l); row == nil || row.Iterations != 20 || row.Typical <= 0 {
+				t.Errorf("%s: row %s: %+v", place, l, row)
+			}
+		}
+		checkTargets(t, rep,
+			place+" embedded: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)",
+			place+" through krcored: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)")
+	}
+	if !strings.Contains(out, "Absent") {
+		t.Errorf("no note of the series not measured:\n%s", out)
+	}
+}

@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/krcore/krcore/internal/perf"
+)
+
+// deriveLiteChecks derives krbench lite's ratios and targets, each from
+// one table's interleaved series.
+func deriveLiteChecks(rep *perf.Report) []perf.Check {
+	var out []perf.Check
+	for _, place := range []string{placementInproc, placementCross} {
+		r := rep.FindAt(place, testLiteRead, perf.ModeLat)
+		if r == nil {
+			continue
+		}
+		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
+			lmr, vq := r.LabelRow(seriesLMR+via.suffix), r.LabelRow(seriesVQ+via.suffix)
+			if lmr == nil || vq == nil {
+				continue
+			}
+			out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)", place, via.name),
+				lmr.Typical, vq.Typical).AtMost(targetLMRVsVQRead))
+		}
+	}
+	return out
+}
