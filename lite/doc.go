@@ -22,13 +22,15 @@
 //   - Unmap withdraws one grant at the master; Free withdraws every grant
 //     before it releases the memory, so a stale handle's READ is refused
 //     by the responder and never reads freed memory.
+//   - FetchAdd and CompareSwap run one RDMA atomic on an 8-byte word of an
+//     LMR at the node holding it, through a handle mapped with Atomic (the
+//     responder refuses any other), on the Node's own sync queue.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
 // existing memory, finding a master by name alone, the share and admin
 // permissions, Memset, Memcpy and Memmove at the node holding the bytes,
-// Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, FetchAdd and
-// CompareSwap, locks, barriers, QoS, and the example applications and
-// benchmarks. A handle is refused in another Node, but a mapping is made
+// Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, locks, barriers,
+// QoS, and the example applications and benchmarks. A handle is refused in another Node, but a mapping is made
 // per node: another process on the mapper's node could, knowing the grant's
 // export name, read through it.
 package lite

@@ -86,6 +86,8 @@ type Node struct {
 	data   krcore.VQ
 	bounce krcore.MR
 
+	sync syncer // atomics, locks, barriers
+
 	// qmu guards replacing ctl and data (done with ctlMu or dataMu held
 	// too), so that Close can close them while a waiter holds those.
 	qmu sync.Mutex
@@ -175,6 +177,7 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.srv.Close() // wakes serve's PopMsgsWait
 	<-n.done
+	n.sync.stop(n.api)
 	n.release()
 	return errors.Join(errs...)
 }
