@@ -104,6 +104,9 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	case opReply:
 		n.deliver(m.From, req)
 		return
+	case opMemset, opMemcpy:
+		n.spawn(ctx, m.From, req, n.execMem)
+		return
 	default:
 		return
 	}

@@ -25,12 +25,16 @@
 //   - FetchAdd and CompareSwap run one RDMA atomic on an 8-byte word of an
 //     LMR at the node holding it, through a handle mapped with Atomic (the
 //     responder refuses any other), on the Node's own sync queue.
+//   - Memset, Memcpy and Memmove run at the node holding dst's bytes: the
+//     caller sends one control request naming its grants, and the holder
+//     acts only through what they allow (Write on dst, Read on src),
+//     copying locally or READing src through the caller's grant at src's
+//     node straight into dst; the reply comes once the bytes are in place.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
 // existing memory, finding a master by name alone, the share and admin
-// permissions, Memset, Memcpy and Memmove at the node holding the bytes,
-// Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, locks, barriers,
-// QoS, and the example applications and benchmarks. A handle is refused in another Node, but a mapping is made
-// per node: another process on the mapper's node could, knowing the grant's
+// permissions, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, locks,
+// barriers, QoS, and the example applications and benchmarks. A handle is
+// refused in another Node, but a mapping is made per node: another process on the mapper's node could, knowing the grant's
 // export name, read through it.
 package lite

@@ -99,6 +99,8 @@ type Node struct {
 	grants  map[string]*grant   // mastered here, by export name
 	maps    map[uint64]*mapping // mapped here, by handle id
 	pending map[uint64]waiter   // control requests awaiting replies, by id
+
+	ops ops // goroutines of long requests (memop.go)
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
@@ -178,6 +180,7 @@ func (n *Node) Close() error {
 	n.srv.Close() // wakes serve's PopMsgsWait
 	<-n.done
 	n.sync.stop(n.api)
+	n.stopOps()
 	n.release()
 	return errors.Join(errs...)
 }

@@ -23,6 +23,7 @@ type LMR struct {
 type grant struct {
 	lmr    *LMR
 	mapper krcore.NodeID
+	perm   Perm // what the holder acts through it for (memops)
 }
 
 // mapping is what a Handle stands for in the Node that mapped it. It is
@@ -119,7 +120,7 @@ func (n *Node) grant(mapper krcore.NodeID, name string, perm Perm) (string, byte
 		return "", codeFailed
 	}
 	l.live[exp] = true
-	n.grants[exp] = &grant{lmr: l, mapper: mapper}
+	n.grants[exp] = &grant{lmr: l, mapper: mapper, perm: perm}
 	return exp, codeOK
 }
 
