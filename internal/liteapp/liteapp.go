@@ -1,0 +1,175 @@
+// Package liteapp is the process harness of the lite example applications
+// (examples/lite-*): a coordinator process starts N worker processes of
+// its own executable, steps them through the job's phases by lines on
+// their standard input and output, and each process brings up its krcore
+// node (a soft RNIC on loopback TCP and an embedded runtime, the
+// coordinator's with the MetaServer). The applications' data moves through
+// package lite, or through Go net/rpc in their comparison runs; only the
+// phase steps go through these pipes, alike for both.
+package liteapp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/provider/soft"
+)
+
+// workerEnv holds a worker process's index (1..N), set by Start.
+const workerEnv = "LITEAPP_WORKER"
+
+// Worker reports the index (1..N) this process was started with by
+// Start, and whether it is a worker at all.
+func Worker() (int, bool) {
+	i, err := strconv.Atoi(os.Getenv(workerEnv))
+	return i, err == nil && i > 0
+}
+
+// Node is a process's krcore node: a soft RNIC on loopback TCP and a
+// runtime with the given id, joining metas (none: it embeds the
+// MetaServer, see Runtime.MetaInfo).
+type Node struct {
+	*core.Runtime
+	dev *soft.Node
+}
+
+// StartNode starts this process's node.
+func StartNode(ctx context.Context, id krcore.NodeID, metas []meta.Info) (*Node, error) {
+	dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		return nil, err
+	}
+	rt, err := core.New(ctx, core.Config{Device: dev, Node: id, Meta: metas, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("node %d: %w", id, err)
+	}
+	return &Node{Runtime: rt, dev: dev}, nil
+}
+
+// Close stops the runtime and the RNIC.
+func (n *Node) Close() error {
+	return errors.Join(n.Runtime.Close(), n.dev.Close())
+}
+
+// Workers are the worker processes a coordinator started.
+type Workers struct {
+	cmds  []*exec.Cmd
+	ins   []io.WriteCloser
+	outs  []*bufio.Reader
+	Addrs []string // what each worker said when ready (index i-1)
+}
+
+// Start starts n worker processes of this executable with args, each with
+// its index in its environment (Worker), and waits until each says it is
+// ready (Ready), collecting what they said.
+func Start(ctx context.Context, n int, args ...string) (*Workers, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	w := &Workers{}
+	for i := 1; i <= n; i++ {
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", workerEnv, i))
+		cmd.Stderr = os.Stderr
+		in, err1 := cmd.StdinPipe()
+		out, err2 := cmd.StdoutPipe()
+		if err := errors.Join(err1, err2); err != nil {
+			w.Close()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("start worker %d: %w", i, err)
+		}
+		w.cmds, w.ins, w.outs = append(w.cmds, cmd), append(w.ins, in), append(w.outs, bufio.NewReader(out))
+	}
+	for i := range w.outs {
+		said, err := w.expect(i, "ready")
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.Addrs = append(w.Addrs, said)
+	}
+	return w, nil
+}
+
+// expect reads worker i's next line, which must start with word; it
+// returns the rest.
+func (w *Workers) expect(i int, word string) (string, error) {
+	line, err := w.outs[i].ReadString('\n')
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), word)
+	if err != nil || !ok {
+		return "", fmt.Errorf("worker %d: said %q, want %q: %v", i+1, line, word, err)
+	}
+	return strings.TrimSpace(rest), nil
+}
+
+// Phase tells every worker to run the phase named by line and waits until
+// every one says it is done; it returns what each said with it.
+func (w *Workers) Phase(line string) ([]string, error) {
+	for i, in := range w.ins {
+		if _, err := io.WriteString(in, line+"\n"); err != nil {
+			return nil, fmt.Errorf("worker %d: %w", i+1, err)
+		}
+	}
+	said := make([]string, len(w.outs))
+	for i := range w.outs {
+		var err error
+		if said[i], err = w.expect(i, "done"); err != nil {
+			return nil, err
+		}
+	}
+	return said, nil
+}
+
+// Close closes the workers' standard input, which ends them, and waits
+// for them to exit.
+func (w *Workers) Close() error {
+	var errs []error
+	for _, in := range w.ins {
+		in.Close()
+	}
+	for i, cmd := range w.cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: %w", i+1, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Serve is a worker's loop: it says ready with addr (what the others need
+// to reach it, possibly empty), then runs phase for every line the
+// coordinator sends and says done after each, with what phase returned,
+// until the coordinator closes the pipe.
+func Serve(addr string, phase func(line string) (string, error)) error {
+	in := bufio.NewReader(os.Stdin)
+	fmt.Fprintln(os.Stdout, "ready", addr)
+	for {
+		line, err := in.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		said, err := phase(strings.TrimSpace(line))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stdout, "done", said)
+	}
+}
