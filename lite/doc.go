@@ -30,9 +30,13 @@
 //     acts only through what they allow (Write on dst, Read on src),
 //     copying locally or READing src through the caller's grant at src's
 //     node straight into dst; the reply comes once the bytes are in place.
+//   - A directory (Options.Directory, a node whose Node keeps name ->
+//     master) finds an LMR's master by name: Malloc lists the name there
+//     (a name is one master's), Free withdraws it, Master and MapName look
+//     it up.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
-// existing memory, finding a master by name alone, the share and admin
+// existing memory, the share and admin
 // permissions, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, locks,
 // barriers, QoS, and the example applications and benchmarks. A handle is
 // refused in another Node, but a mapping is made per node: another process on the mapper's node could, knowing the grant's

@@ -65,6 +65,10 @@ type Options struct {
 	// Port is the port the endpoint binds, the same on every node of a
 	// LITE cluster; 0 is DefaultPort.
 	Port uint32
+	// Directory is the node whose Node keeps the names of the LMRs every
+	// Node naming it masters (Malloc lists, Free withdraws, MapName finds
+	// them): the same on every node of a LITE cluster; 0 is this node.
+	Directory krcore.NodeID
 }
 
 // Node is a process's LITE endpoint: the master of the LMRs it Mallocs and
@@ -101,6 +105,9 @@ type Node struct {
 	pending map[uint64]waiter   // control requests awaiting replies, by id
 
 	ops ops // goroutines of long requests (memop.go)
+
+	dirNode krcore.NodeID            // Options.Directory
+	names   map[string]krcore.NodeID // the directory's: name -> master, n.mu
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
@@ -109,7 +116,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 	if api == nil {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
-	n := &Node{api: api, port: opts.Port, done: make(chan struct{}),
+	n := &Node{api: api, port: opts.Port, dirNode: opts.Directory, done: make(chan struct{}),
 		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{}}
 	if n.port == 0 {
 		n.port = DefaultPort

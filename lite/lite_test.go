@@ -27,8 +27,16 @@ func ctxT(t testing.TB) context.Context {
 // apis starts a two-node cluster and returns node 2's embedded runtime
 // and node 1's runtime two ways: embedded, and through krcored.
 func apis(t *testing.T) (krcore.API, map[string]krcore.API) {
+	others, node1 := apisN(t, 2)
+	return others[0], node1
+}
+
+// apisN starts a cluster of nodes nodes and returns the embedded runtimes
+// of nodes 2, 3, ... and node 1's runtime two ways: embedded, and through
+// krcored.
+func apisN(t *testing.T, nodes int) ([]krcore.API, map[string]krcore.API) {
 	ctx := ctxT(t)
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +54,11 @@ func apis(t *testing.T) (krcore.API, map[string]krcore.API) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	return core.Embed(c.Node(2)), map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
+	var others []krcore.API
+	for id := krcore.NodeID(2); id <= krcore.NodeID(nodes); id++ {
+		others = append(others, core.Embed(c.Node(id)))
+	}
+	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
 }
 
 func open(t *testing.T, api krcore.API) *lite.Node {

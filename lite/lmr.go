@@ -17,6 +17,7 @@ type LMR struct {
 	allow Perm
 	freed bool            // n.mu
 	live  map[string]bool // export names of its grants, n.mu
+	inDir bool            // listed at the directory (dir.go), n.mu
 }
 
 // grant is one mapper's permission on an LMR, exported under its own name.
@@ -57,7 +58,6 @@ func (n *Node) Malloc(ctx context.Context, name string, size int, allow Perm) (*
 		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	switch {
 	case n.closed:
 		err = krcore.ErrClosed
@@ -65,11 +65,17 @@ func (n *Node) Malloc(ctx context.Context, name string, size int, allow Perm) (*
 		err = krcore.ErrBusy
 	}
 	if err != nil {
+		n.mu.Unlock()
 		n.api.Deregister(mr)
 		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
 	}
 	l := &LMR{n: n, name: name, mr: mr, allow: allow, live: map[string]bool{}}
 	n.lmrs[name] = l
+	n.mu.Unlock()
+	if err := n.enlist(ctx, l); err != nil {
+		l.Free()
+		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
+	}
 	return l, nil
 }
 
@@ -95,6 +101,7 @@ func (l *LMR) Free() error {
 		errs = append(errs, n.api.Unexport(exp))
 	}
 	n.mu.Unlock()
+	errs = append(errs, n.unlist(l))
 	errs = append(errs, n.api.Deregister(l.mr))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("lite: free %q: %w", l.name, err)
