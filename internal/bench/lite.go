@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -40,31 +41,43 @@ import (
 // TCP. The master mallocs an LMR and exports a plain region beside it on
 // the same node; each mapper maps the LMR and connects a VQ to the region.
 //
-// Series (table lite-read): an 8 B lite Read through a handle (lmr) and an
-// 8 B READ pushed on a VQ to the same node (vq), embedded and through
-// krcored (*_daemon). Both wait as lite does: the runtime's PopWait.
-// Target: lmr / vq <= 1.1 (issue 15), each way and each placement.
+// Series, embedded and through krcored (*_daemon):
+//
+//   - lite-read: an 8 B lite Read through a handle (lmr) and an 8 B READ
+//     pushed on a VQ to the same node (vq), both waiting as lite does (the
+//     runtime's PopWait). Target: lmr / vq <= 1.1 (issue 15), each way
+//     and each placement.
+//   - lite-memcpy: 1 MiB copied from one LMR to another of the master by
+//     Memcpy, executed at the master's node (memcpy), and by a Read of
+//     the source into the caller and a Write of it to the destination
+//     (read_write). No target: the ratio is reported.
 //
 // The issue's other lite benchmarks (RPC round trips against a raw-QP SEND
-// round trip and Go net/rpc, RPC calls/s, Memcpy at the remote node, lock
-// hand-off, barrier) need APIs package lite does not have yet: they are
-// absent, and every table says so (liteAbsent).
+// round trip and Go net/rpc, RPC calls/s, lock hand-off, barrier) need
+// APIs package lite does not have yet: they are absent, and every table
+// says so (liteAbsent).
 
 // Names of the lite benchmark.
 const (
 	testLiteRead    = "lite-read"
+	testLiteMemcpy  = "lite-memcpy"
 	seriesLMR       = "lmr"
+	seriesMemcpy    = "memcpy"
+	seriesReadWrite = "read_write"
 	liteLMRName     = "krbench-lite"
 	liteRawName     = "krbench-lite-raw"
+	liteSrcName     = "krbench-lite-src"
+	liteDstName     = "krbench-lite-dst"
 	liteRegionSize  = 4096
 	liteReadSize    = 8
+	liteCopySize    = 1 << 20
 	childLiteServer = "lite-server"
 	// An LMR Read is a VQ READ behind a handle lookup and a bounce copy.
 	targetLMRVsVQRead = 1.1
 )
 
 // liteAbsent names the series the issue asks for whose API has not landed.
-const liteAbsent = "RPC round trip (vs raw-QP SEND and Go net/rpc), RPC calls/s, Memcpy 1 MiB at the remote node, lock hand-off, barrier of 8: not measured, package lite has no such API yet"
+const liteAbsent = "RPC round trip (vs raw-QP SEND and Go net/rpc), RPC calls/s, lock hand-off, barrier of 8: not measured, package lite has no such API yet"
 
 // liteConfig is krbench lite's command line.
 type liteConfig struct {
@@ -134,6 +147,9 @@ type liteSide struct {
 	api    krcore.API
 	node   *lite.Node
 	h      lite.Handle
+	src    lite.Handle // liteCopySize bytes each, Read|Write
+	dst    lite.Handle
+	buf    []byte    // the read_write series' bounce through the caller
 	q      krcore.VQ // connected to the master's node
 	g      krcore.Region
 	local  krcore.MR
@@ -145,9 +161,15 @@ func (s *liteSide) open(ctx context.Context, master krcore.NodeID) error {
 	if s.node, err = lite.Open(ctx, s.api, lite.Options{}); err != nil {
 		return err
 	}
-	if s.h, err = s.node.Map(ctx, master, liteLMRName, lite.Read|lite.Write); err != nil {
-		return err
+	for _, m := range []struct {
+		h    *lite.Handle
+		name string
+	}{{&s.h, liteLMRName}, {&s.src, liteSrcName}, {&s.dst, liteDstName}} {
+		if *m.h, err = s.node.Map(ctx, master, m.name, lite.Read|lite.Write); err != nil {
+			return err
+		}
 	}
+	s.buf = make([]byte, liteCopySize)
 	if s.local, err = s.api.RegMR(liteRegionSize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
@@ -173,16 +195,27 @@ func (s *liteSide) close() {
 	}
 }
 
-// liteMaster makes the master's LMR and, beside it on the same node, the
-// plain region the VQ baseline READs; stop releases both.
+// liteMaster makes the master's LMRs (the one lite-read reads, and
+// lite-memcpy's source, filled with copyPattern, and destination) and,
+// beside them on the same node, the plain region the VQ baseline READs;
+// stop releases them.
 func liteMaster(ctx context.Context, api krcore.API) (stop func(), err error) {
 	n, err := lite.Open(ctx, api, lite.Options{})
 	if err != nil {
 		return nil, err
 	}
 	raw, err := api.RegMR(liteRegionSize, verbs.AccessAll)
-	if err == nil {
-		_, err = n.Malloc(ctx, liteLMRName, liteRegionSize, lite.Read|lite.Write)
+	for _, m := range []struct {
+		name string
+		size int
+	}{{liteLMRName, liteRegionSize}, {liteSrcName, liteCopySize}, {liteDstName, liteCopySize}} {
+		var l *lite.LMR
+		if err == nil {
+			l, err = n.Malloc(ctx, m.name, m.size, lite.Read|lite.Write)
+		}
+		if err == nil && m.name == liteSrcName {
+			copyPattern(l.Bytes())
+		}
 	}
 	if err == nil {
 		err = api.Export(liteRawName, raw, 0, liteRegionSize, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
@@ -282,49 +315,43 @@ func (b *liteBench) measure(ctx context.Context, place string, master krcore.Nod
 	}
 	dl := rawqp.NewDeadline(b.ctx, b.c.timeout)
 	defer dl.Close()
+	if err := b.reads(dl, place, sides, nodes); err != nil {
+		return err
+	}
+	return b.copies(dl, place, sides, nodes)
+}
+
+// reads is the lite-read table: 8 B through a handle vs a VQ READ.
+func (b *liteBench) reads(dl *rawqp.Deadline, place string, sides []*liteSide, nodes string) error {
 	var series []*interleave.Latency
 	var labels []string
 	for _, s := range sides {
 		req := krcore.Request{Op: verbs.OpRead, Local: s.local.Range(0, liteReadSize), Remote: s.g.At(0)}
 		series = append(series,
-			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return s.lmrReads(dl, w, n) }},
+			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
+				buf := make([]byte, liteReadSize)
+				return timed(w, n, func() error { return s.node.Read(dl.Get(), s.h, 0, buf) })
+			}},
 			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				return vqrun.Latency(dl, s.q, vqrun.Poll{}, req, w, n)
 			}})
 		labels = append(labels, seriesLMR+s.suffix, seriesVQ+s.suffix)
 	}
-	return b.rotate(place, testLiteRead, "LITE LMR Read vs VQ READ Latency, 8 B (interleaved)", liteReadSize, series, labels, []perf.Field{
+	return b.rotate(place, testLiteRead, "LITE LMR Read vs VQ READ Latency, 8 B (interleaved)", liteReadSize, b.c.n, series, labels, []perf.Field{
 		{Key: "Series", Value: "lmr: lite Node.Read through a handle; vq: VQ.Push of a READ to a region on the same node, then PopWait (as lite waits); *_daemon: through krcored"},
 		{Key: "Nodes", Value: nodes},
 	})
 }
 
-// lmrReads times warmup+iters 8 B Reads through the side's handle.
-func (s *liteSide) lmrReads(dl *rawqp.Deadline, warmup, iters int) ([]time.Duration, error) {
-	buf := make([]byte, liteReadSize)
-	samples := make([]time.Duration, 0, iters)
-	for i := range warmup + iters {
-		ctx := dl.Get()
-		t0 := time.Now()
-		if err := s.node.Read(ctx, s.h, 0, buf); err != nil {
-			return nil, fmt.Errorf("lmr Read #%d: %w", i, err)
-		}
-		if d := time.Since(t0); i >= warmup {
-			samples = append(samples, d)
-		}
-	}
-	return samples, nil
-}
-
 // rotate warms and runs latency series in rotating blocks and adds their
 // table, one row per label.
-func (b *liteBench) rotate(place, test, title string, size int, series []*interleave.Latency, labels []string, info []perf.Field) error {
-	if err := interleave.WarmLatency(max(b.c.n/10, 10), series...); err != nil {
+func (b *liteBench) rotate(place, test, title string, size, iters int, series []*interleave.Latency, labels []string, info []perf.Field) error {
+	if err := interleave.WarmLatency(max(iters/10, 1), series...); err != nil {
 		return fmt.Errorf("%s %s: %w", place, test, err)
 	}
 	blocks := make([]func() error, len(series))
 	for i, s := range series {
-		blocks[i] = s.Block(interleave.PerBlock(b.c.n))
+		blocks[i] = s.Block(interleave.PerBlock(iters))
 	}
 	if err := interleave.Rotate(blocks...); err != nil {
 		return fmt.Errorf("%s %s: %w", place, test, err)
@@ -338,4 +365,88 @@ func (b *liteBench) rotate(place, test, title string, size int, series []*interl
 		perf.Field{Key: "Blocks", Value: fmt.Sprintf("%d per series, rotating order", interleave.Blocks)},
 		perf.Field{Key: "Absent", Value: liteAbsent})
 	return b.out.Add(perf.Result{Title: title, Test: test, Mode: perf.ModeLat, Column: "series", Placement: place, Info: info, Latency: rows})
+}
+
+// copies is the lite-memcpy table: 1 MiB copied at the master's node vs
+// through the caller. Each side checks one copy of each kind first.
+func (b *liteBench) copies(dl *rawqp.Deadline, place string, sides []*liteSide, nodes string) error {
+	var series []*interleave.Latency
+	var labels []string
+	for _, s := range sides {
+		if err := s.checkCopies(dl); err != nil {
+			return fmt.Errorf("%s %s%s: %w", place, testLiteMemcpy, s.suffix, err)
+		}
+		series = append(series,
+			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(w, n, s.memcpy(dl)) }},
+			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(w, n, s.readWrite(dl)) }})
+		labels = append(labels, seriesMemcpy+s.suffix, seriesReadWrite+s.suffix)
+	}
+	return b.rotate(place, testLiteMemcpy, "LITE Memcpy at the master vs Read+Write through the caller, 1 MiB (interleaved)",
+		liteCopySize, max(b.c.n/10, interleave.Blocks), series, labels, []perf.Field{
+			{Key: "Series", Value: "memcpy: Node.Memcpy between two LMRs of the master, done at its node; read_write: Node.Read of the source into the caller, then Node.Write to the destination; *_daemon: through krcored"},
+			{Key: "Nodes", Value: nodes},
+		})
+}
+
+// memcpy copies the source LMR to the destination at the master's node.
+func (s *liteSide) memcpy(dl *rawqp.Deadline) func() error {
+	return func() error { return s.node.Memcpy(dl.Get(), s.dst, 0, s.src, 0, liteCopySize) }
+}
+
+// readWrite copies the source LMR to the destination through the caller.
+func (s *liteSide) readWrite(dl *rawqp.Deadline) func() error {
+	return func() error {
+		if err := s.node.Read(dl.Get(), s.src, 0, s.buf); err != nil {
+			return err
+		}
+		return s.node.Write(dl.Get(), s.dst, 0, s.buf)
+	}
+}
+
+// checkCopies runs one copy of each kind, clearing the destination before
+// each, and checks the destination holds the source's bytes after it.
+func (s *liteSide) checkCopies(dl *rawqp.Deadline) error {
+	want := make([]byte, liteCopySize)
+	copyPattern(want)
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{{seriesMemcpy, s.memcpy(dl)}, {seriesReadWrite, s.readWrite(dl)}} {
+		if err := s.node.Memset(dl.Get(), s.dst, 0, liteCopySize, 0); err != nil {
+			return err
+		}
+		if err := c.run(); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		got := make([]byte, liteCopySize)
+		if err := s.node.Read(dl.Get(), s.dst, 0, got); err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("%s: the destination does not hold the source's bytes", c.name)
+		}
+	}
+	return nil
+}
+
+// copyPattern fills b with the bytes lite-memcpy's source holds.
+func copyPattern(b []byte) {
+	for i := range b {
+		b[i] = byte(i*7 + i>>12)
+	}
+}
+
+// timed times warmup+iters runs of op and returns the last iters.
+func timed(warmup, iters int, op func() error) ([]time.Duration, error) {
+	samples := make([]time.Duration, 0, iters)
+	for i := range warmup + iters {
+		t0 := time.Now()
+		if err := op(); err != nil {
+			return nil, fmt.Errorf("#%d: %w", i, err)
+		}
+		if d := time.Since(t0); i >= warmup {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
 }

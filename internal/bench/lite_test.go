@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -27,9 +28,23 @@ func TestLiteBench(t *testing.T) {
 				t.Errorf("%s: row %s: %+v", place, l, row)
 			}
 		}
+		if r := rep.FindAt(place, testLiteMemcpy, perf.ModeLat); r == nil {
+			t.Errorf("%s: no %s table", place, testLiteMemcpy)
+		} else {
+			for _, l := range []string{seriesMemcpy, seriesReadWrite, seriesMemcpy + daemonSuffix, seriesReadWrite + daemonSuffix} {
+				if row := r.LabelRow(l); row == nil || row.Iterations != interleave.Blocks || row.Typical <= 0 {
+					t.Errorf("%s: row %s: %+v", place, l, row)
+				}
+			}
+		}
 		checkTargets(t, rep,
 			place+" embedded: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)",
 			place+" through krcored: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)")
+	}
+	for _, c := range rep.Checks {
+		if strings.Contains(c.Name, "Memcpy") && c.Value <= 0 {
+			t.Errorf("check %q: %v", c.Name, c.Value)
+		}
 	}
 	if !strings.Contains(out, "Absent") {
 		t.Errorf("no note of the series not measured:\n%s", out)

@@ -24,5 +24,18 @@ func deriveLiteChecks(rep *perf.Report) []perf.Check {
 				lmr.Typical, vq.Typical).AtMost(targetLMRVsVQRead))
 		}
 	}
+	for _, place := range []string{placementInproc, placementCross} {
+		r := rep.FindAt(place, testLiteMemcpy, perf.ModeLat)
+		if r == nil {
+			continue
+		}
+		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
+			mc, rw := r.LabelRow(seriesMemcpy+via.suffix), r.LabelRow(seriesReadWrite+via.suffix)
+			if mc != nil && rw != nil {
+				out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite Memcpy 1MiB at the master t_typical / Read+Write through the caller t_typical (interleaved)", place, via.name),
+					mc.Typical, rw.Typical))
+			}
+		}
+	}
 	return out
 }
