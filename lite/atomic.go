@@ -50,24 +50,33 @@ func (n *Node) CompareSwap(ctx context.Context, h Handle, off int, compare, swap
 	return n.atomic(ctx, h, off, verbs.OpCompareSwap, compare, swap)
 }
 
-// atomic checks h and off, and runs one atomic on the word.
+// atomic checks off's alignment and runs one atomic on the word there.
 func (n *Node) atomic(ctx context.Context, h Handle, off int, op verbs.Opcode, cmp, swap uint64) (uint64, error) {
 	var b [8]byte
-	err := n.access(ctx, h, off, 8, func(m *mapping) error {
-		es := m.lay.extents(off, 8, 8)
-		if off%8 != 0 || len(es) != 1 { // a word never straddles stripes
-			return fmt.Errorf("word at %d: %w", off, krcore.ErrInvalid)
-		}
-		at := m.regions[es[0].node].At(es[0].remote)
-		if err := n.remote(ctx, m.lay.nodes[es[0].node], at, op, cmp, swap, b[:]); err != nil {
-			return fmt.Errorf("%q at %d: %w", m.name, off, err)
-		}
-		return nil
-	})
+	err := fmt.Errorf("word at %d: %w", off, krcore.ErrInvalid)
+	if off%8 == 0 {
+		err = n.onSync(ctx, h, off, op, cmp, swap, b[:])
+	}
 	if err != nil {
 		return 0, fmt.Errorf("lite: %s: %w", op, err)
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// onSync runs one request of the sync path on len(out) bytes at offset
+// off of h's LMR, which must lie in one stripe: an atomic, or a READ.
+func (n *Node) onSync(ctx context.Context, h Handle, off int, op verbs.Opcode, cmp, swap uint64, out []byte) error {
+	return n.access(ctx, h, off, len(out), func(m *mapping) error {
+		es := m.lay.extents(off, len(out), len(out))
+		if len(es) != 1 {
+			return fmt.Errorf("%d bytes at %d straddle stripes: %w", len(out), off, krcore.ErrInvalid)
+		}
+		at := m.regions[es[0].node].At(es[0].remote)
+		if err := n.remote(ctx, m.lay.nodes[es[0].node], at, op, cmp, swap, out); err != nil {
+			return fmt.Errorf("%q at %d: %w", m.name, off, err)
+		}
+		return nil
+	})
 }
 
 // remote runs one request of the sync path at node: an atomic on the word
