@@ -34,10 +34,15 @@
 //     master) finds an LMR's master by name: Malloc lists the name there
 //     (a name is one master's), Free withdraws it, Master and MapName look
 //     it up.
+//   - A Lock (NewLock at its master, OpenLock elsewhere) is a ticket lock
+//     in an LMR driven by one-sided atomics and READs, FIFO under
+//     contention; a holder keeps it by renewing a lease, a silent one is
+//     broken by the next waiter, which is told (ErrLockBroken), and a
+//     waiter that gives up has its ticket handed on by its Node.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
 // existing memory, the share and admin
-// permissions, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging, locks,
+// permissions, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging,
 // barriers, QoS, and the example applications and benchmarks. A handle is
 // refused in another Node, but a mapping is made per node: another process on the mapper's node could, knowing the grant's
 // export name, read through it.

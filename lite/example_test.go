@@ -40,3 +40,33 @@ func Example() {
 	// hello from node 2 <nil>
 	// true
 }
+
+// Node 2 makes a lock; node 1 opens it by name. Lock and Unlock run with
+// one-sided atomics at node 2, whose CPU takes no part.
+func ExampleLock() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	master, _ := lite.Open(ctx, core.Embed(c.Node(2)), lite.Options{})
+	defer master.Close()
+	user, _ := lite.Open(ctx, core.Embed(c.Node(1)), lite.Options{})
+	defer user.Close()
+
+	mine, _ := master.NewLock(ctx, "accounts", lite.Lease(time.Second))
+	theirs, _ := user.OpenLock(ctx, 2, "accounts")
+
+	fmt.Println(theirs.Lock(ctx))
+	// ... update the state the lock guards ...
+	fmt.Println(theirs.Unlock(ctx))
+	fmt.Println(mine.Lock(ctx))
+	fmt.Println(mine.Unlock(ctx))
+	// Output:
+	// <nil>
+	// <nil>
+	// <nil>
+	// <nil>
+}

@@ -62,3 +62,40 @@ func TestCloseDuringAtomic(t *testing.T) {
 		t.Fatalf("%d VQs after Close, %d before Open", got, before)
 	}
 }
+
+// TestDecide: a waiter's move on the lock's state, as a pure function.
+func TestDecide(t *testing.T) {
+	const lease = time.Second
+	at := func(s uint32, held bool) uint64 { return serving(0, s, held) }
+	for _, c := range []struct {
+		name    string
+		t       uint32
+		w       uint64
+		silence time.Duration
+		pass    bool
+		want    move
+	}{
+		{"my turn, free", 5, at(5, false), 0, false, take},
+		{"my turn, free, handing on", 5, at(5, false), 0, true, take},
+		{"my turn, held", 5, at(5, true), 0, false, stay},
+		{"behind a holder", 6, at(5, true), lease / 2, false, stay},
+		{"behind a silent holder", 6, at(5, true), lease + 1, false, take},
+		{"behind a silent holder, handing on", 6, at(5, true), 10 * lease, true, stay},
+		{"two behind a silent holder, one lease", 7, at(5, true), lease + 1, false, stay},
+		{"two behind a silent holder, two leases", 7, at(5, true), 2*lease + 1, false, take},
+		{"behind an unclaimed ticket", 6, at(5, false), lease + 1, false, take},
+		{"passed over", 4, at(5, true), 0, false, requeue},
+		{"past the wrap", 1, at(tickMask, true), 0, false, stay},
+		{"passed over across the wrap", tickMask, at(1, false), 0, false, requeue},
+	} {
+		if got := decide(c.t, c.w, c.silence, lease, c.pass); got != c.want {
+			t.Errorf("%s: %d", c.name, got)
+		}
+	}
+	if w := serving(uint64(7)<<nextShift, 3, true); nextOf(w) != 7 || servingOf(w) != 3 || !heldOf(w) {
+		t.Fatalf("serving: next %d, serving %d, held %v", nextOf(w), servingOf(w), heldOf(w))
+	}
+	if w := uint64(tickMask) << nextShift; nextOf(w+oneTicket) != 0 {
+		t.Fatalf("the next ticket after %d is %d, want 0", tickMask, nextOf(w+oneTicket))
+	}
+}
