@@ -107,6 +107,9 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	case opMemset, opMemcpy:
 		n.spawn(ctx, m.From, req, n.execMem)
 		return
+	case opShare, opFree, opSetPerm:
+		n.spawn(ctx, m.From, req, n.execAdmin)
+		return
 	case opDirAdd, opDirDel, opDirFind:
 		r := n.dirAnswer(m.From, req.kind, req.name)
 		name, code = r.name, r.code

@@ -39,11 +39,16 @@
 //     contention; a holder keeps it by renewing a lease, a silent one is
 //     broken by the next waiter, which is told (ErrLockBroken), and a
 //     waiter that gives up has its ticket handed on by its Node.
+//   - Share and Admin, checked by the master against the grant the request
+//     names: a mapping with Share lets another node Map the LMR with at
+//     most its own rights; one with Admin frees the LMR (Node.Free) or sets
+//     who may map it how (Node.SetPerm, as the master's LMR.SetPerm), and
+//     grants beyond the new rights are withdrawn.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
-// existing memory, the share and admin
-// permissions, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging,
+// existing memory, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging,
 // barriers, QoS, and the example applications and benchmarks. A handle is
-// refused in another Node, but a mapping is made per node: another process on the mapper's node could, knowing the grant's
-// export name, read through it.
+// refused in another Node, but a mapping is made per node: another process
+// on the mapper's node could, knowing the grant's export name, read
+// through it.
 package lite

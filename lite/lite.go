@@ -42,7 +42,7 @@ const (
 	Read Perm = 1 << iota
 	Write
 	Atomic
-	permAll = Read | Write | Atomic
+	permAll = Read | Write | Atomic | Share | Admin
 )
 
 // access is the remote access that grants p.

@@ -18,6 +18,8 @@ type LMR struct {
 	freed bool            // n.mu
 	live  map[string]bool // export names of its grants, n.mu
 	inDir bool            // listed at the directory (dir.go), n.mu
+	// shared is what nodes may Map it with beyond allow (perm.go), n.mu.
+	shared map[krcore.NodeID]Perm
 }
 
 // grant is one mapper's permission on an LMR, exported under its own name.
@@ -118,7 +120,7 @@ func (n *Node) grant(mapper krcore.NodeID, name string, perm Perm) (string, byte
 	switch {
 	case l == nil:
 		return "", codeFreed
-	case perm == 0 || perm&^l.allow != 0:
+	case perm == 0 || perm&^l.rights(mapper) != 0:
 		return "", codePerm
 	}
 	n.seq++

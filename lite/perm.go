@@ -1,0 +1,154 @@
+package lite
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/krcore/krcore"
+)
+
+// The permissions beyond moving bytes, which the master checks itself: a
+// mapping with Share may pass its rights on to another node (Share), one
+// with Admin may act as the master: free the LMR (Node.Free) and change
+// who may map it how (Node.SetPerm).
+const (
+	Share Perm = Atomic << (1 + iota)
+	Admin
+)
+
+// Control op kinds of Share and Admin (this file's range: 0x48-0x4b).
+const (
+	opShare byte = 0x48 + iota
+	opFree
+	opSetPerm
+)
+
+// rights is what mapper may Map l with: what l allows every node, and
+// what its master, an admin or a sharer gave mapper; n.mu held.
+func (l *LMR) rights(mapper krcore.NodeID) Perm {
+	return l.allow | l.shared[mapper]
+}
+
+// SetPerm sets what node may Map l with, beyond what l allows every node;
+// node 0 sets what l allows every node. Grants beyond what their mapper
+// may now have are withdrawn: their handles fail as on a freed LMR, and
+// their mappers Map again with less.
+func (l *LMR) SetPerm(node krcore.NodeID, perm Perm) error {
+	if perm&^permAll != 0 {
+		return fmt.Errorf("lite: set permissions %b on %q: %w", perm, l.name, krcore.ErrInvalid)
+	}
+	n := l.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l.freed {
+		return fmt.Errorf("lite: set permissions on %q: %w", l.name, ErrFreed)
+	}
+	l.entitle(node, perm)
+	return nil
+}
+
+// entitle sets node's rights on l (node 0: every node's) and withdraws the
+// grants beyond them; n.mu held.
+func (l *LMR) entitle(node krcore.NodeID, perm Perm) {
+	if node == 0 {
+		l.allow = perm
+	} else {
+		if l.shared == nil {
+			l.shared = map[krcore.NodeID]Perm{}
+		}
+		l.shared[node] = perm
+	}
+	for exp := range l.live {
+		if g := l.n.grants[exp]; g.perm&^l.rights(g.mapper) != 0 {
+			delete(l.n.grants, exp)
+			delete(l.live, exp)
+			l.n.api.Unexport(exp) // a failure leaves a name nobody holds a grant for
+		}
+	}
+}
+
+// Share lets node Map h's LMR with perm, at most h's own rights, which must
+// include Share: the master records the right, and node then Maps the LMR
+// (by name) as if the LMR allowed it perm.
+func (n *Node) Share(ctx context.Context, h Handle, node krcore.NodeID, perm Perm) error {
+	if node == 0 || perm == 0 || perm&^permAll != 0 {
+		return fmt.Errorf("lite: share %b with node %d: %w", perm, node, krcore.ErrInvalid)
+	}
+	return n.admin(ctx, "share", h, ctlMsg{kind: opShare, perm: perm}, node)
+}
+
+// Free frees h's LMR at its master, which h must have Admin on; every
+// handle on it fails from then on, as after the master's LMR.Free.
+func (n *Node) Free(ctx context.Context, h Handle) error {
+	return n.admin(ctx, "free", h, ctlMsg{kind: opFree}, 0)
+}
+
+// SetPerm sets, at the master, what node may Map h's LMR with (node 0:
+// every node), as LMR.SetPerm does; h must have Admin.
+func (n *Node) SetPerm(ctx context.Context, h Handle, node krcore.NodeID, perm Perm) error {
+	if perm&^permAll != 0 {
+		return fmt.Errorf("lite: set permissions %b: %w", perm, krcore.ErrInvalid)
+	}
+	return n.admin(ctx, "set permissions", h, ctlMsg{kind: opSetPerm, perm: perm}, node)
+}
+
+// admin sends m, naming node and h's grant, to h's master and waits for
+// the answer.
+func (n *Node) admin(ctx context.Context, what string, h Handle, m ctlMsg, node krcore.NodeID) error {
+	mp, err := n.lookup(h)
+	if err != nil {
+		return fmt.Errorf("lite: %s: %w", what, err)
+	}
+	m.name = string(binary.AppendUvarint(nil, node)) + mp.export
+	r, err := n.request(ctx, mp.master, m)
+	if err == nil {
+		err = replyErr(r)
+	}
+	if err != nil {
+		return fmt.Errorf("lite: %s %q at node %d: %w", what, mp.name, mp.master, err)
+	}
+	return nil
+}
+
+// execAdmin answers a Share, Free or SetPerm from node from: it acts only
+// if the grant the request names is from's and holds the permission.
+func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
+	b := []byte(req.name)
+	node, k := binary.Uvarint(b)
+	if k <= 0 {
+		return failure(codeInvalid, "malformed request")
+	}
+	exp := string(b[k:])
+	if req.perm&^permAll != 0 || (req.kind == opShare && (node == 0 || req.perm == 0)) {
+		return failure(codeInvalid, "share or set %b for node %d", req.perm, node)
+	}
+	need := map[byte]Perm{opShare: Share, opFree: Admin, opSetPerm: Admin}[req.kind]
+	n.mu.Lock()
+	g := n.grants[exp]
+	switch {
+	case g == nil || g.lmr.freed:
+		n.mu.Unlock()
+		return failure(codeFreed, "grant %q withdrawn", exp)
+	case g.mapper != from || g.perm&need == 0:
+		n.mu.Unlock()
+		return failure(codePerm, "grant %q does not give node %d %b", exp, from, need)
+	case req.kind == opShare && req.perm&^g.perm != 0:
+		n.mu.Unlock()
+		return failure(codePerm, "node %d shares %b holding %b", from, req.perm, g.perm)
+	case req.kind == opShare:
+		g.lmr.entitle(node, g.lmr.shared[node]|req.perm)
+	case req.kind == opSetPerm:
+		g.lmr.entitle(node, req.perm)
+	}
+	n.mu.Unlock()
+	if req.kind == opFree {
+		if err := g.lmr.Free(); errors.Is(err, ErrFreed) {
+			return failure(codeFreed, "%v", err)
+		} else if err != nil {
+			return failure(codeFailed, "%v", err)
+		}
+	}
+	return reply{}
+}
