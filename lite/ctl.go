@@ -83,6 +83,10 @@ func (n *Node) serve(ctx context.Context) {
 
 // handle answers one message and posts its buffer again.
 func (n *Node) handle(ctx context.Context, m *krcore.Message) {
+	if m.Write {
+		n.onWrite(m)
+		return
+	}
 	data := m.Data
 	if m.Buf != nil {
 		data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
@@ -101,6 +105,8 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 		name, code = n.grant(m.From, req.name, req.perm)
 	case opUnmap:
 		code = n.revoke(m.From, req.name)
+	case opRPCOpen:
+		name, code = n.openRing(m.From, req.name)
 	case opReply:
 		n.deliver(m.From, req)
 		return

@@ -69,6 +69,9 @@ type Options struct {
 	// Node naming it masters (Malloc lists, Free withdraws, MapName finds
 	// them): the same on every node of a LITE cluster; 0 is this node.
 	Directory krcore.NodeID
+	// CallTimeout bounds an RPC Call or a Send whose context has no
+	// deadline; 0 is DefaultCallTimeout.
+	CallTimeout time.Duration
 }
 
 // Node is a process's LITE endpoint: the master of the LMRs it Mallocs and
@@ -76,6 +79,7 @@ type Options struct {
 type Node struct {
 	api  krcore.API
 	port uint32
+	opts Options
 
 	srv    krcore.VQ // bound to port, read only by serve
 	inbox  krcore.MR
@@ -108,6 +112,7 @@ type Node struct {
 
 	dirNode krcore.NodeID            // Options.Directory
 	names   map[string]krcore.NodeID // the directory's: name -> master, n.mu
+	rpc     rpcState                 // RPC and messages (rpc.go, rpcring.go, msg.go)
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
@@ -116,7 +121,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 	if api == nil {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
-	n := &Node{api: api, port: opts.Port, dirNode: opts.Directory, done: make(chan struct{}),
+	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}),
 		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{}}
 	if n.port == 0 {
 		n.port = DefaultPort
@@ -183,11 +188,13 @@ func (n *Node) Close() error {
 	for _, l := range lmrs {
 		errs = append(errs, l.Free())
 	}
+	n.closeRPC(time.Second) // answers the calls its services hold, within a bound
 	n.cancel()
 	n.srv.Close() // wakes serve's PopMsgsWait
 	<-n.done
 	n.sync.stop(n.api)
 	n.stopOps()
+	n.releaseRPC()
 	n.release()
 	return errors.Join(errs...)
 }

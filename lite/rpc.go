@@ -1,0 +1,577 @@
+package lite
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Errors of LITE's RPC and messages.
+var (
+	// ErrNoService: the callee has no RPC service under the id (never
+	// registered, or closed before it took the call).
+	ErrNoService = errors.New("lite: no RPC service under that id")
+	// ErrNoEndpoint: the node has no message endpoint of that name.
+	ErrNoEndpoint = errors.New("lite: no such endpoint")
+	// ErrTooLarge: a request, message or reply larger than its buffer
+	// (MaxRPC, or the reply buffer the caller gave).
+	ErrTooLarge = errors.New("lite: message larger than its buffer")
+)
+
+// Kinds of request (a request header's kind byte).
+const (
+	kindCall = 0
+	kindMsg  = 1
+)
+
+// Error reply codes: code(1) arg(4).
+const (
+	codeNoService byte = iota + 1
+	codeSvcClosed
+	codeReplyTooLarge
+	codeNoEndpoint
+	errReplyLen = 5
+)
+
+// Call is one RPC request as the service receives it (Service.Recv).
+type Call struct {
+	// From is the caller's node.
+	From krcore.NodeID
+	// Req is the request's bytes, the service's to keep.
+	Req []byte
+	// Limit is the largest reply the caller takes: Reply refuses a larger
+	// one (ErrTooLarge) and tells the caller so.
+	Limit int
+
+	id       uint32
+	ring     *ring
+	slot     uint8
+	gen      uint16
+	ackLater bool // a message acknowledged when taken (Endpoint.Recv)
+}
+
+// Service receives the calls to one RPC id at this Node (RegisterRPC).
+// Its methods are safe for concurrent use: several goroutines may serve it.
+type Service struct {
+	n  *Node
+	id uint32
+	q  callQueue
+}
+
+// RegisterRPC makes this Node serve RPC id: calls to it queue at the
+// returned Service until Recv takes them. An id in use is ErrBusy.
+func (n *Node) RegisterRPC(id uint32) (*Service, error) {
+	r := n.rpcInit()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return nil, fmt.Errorf("lite: register RPC %d: %w", id, krcore.ErrClosed)
+	case r.services[id] != nil:
+		return nil, fmt.Errorf("lite: register RPC %d: %w", id, krcore.ErrBusy)
+	}
+	s := &Service{n: n, id: id, q: newCallQueue()}
+	r.services[id] = s
+	return s, nil
+}
+
+// Recv waits for the next call. It busy-polls a few microseconds, then
+// sleeps. A closed Service or Node is krcore.ErrClosed.
+func (s *Service) Recv(ctx context.Context) (*Call, error) {
+	c, err := s.q.pop(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("lite: RPC %d: recv: %w", s.id, err)
+	}
+	return c, nil
+}
+
+// Reply answers call with resp, WRITE_WITH_IMMed straight into the
+// caller's reply slot, and waits for the WRITE to complete. A resp larger
+// than call.Limit is ErrTooLarge, and the caller's Call fails with it too.
+// Each call takes one Reply.
+func (s *Service) Reply(ctx context.Context, call *Call, resp []byte) error {
+	if call == nil || !s.q.release(call) {
+		err := fmt.Errorf("not a call this service holds: %w", krcore.ErrInvalid)
+		if s.q.isClosed() {
+			err = krcore.ErrClosed
+		}
+		return fmt.Errorf("lite: RPC %d: reply: %w", s.id, err)
+	}
+	var err error
+	if len(resp) > call.Limit {
+		err = fmt.Errorf("reply of %d bytes, the caller takes %d: %w", len(resp), call.Limit, ErrTooLarge)
+		s.n.reply(ctx, call, immError, rpcErrBody(codeReplyTooLarge, len(resp)))
+	} else {
+		err = s.n.reply(ctx, call, immReply, resp)
+	}
+	if err != nil {
+		return fmt.Errorf("lite: RPC %d: reply to node %d: %w", s.id, call.From, err)
+	}
+	return nil
+}
+
+// ReplyRecv answers call and waits for the next one, as LITE's combined
+// reply-and-receive. A failed reply returns its error and no call; the
+// next Recv takes the next one.
+func (s *Service) ReplyRecv(ctx context.Context, call *Call, resp []byte) (*Call, error) {
+	if err := s.Reply(ctx, call, resp); err != nil {
+		return nil, err
+	}
+	return s.Recv(ctx)
+}
+
+// Close stops the service: Recv fails with krcore.ErrClosed, and every
+// call it held, queued or taken and not answered, is answered with
+// ErrNoService, so no caller waits for it. The id is free again.
+func (s *Service) Close() error {
+	r := &s.n.rpc
+	r.mu.Lock()
+	if r.services[s.id] == s {
+		delete(r.services, s.id)
+	}
+	r.mu.Unlock()
+	for _, c := range s.q.close() {
+		s.n.replyErrAsync(c, codeSvcClosed, 0)
+	}
+	return nil
+}
+
+// Call calls RPC id at node with req and waits for the reply, which it
+// copies into resp and whose length it returns. The request is one
+// WRITE_WITH_IMM into a free slot of this node's ring at the callee (the
+// first call to a node sets the ring up with one control exchange), the
+// reply one WRITE_WITH_IMM into this node's reply slot. With no free slot
+// Call waits for one. A reply larger than resp fails with ErrTooLarge; an
+// id the callee does not serve with ErrNoService; a callee that dies
+// fails the call with its WRITE's completion error or at the deadline:
+// ctx's, or Options.CallTimeout when ctx has none.
+func (n *Node) Call(ctx context.Context, node krcore.NodeID, id uint32, req, resp []byte) (int, error) {
+	k, err := n.call(ctx, node, id, kindCall, "", req, resp)
+	if err != nil {
+		return 0, fmt.Errorf("lite: call %d at node %d: %w", id, node, err)
+	}
+	return k, nil
+}
+
+// call makes one request (a call, or a message to the endpoint name) and
+// waits for its reply.
+func (n *Node) call(ctx context.Context, node krcore.NodeID, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
+	if len(name)+len(body) > MaxRPC {
+		return 0, fmt.Errorf("request of %d bytes, at most %d: %w", len(name)+len(body), MaxRPC, ErrTooLarge)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.callTimeout())
+		defer cancel()
+	}
+	for retried := false; ; retried = true {
+		s, err := n.session(ctx, node)
+		if err != nil {
+			return 0, err
+		}
+		k, err := n.callIn(ctx, s, id, kind, name, body, resp)
+		if errors.Is(err, errSessionGone) || (!retried && errors.Is(err, verbs.RemAccessErr)) {
+			continue // a ring the callee withdrew (it restarted): set up again
+		}
+		return k, err
+	}
+}
+
+// errSessionGone: the session was torn down while the call waited for a
+// slot; the call goes on in a new one.
+var errSessionGone = errors.New("lite: session torn down")
+
+// callIn makes a call in session s.
+func (n *Node) callIn(ctx context.Context, s *session, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
+	r := &n.rpc
+	var slot uint8
+	select {
+	case slot = <-s.free:
+	case <-s.dead:
+		return 0, errSessionGone
+	case <-r.stop:
+		return 0, errClosedNode
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	limit := min(len(resp), MaxRPC)
+	p := &pending{woken: make(chan struct{}), limit: limit}
+	s.mu.Lock()
+	s.gen++
+	p.gen = s.gen
+	s.inflight[slot] = p
+	s.mu.Unlock()
+	var hdr [rpcHdr]byte
+	putHdr(hdr[:], id, limit, kind, uint8(len(name)))
+	v := imm{kind: immRequest, slot: slot, epoch: s.epoch, gen: p.gen}
+	posted, err := n.writeImm(ctx, s.node, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
+	if err != nil {
+		if !posted {
+			s.release(slot)
+		} else {
+			s.abandon(slot, p)
+		}
+		if wcFatal(err) {
+			n.teardown(s, err)
+		}
+		return 0, err
+	}
+	if !spin(func() bool { return p.state.Load() != waiting }) {
+		select {
+		case <-p.woken:
+		case <-s.dead:
+			return 0, fmt.Errorf("its session ended: %w", s.cause())
+		case <-r.stop:
+			return 0, errClosedNode
+		case <-ctx.Done():
+			if !s.abandon(slot, p) {
+				break // the reply came: take it
+			}
+			return 0, ctx.Err()
+		}
+	}
+	return s.take(slot, p, resp)
+}
+
+// take copies the reply in slot into resp and frees the slot.
+func (s *session) take(slot uint8, p *pending, resp []byte) (int, error) {
+	defer s.release(slot)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.reply.Bytes()
+	if s.gone || b == nil {
+		return 0, fmt.Errorf("its session ended: %w", s.causeLocked())
+	}
+	b = b[int(slot)*rpcSlotSize : int(slot)*rpcSlotSize+p.n]
+	if p.kind == immError {
+		return 0, rpcErrOf(b, len(resp))
+	}
+	return copy(resp, b), nil
+}
+
+// release frees slot for the next call.
+func (s *session) release(slot uint8) {
+	s.mu.Lock()
+	s.inflight[slot] = nil
+	s.mu.Unlock()
+	s.free <- slot
+}
+
+// abandon gives up waiting for p's reply: the slot stays taken until the
+// reply comes (the callee may still write it), so no later call's reply
+// can be overwritten by this one's. It reports false if the reply came
+// first.
+func (s *session) abandon(slot uint8, p *pending) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p.state.CompareAndSwap(waiting, abandoned)
+}
+
+// cause is why s was torn down.
+func (s *session) cause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.causeLocked()
+}
+
+func (s *session) causeLocked() error {
+	if s.why == nil {
+		return krcore.ErrClosed
+	}
+	return s.why
+}
+
+// reply WRITE_WITH_IMMs body into c's reply slot at the caller.
+func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) error {
+	region, err := n.replyRegion(ctx, c.ring)
+	if err != nil {
+		return err
+	}
+	v := imm{kind: kind, slot: c.slot, epoch: c.ring.epoch, gen: c.gen}
+	_, err = n.writeImm(ctx, c.ring.caller, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
+	return err
+}
+
+// replyErrAsync answers c with an error on a goroutine of the Node: serve
+// must not wait for a WRITE.
+func (n *Node) replyErrAsync(c *Call, code byte, arg int) {
+	n.goRPC(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+		defer cancel()
+		n.reply(ctx, c, immError, rpcErrBody(code, arg)) // a lost reply ends the call at its deadline
+	})
+}
+
+// goRPC runs f on a goroutine Close waits for; once Close waits, f is
+// dropped.
+func (n *Node) goRPC(f func(context.Context)) {
+	r := &n.rpc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f(r.ctx)
+	}()
+}
+
+func rpcErrBody(code byte, arg int) []byte {
+	b := make([]byte, errReplyLen)
+	b[0] = code
+	binary.LittleEndian.PutUint32(b[1:], uint32(arg))
+	return b
+}
+
+// rpcErrOf is the error an error reply stands for.
+func rpcErrOf(b []byte, limit int) error {
+	if len(b) < errReplyLen {
+		return fmt.Errorf("malformed error reply: %w", krcore.ErrInvalid)
+	}
+	arg := binary.LittleEndian.Uint32(b[1:])
+	switch b[0] {
+	case codeNoService:
+		return fmt.Errorf("the callee does not serve it: %w", ErrNoService)
+	case codeSvcClosed:
+		return fmt.Errorf("the service closed before it answered: %w", ErrNoService)
+	case codeReplyTooLarge:
+		return fmt.Errorf("reply of %d bytes, resp holds %d: %w", arg, limit, ErrTooLarge)
+	case codeNoEndpoint:
+		return fmt.Errorf("the node has no such endpoint: %w", ErrNoEndpoint)
+	}
+	return fmt.Errorf("unknown error reply %d: %w", b[0], krcore.ErrInvalid)
+}
+
+// callTimeout bounds a call without a deadline.
+func (n *Node) callTimeout() time.Duration {
+	if n.opts.CallTimeout > 0 {
+		return n.opts.CallTimeout
+	}
+	return DefaultCallTimeout
+}
+
+// onWrite dispatches a WRITE_WITH_IMM notification, on serve: a request
+// into a ring here, or a reply into a reply area here. Whatever does not
+// check out is dropped and counted.
+func (n *Node) onWrite(m *krcore.Message) {
+	v := decodeImm(m.Imm)
+	ok := false
+	if m.HasImm && m.Status == verbs.Success {
+		switch v.kind {
+		case immRequest:
+			ok = n.onRequest(m.From, v, m.Len)
+		case immReply, immError:
+			ok = n.onReply(m.From, v, m.Len)
+		}
+	}
+	if !ok {
+		n.rpcInit().dropped.Add(1)
+	}
+}
+
+// onRequest queues the request in slot v.slot of from's ring for its
+// service or endpoint.
+func (n *Node) onRequest(from krcore.NodeID, v imm, length int) bool {
+	r := n.rpcInit()
+	r.mu.Lock()
+	g := r.rings[from]
+	r.mu.Unlock()
+	if g == nil || g.epoch != v.epoch || int(v.slot) >= rpcSlots || length < rpcHdr || length > rpcSlotSize {
+		return false
+	}
+	b := g.mr.Bytes()
+	if b == nil {
+		return false
+	}
+	b = b[int(v.slot)*rpcSlotSize : int(v.slot)*rpcSlotSize+length]
+	limit, kind, nameLen := int(binary.LittleEndian.Uint16(b[4:])), b[6], int(b[7])
+	if limit > MaxRPC || nameLen > length-rpcHdr {
+		return false
+	}
+	c := &Call{From: from, Limit: limit, id: binary.LittleEndian.Uint32(b), ring: g, slot: v.slot, gen: v.gen}
+	body := b[rpcHdr:]
+	switch kind {
+	case kindCall:
+		c.Req = append([]byte(nil), body...)
+		n.toService(c)
+	case kindMsg:
+		c.Req = append([]byte(nil), body[nameLen:]...)
+		n.toEndpoint(string(body[:nameLen]), c)
+	default:
+		return false
+	}
+	return true
+}
+
+// toService queues c at its service, or answers it with an error.
+func (n *Node) toService(c *Call) {
+	r := &n.rpc
+	r.mu.Lock()
+	s := r.services[c.id]
+	r.mu.Unlock()
+	if s == nil {
+		n.replyErrAsync(c, codeNoService, 0)
+	} else if !s.q.push(c) {
+		n.replyErrAsync(c, codeSvcClosed, 0)
+	}
+}
+
+// onReply wakes the call waiting in slot v.slot of the session to from.
+func (n *Node) onReply(from krcore.NodeID, v imm, length int) bool {
+	r := n.rpcInit()
+	r.mu.Lock()
+	s := r.sessions[from]
+	r.mu.Unlock()
+	if s == nil || int(v.slot) >= rpcSlots || length < 0 || length > rpcSlotSize {
+		return false
+	}
+	select {
+	case <-s.ready:
+	default:
+		return false // no reply is due before the set-up ends
+	}
+	if s.err != nil || s.epoch != v.epoch {
+		return false
+	}
+	s.mu.Lock()
+	p := s.inflight[v.slot]
+	if p == nil || p.gen != v.gen || (v.kind == immReply && length > p.limit) || (v.kind == immError && length < errReplyLen) {
+		s.mu.Unlock()
+		return false
+	}
+	p.kind, p.n = v.kind, length
+	switch {
+	case p.state.CompareAndSwap(waiting, replied):
+		s.mu.Unlock()
+		close(p.woken)
+	case p.state.Load() == abandoned:
+		s.inflight[v.slot] = nil
+		s.mu.Unlock()
+		s.free <- v.slot
+	default: // a second reply to the same call
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// callQueue holds the calls of a Service or the messages of an Endpoint
+// until a Recv takes them.
+type callQueue struct {
+	mu     sync.Mutex
+	calls  []*Call
+	held   map[*Call]bool // taken by Recv, not yet answered
+	closed bool
+	ready  chan struct{} // a token: calls may be queued
+	gone   chan struct{} // closed by close
+	count  atomic.Int32  // len(calls), for spinning
+}
+
+func newCallQueue() callQueue {
+	return callQueue{held: map[*Call]bool{}, ready: make(chan struct{}, 1), gone: make(chan struct{})}
+}
+
+// push queues c; false once closed.
+func (q *callQueue) push(c *Call) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	q.calls = append(q.calls, c)
+	q.count.Add(1)
+	q.signal()
+	return true
+}
+
+// signal leaves the ready token; q.mu held.
+func (q *callQueue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for the next call; hold keeps it until release.
+func (q *callQueue) pop(ctx context.Context, hold bool) (*Call, error) {
+	for {
+		if c, err := q.tryPop(hold); c != nil || err != nil {
+			return c, err
+		}
+		if spin(func() bool { return q.count.Load() > 0 }) {
+			continue
+		}
+		select {
+		case <-q.ready:
+		case <-q.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (q *callQueue) tryPop(hold bool) (*Call, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, krcore.ErrClosed
+	}
+	if len(q.calls) == 0 {
+		return nil, nil
+	}
+	c := q.calls[0]
+	q.calls[0] = nil
+	q.calls = q.calls[1:]
+	q.count.Add(-1)
+	if len(q.calls) > 0 {
+		q.signal() // for the next Recv
+	}
+	if hold {
+		q.held[c] = true
+	}
+	return c, nil
+}
+
+// release forgets a held call; false if it held no such call.
+func (q *callQueue) release(c *Call) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.held[c] {
+		return false
+	}
+	delete(q.held, c)
+	return true
+}
+
+func (q *callQueue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// close refuses further calls and returns those queued or held.
+func (q *callQueue) close() []*Call {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	close(q.gone)
+	out := q.calls
+	for c := range q.held {
+		out = append(out, c)
+	}
+	q.calls, q.held = nil, nil
+	q.count.Store(0)
+	return out
+}

@@ -1,0 +1,160 @@
+package lite_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/lite"
+)
+
+// echo serves RPC id at n until the service closes: the reply is the
+// request reversed, so that a reply matched to the wrong request shows.
+func echo(t testing.TB, n *lite.Node, id uint32) *lite.Service {
+	t.Helper()
+	svc, err := n.RegisterRPC(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		ctx := context.Background()
+		c, err := svc.Recv(ctx)
+		for !errors.Is(err, krcore.ErrClosed) {
+			if err != nil { // a reply that failed (too large): go on
+				c, err = svc.Recv(ctx)
+				continue
+			}
+			c, err = svc.ReplyRecv(ctx, c, reversed(c.Req))
+		}
+	}()
+	t.Cleanup(func() { svc.Close() })
+	return svc
+}
+
+func reversed(b []byte) []byte {
+	r := make([]byte, len(b))
+	for i, x := range b {
+		r[len(r)-1-i] = x
+	}
+	return r
+}
+
+// TestRPC: many goroutines call at once with sizes from 0 to MaxRPC, more
+// at once than the ring has slots (so callers wait for credit); every
+// reply matches its request. Callers embedded and through krcored.
+func TestRPC(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, caller := open(t, serverAPI), open(t, api)
+			echo(t, server, 7)
+			const goroutines, calls = 48, 20 // 48 > the ring's 32 slots
+			var wg sync.WaitGroup
+			errc := make(chan error, goroutines)
+			for g := range goroutines {
+				wg.Go(func() {
+					resp := make([]byte, lite.MaxRPC)
+					for i := range calls {
+						size := (g*calls + i) * 97 % (lite.MaxRPC + 1)
+						req := bytes.Repeat([]byte{byte(g), byte(i), byte(size)}, size/3+1)[:size]
+						k, err := caller.Call(ctx, 2, 7, req, resp)
+						if err != nil {
+							errc <- err
+							return
+						}
+						if !bytes.Equal(resp[:k], reversed(req)) {
+							errc <- fmt.Errorf("goroutine %d call %d: reply of %d bytes does not match its request of %d", g, i, k, size)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errc)
+			for err := range errc {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRPCErrors: an id the callee does not serve, a reply larger than the
+// caller's buffer and a request larger than a slot fail with clear errors
+// at once, not at a deadline.
+func TestRPCErrors(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, caller := open(t, serverAPI), open(t, api)
+			echo(t, server, 1)
+			start := time.Now()
+			if _, err := caller.Call(ctx, 2, 99, []byte("x"), make([]byte, 8)); !errors.Is(err, lite.ErrNoService) {
+				t.Fatalf("call to an unregistered id: %v, want ErrNoService", err)
+			}
+			if _, err := caller.Call(ctx, 2, 1, []byte("0123456789"), make([]byte, 4)); !errors.Is(err, lite.ErrTooLarge) {
+				t.Fatalf("reply larger than resp: %v, want ErrTooLarge", err)
+			} else if !bytes.Contains([]byte(err.Error()), []byte("10 bytes")) {
+				t.Fatalf("reply larger than resp: %v does not name the size", err)
+			}
+			if _, err := caller.Call(ctx, 2, 1, make([]byte, lite.MaxRPC+1), nil); !errors.Is(err, lite.ErrTooLarge) {
+				t.Fatalf("request larger than a slot: %v, want ErrTooLarge", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("the failing calls took %v", d)
+			}
+			resp := make([]byte, 8)
+			if k, err := caller.Call(ctx, 2, 1, []byte("ok"), resp); err != nil || string(resp[:k]) != "ko" {
+				t.Fatalf("call after the errors: %q %v", resp[:k], err)
+			}
+			if _, err := server.RegisterRPC(1); !errors.Is(err, krcore.ErrBusy) {
+				t.Fatalf("registering an id twice: %v, want ErrBusy", err)
+			}
+		})
+	}
+}
+
+// TestRPCServiceClose: a service that closes with calls queued and taken
+// answers them with ErrNoService; Recv and Reply fail with ErrClosed.
+func TestRPCServiceClose(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, caller := open(t, serverAPI), open(t, api)
+			svc, err := server.RegisterRPC(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 2)
+			for range 2 {
+				go func() {
+					_, err := caller.Call(ctx, 2, 3, []byte("q"), make([]byte, 8))
+					errc <- err
+				}()
+			}
+			taken, err := svc.Recv(ctx) // the other is queued, or on its way
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Close()
+			for range 2 {
+				if err := <-errc; !errors.Is(err, lite.ErrNoService) {
+					t.Fatalf("call held by a closed service: %v, want ErrNoService", err)
+				}
+			}
+			if _, err := svc.Recv(ctx); !errors.Is(err, krcore.ErrClosed) {
+				t.Fatalf("Recv on a closed service: %v, want ErrClosed", err)
+			}
+			if err := svc.Reply(ctx, taken, nil); !errors.Is(err, krcore.ErrClosed) {
+				t.Fatalf("Reply on a closed service: %v, want ErrClosed", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,534 @@
+package lite
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// The geometry of an RPC ring, the same at every node: a callee keeps one
+// ring of rpcSlots slots per caller node, and the caller a reply area of the
+// same shape per callee node, reply slot i answering ring slot i.
+const (
+	rpcSlots    = 32   // credits of one caller node at one callee (<= 64: 6 bits of the immediate)
+	rpcSlotSize = 4096 // one slot: a request's header and body, or a reply
+	rpcHdr      = 8    // a request's header: id(4) limit(2) kind(1) name length(1)
+	// MaxRPC is the largest request body (RPC or message, a message's
+	// endpoint name included) and the largest reply.
+	MaxRPC = rpcSlotSize - rpcHdr
+	// DefaultCallTimeout bounds a Call or Send whose context has no
+	// deadline, when Options.CallTimeout is 0.
+	DefaultCallTimeout = 5 * time.Second
+	// spinTime is how long a waiter busy-polls before it sleeps: the
+	// machine may have two cores, so a few microseconds at most.
+	spinTime       = 3 * time.Microsecond
+	opRPCOpen byte = 0x10 // caller -> callee: make my ring; name is my reply area's export name
+)
+
+// The immediate of an RPC WRITE_WITH_IMM: kind(2) slot(6) epoch(8) gen(16).
+// The epoch names the ring (a callee makes a new one each time a caller
+// node sets up again), the generation the call that holds the slot.
+const (
+	immRequest = 1
+	immReply   = 2
+	immError   = 3
+)
+
+type imm struct {
+	kind, slot, epoch uint8
+	gen               uint16
+}
+
+func (m imm) encode() uint32 {
+	return uint32(m.kind)<<30 | uint32(m.slot&63)<<24 | uint32(m.epoch)<<16 | uint32(m.gen)
+}
+
+func decodeImm(v uint32) imm {
+	return imm{kind: uint8(v >> 30), slot: uint8(v>>24) & 63, epoch: uint8(v >> 16), gen: uint16(v)}
+}
+
+// rpcState is a Node's RPC machinery, caller and callee sides.
+type rpcState struct {
+	mu        sync.Mutex
+	closed    bool
+	epoch     uint8
+	sessions  map[krcore.NodeID]*session // callee node -> my calls to it
+	rings     map[krcore.NodeID]*ring    // caller node -> its ring here
+	services  map[uint32]*Service
+	endpoints map[string]*Endpoint
+
+	pool    vqPool
+	dropped atomic.Uint64 // notifications refused by validation
+	stop    chan struct{} // closed when Close begins: waiting calls fail
+
+	// draining: Close waits for wg; no goroutine joins it after.
+	draining bool
+
+	// wg tracks the goroutines that send replies on serve's behalf
+	// (errors, message acknowledgements); ctx ends them at Close.
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// rpcInit returns the Node's RPC state, made on first use.
+func (n *Node) rpcInit() *rpcState {
+	r := &n.rpc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions == nil {
+		r.sessions, r.rings = map[krcore.NodeID]*session{}, map[krcore.NodeID]*ring{}
+		r.services, r.endpoints = map[uint32]*Service{}, map[string]*Endpoint{}
+		r.ctx, r.cancel = context.WithCancel(context.Background())
+		r.stop = make(chan struct{})
+		r.pool.api, r.pool.port = n.api, n.port
+	}
+	return r
+}
+
+// session is this node's calls to one callee: the callee's ring (a region
+// it exported to us with remote write only), the reply area we exported to
+// it, and the credits: one free slot index per call we may start.
+type session struct {
+	node  krcore.NodeID
+	ready chan struct{} // closed once set up (err says how)
+	err   error
+	dead  chan struct{} // closed when torn down
+	once  sync.Once
+
+	epoch   uint8
+	ring    krcore.Region
+	reply   krcore.MR
+	replyAs string // export name of reply
+	free    chan uint8
+
+	mu       sync.Mutex // gen, inflight, gone, why; reply's memory while read
+	gen      uint16
+	inflight [rpcSlots]*pending
+	gone     bool  // reply deregistered
+	why      error // the teardown's cause
+}
+
+// pending is a call holding a slot.
+type pending struct {
+	gen   uint16
+	woken chan struct{} // closed by the reply
+	state atomic.Int32  // waiting, replied, abandoned
+	limit int           // the largest reply the call takes
+	kind  uint8         // immReply or immError, once replied (session.mu)
+	n     int           // the reply's length (session.mu)
+}
+
+const (
+	waiting int32 = iota
+	replied
+	abandoned
+)
+
+// ring is a caller node's request ring at this callee.
+type ring struct {
+	caller  krcore.NodeID
+	epoch   uint8
+	mr      krcore.MR
+	export  string
+	replyAs string // the caller's reply area
+
+	mu    sync.Mutex // reply
+	reply krcore.Region
+}
+
+// freshName is an export name no other node can guess.
+func freshName(kind string, peer krcore.NodeID) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("lite/%s/%d/%s", kind, peer, hex.EncodeToString(b[:]))
+}
+
+// session returns the live session to node, setting one up if there is
+// none: one control exchange with the callee (opRPCOpen).
+func (n *Node) session(ctx context.Context, node krcore.NodeID) (*session, error) {
+	r := n.rpcInit()
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, krcore.ErrClosed
+		}
+		s := r.sessions[node]
+		if s == nil {
+			s = &session{node: node, ready: make(chan struct{}), dead: make(chan struct{})}
+			r.sessions[node] = s
+			r.mu.Unlock()
+			s.err = n.setupSession(ctx, s)
+			close(s.ready)
+			if s.err != nil {
+				n.teardown(s, s.err)
+				return nil, s.err
+			}
+			return s, nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if s.err == nil {
+			return s, nil
+		}
+		// A set-up that failed for another caller: try again, unless ours
+		// is done too.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-s.dead: // removed from the map: retry
+		default:
+			return nil, s.err
+		}
+	}
+}
+
+// setupSession exports a reply area to node and asks it for a ring.
+func (n *Node) setupSession(ctx context.Context, s *session) error {
+	var err error
+	if s.reply, err = n.api.RegMR(rpcSlots*rpcSlotSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return err
+	}
+	s.replyAs = freshName("reply", s.node)
+	if err = n.api.Export(s.replyAs, s.reply, 0, s.reply.Len(), verbs.AccessRemoteWrite); err != nil {
+		s.replyAs = ""
+		return err
+	}
+	rep, err := n.request(ctx, s.node, ctlMsg{kind: opRPCOpen, name: s.replyAs})
+	if err == nil && rep.code != codeOK {
+		err = fmt.Errorf("the callee refused a ring: %w", codeErr(rep.code))
+	}
+	if err == nil && len(rep.name) < 2 {
+		err = fmt.Errorf("the callee's ring reply is malformed: %w", krcore.ErrInvalid)
+	}
+	if err != nil {
+		return err
+	}
+	s.epoch = rep.name[0]
+	if s.ring, err = n.api.Region(ctx, s.node, rep.name[1:]); err != nil {
+		return err
+	}
+	if s.ring.Len() < rpcSlots*rpcSlotSize {
+		return fmt.Errorf("the callee's ring has %d bytes: %w", s.ring.Len(), krcore.ErrInvalid)
+	}
+	s.free = make(chan uint8, rpcSlots)
+	for i := range rpcSlots {
+		s.free <- uint8(i)
+	}
+	return nil
+}
+
+// teardown retires s: later calls to its node set up again, calls waiting
+// in it fail with cause, and its reply area is withdrawn.
+func (n *Node) teardown(s *session, cause error) {
+	s.once.Do(func() {
+		r := &n.rpc
+		r.mu.Lock()
+		if r.sessions[s.node] == s {
+			delete(r.sessions, s.node)
+		}
+		r.mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.why, s.gone = cause, true
+		close(s.dead)
+		if s.replyAs != "" {
+			n.api.Unexport(s.replyAs)
+		}
+		if s.reply != nil {
+			n.api.Deregister(s.reply) // under s.mu: no take reads it meanwhile
+		}
+	})
+}
+
+// openRing answers opRPCOpen from caller: a new ring for it, exported with
+// remote write only under a fresh name, replacing the one it had. The
+// reply's name is the ring's epoch and export name.
+func (n *Node) openRing(caller krcore.NodeID, replyAs string) (string, byte) {
+	r := n.rpcInit()
+	if replyAs == "" {
+		return "", codeFailed
+	}
+	mr, err := n.api.RegMR(rpcSlots*rpcSlotSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		return "", codeFailed
+	}
+	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs}
+	if err := n.api.Export(g.export, mr, 0, mr.Len(), verbs.AccessRemoteWrite); err != nil {
+		n.api.Deregister(mr)
+		return "", codeFailed
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		n.dropRing(g)
+		return "", codeFailed
+	}
+	r.epoch++
+	g.epoch = r.epoch
+	old := r.rings[caller]
+	r.rings[caller] = g
+	r.mu.Unlock()
+	if old != nil {
+		n.dropRing(old)
+	}
+	return string([]byte{g.epoch}) + g.export, codeOK
+}
+
+// dropRing withdraws a ring and releases its memory.
+func (n *Node) dropRing(g *ring) {
+	n.api.Unexport(g.export)
+	n.api.Deregister(g.mr)
+}
+
+// replyRegion is the caller's reply area, learned on the first reply.
+func (n *Node) replyRegion(ctx context.Context, g *ring) (krcore.Region, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reply == nil {
+		reg, err := n.api.Region(ctx, g.caller, g.replyAs)
+		if err != nil {
+			return nil, err
+		}
+		if reg.Len() < rpcSlots*rpcSlotSize {
+			return nil, fmt.Errorf("the caller's reply area has %d bytes: %w", reg.Len(), krcore.ErrInvalid)
+		}
+		g.reply = reg
+	}
+	return g.reply, nil
+}
+
+// vqPool keeps idle queues, each with a staging buffer, connected to the
+// LITE port of one node: a WRITE_WITH_IMM takes one, so that concurrent
+// calls and replies never share a queue.
+type vqPool struct {
+	api  krcore.API
+	port uint32
+
+	mu     sync.Mutex
+	closed bool
+	idle   map[krcore.NodeID][]*pooled
+	all    map[*pooled]bool
+}
+
+type pooled struct {
+	q   krcore.VQ
+	buf krcore.MR
+}
+
+// get returns a queue connected to node's LITE port.
+func (p *vqPool) get(ctx context.Context, node krcore.NodeID) (*pooled, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, krcore.ErrClosed
+	}
+	if l := p.idle[node]; len(l) > 0 {
+		e := l[len(l)-1]
+		p.idle[node] = l[:len(l)-1]
+		p.mu.Unlock()
+		return e, nil
+	}
+	p.mu.Unlock()
+	q, err := p.api.Queue()
+	if err != nil {
+		return nil, err
+	}
+	e := &pooled{q: q}
+	if e.buf, err = p.api.RegMR(rpcSlotSize, verbs.AccessLocalWrite); err == nil {
+		err = q.Connect(ctx, node, &krcore.ConnectOptions{Port: p.port})
+	}
+	p.mu.Lock()
+	if err == nil && p.closed {
+		err = krcore.ErrClosed
+	}
+	if err == nil {
+		if p.all == nil {
+			p.all, p.idle = map[*pooled]bool{}, map[krcore.NodeID][]*pooled{}
+		}
+		p.all[e] = true
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.retire(e)
+		return nil, err
+	}
+	return e, nil
+}
+
+// put gives back a queue with nothing outstanding.
+func (p *vqPool) put(node krcore.NodeID, e *pooled) {
+	p.mu.Lock()
+	if !p.closed {
+		p.idle[node] = append(p.idle[node], e)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.retire(e)
+}
+
+// retire releases a queue whose request may still be outstanding: its
+// staging buffer goes with it, so nothing later lands in or leaves from it.
+func (p *vqPool) retire(e *pooled) {
+	p.mu.Lock()
+	delete(p.all, e)
+	p.mu.Unlock()
+	e.q.Close()
+	if e.buf != nil {
+		p.api.Deregister(e.buf)
+	}
+}
+
+// close releases every queue, idle or in use (which wakes its waiter).
+func (p *vqPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.all
+	p.all, p.idle = nil, nil
+	p.mu.Unlock()
+	for e := range all {
+		e.q.Close()
+		p.api.Deregister(e.buf)
+	}
+}
+
+// writeImm WRITE_WITH_IMMs hdr, name and body to off of region at node,
+// and waits for its completion. posted says whether the WRITE may have
+// reached node.
+func (n *Node) writeImm(ctx context.Context, node krcore.NodeID, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (posted bool, err error) {
+	p := &n.rpc.pool
+	e, err := p.get(ctx, node)
+	if err != nil {
+		return false, err
+	}
+	b := e.buf.Bytes()
+	k := copy(b, hdr)
+	k += copy(b[k:], name)
+	k += copy(b[k:], body)
+	req := krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: e.buf.Range(0, k), Remote: region.At(uint64(off)), Imm: v.encode()}
+	if _, err := e.q.Push(ctx, true, req); err != nil {
+		p.retire(e)
+		return false, err
+	}
+	var out [1]krcore.Completion
+	if k := e.q.Pop(out[:]); k == 0 {
+		spin(func() bool { k = e.q.Pop(out[:]); return k > 0 })
+		if k == 0 {
+			if _, err := e.q.PopWait(ctx, out[:]); err != nil {
+				p.retire(e) // the WRITE may still be in flight
+				return true, err
+			}
+		}
+	}
+	if err := out[0].Err(); err != nil {
+		p.retire(e) // a failed request may leave the queue in error
+		return true, err
+	}
+	p.put(node, e)
+	return true, nil
+}
+
+// spin polls ready for up to spinTime, and reports whether it came true.
+func spin(ready func() bool) bool {
+	deadline := time.Now().Add(spinTime)
+	for {
+		if ready() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// closeRPC stops the RPC side of a closing Node: services and endpoints
+// close (their held calls get error replies, bounded by grace), new calls
+// fail with ErrClosed.
+func (n *Node) closeRPC(grace time.Duration) {
+	r := n.rpcInit()
+	r.mu.Lock()
+	r.closed = true
+	close(r.stop)
+	svcs := make([]*Service, 0, len(r.services))
+	for _, s := range r.services {
+		svcs = append(svcs, s)
+	}
+	eps := make([]*Endpoint, 0, len(r.endpoints))
+	for _, e := range r.endpoints {
+		eps = append(eps, e)
+	}
+	r.mu.Unlock()
+	for _, s := range svcs {
+		s.Close()
+	}
+	for _, e := range eps {
+		e.Close()
+	}
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+	}
+	r.cancel()
+	<-done
+}
+
+// releaseRPC withdraws every ring and reply area and closes the pool's
+// queues; after serve stopped.
+func (n *Node) releaseRPC() {
+	r := &n.rpc
+	r.mu.Lock()
+	sessions := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		sessions = append(sessions, s)
+	}
+	rings := r.rings
+	r.rings = map[krcore.NodeID]*ring{}
+	r.mu.Unlock()
+	for _, s := range sessions {
+		<-s.ready // a set-up in progress ends: its request fails once serve stopped
+		n.teardown(s, krcore.ErrClosed)
+	}
+	for _, g := range rings {
+		n.dropRing(g)
+	}
+	r.pool.close()
+}
+
+// errClosedNode is the error of a call the Node's Close ended.
+var errClosedNode = fmt.Errorf("lite: node closed: %w", krcore.ErrClosed)
+
+// wcFatal reports whether err from a request's WRITE ends its session: a
+// work-completion error (the ring is gone, or the callee's node) does; a
+// context's end does not.
+func wcFatal(err error) bool {
+	var st verbs.Status
+	return errors.As(err, &st) || errors.Is(err, krcore.ErrPeerDead) || errors.Is(err, krcore.ErrUnreachable)
+}
+
+// putHdr encodes a request's header.
+func putHdr(b []byte, id uint32, limit int, kind, nameLen uint8) {
+	binary.LittleEndian.PutUint32(b, id)
+	binary.LittleEndian.PutUint16(b[4:], uint16(limit))
+	b[6], b[7] = kind, nameLen
+}
