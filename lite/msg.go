@@ -17,9 +17,10 @@ import (
 // is one WRITE_WITH_IMM; and Send learns that the message reached the
 // endpoint (or that there is none: ErrNoEndpoint).
 
-// epQueue is how many messages an endpoint queues before it acknowledges
-// only as Recv takes them, so that a receiver that falls behind holds its
-// senders' credits instead of growing without bound.
+// epQueue is how many messages an endpoint acknowledges before they are
+// taken: one past it is acknowledged when a Recv moves it within, so that
+// a receiver that falls behind holds its senders' credits instead of
+// growing without bound.
 const epQueue = 256
 
 // Msg is a message an Endpoint received.
@@ -53,7 +54,7 @@ func (n *Node) Endpoint(name string) (*Endpoint, error) {
 	case r.endpoints[name] != nil:
 		return nil, fmt.Errorf("lite: endpoint %q: %w", name, krcore.ErrBusy)
 	}
-	e := &Endpoint{n: n, name: name, q: newCallQueue()}
+	e := &Endpoint{n: n, name: name, q: newCallQueue(epQueue)}
 	r.endpoints[name] = e
 	return e, nil
 }
@@ -75,12 +76,12 @@ func (n *Node) Send(ctx context.Context, node krcore.NodeID, name string, msg []
 // Recv waits for the next message, in the order the endpoint received
 // them. A closed Endpoint or Node is krcore.ErrClosed.
 func (e *Endpoint) Recv(ctx context.Context) (Msg, error) {
-	c, err := e.q.pop(ctx, false)
+	c, moved, err := e.q.pop(ctx, false)
 	if err != nil {
 		return Msg{}, fmt.Errorf("lite: endpoint %q: recv: %w", e.name, err)
 	}
-	if c.ackLater {
-		e.n.ackAsync(c)
+	if moved != nil {
+		e.n.ackAsync(moved)
 	}
 	return Msg{From: c.From, Data: c.Req}, nil
 }
@@ -114,10 +115,10 @@ func (n *Node) toEndpoint(name string, c *Call) {
 		n.replyErrAsync(c, codeNoEndpoint, 0)
 		return
 	}
-	c.ackLater = e.q.count.Load() >= epQueue
-	if !e.q.push(c) {
+	switch ok, ackNow := e.q.push(c); {
+	case !ok:
 		n.replyErrAsync(c, codeNoEndpoint, 0)
-	} else if !c.ackLater {
+	case ackNow:
 		n.ackAsync(c)
 	}
 }

@@ -54,7 +54,7 @@ type Call struct {
 	ring     *ring
 	slot     uint8
 	gen      uint16
-	ackLater bool // a message acknowledged when taken (Endpoint.Recv)
+	ackLater bool // a message past its endpoint's bound: not acknowledged yet (callQueue.mu)
 }
 
 // Service receives the calls to one RPC id at this Node (RegisterRPC).
@@ -77,7 +77,7 @@ func (n *Node) RegisterRPC(id uint32) (*Service, error) {
 	case r.services[id] != nil:
 		return nil, fmt.Errorf("lite: register RPC %d: %w", id, krcore.ErrBusy)
 	}
-	s := &Service{n: n, id: id, q: newCallQueue()}
+	s := &Service{n: n, id: id, q: newCallQueue(0)}
 	r.services[id] = s
 	return s, nil
 }
@@ -85,7 +85,7 @@ func (n *Node) RegisterRPC(id uint32) (*Service, error) {
 // Recv waits for the next call. It busy-polls a few microseconds, then
 // sleeps. A closed Service or Node is krcore.ErrClosed.
 func (s *Service) Recv(ctx context.Context) (*Call, error) {
-	c, err := s.q.pop(ctx, true)
+	c, _, err := s.q.pop(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("lite: RPC %d: recv: %w", s.id, err)
 	}
@@ -420,7 +420,7 @@ func (n *Node) toService(c *Call) {
 	r.mu.Unlock()
 	if s == nil {
 		n.replyErrAsync(c, codeNoService, 0)
-	} else if !s.q.push(c) {
+	} else if ok, _ := s.q.push(c); !ok {
 		n.replyErrAsync(c, codeSvcClosed, 0)
 	}
 }
@@ -474,23 +474,28 @@ type callQueue struct {
 	ready  chan struct{} // a token: calls may be queued
 	gone   chan struct{} // closed by close
 	count  atomic.Int32  // len(calls), for spinning
+	// bound, if not 0, is how many queued calls are acknowledged: one
+	// pushed past it waits (ackLater) until it moves up within it.
+	bound int
 }
 
-func newCallQueue() callQueue {
-	return callQueue{held: map[*Call]bool{}, ready: make(chan struct{}, 1), gone: make(chan struct{})}
+func newCallQueue(bound int) callQueue {
+	return callQueue{held: map[*Call]bool{}, ready: make(chan struct{}, 1), gone: make(chan struct{}), bound: bound}
 }
 
-// push queues c; false once closed.
-func (q *callQueue) push(c *Call) bool {
+// push queues c; ok is false once closed. Past the bound, c.ackLater is
+// set, and ackNow false.
+func (q *callQueue) push(c *Call) (ok, ackNow bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return false
+		return false, false
 	}
+	c.ackLater = q.bound > 0 && len(q.calls) >= q.bound
 	q.calls = append(q.calls, c)
 	q.count.Add(1)
 	q.signal()
-	return true
+	return true, !c.ackLater
 }
 
 // signal leaves the ready token; q.mu held.
@@ -501,11 +506,12 @@ func (q *callQueue) signal() {
 	}
 }
 
-// pop waits for the next call; hold keeps it until release.
-func (q *callQueue) pop(ctx context.Context, hold bool) (*Call, error) {
+// pop waits for the next call; hold keeps it until release. moved is the
+// call that the pop moved within the bound, to acknowledge now.
+func (q *callQueue) pop(ctx context.Context, hold bool) (c, moved *Call, err error) {
 	for {
-		if c, err := q.tryPop(hold); c != nil || err != nil {
-			return c, err
+		if c, moved, err := q.tryPop(hold); c != nil || err != nil {
+			return c, moved, err
 		}
 		if spin(func() bool { return q.count.Load() > 0 }) {
 			continue
@@ -514,21 +520,21 @@ func (q *callQueue) pop(ctx context.Context, hold bool) (*Call, error) {
 		case <-q.ready:
 		case <-q.gone:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }
 
-func (q *callQueue) tryPop(hold bool) (*Call, error) {
+func (q *callQueue) tryPop(hold bool) (c, moved *Call, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return nil, krcore.ErrClosed
+		return nil, nil, krcore.ErrClosed
 	}
 	if len(q.calls) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	c := q.calls[0]
+	c = q.calls[0]
 	q.calls[0] = nil
 	q.calls = q.calls[1:]
 	q.count.Add(-1)
@@ -538,7 +544,11 @@ func (q *callQueue) tryPop(hold bool) (*Call, error) {
 	if hold {
 		q.held[c] = true
 	}
-	return c, nil
+	if q.bound > 0 && len(q.calls) >= q.bound && q.calls[q.bound-1].ackLater {
+		moved = q.calls[q.bound-1]
+		moved.ackLater = false
+	}
+	return c, moved, nil
 }
 
 // release forgets a held call; false if it held no such call.

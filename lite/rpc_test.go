@@ -158,3 +158,139 @@ func TestRPCServiceClose(t *testing.T) {
 		})
 	}
 }
+
+// TestRPCRingFull: a caller with every slot of its ring taken waits for
+// credit and never overwrites: the server sees no request past the ring's
+// slots until it answers one, and then the waiting call goes through.
+func TestRPCRingFull(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, caller := open(t, serverAPI), open(t, api)
+			svc, err := server.RegisterRPC(5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer svc.Close()
+			const slots = 32
+			results := make(chan string, slots+1)
+			for i := range slots + 1 {
+				go func() {
+					resp := make([]byte, 16)
+					k, err := caller.Call(ctx, 2, 5, []byte(fmt.Sprint(i)), resp)
+					if err != nil {
+						results <- err.Error()
+						return
+					}
+					results <- string(resp[:k])
+				}()
+			}
+			held := make([]*lite.Call, 0, slots)
+			for range slots {
+				c, err := svc.Recv(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			if c, err := svc.Recv(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a request past the ring's %d slots reached the server (%v, %v)", slots, c, err)
+			}
+			for _, c := range held {
+				if err := svc.Reply(ctx, c, append([]byte("r"), c.Req...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last, err := svc.Recv(ctx) // the call that waited for credit
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := svc.Reply(ctx, last, append([]byte("r"), last.Req...)); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for range slots + 1 {
+				seen[<-results] = true
+			}
+			for i := range slots + 1 {
+				if want := fmt.Sprintf("r%d", i); !seen[want] {
+					t.Fatalf("no reply %q among %v", want, seen)
+				}
+			}
+		})
+	}
+}
+
+// TestRPCNodeClose: a server Node that closes answers the calls its
+// services hold (ErrNoService) and fails its own Recv with ErrClosed; a
+// caller Node that closes fails its waiting Call with ErrClosed; both
+// within a bound. A server opened again on the same port serves the same
+// caller: the caller sets its ring up again.
+func TestRPCNodeClose(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, err := lite.Open(ctx, serverAPI, lite.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			caller := open(t, api)
+			svc, err := server.RegisterRPC(4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() { _, err := caller.Call(ctx, 2, 4, []byte("q"), nil); errc <- err }()
+			if _, err := svc.Recv(ctx); err != nil { // the call waits now
+				t.Fatal(err)
+			}
+			recvErr := make(chan error, 1)
+			go func() { _, err := svc.Recv(ctx); recvErr <- err }()
+			start := time.Now()
+			server.Close()
+			if err := <-errc; !errors.Is(err, lite.ErrNoService) {
+				t.Fatalf("call held by a server that closed: %v, want ErrNoService", err)
+			}
+			if err := <-recvErr; !errors.Is(err, krcore.ErrClosed) {
+				t.Fatalf("Recv at a Node that closed: %v, want ErrClosed", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("close and the failing calls took %v", d)
+			}
+
+			// The server comes back: the caller's old ring is gone, and its
+			// next call sets up a new one.
+			server = open(t, serverAPI)
+			echo(t, server, 4)
+			resp := make([]byte, 8)
+			if k, err := caller.Call(ctx, 2, 4, []byte("abc"), resp); err != nil || string(resp[:k]) != "cba" {
+				t.Fatalf("call to the server opened again: %q %v", resp[:k], err)
+			}
+
+			// The caller closes while a call waits for a server that holds it.
+			svc2, err := server.RegisterRPC(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, err := caller.Call(ctx, 2, 8, []byte("q"), nil); errc <- err }()
+			if _, err := svc2.Recv(ctx); err != nil {
+				t.Fatal(err)
+			}
+			start = time.Now()
+			caller.Close()
+			if err := <-errc; !errors.Is(err, krcore.ErrClosed) {
+				t.Fatalf("call waiting at a caller that closed: %v, want ErrClosed", err)
+			}
+			if _, err := caller.Call(ctx, 2, 4, []byte("q"), nil); !errors.Is(err, krcore.ErrClosed) {
+				t.Fatalf("call after Close: %v, want ErrClosed", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("close and the failing call took %v", d)
+			}
+		})
+	}
+}
