@@ -44,9 +44,21 @@
 //     most its own rights; one with Admin frees the LMR (Node.Free) or sets
 //     who may map it how (Node.SetPerm, as the master's LMR.SetPerm), and
 //     grants beyond the new rights are withdrawn.
+//   - RPC as LITE built it (RegisterRPC, Service.Recv, Reply, ReplyRecv,
+//     Call): a caller's first call to a node sets up, with one control
+//     exchange, a ring of slots at the callee (exported to the caller with
+//     remote write only) and a reply area at the caller (exported to the
+//     callee). A call is one WRITE_WITH_IMM of the request into a free
+//     slot, whose immediate names the slot, the ring and the call; the
+//     callee's serving goroutine queues it for the service; the reply is
+//     one WRITE_WITH_IMM into the caller's reply slot. Slots are credits:
+//     a caller without one waits. Notifications that do not check out
+//     (sender, ring, slot, length, call) are dropped.
+//   - Send and Endpoint.Recv carry messages between named endpoints on the
+//     same rings, acknowledged once the endpoint holds them.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
-// existing memory, Move, RPC over WRITE_WITH_IMM, Send/Recv messaging,
+// existing memory, Move,
 // barriers, QoS, and the example applications and benchmarks. A handle is
 // refused in another Node, but a mapping is made per node: another process
 // on the mapper's node could, knowing the grant's export name, read

@@ -30,9 +30,13 @@ const (
 	DefaultCallTimeout = 5 * time.Second
 	// spinTime is how long a waiter busy-polls before it sleeps: the
 	// machine may have two cores, so a few microseconds at most.
-	spinTime       = 3 * time.Microsecond
-	opRPCOpen byte = 0x10 // caller -> callee: make my ring; name is my reply area's export name
+	spinTime = 3 * time.Microsecond
 )
+
+// opRPCOpen (caller to callee, through request): make a ring for me; the
+// name is my reply area's export name. The reply's name is the ring's
+// epoch (1 byte) and export name.
+const opRPCOpen byte = 0x10
 
 // The immediate of an RPC WRITE_WITH_IMM: kind(2) slot(6) epoch(8) gen(16).
 // The epoch names the ring (a callee makes a new one each time a caller
