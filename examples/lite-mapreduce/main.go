@@ -33,10 +33,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/liteapp"
-	"github.com/krcore/krcore/meta"
 )
 
 // store moves the job's values between its processes: a process publishes
@@ -118,24 +116,20 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 	want := count(text)
 	fmt.Fprintf(out, "lite-mapreduce: %d words (%.1f MB, %d distinct), %d worker processes, %d rounds\n",
 		cfg.words, float64(len(text))/1e6, len(want), cfg.workers, cfg.rounds)
-	all := map[string][]result{}
-	for k := range cfg.rounds {
-		order := slices.Clone(cfg.impls)
-		if k%2 == 1 { // alternate who goes first: both see the same machine
-			slices.Reverse(order)
+	all, err := liteapp.Alternate(cfg.impls, cfg.rounds, func(impl string, round int) (result, error) {
+		r, err := job(ctx, cfg, impl, text)
+		if err != nil {
+			return r, err
 		}
-		for _, impl := range order {
-			r, err := job(ctx, cfg, impl, text)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", impl, err)
-			}
-			if !maps.Equal(r.counts, want) {
-				return nil, fmt.Errorf("%s: the counts differ from a direct count", impl)
-			}
-			all[impl] = append(all[impl], r)
-			fmt.Fprintf(out, "  round %d %-4s %8v, of which moving data %8v (counts equal a direct count)\n",
-				k+1, impl, r.took.Round(time.Millisecond), r.moved.Round(time.Millisecond))
+		if !maps.Equal(r.counts, want) {
+			return r, errors.New("the counts differ from a direct count")
 		}
+		fmt.Fprintf(out, "  round %d %-4s %8v, of which moving data %8v (counts equal a direct count)\n",
+			round, impl, r.took.Round(time.Millisecond), r.moved.Round(time.Millisecond))
+		return r, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var med []result
 	for _, impl := range cfg.impls {
@@ -279,15 +273,7 @@ func openStore(ctx context.Context, impl string, p int, metaText string) (st sto
 		}
 		return s, s.ln.Addr().String(), []string{"-impl", "rpc"}, func() { s.close() }, nil
 	case "lite":
-		var metas []meta.Info
-		if metaText != "" {
-			info, err := meta.ParseInfo(metaText)
-			if err != nil {
-				return nil, "", nil, nil, err
-			}
-			metas = []meta.Info{info}
-		}
-		node, err := liteapp.StartNode(ctx, krcore.NodeID(p+1), metas)
+		node, err := liteapp.ProcessNode(ctx, p, metaText)
 		if err != nil {
 			return nil, "", nil, nil, err
 		}

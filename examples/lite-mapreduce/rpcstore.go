@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/rpc"
 	"sync"
+
+	"github.com/krcore/krcore/internal/liteapp"
 )
 
 // rpcStore moves the job's data through Go net/rpc over TCP: a process
@@ -50,19 +52,8 @@ func newRPCStore() (*rpcStore, error) {
 		ln.Close()
 		return nil, err
 	}
-	go serve(srv, ln)
+	go liteapp.ServeRPC(srv, ln) // until close closes ln
 	return s, nil
-}
-
-// serve serves each connection ln accepts until close closes ln.
-func serve(srv *rpc.Server, ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go srv.ServeConn(c) // ends when the peer hangs up
-	}
 }
 
 func (s *rpcStore) publish(_ context.Context, name string, data []byte) error {

@@ -15,8 +15,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/rpc"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -171,5 +174,54 @@ func Serve(addr string, phase func(line string) (string, error)) error {
 			return err
 		}
 		fmt.Fprintln(os.Stdout, "done", said)
+	}
+}
+
+// ProcessNode starts process p's node: node p+1, joining the MetaServer
+// metaText names, or embedding it when metaText is empty (the
+// coordinator, process 0, passes its MetaInfo to the workers).
+func ProcessNode(ctx context.Context, p int, metaText string) (*Node, error) {
+	var metas []meta.Info
+	if metaText != "" {
+		info, err := meta.ParseInfo(metaText)
+		if err != nil {
+			return nil, fmt.Errorf("-meta: %w", err)
+		}
+		metas = []meta.Info{info}
+	}
+	return StartNode(ctx, krcore.NodeID(p+1), metas)
+}
+
+// Alternate runs each of impls rounds times, reversing their order from
+// one round to the next so that no implementation always runs first on a
+// shared machine, and returns each one's results in the order they ran.
+func Alternate[T any](impls []string, rounds int, run func(impl string, round int) (T, error)) (map[string][]T, error) {
+	all := map[string][]T{}
+	for k := range rounds {
+		order := slices.Clone(impls)
+		if k%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, impl := range order {
+			r, err := run(impl, k+1)
+			if err != nil {
+				return nil, fmt.Errorf("%s, round %d: %w", impl, k+1, err)
+			}
+			all[impl] = append(all[impl], r)
+		}
+	}
+	return all, nil
+}
+
+// ServeRPC serves every connection ln accepts with srv, until ln is
+// closed: the net/rpc side of the apps' comparisons. (rpc.Server.Accept
+// would do, but logs the close as an error.)
+func ServeRPC(srv *rpc.Server, ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go srv.ServeConn(c) // ends when the peer hangs up
 	}
 }
