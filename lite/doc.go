@@ -58,9 +58,22 @@
 //     same rings, acknowledged once the endpoint holds them.
 //
 // Not built yet (issue 15): LMRs striped over several nodes, registering
-// existing memory, Move,
-// barriers, QoS, and the example applications and benchmarks. A handle is
-// refused in another Node, but a mapping is made per node: another process
-// on the mapper's node could, knowing the grant's export name, read
-// through it.
+// existing memory, Move, barriers, QoS, and the example applications and
+// benchmarks.
+//
+// Not built yet, and not possible with krcore.API as it is: a grant bound
+// to the mapper's process. A handle is refused in another Node, and a
+// grant's export name is random and never shown, but a process that
+// learns it (reading the master's or the mapper's memory) can Region it:
+// API.Export offers a region to every node and process; the region lookup
+// (core's ctlRegionReq) carries the asking node, which the exporter
+// ignores, and no client; krcored's session.region looks any name up for
+// any client. Enforcing it needs an Export naming its audience, a node and
+// a port (the principal a master sees in a Map request: Message.From and
+// Message.Port, a port krcored lets one client bind), region lookups
+// carrying the asker's node and a port its runtime vouches it holds,
+// refused otherwise (ErrNoRegion), and lite sending requests from its
+// bound queue. The data path needs nothing more: krcored hands a client
+// only region ids of its own session. Memcpy's delegation of the src grant
+// to dst's holder would then be a one-operation Share to that holder.
 package lite

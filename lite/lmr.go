@@ -123,8 +123,7 @@ func (n *Node) grant(mapper krcore.NodeID, name string, perm Perm) (string, byte
 	case perm == 0 || perm&^l.rights(mapper) != 0:
 		return "", codePerm
 	}
-	n.seq++
-	exp := fmt.Sprintf("lite/%d/%d/%s", mapper, n.seq, name)
+	exp := grantName()
 	if err := n.api.Export(exp, l.mr, 0, l.mr.Len(), perm.access()); err != nil {
 		return "", codeFailed
 	}

@@ -2,6 +2,7 @@ package lite
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,6 +25,14 @@ const (
 	opFree
 	opSetPerm
 )
+
+// grantName is a fresh export name for a grant. An export is offered to
+// every node and every process (krcore.API.Export), so the name is the
+// grant's only secret: it is random (128 bits), and only the master and
+// the mapper's Node, which never shows it, learn it.
+func grantName() string {
+	return "lite/" + rand.Text()
+}
 
 // rights is what mapper may Map l with: what l allows every node, and
 // what its master, an admin or a sharer gave mapper; n.mu held.

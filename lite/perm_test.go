@@ -2,8 +2,10 @@ package lite_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/lite"
 	"github.com/krcore/krcore/verbs"
 )
@@ -102,6 +104,33 @@ func TestAdmin(t *testing.T) {
 			}
 			if err := admin.Free(ctx, h); !errors.Is(err, lite.ErrFreed) {
 				t.Fatalf("second Free: %v, want ErrFreed", err)
+			}
+		})
+	}
+}
+
+// TestGrantNameUnguessable: a node the master refused cannot reach a
+// grant made for another by guessing its export name: the grant is
+// exported under a random name, which only the master and the mapper's
+// Node know.
+func TestGrantNameUnguessable(t *testing.T) {
+	others, mappers := apisN(t, 3)
+	for name, api := range mappers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			mapper, master := open(t, api), open(t, others[0])
+			malloc(t, master, "secret", 64, 0)
+			l := malloc(t, master, "other", 64, lite.Read)
+			if err := l.SetPerm(1, lite.Read|lite.Write); err != nil {
+				t.Fatal(err)
+			}
+			mapLMR(t, mapper, 2, "other", lite.Read|lite.Write)
+			// Node 3 guesses what a sequential scheme would name node 1's grant.
+			for seq := 1; seq <= 64; seq++ {
+				guess := fmt.Sprintf("lite/1/%d/other", seq)
+				if r, err := others[1].Region(ctx, 2, guess); !errors.Is(err, krcore.ErrNoRegion) {
+					t.Fatalf("Region(%q) at node 3: %v, %v; want ErrNoRegion", guess, r, err)
+				}
 			}
 		})
 	}
