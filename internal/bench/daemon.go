@@ -154,13 +154,14 @@ type dSide struct {
 
 // dBench owns everything one krbench daemon run starts.
 type dBench struct {
-	d      *dConfig
-	ctx    context.Context
-	out    *report.Output
-	log    *slog.Logger
-	stderr io.Writer
-	poll   vqrun.Poll
-	role   string // the server child's role; empty: childServer
+	d         *dConfig
+	ctx       context.Context
+	out       *report.Output
+	log       *slog.Logger
+	stderr    io.Writer
+	poll      vqrun.Poll
+	role      string        // the server child's role; empty: childServer
+	serverOut *bufio.Reader // its stdout, after the MetaServer's line
 
 	devs   []verbs.Device
 	emb    *core.Runtime
@@ -255,8 +256,9 @@ func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info,
 		return meta.Info{}, fmt.Errorf("start: %w", err)
 	}
 	line := make(chan string, 1)
-	go func() { // the server's one line: its MetaServer, once it serves
-		l, _ := bufio.NewReader(out).ReadString('\n')
+	b.serverOut = bufio.NewReader(out)
+	go func() { // the server's first line: its MetaServer, once it serves
+		l, _ := b.serverOut.ReadString('\n')
 		line <- strings.TrimSpace(l)
 	}()
 	select {

@@ -28,6 +28,15 @@ func TestLiteBench(t *testing.T) {
 				t.Errorf("%s: row %s: %+v", place, l, row)
 			}
 		}
+		if r := rep.FindAt(place, testLiteRPC, perf.ModeLat); r == nil {
+			t.Errorf("%s: no %s table", place, testLiteRPC)
+		} else {
+			for _, l := range []string{seriesLiteRPC, seriesVQSendRT, seriesNetRPC, seriesLiteRPC + daemonSuffix, seriesVQSendRT + daemonSuffix} {
+				if row := r.LabelRow(l); row == nil || row.Iterations != 20 || row.Typical <= 0 {
+					t.Errorf("%s: row %s: %+v", place, l, row)
+				}
+			}
+		}
 		if r := rep.FindAt(place, testLiteMemcpy, perf.ModeLat); r == nil {
 			t.Errorf("%s: no %s table", place, testLiteMemcpy)
 		} else {
@@ -38,13 +47,23 @@ func TestLiteBench(t *testing.T) {
 			}
 		}
 		checkTargets(t, rep,
+			place+" embedded: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)",
+			place+" through krcored: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)",
+			place+" embedded: lite RPC 8B round trip t_typical / Go net/rpc over TCP t_typical (interleaved)",
 			place+" embedded: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)",
 			place+" through krcored: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)")
 	}
+	rates := 0
 	for _, c := range rep.Checks {
-		if strings.Contains(c.Name, "Memcpy") && c.Value <= 0 {
+		if (strings.Contains(c.Name, "Memcpy") || strings.Contains(c.Name, "calls/s")) && c.Value <= 0 {
 			t.Errorf("check %q: %v", c.Name, c.Value)
 		}
+		if strings.Contains(c.Name, "lite RPC 8B calls/s") {
+			rates++
+		}
+	}
+	if rates != 8 { // 2 placements x embedded, daemon x 1, 8 callers
+		t.Errorf("%d RPC calls/s figures, want 8: %+v", rates, rep.Checks)
 	}
 	if !strings.Contains(out, "Absent") {
 		t.Errorf("no note of the series not measured:\n%s", out)

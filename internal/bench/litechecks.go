@@ -25,6 +25,7 @@ func deriveLiteChecks(rep *perf.Report) []perf.Check {
 		}
 	}
 	for _, place := range []string{placementInproc, placementCross} {
+		out = append(out, liteRPCChecks(rep, place)...)
 		r := rep.FindAt(place, testLiteMemcpy, perf.ModeLat)
 		if r == nil {
 			continue
@@ -35,6 +36,37 @@ func deriveLiteChecks(rep *perf.Report) []perf.Check {
 				out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite Memcpy 1MiB at the master t_typical / Read+Write through the caller t_typical (interleaved)", place, via.name),
 					mc.Typical, rw.Typical))
 			}
+		}
+	}
+	return out
+}
+
+// liteRPCChecks are the lite-rpc table's ratios at place: a call against a
+// SEND round trip each way, and against Go net/rpc (whose target is the
+// embedded call's: net/rpc does not go through krcored).
+func liteRPCChecks(rep *perf.Report, place string) []perf.Check {
+	r := rep.FindAt(place, testLiteRPC, perf.ModeLat)
+	if r == nil {
+		return nil
+	}
+	var out []perf.Check
+	netRPC := r.LabelRow(seriesNetRPC)
+	for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
+		call, send := r.LabelRow(seriesLiteRPC+via.suffix), r.LabelRow(seriesVQSendRT+via.suffix)
+		if call == nil {
+			continue
+		}
+		if send != nil {
+			out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)", place, via.name),
+				call.Typical, send.Typical).AtMost(targetRPCVsSend))
+		}
+		if netRPC != nil {
+			c := perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / Go net/rpc over TCP t_typical (interleaved)", place, via.name),
+				call.Typical, netRPC.Typical)
+			if via.suffix == "" {
+				c = c.AtMost(targetRPCVsNetRPC)
+			}
+			out = append(out, c)
 		}
 	}
 	return out

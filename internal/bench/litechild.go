@@ -17,8 +17,9 @@ import (
 
 // runLiteServer is krbench lite's master process: a soft node with the
 // cluster's MetaServer, the master's LMR and the plain region beside it
-// (liteMaster), until SIGTERM. It prints the MetaServer's text on stdout
-// once it serves.
+// and echo servers (liteMaster), until SIGTERM. It prints the
+// MetaServer's text and the net/rpc echo's address on stdout once it
+// serves.
 func runLiteServer(ctx context.Context, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -35,12 +36,13 @@ func runLiteServer(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer rt.Close()
-	release, err := liteMaster(sctx, core.Embed(rt))
+	release, rpcAddr, err := liteMaster(sctx, core.Embed(rt))
 	if err != nil {
 		return err
 	}
 	defer release()
 	fmt.Fprintln(stdout, rt.MetaInfo().String())
+	fmt.Fprintln(stdout, rpcAddr)
 	<-ctx.Done()
 	return nil
 }
