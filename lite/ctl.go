@@ -17,6 +17,17 @@ const (
 	opReply
 )
 
+// Control message kinds of LMR placement (stripe.go, move.go): piece
+// operations a master asks of the nodes holding its LMRs, and a mapper's
+// request for an LMR's layout.
+const (
+	opAlloc byte = 0x30 + iota
+	opGrant
+	opRevoke
+	opRelease
+	opLayout
+)
+
 // Reply codes.
 const (
 	codeOK byte = iota
@@ -102,9 +113,16 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	var name string
 	switch req.kind {
 	case opMap:
-		name, code = n.grant(m.From, req.name, req.perm)
+		n.spawn(ctx, m.From, req, n.grantOp)
+		return
 	case opUnmap:
-		code = n.revoke(m.From, req.name)
+		n.spawn(ctx, m.From, req, n.revokeOp)
+		return
+	case opLayout:
+		n.spawn(ctx, m.From, req, n.layoutOp)
+		return
+	case opAlloc, opGrant, opRevoke, opRelease:
+		code = n.pieceOp(m.From, req.kind, req.perm, req.name)
 	case opRPCOpen:
 		name, code = n.openRing(m.From, req.name)
 	case opReply:
@@ -184,7 +202,7 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 	}
 	ch := make(chan reply, 1)
 	n.mu.Lock()
-	if n.closed {
+	if n.stopped() { // Close frees LMRs through requests: closed alone is not enough
 		n.mu.Unlock()
 		return reply{}, krcore.ErrClosed
 	}

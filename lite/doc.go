@@ -19,6 +19,12 @@
 //     Node that mapped it.
 //   - Read and Write move bytes through a handle with one-sided RDMA,
 //     bounds checked, through a registered bounce buffer of the Node.
+//   - MallocOn stripes an LMR over several nodes (Placement): each holds
+//     one piece, allocated and exported when the master asks, and enforces
+//     every grant's rights on it; the master keeps the layout and a mapper
+//     fetches it at Map (in pages when long), then sends each request to
+//     the node holding its stripe. Register makes caller-registered memory
+//     an LMR (Free leaves it registered).
 //   - Unmap withdraws one grant at the master; Free withdraws every grant
 //     before it releases the memory, so a stale handle's READ is refused
 //     by the responder and never reads freed memory.
@@ -57,9 +63,8 @@
 //   - Send and Endpoint.Recv carry messages between named endpoints on the
 //     same rings, acknowledged once the endpoint holds them.
 //
-// Not built yet (issue 15): LMRs striped over several nodes, registering
-// existing memory, Move, barriers, QoS, and the example applications and
-// benchmarks.
+// Not built yet (issue 15): Move, barriers, QoS, and the example
+// applications and benchmarks.
 //
 // Not built yet, and not possible with krcore.API as it is: a grant bound
 // to the mapper's process. A handle is refused in another Node, and a

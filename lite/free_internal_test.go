@@ -44,7 +44,7 @@ func TestFreeWithdrawsGrants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m.export
+		return m.regions[0].Name()
 	}
 	h1, _ := mapper.Map(ctx, 2, "t", Read)
 	h2, err := mapper.Map(ctx, 2, "t", Read)

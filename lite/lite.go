@@ -107,6 +107,8 @@ type Node struct {
 	grants  map[string]*grant   // mastered here, by export name
 	maps    map[uint64]*mapping // mapped here, by handle id
 	pending map[uint64]waiter   // control requests awaiting replies, by id
+	pieces  map[string]*holding // held here for LMRs' masters, by id
+	exports map[string]*export  // of the pieces held here, by name
 
 	ops ops // goroutines of long requests (memop.go)
 
@@ -122,7 +124,8 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
 	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}),
-		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{}}
+		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{},
+		pieces: map[string]*holding{}, exports: map[string]*export{}}
 	if n.port == 0 {
 		n.port = DefaultPort
 	}
@@ -195,6 +198,7 @@ func (n *Node) Close() error {
 	n.sync.stop(n.api)
 	n.stopOps()
 	n.releaseRPC()
+	n.releasePieces()
 	n.release()
 	return errors.Join(errs...)
 }
@@ -225,6 +229,17 @@ func (n *Node) closeQueues() {
 		if q != nil {
 			q.Close()
 		}
+	}
+}
+
+// stopped reports whether serve stopped, after which no reply arrives;
+// Close stops it after it freed the LMRs this Node masters.
+func (n *Node) stopped() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
 	}
 }
 

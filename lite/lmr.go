@@ -4,29 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
 )
 
-// LMR is a LITE memory region mastered by this Node.
+// LMR is a LITE memory region mastered by this Node. Its bytes live in
+// pieces of memory on the nodes of its layout (this node alone, unless
+// made by MallocOn or moved by Move).
 type LMR struct {
 	n     *Node
 	name  string
-	mr    krcore.MR
 	allow Perm
-	freed bool            // n.mu
-	live  map[string]bool // export names of its grants, n.mu
-	inDir bool            // listed at the directory (dir.go), n.mu
+	// op is held by whatever changes the LMR's grants or layout (a Map's
+	// grant, Unmap, Move, Free), never by serve.
+	op     sync.Mutex
+	freed  bool              // n.mu
+	lay    layout            // n.mu
+	pieces []string          // the piece on each node of lay, n.mu
+	live   map[string]*grant // its grants, by export name, n.mu
+	inDir  bool              // listed at the directory (dir.go), n.mu
 	// shared is what nodes may Map it with beyond allow (perm.go), n.mu.
 	shared map[krcore.NodeID]Perm
 }
 
-// grant is one mapper's permission on an LMR, exported under its own name.
+// grant is one mapper's permission on an LMR, exported on every node
+// holding a piece under its own name (exportName).
 type grant struct {
 	lmr    *LMR
 	mapper krcore.NodeID
-	perm   Perm // what the holder acts through it for (memops)
+	perm   Perm // what was granted, exported again on the new pieces by a Move
+}
+
+// exportName is the name a grant exp is exported under on the nodes of
+// the layout of generation gen: a mapper derives it from both, and a
+// grant of an old layout never names memory of a new one.
+func exportName(exp string, gen uint32) string {
+	return fmt.Sprintf("%s@%d", exp, gen)
 }
 
 // mapping is what a Handle stands for in the Node that mapped it. It is
@@ -46,50 +61,83 @@ type Handle struct {
 	id uint64
 }
 
-// Malloc allocates size bytes as an LMR named name, mastered by this Node;
-// allow is the permissions it grants to mappers. A name in use is ErrBusy.
+// Malloc allocates size bytes as an LMR named name, mastered and held by
+// this Node; allow is the permissions it grants to mappers. A name in use
+// is ErrBusy.
 func (n *Node) Malloc(ctx context.Context, name string, size int, allow Perm) (*LMR, error) {
-	if name == "" || len(name) > maxName || size <= 0 || allow&^permAll != 0 {
-		return nil, fmt.Errorf("lite: malloc %q of %d bytes allowing %b: %w", name, size, allow, krcore.ErrInvalid)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	mr, err := n.api.RegMR(size, verbs.AccessAll)
-	if err != nil {
-		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
+	return n.MallocOn(ctx, name, size, allow, Placement{})
+}
+
+// newLMR reserves name for an LMR of layout lay and returns it with op
+// held, so that no Map is granted before its pieces exist.
+func (n *Node) newLMR(name string, allow Perm, lay layout) (*LMR, error) {
+	if name == "" || len(name) > maxName || allow&^permAll != 0 {
+		return nil, krcore.ErrInvalid
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	switch {
 	case n.closed:
-		err = krcore.ErrClosed
+		return nil, krcore.ErrClosed
 	case n.lmrs[name] != nil:
-		err = krcore.ErrBusy
+		return nil, krcore.ErrBusy
 	}
-	if err != nil {
-		n.mu.Unlock()
-		n.api.Deregister(mr)
-		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
-	}
-	l := &LMR{n: n, name: name, mr: mr, allow: allow, live: map[string]bool{}}
+	l := &LMR{n: n, name: name, allow: allow, lay: lay, live: map[string]*grant{}}
+	l.op.Lock()
 	n.lmrs[name] = l
-	n.mu.Unlock()
-	if err := n.enlist(ctx, l); err != nil {
-		l.Free()
-		return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
-	}
 	return l, nil
 }
 
-// Bytes is the LMR's memory, for its master; nil once freed.
+// publish releases op of an LMR newLMR made, whose memory is in place,
+// and lists it at the directory; an LMR it cannot list is freed.
+func (n *Node) publish(ctx context.Context, l *LMR) error {
+	l.op.Unlock()
+	if err := n.enlist(ctx, l); err != nil {
+		l.Free()
+		return err
+	}
+	return nil
+}
+
+// drop forgets an LMR whose making failed; op held.
+func (l *LMR) drop() {
+	l.n.mu.Lock()
+	defer l.n.mu.Unlock()
+	l.freed = true
+	delete(l.n.lmrs, l.name)
+}
+
+// Bytes is the LMR's memory, for its master, while this node holds all of
+// it; nil once freed, striped or moved to another node.
 func (l *LMR) Bytes() []byte {
-	return l.mr.Bytes()
+	n := l.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l.freed || len(l.pieces) != 1 || l.lay.nodes[0] != n.api.Node() {
+		return nil
+	}
+	if p := n.pieces[l.pieces[0]]; p != nil {
+		return p.mr.Bytes()
+	}
+	return nil
+}
+
+// Nodes are the nodes holding the LMR's bytes, in stripe order.
+func (l *LMR) Nodes() []krcore.NodeID {
+	l.n.mu.Lock()
+	defer l.n.mu.Unlock()
+	return append([]krcore.NodeID(nil), l.lay.nodes...)
 }
 
 // Free withdraws every grant of the LMR, so that every handle on it fails
-// from now on, then releases its memory. Freeing twice is ErrFreed.
+// from now on, then releases its memory on every node holding a piece.
+// Freeing twice is ErrFreed.
 func (l *LMR) Free() error {
 	n := l.n
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+	defer cancel()
+	l.op.Lock()
+	defer l.op.Unlock()
 	n.mu.Lock()
 	if l.freed {
 		n.mu.Unlock()
@@ -97,53 +145,122 @@ func (l *LMR) Free() error {
 	}
 	l.freed = true
 	delete(n.lmrs, l.name)
-	var errs []error
-	for exp := range l.live { // before Deregister: no READ sees freed memory
+	for exp := range l.live {
 		delete(n.grants, exp)
-		errs = append(errs, n.api.Unexport(exp))
 	}
+	lay, ids := l.lay, l.pieces
 	n.mu.Unlock()
-	errs = append(errs, n.unlist(l))
-	errs = append(errs, n.api.Deregister(l.mr))
-	if err := errors.Join(errs...); err != nil {
+	// Each holder withdraws the piece's grants before it frees it: no
+	// READ sees freed memory.
+	if err := errors.Join(n.unlist(l), n.dropPieces(ctx, lay.nodes, ids)); err != nil {
 		return fmt.Errorf("lite: free %q: %w", l.name, err)
 	}
 	return nil
 }
 
-// grant answers a Map: it exports the LMR called name to mapper with
-// exactly perm, if the LMR allows it.
-func (n *Node) grant(mapper krcore.NodeID, name string, perm Perm) (string, byte) {
+// dropPieces releases the pieces ids held by nodes.
+func (n *Node) dropPieces(ctx context.Context, nodes []krcore.NodeID, ids []string) error {
+	var errs []error
+	for i, id := range ids {
+		errs = append(errs, n.hold(ctx, nodes[i], opRelease, 0, id))
+	}
+	return errors.Join(errs...)
+}
+
+// grant answers a Map: it exports every piece of the LMR called name to
+// mapper with exactly perm, if the LMR allows it, and returns the layout
+// and the grant's export name.
+func (n *Node) grant(ctx context.Context, mapper krcore.NodeID, name string, perm Perm) (string, byte) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	l := n.lmrs[name]
+	n.mu.Unlock()
+	if l == nil {
+		return "", codeFreed
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	n.mu.Lock()
 	switch {
-	case l == nil:
+	case l.freed:
+		n.mu.Unlock()
 		return "", codeFreed
 	case perm == 0 || perm&^l.rights(mapper) != 0:
+		n.mu.Unlock()
 		return "", codePerm
 	}
 	exp := grantName()
-	if err := n.api.Export(exp, l.mr, 0, l.mr.Len(), perm.access()); err != nil {
+	lay, ids := l.lay, l.pieces
+	n.mu.Unlock()
+	g := &grant{lmr: l, mapper: mapper, perm: perm}
+	if err := n.exportAll(ctx, lay, ids, exp, *g); err != nil {
 		return "", codeFailed
 	}
-	l.live[exp] = true
-	n.grants[exp] = &grant{lmr: l, mapper: mapper, perm: perm}
-	return exp, codeOK
+	n.mu.Lock()
+	l.live[exp] = g
+	n.grants[exp] = g
+	n.mu.Unlock()
+	return string(appendLayout(nil, lay, 0, slotSize-hdrLen-len(exp))) + exp, codeOK
+}
+
+// grantOp answers an opMap (from spawn: grant waits on the LMR).
+func (n *Node) grantOp(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+	defer cancel()
+	name, code := n.grant(ctx, from, req.name, req.perm)
+	return reply{code: code, name: name}
+}
+
+// revokeOp answers an opUnmap (from spawn: revoke waits on the LMR).
+func (n *Node) revokeOp(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+	defer cancel()
+	return reply{code: n.revoke(ctx, from, req.name)}
+}
+
+// exportAll exports the grant g as exp on every piece ids of lay, or on
+// none.
+func (n *Node) exportAll(ctx context.Context, lay layout, ids []string, exp string, g grant) error {
+	for i, id := range ids {
+		if err := n.hold(ctx, lay.nodes[i], opGrant, g.perm, id, exportName(exp, lay.gen), idBytes(g.mapper)); err != nil {
+			n.unexportAll(ctx, lay, ids[:i], exportName(exp, lay.gen))
+			return err
+		}
+	}
+	return nil
+}
+
+// unexportAll withdraws the export name (every export: "") from the
+// pieces ids of lay.
+func (n *Node) unexportAll(ctx context.Context, lay layout, ids []string, name string) error {
+	var errs []error
+	for i, id := range ids {
+		errs = append(errs, n.hold(ctx, lay.nodes[i], opRevoke, 0, id, name))
+	}
+	return errors.Join(errs...)
 }
 
 // revoke answers an Unmap: it withdraws the grant exported as exp, if
-// mapper holds it.
-func (n *Node) revoke(mapper krcore.NodeID, exp string) byte {
+// mapper holds it, on every piece.
+func (n *Node) revoke(ctx context.Context, mapper krcore.NodeID, exp string) byte {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	g := n.grants[exp]
+	n.mu.Unlock()
 	if g == nil || g.mapper != mapper {
 		return codeFreed
 	}
+	l := g.lmr
+	l.op.Lock()
+	defer l.op.Unlock()
+	n.mu.Lock()
+	if n.grants[exp] != g {
+		n.mu.Unlock()
+		return codeFreed
+	}
 	delete(n.grants, exp)
-	delete(g.lmr.live, exp)
-	if n.api.Unexport(exp) != nil {
+	delete(l.live, exp)
+	lay, ids := l.lay, l.pieces
+	n.mu.Unlock()
+	if n.unexportAll(ctx, lay, ids, exportName(exp, lay.gen)) != nil {
 		return codeFailed
 	}
 	return codeOK
@@ -160,19 +277,28 @@ func (n *Node) Map(ctx context.Context, master krcore.NodeID, name string, perm 
 	if err == nil {
 		err = codeErr(r.code)
 	}
-	if err != nil {
-		return Handle{}, fmt.Errorf("lite: map %q at node %d: %w", name, master, err)
+	var m *mapping
+	if err == nil {
+		m, err = n.mapReply(ctx, master, name, r.name)
 	}
-	region, err := n.api.Region(ctx, master, r.name)
 	if err != nil {
 		return Handle{}, fmt.Errorf("lite: map %q at node %d: %w", name, master, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seq++
-	n.maps[n.seq] = &mapping{master: master, name: name, export: r.name,
-		lay: single(master, int(region.Len())), regions: []krcore.Region{region}}
+	n.maps[n.seq] = m
 	return Handle{n: n, id: n.seq}, nil
+}
+
+// mapReply makes the mapping a Map's reply body describes: the first
+// page of the LMR's layout, then the grant's export name.
+func (n *Node) mapReply(ctx context.Context, master krcore.NodeID, name, body string) (*mapping, error) {
+	p, exp, ok := parseLayout([]byte(body))
+	if !ok {
+		return nil, errMalformed
+	}
+	return n.resolve(ctx, master, name, string(exp), p)
 }
 
 // lookup is the mapping h stands for in this Node.
@@ -222,12 +348,7 @@ func (n *Node) io(ctx context.Context, h Handle, off int, buf []byte, op verbs.O
 	err := n.access(ctx, h, off, len(buf), func(m *mapping) error {
 		n.dataMu.Lock()
 		defer n.dataMu.Unlock()
-		for _, e := range m.lay.extents(off, len(buf), bounceSize) {
-			if err := n.chunk(ctx, m, e, op, buf[e.at:e.at+e.n]); err != nil {
-				return fmt.Errorf("%q at %d: %w", m.name, off+e.at, err)
-			}
-		}
-		return nil
+		return n.transfer(ctx, m, off, buf, op)
 	})
 	if err != nil {
 		return fmt.Errorf("lite: %s: %w", op, err)
@@ -235,21 +356,40 @@ func (n *Node) io(ctx context.Context, h Handle, off int, buf []byte, op verbs.O
 	return nil
 }
 
+// transfer moves buf to or from offset off of m's LMR, one request per
+// extent; dataMu held.
+func (n *Node) transfer(ctx context.Context, m *mapping, off int, buf []byte, op verbs.Opcode) error {
+	for _, e := range m.lay.extents(off, len(buf), bounceSize) {
+		if err := n.chunk(ctx, m, e, op, buf[e.at:e.at+e.n]); err != nil {
+			return fmt.Errorf("%q at %d: %w", m.name, off+e.at, err)
+		}
+	}
+	return nil
+}
+
 // access runs fn on the mapping h stands for, once it checked that size
 // bytes at offset off lie inside its LMR. Every operation on a handle
-// goes through it, so that all see the same checks.
+// goes through it, so that all see the same checks, and all are redone
+// from their start on the new copy when the LMR moved under them: an
+// operation is done whole on one copy, never half on each.
 func (n *Node) access(ctx context.Context, h Handle, off, size int, fn func(m *mapping) error) error {
 	m, err := n.lookup(h)
-	if err == nil {
-		err = m.lay.fits(off, size)
+	for err == nil {
+		if err = m.lay.fits(off, size); err == nil {
+			err = ctx.Err()
+		}
+		if err == nil {
+			err = fn(m)
+		}
+		if err == nil || !errors.Is(err, verbs.RemAccessErr) && !errors.Is(err, ErrFreed) {
+			return err
+		}
+		// Refused at the responder (or, for a memop, by the holder): the
+		// LMR may have moved (fn is then redone whole on the new copy), or
+		// been freed.
+		m, err = n.remap(ctx, h, m, err)
 	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return err
-	}
-	return fn(m)
+	return err
 }
 
 // chunk moves the bytes of one extent, at most bounceSize; dataMu held.

@@ -247,26 +247,26 @@ func (n *Node) execMem(ctx context.Context, from krcore.NodeID, req ctlMsg) repl
 	return n.remoteCopy(ctx, from, a)
 }
 
-// through is the memory [off, off+size) of the LMR that from's grant
-// exported as exp gives access to, if that grant is from's, allows need and
-// covers the range; n.mu held, which keeps Free from releasing the memory
-// while the caller uses it.
-func (n *Node) through(from krcore.NodeID, exp string, need Perm, off, size uint64) (*LMR, []byte, reply) {
-	g := n.grants[exp]
-	if g == nil || g.lmr.freed {
+// through is the memory [off, off+size) of the piece held here that
+// from's grant exported as exp gives access to, if that grant is from's,
+// allows need and covers the range; n.mu held, which keeps Free, Unmap and
+// Move from withdrawing the grant while the caller uses it.
+func (n *Node) through(from krcore.NodeID, exp string, need Perm, off, size uint64) (*holding, []byte, reply) {
+	e := n.exports[exp]
+	if e == nil {
 		return nil, nil, failure(codeFreed, "grant %q withdrawn", exp)
 	}
-	if g.mapper != from || g.perm&need != need {
+	if e.mapper != from || e.perm&need != need {
 		return nil, nil, failure(codePerm, "grant %q does not give node %d %b", exp, from, need)
 	}
-	b := g.lmr.mr.Bytes()
+	b := e.piece.mr.Bytes()
 	if b == nil {
-		return nil, nil, failure(codeFreed, "LMR %q released", g.lmr.name)
+		return nil, nil, failure(codeFreed, "grant %q: memory released", exp)
 	}
 	if off > uint64(len(b)) || size > uint64(len(b))-off {
 		return nil, nil, failure(codeInvalid, "%d bytes at %d of %d", size, off, len(b))
 	}
-	return g.lmr, b[off : off+size], reply{}
+	return e.piece, b[off : off+size], reply{}
 }
 
 // localMem sets or copies bytes held here, a chunk at a time, each chunk
@@ -292,12 +292,13 @@ func (n *Node) localMem(ctx context.Context, from krcore.NodeID, a memArgs) repl
 	return reply{}
 }
 
-// sameLMR reports whether two grants held here are of one LMR.
+// sameLMR reports whether two grants held here are on one piece of
+// memory.
 func (n *Node) sameLMR(a, b string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ga, gb := n.grants[a], n.grants[b]
-	return ga != nil && gb != nil && ga.lmr == gb.lmr
+	ga, gb := n.exports[a], n.exports[b]
+	return ga != nil && gb != nil && ga.piece == gb.piece
 }
 
 // moveChunk sets or copies k bytes at offset at of the operation.
@@ -364,10 +365,10 @@ func (n *Node) readInto(ctx context.Context, q krcore.VQ, from krcore.NodeID, a 
 		if pushed < a.n && q.Outstanding() < memWindow {
 			k := min(a.n-pushed, memChunk)
 			n.mu.Lock()
-			l, _, r := n.through(from, a.dst, Write, a.dstOff+pushed, k)
+			p, _, r := n.through(from, a.dst, Write, a.dstOff+pushed, k)
 			var local krcore.Local
 			if r.code == codeOK {
-				local = l.mr.Range(int(a.dstOff+pushed), int(k))
+				local = p.mr.Range(int(a.dstOff+pushed), int(k))
 			}
 			n.mu.Unlock()
 			if r.code != codeOK {

@@ -49,18 +49,40 @@ func (l *LMR) SetPerm(node krcore.NodeID, perm Perm) error {
 		return fmt.Errorf("lite: set permissions %b on %q: %w", perm, l.name, krcore.ErrInvalid)
 	}
 	n := l.n
+	l.op.Lock()
+	defer l.op.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if l.freed {
+		n.mu.Unlock()
 		return fmt.Errorf("lite: set permissions on %q: %w", l.name, ErrFreed)
 	}
-	l.entitle(node, perm)
+	gone := l.entitle(node, perm)
+	n.mu.Unlock()
+	if err := l.withdraw(gone); err != nil {
+		return fmt.Errorf("lite: set permissions on %q: %w", l.name, err)
+	}
 	return nil
 }
 
-// entitle sets node's rights on l (node 0: every node's) and withdraws the
-// grants beyond them; n.mu held.
-func (l *LMR) entitle(node krcore.NodeID, perm Perm) {
+// withdraw unexports the grants exps, which entitle took away, from every
+// piece of l; op held.
+func (l *LMR) withdraw(exps []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+	defer cancel()
+	l.n.mu.Lock()
+	lay, ids := l.lay, l.pieces
+	l.n.mu.Unlock()
+	var errs []error
+	for _, exp := range exps {
+		errs = append(errs, l.n.unexportAll(ctx, lay, ids, exportName(exp, lay.gen)))
+	}
+	return errors.Join(errs...)
+}
+
+// entitle sets node's rights on l (node 0: every node's) and forgets the
+// grants beyond them, whose export names it returns for withdraw; op and
+// n.mu held.
+func (l *LMR) entitle(node krcore.NodeID, perm Perm) []string {
 	if node == 0 {
 		l.allow = perm
 	} else {
@@ -69,13 +91,15 @@ func (l *LMR) entitle(node krcore.NodeID, perm Perm) {
 		}
 		l.shared[node] = perm
 	}
-	for exp := range l.live {
-		if g := l.n.grants[exp]; g.perm&^l.rights(g.mapper) != 0 {
+	var gone []string
+	for exp, g := range l.live {
+		if g.perm&^l.rights(g.mapper) != 0 {
 			delete(l.n.grants, exp)
 			delete(l.live, exp)
-			l.n.api.Unexport(exp) // a failure leaves a name nobody holds a grant for
+			gone = append(gone, exp)
 		}
 	}
+	return gone
 }
 
 // Share lets node Map h's LMR with perm, at most h's own rights, which must
@@ -136,6 +160,16 @@ func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) repl
 	need := map[byte]Perm{opShare: Share, opFree: Admin, opSetPerm: Admin}[req.kind]
 	n.mu.Lock()
 	g := n.grants[exp]
+	n.mu.Unlock()
+	if g != nil && req.kind != opFree { // Free takes op itself
+		g.lmr.op.Lock() // no grant is made or moved while rights change
+		defer g.lmr.op.Unlock()
+	}
+	var gone []string
+	n.mu.Lock()
+	if n.grants[exp] != g { // withdrawn meanwhile
+		g = nil
+	}
 	switch {
 	case g == nil || g.lmr.freed:
 		n.mu.Unlock()
@@ -147,11 +181,14 @@ func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) repl
 		n.mu.Unlock()
 		return failure(codePerm, "node %d shares %b holding %b", from, req.perm, g.perm)
 	case req.kind == opShare:
-		g.lmr.entitle(node, g.lmr.shared[node]|req.perm)
+		gone = g.lmr.entitle(node, g.lmr.shared[node]|req.perm)
 	case req.kind == opSetPerm:
-		g.lmr.entitle(node, req.perm)
+		gone = g.lmr.entitle(node, req.perm)
 	}
 	n.mu.Unlock()
+	if err := g.lmr.withdraw(gone); err != nil {
+		return failure(codeFailed, "%v", err)
+	}
 	if req.kind == opFree {
 		if err := g.lmr.Free(); errors.Is(err, ErrFreed) {
 			return failure(codeFreed, "%v", err)
