@@ -26,7 +26,7 @@ func ctxT(t testing.TB) context.Context {
 
 // apis starts a two-node cluster and returns node 2's embedded runtime
 // and node 1's runtime two ways: embedded, and through krcored.
-func apis(t *testing.T) (krcore.API, map[string]krcore.API) {
+func apis(t testing.TB) (krcore.API, map[string]krcore.API) {
 	others, node1 := apisN(t, 2)
 	return others[0], node1
 }
@@ -34,7 +34,7 @@ func apis(t *testing.T) (krcore.API, map[string]krcore.API) {
 // apisN starts a cluster of nodes nodes and returns the embedded runtimes
 // of nodes 2, 3, ... and node 1's runtime two ways: embedded, and through
 // krcored.
-func apisN(t *testing.T, nodes int) ([]krcore.API, map[string]krcore.API) {
+func apisN(t testing.TB, nodes int) ([]krcore.API, map[string]krcore.API) {
 	ctx := ctxT(t)
 	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes})
 	if err != nil {
@@ -61,7 +61,7 @@ func apisN(t *testing.T, nodes int) ([]krcore.API, map[string]krcore.API) {
 	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
 }
 
-func open(t *testing.T, api krcore.API) *lite.Node {
+func open(t testing.TB, api krcore.API) *lite.Node {
 	t.Helper()
 	n, err := lite.Open(ctxT(t), api, lite.Options{})
 	if err != nil {

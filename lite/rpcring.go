@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,9 @@ const (
 	// DefaultCallTimeout bounds a Call or Send whose context has no
 	// deadline, when Options.CallTimeout is 0.
 	DefaultCallTimeout = 5 * time.Second
-	// spinTime is how long a waiter busy-polls before it sleeps: the
-	// machine may have two cores, so a few microseconds at most.
-	spinTime = 3 * time.Microsecond
+	// rpcSpins is how often an RPC waiter polls before it sleeps: a few
+	// microseconds at most.
+	rpcSpins = 8
 )
 
 // opRPCOpen (caller to callee, through request): make a ring for me; the
@@ -448,17 +449,18 @@ func (n *Node) writeImm(ctx context.Context, node krcore.NodeID, region krcore.R
 	return true, nil
 }
 
-// spin polls ready for up to spinTime, and reports whether it came true.
+// spin polls ready a few times, yielding the processor between polls
+// (on two cores the peer that will make it true, a soft RNIC or the
+// serving goroutine, may need it), and reports whether it came true.
+// Reading the clock to bound the spin cost more than the polls did.
 func spin(ready func() bool) bool {
-	deadline := time.Now().Add(spinTime)
-	for {
+	for range rpcSpins {
 		if ready() {
 			return true
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
+		runtime.Gosched()
 	}
+	return ready()
 }
 
 // closeRPC stops the RPC side of a closing Node: services and endpoints

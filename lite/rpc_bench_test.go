@@ -1,0 +1,166 @@
+package lite_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/lite"
+	"github.com/krcore/krcore/verbs"
+)
+
+// BenchmarkRPC: 8-byte calls from node 1 (embedded and through krcored) to
+// an echo service at node 2, one at a time (the round trip), and from 1
+// and 8 goroutines at once (calls/s). BenchmarkSendRoundTrip is the
+// baseline of the same run: a raw VQ SEND and its SEND back between the
+// same nodes.
+func BenchmarkRPC(b *testing.B) {
+	serverAPI, callers := apis(b)
+	for _, name := range []string{"embedded", "daemon"} {
+		ctx := context.Background()
+		server, caller := open(b, serverAPI), open(b, callers[name])
+		echo(b, server, 1)
+		req, resp := make([]byte, 8), make([]byte, 8)
+		if _, err := caller.Call(ctx, 2, 1, req, resp); err != nil { // sets the ring up
+			b.Fatal(err)
+		}
+		b.Run(name+"/8B", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := caller.Call(ctx, 2, 1, req, resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		for _, callers := range []int{1, 8} {
+			b.Run(name+"/callers="+string(rune('0'+callers)), func(b *testing.B) {
+				parallelCalls(b, caller, callers)
+			})
+		}
+		server.Close()
+		caller.Close()
+	}
+}
+
+// parallelCalls makes b.N 8-byte calls from callers goroutines and
+// reports calls/s.
+func parallelCalls(b *testing.B, caller *lite.Node, callers int) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range callers {
+		wg.Go(func() {
+			req, resp := make([]byte, 8), make([]byte, 8)
+			for i := g; i < b.N; i += callers {
+				if _, err := caller.Call(ctx, 2, 1, req, resp); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// BenchmarkSendRoundTrip: an 8-byte SEND from node 1 to a VQ bound at node
+// 2 and the SEND back, raw VQs, no LITE.
+func BenchmarkSendRoundTrip(b *testing.B) {
+	serverAPI, callers := apis(b)
+	for _, name := range []string{"embedded", "daemon"} {
+		b.Run(name+"/8B", func(b *testing.B) {
+			sendRoundTrips(b, callers[name], serverAPI)
+		})
+	}
+}
+
+func sendRoundTrips(b *testing.B, api, serverAPI krcore.API) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const port = 0x5a5a
+	pingQ, pongQ := vqEnd(b, api, port), vqEnd(b, serverAPI, port)
+	ping, pong := msgBuf(b, api), msgBuf(b, serverAPI)
+	for _, e := range []struct {
+		q    krcore.VQ
+		buf  krcore.MR
+		node krcore.NodeID
+	}{{pingQ, ping, 2}, {pongQ, pong, 1}} {
+		if err := e.q.Connect(ctx, e.node, &krcore.ConnectOptions{Port: port}); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.q.PushRecv(e.buf.Range(64, 64)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { // the echo at node 2
+		defer close(done)
+		for ctx.Err() == nil {
+			if roundTrip(ctx, pongQ, pong, false) != nil {
+				return
+			}
+		}
+	}()
+	for b.Loop() {
+		if err := roundTrip(ctx, pingQ, ping, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cancel()
+	pongQ.Close()
+	<-done
+}
+
+// roundTrip is one side of a ping-pong: SEND then wait for a message
+// (sendFirst), or wait then SEND.
+func roundTrip(ctx context.Context, q krcore.VQ, buf krcore.MR, sendFirst bool) error {
+	send := func() error {
+		if _, err := q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: buf.Range(0, 8)}); err != nil {
+			return err
+		}
+		var wc [1]krcore.Completion
+		if _, err := q.PopWait(ctx, wc[:]); err != nil {
+			return err
+		}
+		return wc[0].Err()
+	}
+	recv := func() error {
+		var m [1]krcore.Message
+		if _, err := q.PopMsgsWait(ctx, m[:]); err != nil {
+			return err
+		}
+		return q.PushRecv(*m[0].Buf)
+	}
+	if sendFirst {
+		if err := send(); err != nil {
+			return err
+		}
+		return recv()
+	}
+	if err := recv(); err != nil {
+		return err
+	}
+	return send()
+}
+
+func vqEnd(b *testing.B, api krcore.API, port uint32) krcore.VQ {
+	q, err := api.Queue()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { q.Close() })
+	if err := q.Bind(port); err != nil {
+		b.Fatal(err)
+	}
+	return q
+}
+
+func msgBuf(b *testing.B, api krcore.API) krcore.MR {
+	m, err := api.RegMR(128, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { api.Deregister(m) })
+	return m
+}
