@@ -135,6 +135,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.ops.ctx = sctx
 	go n.serve(sctx)
 	return n, nil
 }

@@ -37,6 +37,7 @@ const (
 // moving bytes, an Admin Free waiting on the directory) and the idle
 // queues their RDMA uses. Close stops and waits for them (stopOps).
 type ops struct {
+	ctx  context.Context // serve's: Close cancels it
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	idle []krcore.VQ
