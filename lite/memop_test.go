@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/lite"
 )
 
@@ -193,58 +191,62 @@ func TestMemcpy(t *testing.T) {
 	}
 }
 
-// BenchmarkMemcpy1MiB: a 1 MiB copy issued from node 1 between LMRs of
-// other nodes, done at the holder of dst (src at the same node, or READ
-// from a third) against the same bytes READ and WRITTEN through the
-// caller.
+// BenchmarkMemcpy1MiB: a 1 MiB copy issued from node 1 (embedded, and
+// through krcored) between LMRs of other nodes, done at the holder of dst
+// (src at the same node, or READ from a third) against the same bytes
+// READ and WRITTEN through the caller, all in one run.
 func BenchmarkMemcpy1MiB(b *testing.B) {
+	others, callers := apisN(b, 3)
 	ctx := context.Background()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 3})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	var nodes [4]*lite.Node
-	for i := 1; i <= 3; i++ {
-		if nodes[i], err = lite.Open(ctx, core.Embed(c.Node(krcore.NodeID(i))), lite.Options{}); err != nil {
+	var masters [4]*lite.Node
+	for i, api := range others {
+		n, err := lite.Open(ctx, api, lite.Options{})
+		if err != nil {
 			b.Fatal(err)
 		}
-		defer nodes[i].Close()
+		defer n.Close()
+		masters[i+2] = n
 	}
 	const size = 1 << 20
-	caller := nodes[1]
-	h := map[string]lite.Handle{}
-	for _, l := range []struct {
-		name   string
-		master krcore.NodeID
-	}{{"dst", 2}, {"near", 2}, {"far", 3}} {
-		if _, err := nodes[l.master].Malloc(ctx, l.name, size, lite.Read|lite.Write); err != nil {
-			b.Fatal(err)
-		}
-		if h[l.name], err = caller.Map(ctx, l.master, l.name, lite.Read|lite.Write); err != nil {
+	where := map[string]krcore.NodeID{"dst": 2, "near": 2, "far": 3}
+	for name, master := range where {
+		if _, err := masters[master].Malloc(ctx, name, size, lite.Read|lite.Write); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for _, src := range []string{"near", "far"} {
-		b.Run("holder/src-"+src, func(b *testing.B) {
-			b.SetBytes(size)
-			for b.Loop() {
-				if err := caller.Memcpy(ctx, h["dst"], 0, h[src], 0, size); err != nil {
-					b.Fatal(err)
-				}
+	for _, runtime := range []string{"embedded", "daemon"} {
+		caller, err := lite.Open(ctx, callers[runtime], lite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := map[string]lite.Handle{}
+		for name, master := range where {
+			if h[name], err = caller.Map(ctx, master, name, lite.Read|lite.Write); err != nil {
+				b.Fatal(err)
 			}
-		})
-		b.Run("caller/src-"+src, func(b *testing.B) {
-			buf := make([]byte, size)
-			b.SetBytes(size)
-			for b.Loop() {
-				if err := caller.Read(ctx, h[src], 0, buf); err != nil {
-					b.Fatal(err)
+		}
+		for _, src := range []string{"near", "far"} {
+			b.Run(runtime+"/holder/src-"+src, func(b *testing.B) {
+				b.SetBytes(size)
+				for b.Loop() {
+					if err := caller.Memcpy(ctx, h["dst"], 0, h[src], 0, size); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err := caller.Write(ctx, h["dst"], 0, buf); err != nil {
-					b.Fatal(err)
+			})
+			b.Run(runtime+"/caller/src-"+src, func(b *testing.B) {
+				buf := make([]byte, size)
+				b.SetBytes(size)
+				for b.Loop() {
+					if err := caller.Read(ctx, h[src], 0, buf); err != nil {
+						b.Fatal(err)
+					}
+					if err := caller.Write(ctx, h["dst"], 0, buf); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
+		caller.Close()
 	}
 }
