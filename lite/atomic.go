@@ -16,9 +16,9 @@ const syncBufSize = 64
 
 // syncer is the Node's path for atomics and lock polls, with its own queue
 // and small buffer so that a lock's poll never waits behind a bulk Read on
-// the data queue; and the owner of the goroutines locks and barriers leave
+// the data queue; the owner of the goroutines locks and barriers leave
 // running (lease renewals, abandoned tickets handed on, barrier releases),
-// which Close stops and waits for.
+// which Close stops and waits for; and the barriers mastered here.
 type syncer struct {
 	mu  sync.Mutex // q, buf: one request at a time
 	q   krcore.VQ  // nil until first use or after an abandoned request
@@ -31,6 +31,9 @@ type syncer struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	bmu      sync.Mutex
+	barriers map[string]*barrier // mastered here, by name
 }
 
 // FetchAdd adds add to the 8-byte word at offset off of h's LMR with one

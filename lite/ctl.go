@@ -134,6 +134,9 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	case opShare, opFree, opSetPerm:
 		n.spawn(ctx, m.From, req, n.execAdmin)
 		return
+	case opBarrier, opBarrierLeave:
+		n.barrierMsg(m.From, req)
+		return
 	case opDirAdd, opDirDel, opDirFind:
 		r := n.dirAnswer(m.From, req.kind, req.name)
 		name, code = r.name, r.code

@@ -62,9 +62,12 @@
 //     (sender, ring, slot, length, call) are dropped.
 //   - Send and Endpoint.Recv carry messages between named endpoints on the
 //     same rings, acknowledged once the endpoint holds them.
+//   - Barrier(master, name, count) meets count participants at a barrier
+//     kept by master's Node, which answers them all when the last arrives;
+//     reusable, and a participant that gives up is withdrawn.
 //
-// Not built yet (issue 15): Move, barriers, QoS, and the example
-// applications and benchmarks.
+// Not built yet (issue 15): Move, QoS, and the example applications and
+// benchmarks.
 //
 // Not built yet, and not possible with krcore.API as it is: a grant bound
 // to the mapper's process. A handle is refused in another Node, and a

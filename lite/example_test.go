@@ -70,3 +70,37 @@ func ExampleLock() {
 	// <nil>
 	// <nil>
 }
+
+// Four workers, two on each node, meet at a barrier mastered by node 2
+// after each phase of their work.
+func ExampleNode_Barrier() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	n2, _ := lite.Open(ctx, core.Embed(c.Node(2)), lite.Options{})
+	defer n2.Close()
+	n1, _ := lite.Open(ctx, core.Embed(c.Node(1)), lite.Options{})
+	defer n1.Close()
+
+	errs := make(chan error, 4)
+	for _, n := range []*lite.Node{n1, n1, n2, n2} {
+		go func() {
+			// ... phase 1 ...
+			err := n.Barrier(ctx, 2, "phase", 4)
+			// ... phase 2, which needs everyone's phase 1 ...
+			errs <- err
+		}()
+	}
+	for range 4 {
+		fmt.Println(<-errs)
+	}
+	// Output:
+	// <nil>
+	// <nil>
+	// <nil>
+	// <nil>
+}

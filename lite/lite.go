@@ -196,7 +196,7 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.srv.Close() // wakes serve's PopMsgsWait
 	<-n.done
-	n.sync.stop(n.api)
+	n.stopSync()
 	n.stopOps()
 	n.releaseRPC()
 	n.releasePieces()
