@@ -50,6 +50,10 @@ const (
 	spinPolls = 8                     // polls before the first sleep
 	minSleep  = 16 * time.Microsecond // the first sleep, doubled up to maxSleep
 	maxSleep  = time.Millisecond
+
+	// ticketGrace is how long past its context's end a Lock or Unlock
+	// waits for a request that changes the lock's state.
+	ticketGrace = 100 * time.Millisecond
 )
 
 // DefaultLease is a lock's lease when NewLock is given none.
@@ -196,10 +200,13 @@ func (n *Node) OpenLock(ctx context.Context, master krcore.NodeID, name string) 
 // callers asked for it. It returns an error wrapping ErrLockBroken while
 // holding the lock if a holder before it lost the lock without Unlock.
 // A caller that gives up (ctx) leaves its place in the line to a goroutine
-// of the Node, which hands the lock on at once when its turn comes.
+// of the Node, which hands the lock on at once when its turn comes; if
+// ctx ends just as the lock is taken, Lock returns nil holding it.
 func (l *Lock) Lock(ctx context.Context) error {
 	for {
-		w, err := l.faa(ctx, offState, oneTicket)
+		gctx, cancel := grace(ctx)
+		w, err := l.faa(gctx, offState, oneTicket)
+		cancel()
 		if err != nil {
 			// A FetchAdd abandoned may have taken a ticket no one knows:
 			// the line breaks past it after a lease, as for one never
@@ -207,6 +214,10 @@ func (l *Lock) Lock(ctx context.Context) error {
 			return fmt.Errorf("lite: lock %q: %w", l.name, err)
 		}
 		t := nextOf(w)
+		if err := ctx.Err(); err != nil {
+			l.handOn(t)
+			return fmt.Errorf("lite: lock %q: %w", l.name, err)
+		}
 		w, broken, err := l.wait(ctx, t, w+oneTicket, false)
 		if errors.Is(err, errRequeue) {
 			continue
@@ -238,7 +249,9 @@ func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64,
 			if pass {
 				nw = serving(w, t+1, false)
 			}
-			old, err := l.cas(ctx, offState, w, nw)
+			gctx, cancel := grace(ctx)
+			old, err := l.cas(gctx, offState, w, nw)
+			cancel()
 			if err != nil {
 				return 0, false, err
 			}
@@ -260,6 +273,16 @@ func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64,
 			seen, since = now, time.Now()
 		}
 	}
+}
+
+// grace is ctx for a request that changes the lock's state: its
+// completion is awaited up to ticketGrace past ctx's end, so that a
+// ticket taken, a claim or a hand-off is known to the caller rather than
+// made and unknown, which would hold the line for a lease.
+func grace(ctx context.Context) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(ticketGrace, cancel) })
+	return gctx, func() { stop(); cancel() }
 }
 
 // pause is the wait before a waiter's next poll: none for the first few,
@@ -349,6 +372,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	renewed := l.renewed
 	l.mu.Unlock()
 	<-renewed
+	ctx, cancel := grace(ctx)
+	defer cancel()
 	for {
 		old, err := l.cas(ctx, offState, w, serving(w, t+1, false))
 		switch {
