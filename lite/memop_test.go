@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/krcore/krcore"
@@ -248,5 +249,74 @@ func BenchmarkMemcpy1MiB(b *testing.B) {
 			})
 		}
 		caller.Close()
+	}
+}
+
+// TestMemopsStriped: Memset, Memmove (overlapping, both directions) and
+// Memcpy on an LMR striped over three nodes, ranges crossing stripes, each
+// piece done by the node holding its dst bytes, checked against a model.
+func TestMemopsStriped(t *testing.T) {
+	others, mappers := apisN(t, 3)
+	for name, api := range mappers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			mapper, master := open(t, api), open(t, others[0])
+			open(t, others[1]) // node 3, a holder
+			const size = 3<<16 + 1000
+			striped, err := master.MallocOn(ctx, "s", size, lite.Read|lite.Write,
+				lite.Placement{Nodes: []krcore.NodeID{3, 2, 1}, Stripe: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			flat := malloc(t, master, "flat", size, lite.Read|lite.Write)
+			s := mapLMR(t, mapper, 2, "s", lite.Read|lite.Write)
+			f := mapLMR(t, mapper, 2, "flat", lite.Read|lite.Write)
+			want := pattern(size)
+			if err := mapper.Write(ctx, s, 0, want); err != nil {
+				t.Fatal(err)
+			}
+			wantFlat := pattern(size)
+			wantFlat[0] = 99
+			copy(flat.Bytes(), wantFlat)
+			check := func(what string) {
+				t.Helper()
+				got := make([]byte, size)
+				if err := mapper.Read(ctx, s, 0, got); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s: %v, striped LMR equal to the model %v", what, err, bytes.Equal(got, want))
+				}
+				if !bytes.Equal(flat.Bytes(), wantFlat) {
+					t.Fatalf("%s: flat LMR differs from the model", what)
+				}
+			}
+			if err := mapper.Memset(ctx, s, 4000, 3*4096, 0xee); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[4000:], bytes.Repeat([]byte{0xee}, 3*4096))
+			check("Memset across stripes")
+			for _, c := range []struct{ dst, src, n int }{{5000, 100, 50000}, {100, 5000, 50000}, {4097, 4095, 9000}} {
+				if err := mapper.Memmove(ctx, s, c.dst, c.src, c.n); err != nil {
+					t.Fatal(err)
+				}
+				copy(want[c.dst:c.dst+c.n], want[c.src:c.src+c.n])
+				check(fmt.Sprintf("Memmove %+v", c))
+			}
+			if err := mapper.Memcpy(ctx, s, 1234, f, 777, 100000); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[1234:], wantFlat[777:777+100000])
+			check("Memcpy flat to striped")
+			if err := mapper.Memcpy(ctx, f, 10, s, 3, 150000); err != nil {
+				t.Fatal(err)
+			}
+			copy(wantFlat[10:], want[3:3+150000])
+			check("Memcpy striped to flat")
+			ro := mapLMR(t, mapper, 2, "s", lite.Read)
+			if err := mapper.Memset(ctx, ro, 4*4096, 10, 1); !errors.Is(err, lite.ErrPerm) {
+				t.Fatalf("Memset on a stripe through a read handle: %v, want ErrPerm", err)
+			}
+			if err := striped.Free(); err != nil { // while its holders are open
+				t.Fatal(err)
+			}
+		})
 	}
 }
