@@ -99,6 +99,7 @@ type Lock struct {
 	ticket  uint32
 	state   uint64        // the state word as the holder set it
 	stop    chan struct{} // closed to stop the hold's renewal
+	renewal *time.Timer   // starts it
 	renewed chan struct{} // closed once the renewal stopped
 }
 
@@ -315,15 +316,29 @@ func (l *Lock) handOn(t uint32) {
 }
 
 // hold records that the caller holds the lock with ticket t and state w,
-// and starts renewing the lease.
+// and starts renewing the lease a quarter lease from now: a short hold
+// starts no goroutine.
 func (l *Lock) hold(t uint32, w uint64) {
 	stop, renewed := make(chan struct{}), make(chan struct{})
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.holding, l.ticket, l.state, l.stop, l.renewed = true, t, w, stop, renewed
-	l.mu.Unlock()
-	if !l.n.sync.spawn(func(ctx context.Context) { l.renew(ctx, t, stop); close(renewed) }) {
-		close(renewed)
+	l.renewal = time.AfterFunc(l.lease/4, func() {
+		if !l.n.sync.spawn(func(ctx context.Context) { l.renew(ctx, t, stop); close(renewed) }) {
+			close(renewed)
+		}
+	})
+}
+
+// unhold ends the caller's hold and its renewal; l.mu held. The renewal
+// has ended once the channel it returns is closed.
+func (l *Lock) unhold() chan struct{} {
+	l.holding = false
+	close(l.stop)
+	if l.renewal.Stop() {
+		close(l.renewed) // it never started
 	}
+	return l.renewed
 }
 
 // renew bumps the beat every quarter lease while ticket t holds the lock,
@@ -334,13 +349,6 @@ func (l *Lock) renew(ctx context.Context, t uint32, stop chan struct{}) {
 	tick := time.NewTicker(l.lease / 4)
 	defer tick.Stop()
 	for {
-		select {
-		case <-tick.C:
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		}
 		rctx, cancel := context.WithTimeout(ctx, l.lease/4)
 		w, _, err := l.peek(rctx)
 		if err == nil && (servingOf(w) != t || !heldOf(w)) {
@@ -351,6 +359,13 @@ func (l *Lock) renew(ctx context.Context, t uint32, stop chan struct{}) {
 			l.faa(rctx, offBeat, 1) // a failure is silence: the lease may expire
 		}
 		cancel()
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -366,10 +381,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("lite: unlock %q: not held: %w", l.name, krcore.ErrInvalid)
 	}
-	l.holding = false
 	t, w := l.ticket, l.state
-	close(l.stop)
-	renewed := l.renewed
+	renewed := l.unhold()
 	l.mu.Unlock()
 	<-renewed
 	ctx, cancel := grace(ctx)
@@ -395,8 +408,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 func (l *Lock) Close(ctx context.Context) error {
 	l.mu.Lock()
 	if l.holding {
-		l.holding = false
-		close(l.stop)
+		l.unhold()
 	}
 	l.mu.Unlock()
 	err := l.n.Unmap(ctx, l.h)
