@@ -158,7 +158,10 @@ func copyPieces(d *mapping, dstOff int, s *mapping, srcOff, size int) []piece {
 
 // memop asks holder to carry out a Memset or Memcpy and waits for it.
 func (n *Node) memop(ctx context.Context, kind byte, holder krcore.NodeID, a memArgs) error {
-	what := map[byte]string{opMemset: "memset", opMemcpy: "memcpy"}[kind]
+	what := "memcpy"
+	if kind == opMemset {
+		what = "memset"
+	}
 	if a.n == 0 {
 		return nil
 	}
@@ -240,9 +243,7 @@ func (n *Node) execMem(ctx context.Context, from krcore.NodeID, req ctlMsg) repl
 	ctx, cancel := context.WithTimeout(ctx, a.budget)
 	defer cancel()
 	switch {
-	case req.kind == opMemset:
-		return n.localMem(ctx, from, a)
-	case a.srcNode == n.api.Node():
+	case req.kind == opMemset, a.srcNode == n.api.Node():
 		return n.localMem(ctx, from, a)
 	}
 	return n.remoteCopy(ctx, from, a)

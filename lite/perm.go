@@ -157,7 +157,10 @@ func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) repl
 	if req.perm&^permAll != 0 || (req.kind == opShare && (node == 0 || req.perm == 0)) {
 		return failure(codeInvalid, "share or set %b for node %d", req.perm, node)
 	}
-	need := map[byte]Perm{opShare: Share, opFree: Admin, opSetPerm: Admin}[req.kind]
+	need := Admin
+	if req.kind == opShare {
+		need = Share
+	}
 	n.mu.Lock()
 	g := n.grants[exp]
 	n.mu.Unlock()
