@@ -53,14 +53,23 @@ func TestLiteBench(t *testing.T) {
 			place+" embedded: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)",
 			place+" through krcored: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)")
 	}
-	rates := 0
+	rates, locks := 0, 0
 	for _, c := range rep.Checks {
+		if strings.Contains(c.Name, "lite lock hand-off") || strings.Contains(c.Name, "lite Lock+Unlock") {
+			if c.Value <= 0 {
+				t.Errorf("check %q: %v", c.Name, c.Value)
+			}
+			locks++
+		}
 		if (strings.Contains(c.Name, "Memcpy") || strings.Contains(c.Name, "calls/s")) && c.Value <= 0 {
 			t.Errorf("check %q: %v", c.Name, c.Value)
 		}
 		if strings.Contains(c.Name, "lite RPC 8B calls/s") {
 			rates++
 		}
+	}
+	if locks != 2 {
+		t.Errorf("%d lock figures, want 2 (hand-off, alone): %+v", locks, rep.Checks)
 	}
 	if rates != 8 { // 2 placements x embedded, daemon x 1, 8 callers
 		t.Errorf("%d RPC calls/s figures, want 8: %+v", rates, rep.Checks)

@@ -59,6 +59,8 @@ func runLiteRole(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		return runLiteCmd(ctx, args[1:], stdout, stderr), true
 	case childLiteServer:
 		err = runLiteServer(ctx, stdout)
+	case childLiteLocker:
+		err = runLiteLocker(ctx, args[1:], stdout)
 	default:
 		return 0, false
 	}
