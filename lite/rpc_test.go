@@ -294,3 +294,43 @@ func TestRPCNodeClose(t *testing.T) {
 		})
 	}
 }
+
+// TestRPCManyNodes: callers on three nodes at once (node 1 through
+// krcored, nodes 3 and 4 embedded), many goroutines each, call one server
+// and a server on one of the callers' nodes calls back meanwhile; every
+// reply matches its request.
+func TestRPCManyNodes(t *testing.T) {
+	others, node1 := apisN(t, 4)
+	ctx := ctxT(t)
+	server := open(t, others[0])
+	echo(t, server, 1)
+	callers := []*lite.Node{open(t, node1["daemon"]), open(t, others[1]), open(t, others[2])}
+	echo(t, callers[1], 2) // node 3 serves too: the server calls it
+	type caller struct {
+		n    *lite.Node
+		node krcore.NodeID // whom it calls
+		id   uint32
+	}
+	all := []caller{{callers[0], 2, 1}, {callers[1], 2, 1}, {callers[2], 2, 1}, {server, 3, 2}}
+	var wg sync.WaitGroup
+	for ci, c := range all {
+		for g := range 6 {
+			wg.Go(func() {
+				resp := make([]byte, 512)
+				for i := range 30 {
+					req := fmt.Appendf(nil, "caller %d goroutine %d call %d %s", ci, g, i, bytes.Repeat([]byte{'x'}, i*13))
+					k, err := c.n.Call(ctx, c.node, c.id, req, resp)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !bytes.Equal(resp[:k], reversed(req)) {
+						t.Errorf("caller %d: reply %q to %q", ci, resp[:k], req)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
