@@ -239,10 +239,9 @@ func (l *Lock) Lock(ctx context.Context) error {
 // state it set, and whether a holder had lost the lock. With pass, it
 // hands the lock on to the next ticket instead of holding it.
 func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64, bool, error) {
-	var seen [2]uint64 // the served ticket and held bit, and the beat
-	since := time.Now()
+	q := quiet{since: time.Now()}
 	for polls := 0; ; polls++ {
-		switch decide(t, w, time.Since(since), l.lease, pass) {
+		switch decide(t, w, time.Since(q.since), l.lease, pass) {
 		case requeue:
 			return 0, false, errRequeue
 		case take:
@@ -260,6 +259,7 @@ func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64,
 				return nw, heldOf(w), nil
 			}
 			w = old // changed meanwhile: decide again on what it is now
+			q.see(w, q.beat, time.Now())
 			continue
 		}
 		if err := pause(ctx, polls); err != nil {
@@ -270,9 +270,25 @@ func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64,
 		if w, beat, err = l.peek(ctx); err != nil {
 			return 0, false, err
 		}
-		if now := [2]uint64{w &^ (tickMask << nextShift), beat}; now != seen {
-			seen, since = now, time.Now()
-		}
+		q.see(w, beat, time.Now())
+	}
+}
+
+// quiet times a lock's silence: since when its served ticket, held bit
+// and beat have not changed, as a waiter saw them (the next ticket is not
+// part of it: queuing is no sign of the holder's life).
+type quiet struct {
+	state, beat uint64
+	since       time.Time
+}
+
+// see records the state and beat seen at now; a change ends the silence.
+// A waiter sees the state in every answer, a CompareSwap's too: a take
+// that failed because the lock moved on must not break the new holder on
+// the old holder's silence.
+func (q *quiet) see(w, beat uint64, now time.Time) {
+	if s := w &^ (tickMask << nextShift); s != q.state || beat != q.beat {
+		q.state, q.beat, q.since = s, beat, now
 	}
 }
 

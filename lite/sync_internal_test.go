@@ -99,3 +99,27 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("the next ticket after %d is %d, want 0", tickMask, nextOf(w+oneTicket))
 	}
 }
+
+// TestQuiet: a lock's silence ends when the served ticket, the held bit
+// or the beat changes, whether seen by a READ or in a failed CompareSwap's
+// answer, and not when a ticket is only taken.
+func TestQuiet(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	q := quiet{since: t0}
+	w := serving(0, 5, true)
+	q.see(w, 7, t0)
+	q.see(w+oneTicket, 7, t0.Add(time.Second)) // a ticket taken
+	if q.since != t0 {
+		t.Fatalf("queuing ended the silence: since %v", q.since)
+	}
+	for i, next := range []struct {
+		w    uint64
+		beat uint64
+	}{{w, 8}, {serving(w, 6, false), 8}, {serving(w, 6, true), 8}} {
+		at := t0.Add(time.Duration(i+2) * time.Second)
+		q.see(next.w, next.beat, at)
+		if q.since != at {
+			t.Fatalf("change %d did not end the silence", i)
+		}
+	}
+}
