@@ -204,3 +204,50 @@ func TestRPCServerDies(t *testing.T) {
 		t.Fatalf("three calls to a dead server took %v", d)
 	}
 }
+
+// TestRPCCloseReleases: Close withdraws the rings and reply areas a Node
+// exported (a Region lookup of them fails) and closes every queue its RPC
+// made, at the callee and the caller.
+func TestRPCCloseReleases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	api1, api2 := core.Embed(c.Node(1)), core.Embed(c.Node(2))
+	before1, before2 := api1.Stats().VQs, api2.Stats().VQs
+	server, err := Open(ctx, api2, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := Open(ctx, api1, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := server.RegisterRPC(1)
+	go func() {
+		c, err := svc.Recv(ctx)
+		for err == nil {
+			c, err = svc.ReplyRecv(ctx, c, c.Req)
+		}
+	}()
+	for range 4 {
+		if _, err := caller.Call(ctx, 2, 1, []byte("x"), make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ring, reply := server.rpc.rings[1].export, caller.rpc.sessions[2].replyAs
+	server.Close()
+	caller.Close()
+	if _, err := api1.Region(ctx, 2, ring); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Fatalf("the ring after the callee closed: %v, want ErrNoRegion", err)
+	}
+	if _, err := api2.Region(ctx, 1, reply); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Fatalf("the reply area after the caller closed: %v, want ErrNoRegion", err)
+	}
+	if got1, got2 := api1.Stats().VQs, api2.Stats().VQs; got1 != before1 || got2 != before2 {
+		t.Fatalf("VQs after Close: %d and %d, %d and %d before Open", got1, got2, before1, before2)
+	}
+}
