@@ -25,6 +25,12 @@
 //     fetches it at Map (in pages when long), then sends each request to
 //     the node holding its stripe. Register makes caller-registered memory
 //     an LMR (Free leaves it registered).
+//   - LMR.Move moves an LMR's bytes to another node under its mappers: the
+//     master withdraws every grant on the old copy (the responder finishes
+//     what it was serving, refuses the rest), copies, grants again on the
+//     new copy under the next generation's names; a mapper refused asks
+//     the master for the layout (answered once the move is done) and
+//     redoes its whole operation on the new copy, never half on each.
 //   - Unmap withdraws one grant at the master; Free withdraws every grant
 //     before it releases the memory, so a stale handle's READ is refused
 //     by the responder and never reads freed memory.
@@ -66,7 +72,7 @@
 //     kept by master's Node, which answers them all when the last arrives;
 //     reusable, and a participant that gives up is withdrawn.
 //
-// Not built yet (issue 15): Move, QoS, and the example applications and
+// Not built yet (issue 15): QoS, and the example applications and
 // benchmarks.
 //
 // Not built yet, and not possible with krcore.API as it is: a grant bound

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/krcore/krcore"
@@ -111,6 +112,8 @@ type Node struct {
 	exports map[string]*export  // of the pieces held here, by name
 
 	ops ops // goroutines of long requests (memop.go)
+
+	redone atomic.Uint64 // operations redone on a moved LMR's new copy (move.go)
 
 	dirNode krcore.NodeID            // Options.Directory
 	names   map[string]krcore.NodeID // the directory's: name -> master, n.mu

@@ -56,11 +56,8 @@ func (l *LMR) Move(ctx context.Context, node krcore.NodeID) error {
 			err = n.exportAll(ctx, nu, ids, exp, *g)
 		}
 	}
-	if err != nil { // the new piece goes with its grants; the old copy is granted again
-		n.dropPieces(ctx, nu.nodes, ids)
-		for exp, g := range grants {
-			n.exportAll(ctx, old, oldIDs, exp, *g)
-		}
+	if err != nil {
+		l.moveBack(ctx, old, oldIDs, nu, ids, grants)
 		return fmt.Errorf("lite: move %q to node %d: %w", l.name, node, err)
 	}
 	n.mu.Lock()
@@ -70,6 +67,25 @@ func (l *LMR) Move(ctx context.Context, node krcore.NodeID) error {
 		return fmt.Errorf("lite: move %q to node %d: moved, but freeing the old copy: %w", l.name, node, err)
 	}
 	return nil
+}
+
+// moveBack undoes a Move that failed after it withdrew the grants on the
+// old copy: the new pieces ids go, and the old pieces oldIDs are granted
+// again, as a layout of the new generation, so that a mapper whose
+// operation the move refused learns it and redoes it there; op held.
+func (l *LMR) moveBack(ctx context.Context, old layout, oldIDs []string, nu layout, ids []string, grants map[string]*grant) {
+	n := l.n
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ctlTimeout) // ctx may be what ended
+	defer cancel()
+	n.dropPieces(ctx, nu.nodes, ids)
+	back := old
+	back.gen = nu.gen
+	for exp, g := range grants {
+		n.exportAll(ctx, back, oldIDs, exp, *g)
+	}
+	n.mu.Lock()
+	l.lay = back
+	n.mu.Unlock()
 }
 
 // copyLMR copies an LMR's bytes from the pieces oldIDs of layout old to
@@ -249,6 +265,7 @@ func (n *Node) remap(ctx context.Context, h Handle, m *mapping, cause error) (*m
 	if err != nil {
 		return nil, err
 	}
+	n.redone.Add(1)
 	n.mu.Lock()
 	if n.maps[h.id] != nil {
 		n.maps[h.id] = nm
