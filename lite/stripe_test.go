@@ -139,3 +139,42 @@ func ExampleNode_MallocOn() {
 	// [2 3] <nil>
 	// across two nodes <nil>
 }
+
+// BenchmarkRead8: an 8-byte Read through a handle on an LMR held by its
+// master (node 2) alone, and on one striped over nodes 2 and 3 (the word
+// read lies on node 3: a striped Read costs one request too), the mapper
+// (node 1) embedded and through krcored.
+func BenchmarkRead8(b *testing.B) {
+	others, mappers := apisN(b, 3)
+	ctx := context.Background()
+	open(b, others[1])
+	master := open(b, others[0])
+	if _, err := master.Malloc(ctx, "single", 1<<20, lite.Read); err != nil {
+		b.Fatal(err)
+	}
+	p := lite.Placement{Nodes: []krcore.NodeID{2, 3}, Stripe: 4096}
+	if _, err := master.MallocOn(ctx, "striped", 1<<20, lite.Read, p); err != nil {
+		b.Fatal(err)
+	}
+	for _, api := range []string{"embedded", "daemon"} {
+		n, err := lite.Open(ctx, mappers[api], lite.Options{}) // one at a time: node 1's port
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, lmr := range []string{"single", "striped"} {
+			b.Run(api+"/"+lmr, func(b *testing.B) {
+				h, err := n.Map(ctx, 2, lmr, lite.Read)
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf := make([]byte, 8)
+				for b.Loop() {
+					if err := n.Read(ctx, h, 4096+64, buf); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		n.Close()
+	}
+}
