@@ -129,16 +129,7 @@ func TestBarrierClose(t *testing.T) {
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			master, err := lite.Open(ctx, masterAPI, lite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer master.Close()
-			mapper, err := lite.Open(ctx, api, lite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mapper.Close()
+			master, mapper := open(t, masterAPI), open(t, api) // the test closes both
 
 			closed := barrierAsync(ctx, mapper, "x", 3)
 			waitWaiting(t, master, "x", 1)
@@ -156,11 +147,7 @@ func TestBarrierClose(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			mapper, err = lite.Open(ctx, api, lite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mapper.Close()
+			mapper = open(t, api)
 			waiting := barrierAsync(ctx, mapper, "y", 2)
 			waitWaiting(t, master, "y", 1)
 			start := time.Now()

@@ -145,12 +145,7 @@ func TestLockLease(t *testing.T) {
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			master := open(t, masterAPI)
-			mapper, err := lite.Open(ctx, api, lite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mapper.Close()
+			master, mapper := open(t, masterAPI), open(t, api) // the test closes mapper
 			waiter, err := master.NewLock(ctx, "lease", lite.Lease(lease))
 			if err != nil {
 				t.Fatal(err)
@@ -220,12 +215,7 @@ func TestLockCancel(t *testing.T) {
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			master := open(t, masterAPI)
-			mapper, err := lite.Open(ctx, api, lite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mapper.Close()
+			master, mapper := open(t, masterAPI), open(t, api) // the test closes mapper
 			a, err := master.NewLock(ctx, "cancel", lite.Lease(lease))
 			if err != nil {
 				t.Fatal(err)
