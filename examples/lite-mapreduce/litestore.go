@@ -43,4 +43,8 @@ func (s *liteStore) fetch(ctx context.Context, owner int, name string) ([]byte, 
 	return data, s.n.Read(ctx, h, 8, data)
 }
 
+func (s *liteStore) barrier(ctx context.Context, name string, n int) error {
+	return s.n.Barrier(ctx, 1, name, n)
+}
+
 func (s *liteStore) close() error { return s.n.Close() } // frees the LMRs

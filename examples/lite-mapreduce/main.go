@@ -13,9 +13,12 @@
 // the sum, which the coordinator fetches. With -impl lite a value is an
 // LMR its producer mallocs and a consumer maps by name and reads with
 // one-sided RDMA (litestore.go); with -impl rpc a value is served by its
-// producer over net/rpc (rpcstore.go). The phases are stepped by lines on
-// the workers' standard input and output (internal/liteapp), alike for
-// both; the time is from the map phase's start to the last output read.
+// producer over net/rpc (rpcstore.go). Between map and reduce the workers
+// meet at a barrier: a lite Barrier mastered by the coordinator's node, or
+// a net/rpc call the coordinator answers once every worker made it. The
+// job starts and ends by lines on the workers' standard input and output
+// (internal/liteapp), alike for both; the time is from the start to the
+// last output read.
 // Every result is checked against a direct count of the text.
 package main
 
@@ -43,6 +46,9 @@ import (
 type store interface {
 	publish(ctx context.Context, name string, data []byte) error
 	fetch(ctx context.Context, owner int, name string) ([]byte, error)
+	// barrier returns once n workers called it with name (the coordinator
+	// keeps it).
+	barrier(ctx context.Context, name string, n int) error
 	close() error
 }
 
@@ -73,7 +79,7 @@ func (t *timedStore) fetch(ctx context.Context, owner int, name string) ([]byte,
 func (t *timedStore) clock(t0 time.Time) { t.spent += time.Since(t0) }
 
 // result is one job's outcome: its time, and of that the time spent moving
-// data (per phase the slowest worker's, and the coordinator's fetches).
+// data (the slowest worker's, and the coordinator's fetches).
 type result struct {
 	impl        string
 	took, moved time.Duration
@@ -167,13 +173,11 @@ func job(ctx context.Context, cfg config, impl string, text []byte) (result, err
 	setPeers(st, addrs)
 	res := result{impl: impl, counts: counts{}}
 	t0 := time.Now()
-	for _, phase := range []string{"map " + addrs, "reduce"} {
-		said, err := w.Phase(phase)
-		if err != nil {
-			return result{}, err
-		}
-		res.moved += slowest(said)
+	said, err := w.Phase("run " + addrs)
+	if err != nil {
+		return result{}, err
 	}
+	res.moved = slowest(said)
 	ts := &timedStore{store: st}
 	for r := 1; r <= cfg.workers; r++ {
 		c, err := fetchCounts(ctx, ts, r, "output/"+strconv.Itoa(r))
@@ -214,41 +218,42 @@ func worker(i int, args []string) error {
 	defer stop()
 	st := &timedStore{store: raw}
 	return liteapp.Serve(self, func(line string) (string, error) {
+		run, addrs, _ := strings.Cut(line, " ")
+		if run != "run" {
+			return "", fmt.Errorf("unknown command %q", line)
+		}
+		setPeers(raw, addrs)
 		st.spent = 0
-		err := phase(ctx, st, i, *n, line)
+		err := mapReduce(ctx, st, i, *n)
 		return st.spent.String(), err
 	})
 }
 
-// phase runs the phase line names in worker i of n.
-func phase(ctx context.Context, st *timedStore, i, n int, line string) error {
+// mapReduce is worker i of n's job: map, wait at the barrier until every
+// worker mapped, reduce.
+func mapReduce(ctx context.Context, st *timedStore, i, n int) error {
 	me := strconv.Itoa(i)
-	phase, addrs, _ := strings.Cut(line, " ")
-	switch phase {
-	case "map":
-		setPeers(st.store, addrs)
-		input, err := st.fetch(ctx, 0, "input/"+me)
+	input, err := st.fetch(ctx, 0, "input/"+me)
+	if err != nil {
+		return err
+	}
+	for r, part := range partition(count(input), n) {
+		if err := st.publish(ctx, fmt.Sprintf("map/%s/%d", me, r+1), part.encode()); err != nil {
+			return err
+		}
+	}
+	if err := st.barrier(ctx, "mapped", n); err != nil {
+		return fmt.Errorf("barrier after map: %w", err)
+	}
+	sum := counts{}
+	for m := 1; m <= n; m++ {
+		c, err := fetchCounts(ctx, st, m, fmt.Sprintf("map/%d/%s", m, me))
 		if err != nil {
 			return err
 		}
-		for r, part := range partition(count(input), n) {
-			if err := st.publish(ctx, fmt.Sprintf("map/%s/%d", me, r+1), part.encode()); err != nil {
-				return err
-			}
-		}
-		return nil
-	case "reduce":
-		sum := counts{}
-		for m := 1; m <= n; m++ {
-			c, err := fetchCounts(ctx, st, m, fmt.Sprintf("map/%d/%s", m, me))
-			if err != nil {
-				return err
-			}
-			sum.add(c)
-		}
-		return st.publish(ctx, "output/"+me, sum.encode())
+		sum.add(c)
 	}
-	return fmt.Errorf("unknown phase %q", line)
+	return st.publish(ctx, "output/"+me, sum.encode())
 }
 
 // fetchCounts fetches the counts owner published as name.
