@@ -90,9 +90,18 @@ func (n *Node) unlist(l *LMR) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
 	defer cancel()
-	r, err := n.dirCall(ctx, opDirDel, l.name)
-	if err == nil && r.code != codeFreed { // not listed (any more): nothing to do
-		err = replyErr(r)
+	var err error
+	if d := n.directory(); d != n.api.Node() && n.isClosed() {
+		// Closing: tell the directory without waiting for its answer, so
+		// that a directory gone (unanswered withdrawals) costs Close a SEND
+		// per LMR, not a timeout.
+		err = n.send(ctx, d, n.port, ctlMsg{kind: opDirDel, port: n.port, name: l.name})
+	} else {
+		var r reply
+		r, err = n.dirCall(ctx, opDirDel, l.name)
+		if err == nil && r.code != codeFreed { // not listed (any more): nothing to do
+			err = replyErr(r)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("withdraw from directory node %d: %w", n.directory(), err)
