@@ -13,7 +13,8 @@ import (
 // of two slots (even and odd iterations), each the partition's dangling
 // rank then its ranks, and writes its new ranks into its own memory; the
 // others map it once and read a whole slot with one-sided RDMA every
-// iteration. Worker p is node p+1. This file is the whole of the PageRank
+// iteration; the workers meet at a Barrier mastered by the coordinator's
+// node (node 1) after each. Worker p is node p+1. This file is the whole of the PageRank
 // engine's LITE code.
 type liteExchange struct {
 	n    *lite.Node
@@ -58,6 +59,10 @@ func (x *liteExchange) get(ctx context.Context, q, slot int, ranks []float64) (f
 		ranks[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8+8*i:]))
 	}
 	return math.Float64frombits(binary.LittleEndian.Uint64(b)), nil
+}
+
+func (x *liteExchange) barrier(ctx context.Context, name string, n int) error {
+	return x.n.Barrier(ctx, 1, name, n)
 }
 
 func (x *liteExchange) close() error { return x.n.Close() }

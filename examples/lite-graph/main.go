@@ -13,9 +13,12 @@
 // publishes them. With lite the ranks travel through LMRs: each worker
 // writes its ranks into its own LMR and the others read them with
 // one-sided RDMA (liteexchange.go); with rpc each worker serves its ranks
-// over net/rpc (rpcexchange.go). Iterations are stepped by lines on the
-// workers' standard input and output (internal/liteapp), alike for both.
-// The result is checked against a single-process computation.
+// over net/rpc (rpcexchange.go). After each iteration the workers meet at
+// a barrier (lite's Barrier, or a net/rpc one the coordinator serves), so
+// no one overwrites ranks another still reads. The run starts and ends by
+// lines on the workers' standard input and output (internal/liteapp),
+// alike for both. The result is checked against a single-process
+// computation.
 package main
 
 import (
@@ -41,6 +44,9 @@ import (
 type exchange interface {
 	set(slot int, dangling float64, ranks []float64)
 	get(ctx context.Context, q, slot int, ranks []float64) (dangling float64, err error)
+	// barrier returns once n workers called it with name (the coordinator
+	// keeps it).
+	barrier(ctx context.Context, name string, n int) error
 	close() error
 }
 
@@ -136,25 +142,20 @@ func once(ctx context.Context, cfg config, impl string) (result, error) {
 	}
 	defer stop()
 	w, err := liteapp.Start(ctx, cfg.workers, append(args, "-workers", strconv.Itoa(cfg.workers), "-vertices", strconv.Itoa(cfg.vertices),
-		"-edges", strconv.Itoa(cfg.edges), "-seed", strconv.FormatUint(cfg.seed, 10))...)
+		"-edges", strconv.Itoa(cfg.edges), "-seed", strconv.FormatUint(cfg.seed, 10), "-iters", strconv.Itoa(cfg.iters))...)
 	if err != nil {
 		return result{}, err
 	}
 	defer w.Close()
 	addrs := strings.Join(append([]string{self}, w.Addrs...), ",")
 	setPeers(x, addrs)
-	if _, err := w.Phase("peers " + addrs); err != nil {
-		return result{}, err
-	}
 	var res result
 	t0 := time.Now()
-	for k := range cfg.iters {
-		said, err := w.Phase("iter " + strconv.Itoa(k))
-		if err != nil {
-			return result{}, err
-		}
-		res.moved += slowest(said)
+	said, err := w.Phase("run " + addrs)
+	if err != nil {
+		return result{}, err
 	}
+	res.moved = slowest(said)
 	res.ranks = make([]float64, cfg.vertices)
 	for q := 1; q <= cfg.workers; q++ {
 		lo, hi := partition(cfg.vertices, cfg.workers, q)
@@ -179,6 +180,7 @@ func worker(i int, args []string) error {
 	fs.IntVar(&cfg.vertices, "vertices", 0, "vertices")
 	fs.IntVar(&cfg.edges, "edges", 0, "edges")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "seed")
+	fs.IntVar(&cfg.iters, "iters", 0, "iterations")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -197,39 +199,50 @@ func worker(i int, args []string) error {
 	}
 	x.set(0, g.danglingOf(lo, mine), mine)
 	return liteapp.Serve(self, func(line string) (string, error) {
-		phase, arg, _ := strings.Cut(line, " ")
-		switch phase {
-		case "peers":
-			setPeers(x, arg)
-			return "", nil
-		case "iter":
-			k, err := strconv.Atoi(arg)
-			if err != nil {
-				return "", err
-			}
-			var spent time.Duration
-			dangling := g.danglingOf(lo, mine)
-			copy(rank[lo:hi], mine)
-			for q := 1; q <= cfg.workers; q++ {
-				if q == i {
-					continue
-				}
-				qlo, qhi := partition(cfg.vertices, cfg.workers, q)
-				t := time.Now()
-				d, err := x.get(ctx, q, k%2, rank[qlo:qhi])
-				spent += time.Since(t)
-				if err != nil {
-					return "", fmt.Errorf("iteration %d: ranks of worker %d: %w", k, q, err)
-				}
-				dangling += d
-			}
-			g.step(rank, dangling, mine)
-			t := time.Now()
-			x.set((k+1)%2, g.danglingOf(lo, mine), mine)
-			return (spent + time.Since(t)).String(), nil
+		run, addrs, _ := strings.Cut(line, " ")
+		if run != "run" {
+			return "", fmt.Errorf("unknown command %q", line)
 		}
-		return "", fmt.Errorf("unknown phase %q", line)
+		setPeers(x, addrs)
+		var spent time.Duration
+		for k := range cfg.iters {
+			d, err := iteration(ctx, cfg, x, g, i, k, rank, mine)
+			spent += d
+			if err != nil {
+				return "", fmt.Errorf("iteration %d: %w", k, err)
+			}
+			if err := x.barrier(ctx, "iteration", cfg.workers); err != nil {
+				return "", fmt.Errorf("barrier after iteration %d: %w", k, err)
+			}
+		}
+		return spent.String(), nil
 	})
+}
+
+// iteration is worker i's iteration k: it reads the other partitions'
+// ranks of slot k%2 into rank, computes its own (mine) and publishes them
+// in slot (k+1)%2. It returns the time spent moving ranks.
+func iteration(ctx context.Context, cfg config, x exchange, g *graph, i, k int, rank, mine []float64) (time.Duration, error) {
+	var spent time.Duration
+	dangling := g.danglingOf(g.lo, mine)
+	copy(rank[g.lo:g.hi], mine)
+	for q := 1; q <= cfg.workers; q++ {
+		if q == i {
+			continue
+		}
+		qlo, qhi := partition(cfg.vertices, cfg.workers, q)
+		t := time.Now()
+		d, err := x.get(ctx, q, k%2, rank[qlo:qhi])
+		spent += time.Since(t)
+		if err != nil {
+			return spent, fmt.Errorf("ranks of worker %d: %w", q, err)
+		}
+		dangling += d
+	}
+	g.step(rank, dangling, mine)
+	t := time.Now()
+	x.set((k+1)%2, g.danglingOf(g.lo, mine), mine)
+	return spent + time.Since(t), nil
 }
 
 // openExchange opens process p's exchange for impl. For lite it starts the

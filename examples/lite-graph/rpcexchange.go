@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/rpc"
 	"sync"
@@ -11,7 +12,8 @@ import (
 
 // rpcExchange shares the ranks through Go net/rpc over TCP: each worker
 // keeps its two slots and serves them (Ranks.Get); the others call it
-// every iteration. Worker p listens at addrs[p]. This file is the whole of
+// every iteration; the workers meet at the coordinator's net/rpc barrier
+// (liteapp.Barriers) after each. Worker p listens at addrs[p]. This file is the whole of
 // the engine's net/rpc code, the counterpart of liteExchange.
 type rpcExchange struct {
 	ln    net.Listener
@@ -49,7 +51,7 @@ func newRPCExchange() (*rpcExchange, error) {
 	}
 	x := &rpcExchange{ln: ln, r: &Ranks{}, clients: map[int]*rpc.Client{}}
 	srv := rpc.NewServer()
-	if err := srv.Register(x.r); err != nil {
+	if err := errors.Join(srv.Register(x.r), srv.Register(liteapp.NewBarriers())); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -64,24 +66,34 @@ func (x *rpcExchange) set(slot int, dangling float64, ranks []float64) {
 }
 
 func (x *rpcExchange) get(ctx context.Context, q, slot int, ranks []float64) (float64, error) {
+	var s Slot
+	err := x.call(ctx, q, "Ranks.Get", slot, &s)
+	copy(ranks, s.Ranks)
+	return s.Dangling, err
+}
+
+func (x *rpcExchange) barrier(ctx context.Context, name string, n int) error {
+	return x.call(ctx, 0, "Barriers.Arrive", liteapp.Arrival{Name: name, N: n}, &struct{}{})
+}
+
+// call calls method at process q, dialling it on first use.
+func (x *rpcExchange) call(ctx context.Context, q int, method string, args, reply any) error {
 	x.mu.Lock()
 	c := x.clients[q]
 	if c == nil {
 		var err error
 		if c, err = rpc.Dial("tcp", x.addrs[q]); err != nil {
 			x.mu.Unlock()
-			return 0, err
+			return err
 		}
 		x.clients[q] = c
 	}
 	x.mu.Unlock()
-	var s Slot
 	select {
-	case call := <-c.Go("Ranks.Get", slot, &s, nil).Done:
-		copy(ranks, s.Ranks)
-		return s.Dangling, call.Error
+	case call := <-c.Go(method, args, reply, nil).Done:
+		return call.Error
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 }
 

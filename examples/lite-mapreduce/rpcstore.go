@@ -18,7 +18,7 @@ import (
 type rpcStore struct {
 	ln    net.Listener
 	vals  *Values
-	bars  *Barriers
+	bars  *liteapp.Barriers
 	addrs []string
 
 	mu      sync.Mutex
@@ -43,47 +43,12 @@ func (v *Values) Get(name string, out *[]byte) error {
 	return nil
 }
 
-// Barriers serves barriers: an Arrive returns once N calls named alike
-// arrived.
-type Barriers struct {
-	mu      sync.Mutex
-	waiting map[string]*generation
-}
-
-type generation struct {
-	arrived int
-	done    chan struct{}
-}
-
-// Arrival is one Arrive's arguments.
-type Arrival struct {
-	Name string
-	N    int
-}
-
-// Arrive waits until a.N calls with a.Name arrived.
-func (b *Barriers) Arrive(a Arrival, _ *struct{}) error {
-	b.mu.Lock()
-	g := b.waiting[a.Name]
-	if g == nil {
-		g = &generation{done: make(chan struct{})}
-		b.waiting[a.Name] = g
-	}
-	if g.arrived++; g.arrived == a.N {
-		delete(b.waiting, a.Name)
-		close(g.done)
-	}
-	b.mu.Unlock()
-	<-g.done
-	return nil
-}
-
 func newRPCStore() (*rpcStore, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &rpcStore{ln: ln, vals: &Values{m: map[string][]byte{}}, bars: &Barriers{waiting: map[string]*generation{}}, clients: map[int]*rpc.Client{}}
+	s := &rpcStore{ln: ln, vals: &Values{m: map[string][]byte{}}, bars: liteapp.NewBarriers(), clients: map[int]*rpc.Client{}}
 	srv := rpc.NewServer()
 	if err := errors.Join(srv.Register(s.vals), srv.Register(s.bars)); err != nil {
 		ln.Close()
@@ -106,7 +71,7 @@ func (s *rpcStore) fetch(ctx context.Context, owner int, name string) ([]byte, e
 }
 
 func (s *rpcStore) barrier(ctx context.Context, name string, n int) error {
-	return s.call(ctx, 0, "Barriers.Arrive", Arrival{Name: name, N: n}, &struct{}{})
+	return s.call(ctx, 0, "Barriers.Arrive", liteapp.Arrival{Name: name, N: n}, &struct{}{})
 }
 
 // call calls method at process owner.

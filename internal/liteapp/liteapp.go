@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
@@ -225,3 +226,44 @@ func ServeRPC(srv *rpc.Server, ln net.Listener) {
 		go srv.ServeConn(c) // ends when the peer hangs up
 	}
 }
+
+// Barriers is a barrier over Go net/rpc, the counterpart of lite's
+// Barrier in the apps' net/rpc versions: its process registers it on its
+// rpc.Server, and an Arrive returns once N calls named alike arrived.
+type Barriers struct {
+	mu      sync.Mutex
+	waiting map[string]*generation
+}
+
+// generation is one barrier's arrivals so far.
+type generation struct {
+	arrived int
+	done    chan struct{}
+}
+
+// Arrival is one Arrive's arguments.
+type Arrival struct {
+	Name string
+	N    int
+}
+
+// Arrive waits until a.N calls with a.Name arrived. A participant that
+// never arrives holds the others until their calls' contexts end.
+func (b *Barriers) Arrive(a Arrival, _ *struct{}) error {
+	b.mu.Lock()
+	g := b.waiting[a.Name]
+	if g == nil {
+		g = &generation{done: make(chan struct{})}
+		b.waiting[a.Name] = g
+	}
+	if g.arrived++; g.arrived == a.N {
+		delete(b.waiting, a.Name)
+		close(g.done)
+	}
+	b.mu.Unlock()
+	<-g.done
+	return nil
+}
+
+// NewBarriers is a Barriers with no one waiting.
+func NewBarriers() *Barriers { return &Barriers{waiting: map[string]*generation{}} }
