@@ -94,6 +94,7 @@ type Node struct {
 	dataMu sync.Mutex // data, bounce
 	data   krcore.VQ
 	bounce krcore.MR
+	dataAt krcore.NodeID // the node data is connected to (0: none)
 
 	sync syncer // atomics, locks, barriers
 

@@ -411,8 +411,11 @@ func (n *Node) chunk(ctx context.Context, m *mapping, e extent, op verbs.Opcode,
 // for its completion; dataMu held. Its Local is the bounce buffer, which a
 // request abandoned here (ctx ended) replaces, with the queue.
 func (n *Node) post(ctx context.Context, node krcore.NodeID, req krcore.Request) error {
-	if err := n.data.Connect(ctx, node, nil); err != nil {
-		return err
+	if n.dataAt != node { // through krcored a Connect is a round trip
+		if err := n.data.Connect(ctx, node, nil); err != nil {
+			return err
+		}
+		n.dataAt = node
 	}
 	if _, err := n.data.Push(ctx, true, req); err != nil {
 		return err
@@ -430,6 +433,7 @@ func (n *Node) post(ctx context.Context, node krcore.NodeID, req krcore.Request)
 // nor land in the buffer the next request uses; dataMu held.
 func (n *Node) renewData() {
 	n.data.Close()
+	n.dataAt = 0
 	n.api.Deregister(n.bounce) // released once the abandoned request ends
 	if n.isClosed() {
 		return // Close releases what is left
