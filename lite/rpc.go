@@ -190,10 +190,28 @@ var errSessionGone = errors.New("lite: session torn down")
 
 // callIn makes a call in session s.
 func (n *Node) callIn(ctx context.Context, s *session, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
-	r := &n.rpc
 	var slot uint8
 	select {
 	case slot = <-s.free:
+	default:
+		var err error
+		if slot, err = n.credit(ctx, s); err != nil {
+			return 0, err
+		}
+	}
+	return n.callSlot(ctx, s, slot, id, kind, name, body, resp)
+}
+
+// errStale: every slot of a session was held by calls their callers gave
+// up on, whose replies never came (abandon).
+var errStale = errors.New("lite: every slot held by an abandoned call")
+
+// credit waits for a free slot of s.
+func (n *Node) credit(ctx context.Context, s *session) (uint8, error) {
+	r := &n.rpc
+	select {
+	case slot := <-s.free:
+		return slot, nil
 	case <-s.dead:
 		return 0, errSessionGone
 	case <-r.stop:
@@ -201,6 +219,11 @@ func (n *Node) callIn(ctx context.Context, s *session, id uint32, kind uint8, na
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// callSlot makes a call in slot of session s.
+func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
+	r := &n.rpc
 	limit := min(len(resp), MaxRPC)
 	p := &pending{woken: make(chan struct{}), limit: limit}
 	s.mu.Lock()
@@ -216,7 +239,7 @@ func (n *Node) callIn(ctx context.Context, s *session, id uint32, kind uint8, na
 		if !posted {
 			s.release(slot)
 		} else {
-			s.abandon(slot, p)
+			n.abandon(s, slot, p)
 		}
 		if wcFatal(err) {
 			n.teardown(s, err)
@@ -231,7 +254,7 @@ func (n *Node) callIn(ctx context.Context, s *session, id uint32, kind uint8, na
 		case <-r.stop:
 			return 0, errClosedNode
 		case <-ctx.Done():
-			if !s.abandon(slot, p) {
+			if !n.abandon(s, slot, p) {
 				break // the reply came: take it
 			}
 			return 0, ctx.Err()
@@ -267,11 +290,30 @@ func (s *session) release(slot uint8) {
 // abandon gives up waiting for p's reply: the slot stays taken until the
 // reply comes (the callee may still write it), so no later call's reply
 // can be overwritten by this one's. It reports false if the reply came
-// first.
-func (s *session) abandon(slot uint8, p *pending) bool {
+// first. When every slot is held so, the callee answers none of them and
+// no call would get a slot again: the session is torn down, and calls go
+// on in a new ring (replies to the abandoned calls then fail at the
+// callee, whose writes the withdrawn reply area refuses).
+func (n *Node) abandon(s *session, slot uint8, p *pending) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return p.state.CompareAndSwap(waiting, abandoned)
+	ok := p.state.CompareAndSwap(waiting, abandoned)
+	stale := ok && s.staleLocked()
+	s.mu.Unlock()
+	if stale {
+		n.teardown(s, errStale)
+	}
+	return ok
+}
+
+// staleLocked reports whether every slot of s is held by an abandoned
+// call; s.mu held.
+func (s *session) staleLocked() bool {
+	for _, p := range s.inflight {
+		if p == nil || p.state.Load() != abandoned {
+			return false
+		}
+	}
+	return true
 }
 
 // cause is why s was torn down.

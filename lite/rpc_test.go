@@ -334,3 +334,48 @@ func TestRPCManyNodes(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRPCAbandonedSlots: calls that give up on a server that never
+// answers keep their slots (a late reply must not land in a later call's
+// slot), but once every slot is held so, the caller sets up a new ring:
+// a call waiting for credit goes on at once instead of at its deadline.
+func TestRPCAbandonedSlots(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			server, caller := open(t, serverAPI), open(t, api)
+			mute, err := server.RegisterRPC(1) // takes calls, never answers
+			if err != nil {
+				t.Fatal(err)
+			}
+			echo(t, server, 2)
+			const slots = 32
+			gaveUp := make(chan error, slots)
+			short, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			for range slots {
+				go func() { _, err := caller.Call(short, 2, 1, []byte("q"), nil); gaveUp <- err }()
+			}
+			for range slots {
+				if _, err := mute.Recv(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			resp := make([]byte, 8)
+			k, err := caller.Call(ctx, 2, 2, []byte("abc"), resp) // waits for credit
+			if err != nil || string(resp[:k]) != "cba" {
+				t.Fatalf("call after every slot was abandoned: %q %v", resp[:k], err)
+			}
+			for range slots {
+				if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("call to a mute service: %v, want its deadline", err)
+				}
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("the call waiting for credit took %v", d)
+			}
+		})
+	}
+}
