@@ -72,8 +72,11 @@
 //     kept by master's Node, which answers them all when the last arrives;
 //     reusable, and a participant that gives up is withdrawn.
 //
-// Not built yet (issue 15): QoS, and the example applications and
-// benchmarks.
+// The example applications (examples/lite-mapreduce, lite-graph, lite-log,
+// each beside the same app over Go net/rpc) and krbench's lite test
+// (docs/krbench.md) use the API above.
+//
+// Not built yet (issue 15): QoS.
 //
 // Not built yet, and not possible with krcore.API as it is: a grant bound
 // to the mapper's process. A handle is refused in another Node, and a

@@ -22,7 +22,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,7 +29,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,13 +65,7 @@ type result struct {
 const tolerance = 1e-12
 
 func main() {
-	if i, ok := liteapp.Worker(); ok {
-		if err := worker(i, os.Args[1:]); err != nil {
-			fmt.Fprintf(os.Stderr, "lite-graph worker %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		return
-	}
+	liteapp.RunWorker("lite-graph", worker)
 	cfg := config{}
 	flag.IntVar(&cfg.workers, "workers", 4, "worker processes")
 	flag.IntVar(&cfg.vertices, "vertices", 200000, "vertices")
@@ -83,7 +75,7 @@ func main() {
 	flag.Uint64Var(&cfg.seed, "seed", 1, "the graph's random seed")
 	impl := flag.String("impl", "both", "lite, rpc (Go net/rpc over TCP) or both")
 	flag.Parse()
-	cfg.impls = map[string][]string{"both": {"lite", "rpc"}, "lite": {"lite"}, "rpc": {"rpc"}}[*impl]
+	cfg.impls = liteapp.Impls(*impl)
 	if cfg.impls == nil || cfg.workers < 1 || cfg.vertices < cfg.workers || cfg.edges < 1 || cfg.iters < 1 || cfg.rounds < 1 {
 		fmt.Fprintln(os.Stderr, "lite-graph: -impl lite|rpc|both, -workers >= 1, -vertices >= -workers, -edges, -iters, -rounds >= 1")
 		os.Exit(2)
@@ -120,9 +112,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (map[string]result, err
 	}
 	med := map[string]result{}
 	for _, impl := range cfg.impls {
-		rs := all[impl]
-		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.took, b.took) })
-		med[impl] = rs[len(rs)/2]
+		med[impl] = liteapp.Median(all[impl], func(r result) time.Duration { return r.took })
 		fmt.Fprintf(out, "  median  %-4s %8v, of which moving ranks %8v\n", impl, med[impl].took.Round(time.Millisecond), med[impl].moved.Round(time.Millisecond))
 	}
 	if len(med) == 2 {
@@ -155,7 +145,7 @@ func once(ctx context.Context, cfg config, impl string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res.moved = slowest(said)
+	res.moved = liteapp.Slowest(said)
 	res.ranks = make([]float64, cfg.vertices)
 	for q := 1; q <= cfg.workers; q++ {
 		lo, hi := partition(cfg.vertices, cfg.workers, q)
@@ -283,16 +273,6 @@ func setPeers(x exchange, addrs string) {
 	if r, ok := x.(*rpcExchange); ok {
 		r.addrs = strings.Split(addrs, ",")
 	}
-}
-
-// slowest is the longest of the durations the workers reported.
-func slowest(said []string) time.Duration {
-	var m time.Duration
-	for _, s := range said {
-		d, _ := time.ParseDuration(s)
-		m = max(m, d)
-	}
-	return m
 }
 
 // maxDiff is the largest difference between a and b, element by element.

@@ -17,7 +17,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"flag"
@@ -52,13 +51,7 @@ type result struct {
 }
 
 func main() {
-	if i, ok := liteapp.Worker(); ok {
-		if err := appender(i, os.Args[1:]); err != nil {
-			fmt.Fprintf(os.Stderr, "lite-log appender %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		return
-	}
+	liteapp.RunWorker("lite-log", appender)
 	cfg := config{}
 	flag.IntVar(&cfg.appenders, "appenders", 4, "appender processes")
 	flag.IntVar(&cfg.records, "records", 2000, "records each appender appends")
@@ -66,7 +59,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "runs per implementation, alternating which goes first; the medians are compared")
 	impl := flag.String("impl", "both", "lite, rpc (Go net/rpc over TCP) or both")
 	flag.Parse()
-	cfg.impls = map[string][]string{"both": {"lite", "rpc"}, "lite": {"lite"}, "rpc": {"rpc"}}[*impl]
+	cfg.impls = liteapp.Impls(*impl)
 	if cfg.impls == nil || cfg.appenders < 1 || cfg.records < 1 || cfg.size < 16 || cfg.rounds < 1 {
 		fmt.Fprintln(os.Stderr, "lite-log: -impl lite|rpc|both, -appenders >= 1, -records >= 1, -size >= 16, -rounds >= 1")
 		os.Exit(2)
@@ -100,9 +93,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (map[string]result, err
 	}
 	med := map[string]result{}
 	for _, impl := range cfg.impls {
-		rs := all[impl]
-		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.took, b.took) })
-		med[impl] = rs[len(rs)/2]
+		med[impl] = liteapp.Median(all[impl], func(r result) time.Duration { return r.took })
 		fmt.Fprintf(out, "  median  %-4s %8v  %8.0f appends/s\n", impl, med[impl].took.Round(time.Millisecond), float64(total)/med[impl].took.Seconds())
 	}
 	if len(med) == 2 {

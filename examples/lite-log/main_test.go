@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -12,13 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if i, ok := liteapp.Worker(); ok { // an appender process this test started
-		if err := appender(i, os.Args[1:]); err != nil {
-			fmt.Fprintf(os.Stderr, "appender %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	liteapp.RunWorker("lite-log", appender) // a worker process a test started
 	os.Exit(m.Run())
 }
 

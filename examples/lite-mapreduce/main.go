@@ -23,7 +23,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,7 +30,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,13 +85,7 @@ type result struct {
 }
 
 func main() {
-	if i, ok := liteapp.Worker(); ok {
-		if err := worker(i, os.Args[1:]); err != nil {
-			fmt.Fprintf(os.Stderr, "lite-mapreduce worker %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		return
-	}
+	liteapp.RunWorker("lite-mapreduce", worker)
 	cfg := config{}
 	flag.IntVar(&cfg.workers, "workers", 4, "worker processes")
 	flag.IntVar(&cfg.words, "words", 1000000, "words of input")
@@ -102,7 +94,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "jobs per implementation, alternating which goes first; the medians are compared")
 	impl := flag.String("impl", "both", "lite, rpc (Go net/rpc over TCP) or both")
 	flag.Parse()
-	cfg.impls = map[string][]string{"both": {"lite", "rpc"}, "lite": {"lite"}, "rpc": {"rpc"}}[*impl]
+	cfg.impls = liteapp.Impls(*impl)
 	if cfg.impls == nil || cfg.workers < 1 || cfg.words < 1 || cfg.vocab < 2 || cfg.rounds < 1 {
 		fmt.Fprintln(os.Stderr, "lite-mapreduce: -impl lite|rpc|both, -workers >= 1, -words >= 1, -vocab >= 2, -rounds >= 1")
 		os.Exit(2)
@@ -139,11 +131,9 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 	}
 	var med []result
 	for _, impl := range cfg.impls {
-		rs := all[impl]
-		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.took, b.took) })
-		med = append(med, rs[len(rs)/2])
-		fmt.Fprintf(out, "  median   %-4s %8v, of which moving data %8v\n", impl,
-			rs[len(rs)/2].took.Round(time.Millisecond), rs[len(rs)/2].moved.Round(time.Millisecond))
+		m := liteapp.Median(all[impl], func(r result) time.Duration { return r.took })
+		med = append(med, m)
+		fmt.Fprintf(out, "  median   %-4s %8v, of which moving data %8v\n", impl, m.took.Round(time.Millisecond), m.moved.Round(time.Millisecond))
 	}
 	if len(med) == 2 {
 		fmt.Fprintf(out, "  lite / rpc (medians): %.2fx the job, %.2fx moving data\n",
@@ -177,7 +167,7 @@ func job(ctx context.Context, cfg config, impl string, text []byte) (result, err
 	if err != nil {
 		return result{}, err
 	}
-	res.moved = slowest(said)
+	res.moved = liteapp.Slowest(said)
 	ts := &timedStore{store: st}
 	for r := 1; r <= cfg.workers; r++ {
 		c, err := fetchCounts(ctx, ts, r, "output/"+strconv.Itoa(r))
@@ -188,16 +178,6 @@ func job(ctx context.Context, cfg config, impl string, text []byte) (result, err
 	}
 	res.took, res.moved = time.Since(t0), res.moved+ts.spent
 	return res, w.Close()
-}
-
-// slowest is the longest of the durations the workers reported.
-func slowest(said []string) time.Duration {
-	var m time.Duration
-	for _, s := range said {
-		d, _ := time.ParseDuration(s)
-		m = max(m, d)
-	}
-	return m
 }
 
 // worker is worker process i.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -13,13 +12,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if i, ok := liteapp.Worker(); ok { // a worker process this test started
-		if err := worker(i, os.Args[1:]); err != nil {
-			fmt.Fprintf(os.Stderr, "worker %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	liteapp.RunWorker("lite-mapreduce", worker) // a worker process a test started
 	os.Exit(m.Run())
 }
 

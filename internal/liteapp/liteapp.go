@@ -10,6 +10,7 @@ package liteapp
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
@@ -267,3 +269,42 @@ func (b *Barriers) Arrive(a Arrival, _ *struct{}) error {
 
 // NewBarriers is a Barriers with no one waiting.
 func NewBarriers() *Barriers { return &Barriers{waiting: map[string]*generation{}} }
+
+// RunWorker runs worker, and exits with its outcome, when this process is
+// a worker (Worker); otherwise it returns. An app's main and its tests'
+// TestMain call it first, so that Start can start the app's own
+// executable (or test binary) as its workers.
+func RunWorker(app string, worker func(i int, args []string) error) {
+	i, ok := Worker()
+	if !ok {
+		return
+	}
+	if err := worker(i, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s worker %d: %v\n", app, i, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Impls is what an app's -impl flag names: "lite", "rpc" or "both" (nil
+// for anything else).
+func Impls(flag string) []string {
+	return map[string][]string{"both": {"lite", "rpc"}, "lite": {"lite"}, "rpc": {"rpc"}}[flag]
+}
+
+// Median is the run of median time among runs (sorted by it in place).
+func Median[T any](runs []T, took func(T) time.Duration) T {
+	slices.SortFunc(runs, func(a, b T) int { return cmp.Compare(took(a), took(b)) })
+	return runs[len(runs)/2]
+}
+
+// Slowest is the longest of the durations workers said (time.Duration
+// text; what does not parse counts as 0).
+func Slowest(said []string) time.Duration {
+	var m time.Duration
+	for _, s := range said {
+		d, _ := time.ParseDuration(s)
+		m = max(m, d)
+	}
+	return m
+}
