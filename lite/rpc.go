@@ -151,7 +151,12 @@ func (s *Service) Close() error {
 // Call waits for one. A reply larger than resp fails with ErrTooLarge; an
 // id the callee does not serve with ErrNoService; a callee that dies
 // fails the call with its WRITE's completion error or at the deadline:
-// ctx's, or Options.CallTimeout when ctx has none.
+// ctx's, or Options.CallTimeout when ctx has none. A call that ends at its
+// deadline keeps its slot until the reply comes, so that a late reply
+// never lands in another call's slot; when every slot is held so, the
+// next call sets up a new ring. The RPC id travels in the request's
+// header in the slot: beside the slot, the call and the ring, a 32-bit id
+// does not fit in the immediate.
 func (n *Node) Call(ctx context.Context, node krcore.NodeID, id uint32, req, resp []byte) (int, error) {
 	k, err := n.call(ctx, node, id, kindCall, "", req, resp)
 	if err != nil {
