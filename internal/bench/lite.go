@@ -53,9 +53,10 @@ import (
 //     Memcpy, executed at the master's node (memcpy), and by a Read of
 //     the source into the caller and a Write of it to the destination
 //     (read_write). No target: the ratio is reported.
-//   - lite-rpc (literpc.go): 8 B lite RPC round trips against a VQ SEND
-//     round trip between the same nodes and Go net/rpc between the same
-//     processes; lite RPC calls/s from 1 and 8 callers.
+//   - lite-rpc (literpc.go, literaw.go): 8 B lite RPC round trips against
+//     a raw-QP SEND round trip (embedded) and a VQ SEND round trip between
+//     the same nodes, and Go net/rpc between the same processes; lite RPC
+//     calls/s from 1 and 8 callers.
 //
 //   - lock hand-off (litelock.go, across processes): a lite Lock of the
 //     master taken and released in a loop by this process and a locker
@@ -85,7 +86,7 @@ const (
 )
 
 // liteDeviation says where the run measures other than the issue asks.
-const liteDeviation = "the RPC baseline is a SEND round trip through VQs (a VQ adds <= 5% to a raw QP's READ, krbench vq), not a raw QP's"
+const liteDeviation = "through krcored, a lite RPC (rpc_daemon) is compared with a VQ SEND round trip (vq_send_daemon), not a raw QP's: krcored's RNIC is another process's"
 
 // liteConfig is krbench lite's command line.
 type liteConfig struct {
@@ -151,18 +152,20 @@ type liteBench struct {
 
 // liteSide is one mapper: embedded or through krcored.
 type liteSide struct {
-	suffix string // of its series' labels
-	api    krcore.API
-	node   *lite.Node
-	h      lite.Handle
-	src    lite.Handle // liteCopySize bytes each, Read|Write
-	dst    lite.Handle
-	buf    []byte // the read_write series' bounce through the caller
-	ping   *vqrun.Ping
-	netrpc *rpc.Client // the embedded side's
-	q      krcore.VQ   // connected to the master's node
-	g      krcore.Region
-	local  krcore.MR
+	suffix  string // of its series' labels
+	api     krcore.API
+	node    *lite.Node
+	h       lite.Handle
+	src     lite.Handle // liteCopySize bytes each, Read|Write
+	dst     lite.Handle
+	buf     []byte // the read_write series' bounce through the caller
+	ping    *vqrun.Ping
+	netrpc  *rpc.Client // the embedded side's, as are raw and rawPoll
+	raw     *rawqp.Endpoint
+	rawPoll *rawqp.Poller
+	q       krcore.VQ // connected to the master's node
+	g       krcore.Region
+	local   krcore.MR
 }
 
 // open maps the master's LMR and connects a VQ to its plain region.
@@ -194,6 +197,7 @@ func (s *liteSide) open(ctx context.Context, master krcore.NodeID) error {
 }
 
 func (s *liteSide) close() {
+	s.closeRaw()
 	if s.ping != nil {
 		s.ping.Close()
 	}
@@ -216,7 +220,7 @@ func (s *liteSide) close() {
 // beside them on the same node, the plain region the VQ baseline READs,
 // and the lite-rpc series' echo servers (startEchoes; rpcAddr is the Go
 // net/rpc one's); stop releases them.
-func liteMaster(ctx context.Context, api krcore.API) (stop func(), rpcAddr string, err error) {
+func liteMaster(ctx context.Context, api krcore.API, dev verbs.Device) (stop func(), rpcAddr string, err error) {
 	n, err := lite.Open(ctx, api, lite.Options{})
 	if err != nil {
 		return nil, "", err
@@ -239,7 +243,7 @@ func liteMaster(ctx context.Context, api krcore.API) (stop func(), rpcAddr strin
 		err = api.Export(liteRawName, raw, 0, liteRegionSize, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	}
 	if err == nil {
-		echoes, err = startEchoes(api, n)
+		echoes, err = startEchoes(api, dev, n)
 	}
 	if err == nil {
 		_, err = n.NewLock(ctx, liteLockName) // freed by n.Close
@@ -271,7 +275,7 @@ func (b *liteBench) inproc() error {
 		return fmt.Errorf("in-process cluster: %w", err)
 	}
 	defer c.Close()
-	stop, rpcAddr, err := liteMaster(ctx, core.Embed(c.Node(2)))
+	stop, rpcAddr, err := liteMaster(ctx, core.Embed(c.Node(2)), c.Devices[1])
 	if err != nil {
 		return err
 	}
@@ -282,7 +286,7 @@ func (b *liteBench) inproc() error {
 	}
 	defer stopDaemon()
 	sides := []*liteSide{{api: core.Embed(c.Node(1))}, {suffix: daemonSuffix, api: cl}}
-	return b.measure(ctx, placementInproc, 2, rpcAddr, sides,
+	return b.measure(ctx, placementInproc, 2, rpcAddr, c.Devices[0], sides,
 		"master node 2, embedded mapper node 1, krcored (served in this process) node 3; in-memory fabric", nil)
 }
 
@@ -331,7 +335,7 @@ func (b *liteBench) cross() (err error) {
 		return fmt.Errorf("lite master process: its net/rpc address: %w", err)
 	}
 	sides := []*liteSide{{api: core.Embed(d.emb)}, {suffix: daemonSuffix, api: d.cl}}
-	return b.measure(ctx, placementCross, dNodeServer, strings.TrimSpace(line), sides, fmt.Sprintf(
+	return b.measure(ctx, placementCross, dNodeServer, strings.TrimSpace(line), d.devs[0], sides, fmt.Sprintf(
 		"master node %d: a child process; embedded mapper node %d in this process; krcored node %d: a child process; soft RNICs over loopback TCP",
 		dNodeServer, dNodeEmbedded, dNodeDaemon), func() error {
 		lctx, cancel := context.WithTimeout(b.ctx, b.c.timeout)
@@ -342,10 +346,10 @@ func (b *liteBench) cross() (err error) {
 
 // measure opens the sides on master and runs the series, then more (if
 // any) while the sides are open.
-func (b *liteBench) measure(ctx context.Context, place string, master krcore.NodeID, rpcAddr string, sides []*liteSide, nodes string, more func() error) error {
+func (b *liteBench) measure(ctx context.Context, place string, master krcore.NodeID, rpcAddr string, dev verbs.Device, sides []*liteSide, nodes string, more func() error) error {
 	for _, s := range sides {
 		defer s.close()
-		if err := errors.Join(s.open(ctx, master), s.openRPC(ctx, master, rpcAddr)); err != nil {
+		if err := errors.Join(s.open(ctx, master), s.openRPC(ctx, master, rpcAddr, dev, b.c.timeout)); err != nil {
 			return fmt.Errorf("%s mapper%s: %w", place, s.suffix, err)
 		}
 	}

@@ -31,7 +31,7 @@ func TestLiteBench(t *testing.T) {
 		if r := rep.FindAt(place, testLiteRPC, perf.ModeLat); r == nil {
 			t.Errorf("%s: no %s table", place, testLiteRPC)
 		} else {
-			for _, l := range []string{seriesLiteRPC, seriesVQSendRT, seriesNetRPC, seriesLiteRPC + daemonSuffix, seriesVQSendRT + daemonSuffix} {
+			for _, l := range []string{seriesLiteRPC, seriesQPSendRT, seriesVQSendRT, seriesNetRPC, seriesLiteRPC + daemonSuffix, seriesVQSendRT + daemonSuffix} {
 				if row := r.LabelRow(l); row == nil || row.Iterations != 20 || row.Typical <= 0 {
 					t.Errorf("%s: row %s: %+v", place, l, row)
 				}
@@ -47,7 +47,7 @@ func TestLiteBench(t *testing.T) {
 			}
 		}
 		checkTargets(t, rep,
-			place+" embedded: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)",
+			place+" embedded: lite RPC 8B round trip t_typical / raw-QP SEND round trip t_typical (interleaved)",
 			place+" through krcored: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)",
 			place+" embedded: lite RPC 8B round trip t_typical / Go net/rpc over TCP t_typical (interleaved)",
 			place+" embedded: lite LMR 8B Read t_typical / VQ 8B READ t_typical (interleaved)",

@@ -42,23 +42,33 @@ func deriveLiteChecks(rep *perf.Report) []perf.Check {
 }
 
 // liteRPCChecks are the lite-rpc table's ratios at place: a call against a
-// SEND round trip each way, and against Go net/rpc (whose target is the
-// embedded call's: net/rpc does not go through krcored).
+// raw-QP SEND round trip between the same nodes (embedded: the target), a
+// VQ SEND round trip each way (through krcored: the target, since no raw
+// QP reaches krcored's RNIC), and Go net/rpc (the embedded call's target:
+// net/rpc does not go through krcored).
 func liteRPCChecks(rep *perf.Report, place string) []perf.Check {
 	r := rep.FindAt(place, testLiteRPC, perf.ModeLat)
 	if r == nil {
 		return nil
 	}
 	var out []perf.Check
-	netRPC := r.LabelRow(seriesNetRPC)
+	netRPC, raw := r.LabelRow(seriesNetRPC), r.LabelRow(seriesQPSendRT)
 	for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
 		call, send := r.LabelRow(seriesLiteRPC+via.suffix), r.LabelRow(seriesVQSendRT+via.suffix)
 		if call == nil {
 			continue
 		}
+		if raw != nil && via.suffix == "" {
+			out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / raw-QP SEND round trip t_typical (interleaved)", place, via.name),
+				call.Typical, raw.Typical).AtMost(targetRPCVsSend))
+		}
 		if send != nil {
-			out = append(out, perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)", place, via.name),
-				call.Typical, send.Typical).AtMost(targetRPCVsSend))
+			c := perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / VQ SEND round trip t_typical (interleaved)", place, via.name),
+				call.Typical, send.Typical)
+			if via.suffix != "" {
+				c = c.AtMost(targetRPCVsSend)
+			}
+			out = append(out, c)
 		}
 		if netRPC != nil {
 			c := perf.RatioOf(fmt.Sprintf("%s %s: lite RPC 8B round trip t_typical / Go net/rpc over TCP t_typical (interleaved)", place, via.name),

@@ -36,7 +36,7 @@ func runLiteServer(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer rt.Close()
-	release, rpcAddr, err := liteMaster(sctx, core.Embed(rt))
+	release, rpcAddr, err := liteMaster(sctx, core.Embed(rt), b.devs[0])
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/krcore/krcore/internal/liteapp"
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/lite"
+	"github.com/krcore/krcore/verbs"
 )
 
 // The lite-rpc series: 8 B round trips of a lite RPC Call (rpc) against a
@@ -52,12 +53,14 @@ type liteEchoes struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	svc    *lite.Service
+	rawSvc *lite.Service // sets up raw-QP echoes (literaw.go)
 	echo   *vqrun.Echo
 	ln     net.Listener
 }
 
-// startEchoes starts the echo servers on api and the master's Node n.
-func startEchoes(api krcore.API, n *lite.Node) (_ *liteEchoes, err error) {
+// startEchoes starts the echo servers on api and the master's Node n,
+// and the raw-QP echoes on dev.
+func startEchoes(api krcore.API, dev verbs.Device, n *lite.Node) (_ *liteEchoes, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &liteEchoes{cancel: cancel}
 	defer func() {
@@ -68,6 +71,10 @@ func startEchoes(api krcore.API, n *lite.Node) (_ *liteEchoes, err error) {
 	if e.svc, err = n.RegisterRPC(liteRPCEcho); err != nil {
 		return nil, err
 	}
+	if e.rawSvc, err = n.RegisterRPC(liteRPCRawQP); err != nil {
+		return nil, err
+	}
+	e.run(func() { e.serveRawQP(ctx, dev, e.rawSvc) })
 	if e.echo, err = vqrun.NewEcho(api, echoPort, vqrun.Poll{}); err != nil {
 		return nil, err
 	}
@@ -104,8 +111,10 @@ func (e *liteEchoes) run(f func()) {
 // close stops the servers and waits for their goroutines.
 func (e *liteEchoes) close() {
 	e.cancel()
-	if e.svc != nil {
-		e.svc.Close()
+	for _, svc := range []*lite.Service{e.svc, e.rawSvc} {
+		if svc != nil {
+			svc.Close()
+		}
 	}
 	if e.ln != nil {
 		e.ln.Close()
@@ -117,16 +126,20 @@ func (e *liteEchoes) close() {
 }
 
 // openRPC connects a side's VQ ping to the master's echo and, for the
-// embedded side, a net/rpc client to rpcAddr.
-func (s *liteSide) openRPC(ctx context.Context, master krcore.NodeID, rpcAddr string) error {
+// embedded side (whose RNIC is dev), a net/rpc client to rpcAddr and a raw
+// QP to the master's RNIC.
+func (s *liteSide) openRPC(ctx context.Context, master krcore.NodeID, rpcAddr string, dev verbs.Device, timeout time.Duration) error {
 	var err error
 	if s.ping, err = vqrun.NewPing(ctx, s.api, clientPort, master, echoPort, vqrun.Poll{}); err != nil {
 		return err
 	}
-	if s.suffix == "" {
-		s.netrpc, err = rpc.Dial("tcp", rpcAddr)
+	if s.suffix != "" {
+		return nil
 	}
-	return err
+	if s.netrpc, err = rpc.Dial("tcp", rpcAddr); err != nil {
+		return err
+	}
+	return s.openRawQP(ctx, dev, master, timeout)
 }
 
 // rpcs is the lite-rpc table and the calls/s figures.
@@ -147,12 +160,14 @@ func (b *liteBench) rpcs(dl *rawqp.Deadline, place string, master krcore.NodeID,
 			var out []byte
 			series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				return timed(w, n, func() error { return s.netrpc.Call("LiteEcho.Echo", req, &out) })
+			}}, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
+				return s.raw.PingPongOp(s.rawPoll, rawqp.Spec{Op: verbs.OpSend, Size: liteRPCSize}, w, n)
 			}})
-			labels = append(labels, seriesNetRPC)
+			labels = append(labels, seriesNetRPC, seriesQPSendRT)
 		}
 	}
-	err := b.rotate(place, testLiteRPC, "LITE RPC vs VQ SEND vs Go net/rpc round trip, 8 B (interleaved)", liteRPCSize, b.c.n, series, labels, []perf.Field{
-		{Key: "Series", Value: "rpc: lite Node.Call of the master's echo RPC (one WRITE_WITH_IMM each way); vq_send: a SEND through a VQ to the master node's echo port and its echo back; net_rpc: Go net/rpc over loopback TCP to the master's process; *_daemon: through krcored"},
+	err := b.rotate(place, testLiteRPC, "LITE RPC vs raw-QP SEND vs VQ SEND vs Go net/rpc round trip, 8 B (interleaved)", liteRPCSize, b.c.n, series, labels, []perf.Field{
+		{Key: "Series", Value: "rpc: lite Node.Call of the master's echo RPC (one WRITE_WITH_IMM each way); qp_send: a SEND on a raw RC QP between the embedded mapper's and the master's RNICs and the echo's SEND back (both wait on their CQ without spinning); vq_send: the same through a VQ to the master node's echo port; net_rpc: Go net/rpc over loopback TCP to the master's process; *_daemon: through krcored"},
 		{Key: "Nodes", Value: nodes},
 		{Key: "Servers", Value: fmt.Sprintf("%d goroutines serve the echo RPC (ReplyRecv); one the VQ echo; net/rpc a goroutine per connection", liteRPCServers)},
 	})
