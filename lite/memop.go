@@ -272,21 +272,23 @@ func (n *Node) through(from krcore.NodeID, exp string, need Perm, off, size uint
 }
 
 // localMem sets or copies bytes held here, a chunk at a time, each chunk
-// under n.mu and checked against the grants again, so that a Free or Unmap
-// meanwhile stops the operation before it touches released memory. A copy
-// towards higher offsets of one LMR runs backwards, as memmove does.
+// under n.mu and checked against the grants again, so that a Free, Unmap
+// or Move meanwhile stops the operation before it touches released memory.
+// Such an operation is redone whole on a moved LMR (access), which is
+// harmless for a Memset or a copy whose source it does not change; a copy
+// between overlapping ranges of one piece is therefore done in one step
+// under n.mu (copy moves as memmove does): a Move finds it not begun or
+// done.
 func (n *Node) localMem(ctx context.Context, from krcore.NodeID, a memArgs) reply {
-	back := a.src != "" && a.dstOff > a.srcOff && n.sameLMR(a.dst, a.src)
+	if a.src != "" && a.dstOff < a.srcOff+a.n && a.srcOff < a.dstOff+a.n && n.samePiece(a.dst, a.src) {
+		return n.moveChunk(from, a, 0, a.n)
+	}
 	for done := uint64(0); done < a.n; {
 		if err := ctx.Err(); err != nil {
 			return failure(codeFailed, "after %d of %d bytes: %v", done, a.n, err)
 		}
 		k := min(a.n-done, memChunk)
-		at := done
-		if back {
-			at = a.n - done - k
-		}
-		if r := n.moveChunk(from, a, at, k); r.code != codeOK {
+		if r := n.moveChunk(from, a, done, k); r.code != codeOK {
 			return r
 		}
 		done += k
@@ -294,9 +296,9 @@ func (n *Node) localMem(ctx context.Context, from krcore.NodeID, a memArgs) repl
 	return reply{}
 }
 
-// sameLMR reports whether two grants held here are on one piece of
+// samePiece reports whether two grants held here are on one piece of
 // memory.
-func (n *Node) sameLMR(a, b string) bool {
+func (n *Node) samePiece(a, b string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ga, gb := n.exports[a], n.exports[b]
