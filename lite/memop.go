@@ -130,7 +130,9 @@ func (n *Node) Memcpy(ctx context.Context, dst Handle, dstOff int, src Handle, s
 
 // Memmove copies n bytes at srcOff of h's LMR to dstOff of it, the ranges
 // possibly overlapping, at the node holding the bytes (h needs Read and
-// Write).
+// Write). Overlapping ranges held by one node move in one step; on a
+// striped LMR, overlapping ranges that span stripes on different nodes move
+// a piece at a time, and a Move in between may leave a mix.
 func (n *Node) Memmove(ctx context.Context, h Handle, dstOff, srcOff, size int) error {
 	return n.Memcpy(ctx, h, dstOff, h, srcOff, size)
 }
