@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkRPC: 8-byte calls from node 1 (embedded and through krcored) to
-// an echo service at node 2, one at a time (the round trip), and from 1
+// an echo service at node 2 (four goroutines serve it), one at a time (the round trip), and from 1
 // and 8 goroutines at once (calls/s). BenchmarkSendRoundTrip is the
 // baseline of the same run: a raw VQ SEND and its SEND back between the
 // same nodes.
@@ -21,7 +21,10 @@ func BenchmarkRPC(b *testing.B) {
 	for _, name := range []string{"embedded", "daemon"} {
 		ctx := context.Background()
 		server, caller := open(b, serverAPI), open(b, callers[name])
-		echo(b, server, 1)
+		svc := echo(b, server, 1)
+		for range 3 { // four goroutines serve, as the callers may be eight
+			go serveEcho(svc)
+		}
 		req, resp := make([]byte, 8), make([]byte, 8)
 		if _, err := caller.Call(ctx, 2, 1, req, resp); err != nil { // sets the ring up
 			b.Fatal(err)

@@ -21,19 +21,22 @@ func echo(t testing.TB, n *lite.Node, id uint32) *lite.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		ctx := context.Background()
-		c, err := svc.Recv(ctx)
-		for !errors.Is(err, krcore.ErrClosed) {
-			if err != nil { // a reply that failed (too large): go on
-				c, err = svc.Recv(ctx)
-				continue
-			}
-			c, err = svc.ReplyRecv(ctx, c, reversed(c.Req))
-		}
-	}()
+	go serveEcho(svc)
 	t.Cleanup(func() { svc.Close() })
 	return svc
+}
+
+// serveEcho answers svc's calls until it closes.
+func serveEcho(svc *lite.Service) {
+	ctx := context.Background()
+	c, err := svc.Recv(ctx)
+	for !errors.Is(err, krcore.ErrClosed) {
+		if err != nil { // a reply that failed (too large): go on
+			c, err = svc.Recv(ctx)
+			continue
+		}
+		c, err = svc.ReplyRecv(ctx, c, reversed(c.Req))
+	}
 }
 
 func reversed(b []byte) []byte {
