@@ -65,7 +65,10 @@
 //     callee's serving goroutine queues it for the service; the reply is
 //     one WRITE_WITH_IMM into the caller's reply slot. Slots are credits:
 //     a caller without one waits. Notifications that do not check out
-//     (sender, ring, slot, length, call) are dropped.
+//     (sender, ring, slot, length, call) are dropped. A ring is exported
+//     under a random name, but to every node (Export has no audience): a
+//     node that learned the name could write into it, though its
+//     notifications are refused.
 //   - Send and Endpoint.Recv carry messages between named endpoints on the
 //     same rings, acknowledged once the endpoint holds them.
 //   - Barrier(master, name, count) meets count participants at a barrier
