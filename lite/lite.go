@@ -119,6 +119,7 @@ type Node struct {
 	dirNode krcore.NodeID            // Options.Directory
 	names   map[string]krcore.NodeID // the directory's: name -> master, n.mu
 	rpc     rpcState                 // RPC and messages (rpc.go, rpcring.go, msg.go)
+	qos     qosGate                  // admits Low priority operations (qos.go)
 }
 
 // Open starts the LITE endpoint of api's node: it binds opts.Port and
@@ -192,6 +193,7 @@ func (n *Node) Close() error {
 		lmrs = append(lmrs, l)
 	}
 	n.mu.Unlock()
+	n.qos.close() // fails Low's waiters
 	var errs []error
 	for _, l := range lmrs {
 		errs = append(errs, l.Free())
