@@ -105,7 +105,7 @@ var defaultQoS = qosPolicy{
 	HeavyOps:  5000,
 	HeavyRate: 64 << 20,
 	MinRate:   256 << 10,
-	Margin:    1.15,
+	Margin:    1.2,
 	Decrease:  0.5,
 	Increase:  1 << 20,
 }
@@ -134,8 +134,10 @@ type qosState struct {
 // has not risen; once throttled, it starts from the rate it had in the
 // window, or HeavyRate if that is more.
 //
-// The baseline is High's latency in windows where Low moved nothing
-// (an average), lowered to any lower latency seen while Low ran.
+// The baseline is High's latency in windows where Low moved nothing (an
+// average), or, until there was one, in the first window High ran. It is
+// not lowered to a lower latency seen while Low ran: one quiet window on a
+// noisy machine would make every later one a rise.
 func (p qosPolicy) next(s qosState, w qosWindow) qosState {
 	if w.highOps == 0 {
 		return qosState{rate: math.Inf(1), baseline: s.baseline}
@@ -145,7 +147,7 @@ func (p qosPolicy) next(s qosState, w qosWindow) qosState {
 		s.baseline = w.highLat
 	case w.lowBytes == 0:
 		s.baseline = (3*s.baseline + w.highLat) / 4
-	case s.baseline == 0 || w.highLat < s.baseline:
+	case s.baseline == 0:
 		s.baseline = w.highLat
 	}
 	heavy := w.length > 0 && float64(w.highOps) >= float64(p.HeavyOps)*w.length.Seconds()
@@ -195,8 +197,8 @@ func (g *qosGate) set(on bool) {
 	if g.pol.Window == 0 {
 		g.pol = defaultQoS
 	}
-	now := time.Now()
-	g.st, g.start, g.win, g.lats, g.tokens, g.refill = qosState{rate: math.Inf(1)}, now, qosWindow{}, g.lats[:0], 0, now
+	now := time.Now() // High's baseline is kept: it is the machine's, not the gate's
+	g.st.rate, g.start, g.win, g.lats, g.tokens, g.refill = math.Inf(1), now, qosWindow{}, g.lats[:0], 0, now
 	g.mu.Unlock()
 	g.on.Store(on)
 }

@@ -1,0 +1,250 @@
+package lite_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/lite"
+)
+
+// TestCallerPriority: a Low Caller reads, writes and calls like its Node,
+// with the gate on or off, and fails with ErrClosed once the Node closed.
+func TestCallerPriority(t *testing.T) {
+	masterAPI, mappers := apis(t)
+	ctx := ctxT(t)
+	master, mapper := open(t, masterAPI), open(t, mappers["embedded"])
+	if _, err := master.Malloc(ctx, "qos", 4096, lite.Read|lite.Write); err != nil {
+		t.Fatal(err)
+	}
+	h, err := mapper.Map(ctx, 2, "qos", lite.Read|lite.Write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := master.RegisterRPC(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := svc.Recv(context.Background())
+			if err != nil {
+				return
+			}
+			svc.Reply(context.Background(), c, c.Req)
+		}
+	}()
+	low := mapper.WithPriority(lite.Low)
+	for _, on := range []bool{false, true} {
+		mapper.SetQoS(on)
+		if err := low.Write(ctx, h, 8, []byte("low")); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 3)
+		if err := low.Read(ctx, h, 8, got); err != nil || string(got) != "low" {
+			t.Fatalf("QoS %v: low Read: %v %q", on, err, got)
+		}
+		resp := make([]byte, 16)
+		if k, err := low.Call(ctx, 2, 7, []byte("ping"), resp); err != nil || !bytes.Equal(resp[:k], []byte("ping")) {
+			t.Fatalf("QoS %v: low Call: %v %q", on, err, resp[:k])
+		}
+	}
+	mapper.Close()
+	if err := low.Read(ctx, h, 0, make([]byte, 8)); !errors.Is(err, krcore.ErrClosed) {
+		t.Fatalf("low Read after Close: %v, want ErrClosed", err)
+	}
+}
+
+// qosRig is a mapper node whose High caller reads 8 bytes in a loop while
+// Low callers flood with 64 KiB Reads and Writes.
+type qosRig struct {
+	n   *lite.Node
+	h   lite.Handle
+	low *lite.Caller
+}
+
+// high runs 8-byte High Reads for d (after warm, discarded) and returns
+// their latencies.
+func (r *qosRig) high(t *testing.T, warm, d time.Duration) []time.Duration {
+	ctx := context.Background()
+	buf := make([]byte, 8)
+	var lats []time.Duration
+	start := time.Now()
+	for t0 := start; t0.Sub(start) < warm+d; {
+		if err := r.n.Read(ctx, r.h, 0, buf); err != nil {
+			t.Fatal(err)
+		}
+		t1 := time.Now()
+		if t0.Sub(start) >= warm {
+			lats = append(lats, t1.Sub(t0))
+		}
+		t0 = t1
+	}
+	return lats
+}
+
+// flood starts goroutines of Low 64 KiB Reads and Writes; stop ends them
+// and returns the bytes they moved.
+func (r *qosRig) flood(t *testing.T) (stop func() int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var moved atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			buf := make([]byte, 64<<10)
+			off := g * len(buf)
+			for i := 0; ctx.Err() == nil; i++ {
+				var err error
+				if i%2 == 0 {
+					err = r.low.Read(ctx, r.h, off, buf)
+				} else {
+					err = r.low.Write(ctx, r.h, off, buf)
+				}
+				if err != nil && ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+				if err == nil {
+					moved.Add(int64(len(buf)))
+				}
+			}
+		})
+	}
+	return func() int64 { cancel(); wg.Wait(); return moved.Load() }
+}
+
+func p99of(l []time.Duration) time.Duration {
+	slices.Sort(l)
+	return l[len(l)*99/100]
+}
+
+func median(f []float64) float64 {
+	slices.Sort(f)
+	return f[len(f)/2]
+}
+
+// TestQoS: LITE's QoS end to end. High's 8 B Read p99 alone, beside a Low
+// flood with the gate on, and with it off, in alternating blocks; then
+// Low's throughput alone and once High went idle after throttling it.
+// The default asserts the direction (the gate helps High; Low gets its
+// full rate back when High is idle); KRCORE_STRICT_QOS=1 enforces the
+// 1.3x target, which needs a quiet machine.
+func TestQoS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing test")
+	}
+	masterAPI, mappers := apis(t)
+	for name, api := range mappers {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			master, mapper := open(t, masterAPI), open(t, api)
+			if _, err := master.Malloc(ctx, "qos", 1<<20, lite.Read|lite.Write); err != nil {
+				t.Fatal(err)
+			}
+			h, err := mapper.Map(ctx, 2, "qos", lite.Read|lite.Write)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &qosRig{n: mapper, h: h, low: mapper.WithPriority(lite.Low)}
+			if !qosRound(t, r) {
+				t.Log("retrying once: the 1.3x target missed")
+				if !qosRound(t, r) {
+					t.Fatal("QoS missed the 1.3x target twice (KRCORE_STRICT_QOS)")
+				}
+			}
+		})
+	}
+}
+
+// lowRates returns Low's flood rate (bytes/s) alone with the gate off,
+// and with the gate on once High, having run beside it (and throttled it),
+// went idle, over alternating blocks.
+func lowRates(t *testing.T, r *qosRig) (alone, idle float64) {
+	const block = 200 * time.Millisecond
+	var a, i int64
+	for range 5 {
+		r.n.SetQoS(true)
+		stop := r.flood(t)
+		r.high(t, 0, block/2) // High throttles Low, then goes idle
+		if math.IsInf(r.n.QoSRate(), 1) {
+			t.Log("the gate was not throttling Low at the end of High's run")
+		}
+		stop()
+		stop = r.flood(t)
+		time.Sleep(block)
+		i += stop()
+		r.n.SetQoS(false)
+		stop = r.flood(t)
+		time.Sleep(block)
+		a += stop()
+	}
+	d := (5 * block).Seconds()
+	return float64(a) / d, float64(i) / d
+}
+
+// qosRound measures once and reports whether the strict target held; it
+// fails t on the direction.
+func qosRound(t *testing.T, r *qosRig) bool {
+	const (
+		rounds = 3
+		warm   = 150 * time.Millisecond
+		block  = 400 * time.Millisecond
+	)
+	var aloneOff, aloneOn, on, off []time.Duration
+	var lowOn, lowOff []float64
+	throttled := 0
+	for range rounds {
+		r.n.SetQoS(false)
+		aloneOff = append(aloneOff, r.high(t, warm/3, block)...)
+		r.n.SetQoS(true)
+		aloneOn = append(aloneOn, r.high(t, warm/3, block)...)
+
+		stop := r.flood(t)
+		on = append(on, r.high(t, warm, block)...)
+		if !math.IsInf(r.n.QoSRate(), 1) {
+			throttled++
+		}
+		lowOn = append(lowOn, float64(stop())/(warm+block).Seconds())
+
+		r.n.SetQoS(false)
+		stop = r.flood(t)
+		off = append(off, r.high(t, warm, block)...)
+		lowOff = append(lowOff, float64(stop())/(warm+block).Seconds())
+
+	}
+	pa, pao, pon, poff := p99of(aloneOff), p99of(aloneOn), p99of(on), p99of(off)
+	mb := func(f float64) float64 { return f / (1 << 20) }
+	t.Logf("High 8 B Read p99 (samples): alone %v (%d), alone with the gate on %v (%d), beside the Low flood with QoS %v (%d) = %.2fx alone, without QoS %v (%d) = %.2fx",
+		pa, len(aloneOff), pao, len(aloneOn), pon, len(on), float64(pon)/float64(pa), poff, len(off), float64(poff)/float64(pa))
+	alone, idle := lowRates(t, r)
+	t.Logf("Low MiB/s (medians of %d): beside High with QoS %.1f, without %.1f; alone %.1f, High idle after throttling it %.1f (%.2fx); throttled at the end of %d/%d QoS blocks",
+		rounds, mb(median(lowOn)), mb(median(lowOff)), mb(alone), mb(idle), idle/alone, throttled, rounds)
+	// The direction: the gate helps High where the flood hurts it. A
+	// flood that does not (embedded, a 64 KiB READ is an in-process copy,
+	// and High's p99 beside it is the machine's noise) leaves the gate
+	// nothing to fix: then only the target is checked, under
+	// KRCORE_STRICT_QOS.
+	if float64(poff) > 1.3*float64(pa) && pon >= poff {
+		t.Errorf("QoS did not lower High's p99 beside the flood: %v with, %v without, %v alone", pon, poff, pa)
+	}
+	if idle < 0.8*alone {
+		t.Errorf("Low with High idle moved %.1f MiB/s, alone %.1f: not its full rate", mb(idle), mb(alone))
+	}
+	if throttled == 0 {
+		t.Errorf("the gate never throttled Low beside High")
+	}
+	ok := float64(pon) <= 1.3*float64(pa)
+	if !ok && os.Getenv("KRCORE_STRICT_QOS") == "" {
+		t.Logf("High's p99 beside the flood with QoS is %.2fx alone (target 1.3x, enforced with KRCORE_STRICT_QOS=1 on a quiet machine)", float64(pon)/float64(pa))
+		return true
+	}
+	return ok
+}
