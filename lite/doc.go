@@ -74,12 +74,17 @@
 //   - Barrier(master, name, count) meets count participants at a barrier
 //     kept by master's Node, which answers them all when the last arrives;
 //     reusable, and a participant that gives up is withdrawn.
+//   - QoS as LITE built it, admission control at the sender: a Node's own
+//     calls are High; WithPriority(Low) gives a Caller whose Read, Write
+//     and Call wait at the Node's gate (SetQoS) for tokens of a bucket
+//     whose rate is set every window from High's load and p99 latency by
+//     LITE's three policies: Low is not throttled while no High op runs,
+//     is capped while High's load is heavy, and is cut (AIMD) when High's
+//     latency rises above what it is when High runs alone.
 //
 // The example applications (examples/lite-mapreduce, lite-graph, lite-log,
 // each beside the same app over Go net/rpc) and krbench's lite test
 // (docs/krbench.md) use the API above.
-//
-// Not built yet (issue 15): QoS.
 //
 // Not built yet, and not possible with krcore.API as it is: a grant bound
 // to the mapper's process. A handle is refused in another Node, and a
