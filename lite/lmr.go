@@ -345,11 +345,11 @@ func (n *Node) Write(ctx context.Context, h Handle, off int, buf []byte) error {
 
 // io moves buf through the bounce buffer, one request per extent.
 func (n *Node) io(ctx context.Context, h Handle, off int, buf []byte, op verbs.Opcode) error {
-	done, err := n.qos.enter(ctx, len(buf))
+	admitted, err := n.qos.enter(ctx, len(buf))
 	if err != nil {
 		return fmt.Errorf("lite: %s: %w", op, err)
 	}
-	defer done()
+	defer admitted.done()
 	err = n.access(ctx, h, off, len(buf), func(m *mapping) error {
 		n.dataMu.Lock()
 		defer n.dataMu.Unlock()

@@ -43,23 +43,40 @@ type Caller struct {
 	p Priority
 }
 
-// WithPriority returns a Caller whose operations run at priority p. The
+// WithPriority returns a Caller whose operations run at priority p (one
+// that is neither High nor Low fails them with krcore.ErrInvalid). The
 // Node's own methods run at High.
 func (n *Node) WithPriority(p Priority) *Caller { return &Caller{n: n, p: p} }
 
 // Read is Node.Read at c's priority.
 func (c *Caller) Read(ctx context.Context, h Handle, off int, buf []byte) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
 	return c.n.Read(withPriority(ctx, c.p), h, off, buf)
 }
 
 // Write is Node.Write at c's priority.
 func (c *Caller) Write(ctx context.Context, h Handle, off int, buf []byte) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
 	return c.n.Write(withPriority(ctx, c.p), h, off, buf)
 }
 
 // Call is Node.Call at c's priority.
 func (c *Caller) Call(ctx context.Context, node krcore.NodeID, id uint32, req, resp []byte) (int, error) {
+	if err := c.valid(); err != nil {
+		return 0, err
+	}
 	return c.n.Call(withPriority(ctx, c.p), node, id, req, resp)
+}
+
+func (c *Caller) valid() error {
+	if c.p > Low {
+		return fmt.Errorf("lite: %v is neither high nor low: %w", c.p, krcore.ErrInvalid)
+	}
+	return nil
 }
 
 // SetQoS turns the Node's QoS gate on or off (off when the Node opens).
@@ -229,21 +246,30 @@ func (g *qosGate) notify() {
 	g.changed = make(chan struct{})
 }
 
-func nop() {}
+// qosTicket is an admitted operation; done records it if it was High.
+type qosTicket struct {
+	g *qosGate // nil: nothing to record
+	t time.Time
+}
+
+// done records the operation's end.
+func (k qosTicket) done() {
+	if k.g != nil {
+		k.g.high(k.t, time.Now())
+	}
+}
 
 // enter admits an operation of size bytes at ctx's priority: Low waits for
 // its tokens (honouring ctx; a closing Node fails it with krcore.ErrClosed),
-// High goes at once. The returned func, called when the operation ends,
-// records High's latency.
-func (g *qosGate) enter(ctx context.Context, size int) (func(), error) {
+// High goes at once, timed by the ticket's done.
+func (g *qosGate) enter(ctx context.Context, size int) (qosTicket, error) {
 	if !g.on.Load() {
-		return nop, nil
+		return qosTicket{}, nil
 	}
 	if priorityOf(ctx) == Low {
-		return nop, g.admit(ctx, size)
+		return qosTicket{}, g.admit(ctx, size)
 	}
-	t := time.Now()
-	return func() { g.high(t, time.Now()) }, nil
+	return qosTicket{g: g, t: time.Now()}, nil
 }
 
 // high records one High operation that ran from t to now.

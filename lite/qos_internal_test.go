@@ -65,10 +65,15 @@ func TestQoSWaitHonoursContext(t *testing.T) {
 	if _, err := g.enter(ctx, 8); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("throttled Low: %v, want DeadlineExceeded", err)
 	}
-	if done, err := g.enter(context.Background(), 8); err != nil {
+	k, err := g.enter(context.Background(), 8)
+	if err != nil {
 		t.Fatalf("High through a throttled gate: %v", err)
-	} else {
-		done()
+	}
+	k.done()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.win.highOps != 1 || len(g.lats) != 1 {
+		t.Fatalf("High's op not recorded: %d ops, %d latencies", g.win.highOps, len(g.lats))
 	}
 }
 

@@ -57,6 +57,9 @@ func TestCallerPriority(t *testing.T) {
 			t.Fatalf("QoS %v: low Call: %v %q", on, err, resp[:k])
 		}
 	}
+	if err := mapper.WithPriority(lite.Low+1).Read(ctx, h, 0, make([]byte, 8)); !errors.Is(err, krcore.ErrInvalid) {
+		t.Fatalf("Read at an unknown priority: %v, want ErrInvalid", err)
+	}
 	mapper.Close()
 	if err := low.Read(ctx, h, 0, make([]byte, 8)); !errors.Is(err, krcore.ErrClosed) {
 		t.Fatalf("low Read after Close: %v, want ErrClosed", err)

@@ -158,11 +158,11 @@ func (s *Service) Close() error {
 // header in the slot: beside the slot, the call and the ring, a 32-bit id
 // does not fit in the immediate.
 func (n *Node) Call(ctx context.Context, node krcore.NodeID, id uint32, req, resp []byte) (int, error) {
-	done, err := n.qos.enter(ctx, len(req)+len(resp))
+	admitted, err := n.qos.enter(ctx, len(req)+len(resp))
 	if err != nil {
 		return 0, fmt.Errorf("lite: call %d at node %d: %w", id, node, err)
 	}
-	defer done()
+	defer admitted.done()
 	k, err := n.call(ctx, node, id, kindCall, "", req, resp)
 	if err != nil {
 		return 0, fmt.Errorf("lite: call %d at node %d: %w", id, node, err)
