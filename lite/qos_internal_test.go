@@ -10,6 +10,9 @@ import (
 	"github.com/krcore/krcore"
 )
 
+// P99 is p99 for the external tests.
+var P99 = p99
+
 // TestQoSPolicy drives the policy alone through LITE's three policies.
 func TestQoSPolicy(t *testing.T) {
 	p := qosPolicy{Window: 10 * time.Millisecond, HeavyOps: 1000, HeavyRate: 100, MinRate: 10,

@@ -124,11 +124,6 @@ func (r *qosRig) flood(t *testing.T) (stop func() int64) {
 	return func() int64 { cancel(); wg.Wait(); return moved.Load() }
 }
 
-func p99of(l []time.Duration) time.Duration {
-	slices.Sort(l)
-	return l[len(l)*99/100]
-}
-
 func median(f []float64) float64 {
 	slices.Sort(f)
 	return f[len(f)/2]
@@ -223,7 +218,7 @@ func qosRound(t *testing.T, r *qosRig) bool {
 		lowOff = append(lowOff, float64(stop())/(warm+block).Seconds())
 
 	}
-	pa, pao, pon, poff := p99of(aloneOff), p99of(aloneOn), p99of(on), p99of(off)
+	pa, pao, pon, poff := lite.P99(aloneOff), lite.P99(aloneOn), lite.P99(on), lite.P99(off)
 	mb := func(f float64) float64 { return f / (1 << 20) }
 	t.Logf("High 8 B Read p99 (samples): alone %v (%d), alone with the gate on %v (%d), beside the Low flood with QoS %v (%d) = %.2fx alone, without QoS %v (%d) = %.2fx",
 		pa, len(aloneOff), pao, len(aloneOn), pon, len(on), float64(pon)/float64(pa), poff, len(off), float64(poff)/float64(pa))
