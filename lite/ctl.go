@@ -122,7 +122,8 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 		n.spawn(ctx, m.From, req, n.layoutOp)
 		return
 	case opAlloc, opGrant, opRevoke, opRelease:
-		code = n.pieceOp(m.From, req.kind, req.perm, req.name)
+		n.spawn(ctx, m.From, req, n.pieceReq)
+		return
 	case opRPCOpen:
 		name, code = n.openRing(m.From, req.name)
 	case opReply:

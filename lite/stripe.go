@@ -227,6 +227,13 @@ func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Per
 	return nil
 }
 
+// pieceReq answers a piece operation from another node (from spawn:
+// Unexport and Deregister wait for the copies in flight through the
+// memory, which serve must not).
+func (n *Node) pieceReq(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
+	return reply{code: n.pieceOp(from, req.kind, req.perm, req.name)}
+}
+
 // pieceOp does a piece operation master asked for: opAlloc(id, size)
 // allocates a piece, opGrant(id, export, mapper) exports it for mapper
 // with exactly perm, opRevoke(id, export) withdraws one export ("": all),
