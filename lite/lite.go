@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,11 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}),
 		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{},
 		pieces: map[string]*holding{}, exports: map[string]*export{}}
+	// Request ids start at random: a Node that had the port before may
+	// still be owed replies (a barrier released late, a master's answer
+	// after a timeout), and ids counted from 1 again would take them as
+	// this Node's.
+	n.seq = rand.Uint64() >> 1
 	if n.port == 0 {
 		n.port = DefaultPort
 	}
