@@ -45,6 +45,7 @@ func (l *LMR) Move(ctx context.Context, node krcore.NodeID) error {
 	nu.gen = old.gen + 1
 	ids := n.pieceIDs(1)
 	if err := n.hold(ctx, node, opAlloc, 0, ids[0], sizeBytes(old.size)); err != nil {
+		n.orphans(ctx, nu.nodes, ids) // the piece may exist: the reply was what failed
 		return fmt.Errorf("lite: move %q to node %d: %w", l.name, node, err)
 	}
 	err := n.unexportAll(ctx, old, oldIDs, "")
@@ -69,15 +70,23 @@ func (l *LMR) Move(ctx context.Context, node krcore.NodeID) error {
 	return nil
 }
 
+// orphans releases pieces whose allocation may have succeeded unanswered
+// (ctx ended), on a context of its own.
+func (n *Node) orphans(ctx context.Context, nodes []krcore.NodeID, ids []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ctlTimeout)
+	defer cancel()
+	n.dropPieces(ctx, nodes, ids)
+}
+
 // moveBack undoes a Move that failed after it withdrew the grants on the
 // old copy: the new pieces ids go, and the old pieces oldIDs are granted
 // again, as a layout of the new generation, so that a mapper whose
 // operation the move refused learns it and redoes it there; op held.
 func (l *LMR) moveBack(ctx context.Context, old layout, oldIDs []string, nu layout, ids []string, grants map[string]*grant) {
 	n := l.n
+	n.orphans(ctx, nu.nodes, ids)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ctlTimeout) // ctx may be what ended
 	defer cancel()
-	n.dropPieces(ctx, nu.nodes, ids)
 	back := old
 	back.gen = nu.gen
 	for exp, g := range grants {

@@ -370,7 +370,7 @@ func (n *Node) MallocOn(ctx context.Context, name string, size int, allow Perm, 
 	ids := n.pieceIDs(len(lay.nodes))
 	for i, node := range lay.nodes {
 		if err := n.hold(ctx, node, opAlloc, 0, ids[i], sizeBytes(lay.pieceLen(i))); err != nil {
-			n.dropPieces(ctx, lay.nodes, ids[:i])
+			n.orphans(ctx, lay.nodes, ids[:i+1])
 			l.drop()
 			l.op.Unlock()
 			return nil, fmt.Errorf("lite: malloc %q: %w", name, err)
