@@ -211,17 +211,16 @@ func unpack(s string, k int) ([]string, bool) {
 // opRelease) for an LMR this Node masters: itself, when it is node.
 func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Perm, parts ...string) error {
 	body := pack(parts...)
-	code := codeFailed
+	var r reply
 	if node == n.api.Node() {
-		code = n.pieceOp(node, kind, perm, body)
+		r = n.pieceOp(node, kind, perm, body)
 	} else {
-		r, err := n.request(ctx, node, ctlMsg{kind: kind, perm: perm, name: body})
-		if err != nil {
+		var err error
+		if r, err = n.request(ctx, node, ctlMsg{kind: kind, perm: perm, name: body}); err != nil {
 			return fmt.Errorf("piece op %#x at node %d: %w", kind, node, err)
 		}
-		code = r.code
 	}
-	if err := codeErr(code); err != nil {
+	if err := replyErr(r); err != nil {
 		return fmt.Errorf("piece op %#x at node %d: %w", kind, node, err)
 	}
 	return nil
@@ -231,7 +230,7 @@ func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Per
 // Unexport and Deregister wait for the copies in flight through the
 // memory, which serve must not).
 func (n *Node) pieceReq(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
-	return reply{code: n.pieceOp(from, req.kind, req.perm, req.name)}
+	return n.pieceOp(from, req.kind, req.perm, req.name)
 }
 
 // pieceOp does a piece operation master asked for: opAlloc(id, size)
@@ -239,11 +238,11 @@ func (n *Node) pieceReq(_ context.Context, from krcore.NodeID, req ctlMsg) reply
 // with exactly perm, opRevoke(id, export) withdraws one export ("": all),
 // opRelease(id) withdraws every export, then frees the piece. Only the
 // node that allocated a piece can use it.
-func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) byte {
+func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) reply {
 	k := map[byte]int{opAlloc: 2, opGrant: 3, opRevoke: 2, opRelease: 1}[kind]
 	parts, ok := unpack(body, k)
 	if !ok {
-		return codeFailed
+		return failure(codeInvalid, "piece op %#x: malformed", kind)
 	}
 	if kind == opAlloc {
 		return n.alloc(master, parts[0], parts[1])
@@ -252,7 +251,7 @@ func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) 
 	p := n.pieces[parts[0]]
 	if p == nil || p.master != master {
 		n.mu.Unlock()
-		return codeFreed
+		return reply{code: codeFreed}
 	}
 	if kind == opGrant {
 		n.mu.Unlock()
@@ -274,19 +273,22 @@ func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) 
 
 // exportPiece answers an opGrant: it exports p as name for mapper (8
 // bytes, little endian) with exactly perm.
-func (n *Node) exportPiece(p *holding, name, mapper string, perm Perm) byte {
-	if len(mapper) != 8 || n.api.Export(name, p.mr, 0, p.mr.Len(), perm.access()) != nil {
-		return codeFailed
+func (n *Node) exportPiece(p *holding, name, mapper string, perm Perm) reply {
+	if len(mapper) != 8 {
+		return failure(codeInvalid, "grant: malformed mapper")
+	}
+	if err := n.api.Export(name, p.mr, 0, p.mr.Len(), perm.access()); err != nil {
+		return failure(codeFailed, "grant: %v", err)
 	}
 	n.mu.Lock()
 	n.exports[name] = &export{piece: p, mapper: binary.LittleEndian.Uint64([]byte(mapper)), perm: perm}
 	n.mu.Unlock()
-	return codeOK
+	return reply{code: codeOK}
 }
 
 // withdraw unexports names, then deregisters the piece if free and the
 // memory is not the caller's: no mapper's request reads freed memory.
-func (p *holding) withdraw(api krcore.API, names []string, free bool) byte {
+func (p *holding) withdraw(api krcore.API, names []string, free bool) reply {
 	var errs []error
 	for _, e := range names {
 		errs = append(errs, api.Unexport(e))
@@ -294,34 +296,34 @@ func (p *holding) withdraw(api krcore.API, names []string, free bool) byte {
 	if free && !p.own {
 		errs = append(errs, api.Deregister(p.mr))
 	}
-	if errors.Join(errs...) != nil {
-		return codeFailed
+	if err := errors.Join(errs...); err != nil {
+		return failure(codeFailed, "withdraw: %v", err)
 	}
-	return codeOK
+	return reply{code: codeOK}
 }
 
 // alloc answers an opAlloc: a piece of size bytes (8, little endian) for
 // master, under id.
-func (n *Node) alloc(master krcore.NodeID, id, size string) byte {
+func (n *Node) alloc(master krcore.NodeID, id, size string) reply {
 	if len(size) != 8 {
-		return codeFailed
+		return failure(codeInvalid, "alloc: malformed size")
 	}
 	k := binary.LittleEndian.Uint64([]byte(size))
 	if k == 0 || k > 1<<40 {
-		return codeFailed
+		return failure(codeInvalid, "alloc of %d bytes", k)
 	}
 	mr, err := n.api.RegMR(int(k), verbs.AccessAll)
 	if err != nil {
-		return codeFailed
+		return failure(codeFailed, "alloc of %d bytes: %v", k, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed || n.pieces[id] != nil {
 		n.api.Deregister(mr)
-		return codeFailed
+		return failure(codeBusy, "alloc: piece %q exists or the Node closed", id)
 	}
 	n.pieces[id] = &holding{master: master, mr: mr}
-	return codeOK
+	return reply{code: codeOK}
 }
 
 // releasePieces frees every piece this Node holds, at Close.
