@@ -4,7 +4,7 @@
 // code runs on an embedded runtime (core.Embed) and through krcored
 // (client.Attach).
 //
-// What is built (the first slice of issue 15):
+// What is built (issue 15):
 //
 //   - A Node is a process's LITE endpoint (Open): a virtual queue bound to
 //     a well-known port, served by one goroutine that answers other nodes'
