@@ -171,7 +171,7 @@ func (c *control) handle(ctx context.Context, raw []byte) {
 	if !ok {
 		return
 	}
-	c.rt.heardFrom(m.from)
+	c.rt.heardFrom(ctx, m.from, m.back)
 	var resp []byte
 	switch m.typ {
 	case ctlPing:

@@ -129,13 +129,23 @@ func peerSilent(err error) bool {
 // RC QP whose peer is gone, RETRY_EXC_ERR, but at once.
 var deadRefusal = &refusal{verbs.RetryExcErr, "peer dead"}
 
-// heardFrom notes a control request from node: if it is known dead, its
-// probe pings it now rather than at its next turn.
-func (rt *Runtime) heardFrom(node krcore.NodeID) {
+// heardFrom notes a control request from node, sent from its control
+// endpoint back: if it is known dead, its probe pings it now rather than
+// at its next turn; if back is not the control QP the runtime knows for
+// node, node restarted under the same id and its record is refetched
+// now (within ctx), so that what this runtime sends it (an RC QP it asks
+// for, replies to its requests) reaches its new life, not the former.
+func (rt *Runtime) heardFrom(ctx context.Context, node krcore.NodeID, back verbs.Endpoint) {
 	rt.mu.RLock()
 	p := rt.peers[node]
 	rt.mu.RUnlock()
-	if p != nil {
-		p.probeSoon()
+	if p == nil {
+		return
 	}
+	if t := p.target(); t.ctrlQPN != back.QPN {
+		if _, err := p.refresh(ctx); err != nil {
+			rt.log.Debug("refetching a restarted peer's record failed", "peer", node, "err", err)
+		}
+	}
+	p.probeSoon()
 }

@@ -151,25 +151,62 @@ type portKey struct {
 }
 
 // refresh refetches the peer's record, bypassing the cache, and installs it
-// if it changed: a DC target that failed may merely be stale (the node
-// restarted with a new DCT). It reports whether the target changed.
+// if it changed: a target that failed may merely be stale (the node
+// restarted under the same id, with a new DCT, control QP and QPs). The
+// RC QPs to its former life leave the pool (dropStaleRCs). It reports
+// whether the target changed.
 func (p *peer) refresh(ctx context.Context) (bool, error) {
 	rt := p.rt
+	old := p.target()
 	rt.meta.Invalidate(p.node)
 	rec, err := rt.meta.Fetch(ctx, p.node)
 	if err != nil {
 		return false, err
 	}
-	if !moved(p.target(), rec) {
+	if !moved(old, rec) {
 		return false, nil
 	}
 	t, err := rt.newTarget(p, rec)
 	if err != nil {
 		return false, err
 	}
-	p.tgt.Store(t)
+	if !p.tgt.CompareAndSwap(old, t) {
+		return true, nil // a concurrent refresh installed it
+	}
 	rt.count(&rt.stats.staleTargets)
+	rt.log.Info("peer restarted: new target, RC QPs to its former life dropped", "peer", p.node, "addr", t.addr, "dct", t.dct)
+	rt.dropStaleRCs(p, t)
 	return true, nil
+}
+
+// dropStaleRCs takes out of p's pool the RC QPs connected to another life
+// of p than cur: their other end is gone, so every request on them would
+// time out, and p's VQs would keep choosing them. New requests take p's
+// other routes (DC; in RC-only mode a new RC QP, which the VQ builds);
+// requests already on a stale QP time out and recovery reposts them to
+// cur. Nothing is left to tell the other end: the QP is destroyed once it
+// has drained.
+func (rt *Runtime) dropStaleRCs(p *peer, cur *target) {
+	for _, pq := range p.rcs() {
+		if pq.tgt == cur || !p.dropRC(pq) {
+			continue
+		}
+		rt.count(&rt.stats.rcEvicted)
+		rt.background(func() {
+			if pq.drain(rt.stop) {
+				pq.destroy()
+			}
+		})
+	}
+}
+
+// sentTo is the life of its peer that r, failed on p, was sent to: an RC
+// QP's own, a DCI request's target.
+func (p *pqp) sentTo(r rec) *target {
+	if p.rc != nil && p.tgt != nil {
+		return p.tgt
+	}
+	return r.target
 }
 
 // addRC makes an RC QP available to the peer's VQs (once: a retried

@@ -70,6 +70,10 @@ type pqp struct {
 	pooled atomic.Bool
 	// remoteQPN is the peer's end of an RC QP.
 	remoteQPN uint32
+	// tgt is the life of the peer an RC QP is connected to (its target
+	// when the QP was made): a node that restarts under the same id has a
+	// new target, and the QP reaches nothing of it (see dropStaleRCs).
+	tgt *target
 	// built: this node built the RC QP (buildRC) rather than accepted it;
 	// only the builder evicts it, and only when both ends are idle (see
 	// evictIdle).

@@ -76,7 +76,10 @@ func (rt *Runtime) adoptRC(p *peer, qp verbs.QP, remoteQPN uint32, built bool) (
 		qp.Close()
 		return nil, err
 	}
-	pq.remoteQPN, pq.built = remoteQPN, built
+	// The control call that set it up reached the peer's current life
+	// (a caller's record is refetched when its control QP is not the one
+	// cached: see heardFrom).
+	pq.remoteQPN, pq.built, pq.tgt = remoteQPN, built, p.target()
 	rt.addPQP(pq)
 	rt.count(&rt.stats.rcBuilt)
 	return pq, nil

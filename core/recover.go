@@ -32,36 +32,41 @@ func (rt *Runtime) goRecover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 // the QP. Only the culprit's VQ sees an error: the culprit completes with
 // the error status and that VQ's requests behind it with WR_FLUSH_ERR (as
 // on a private QP), while every other VQ's requests are reposted in their
-// order, so they never notice. Two cases are not the culprit's fault: a DC
-// target that was stale (the node restarted) is refetched and the request
-// reposted; and a peer that stopped answering fails every request to it at
-// once rather than one retry timeout at a time. The strategy's triage and
+// order, so they never notice. Two cases are not the culprit's fault: a
+// request that went to a former life of its peer (the node restarted under
+// the same id: its DC target refused the request or its RC QP's other end
+// is gone, so the request timed out) is reposted to the refetched target;
+// and a peer that stopped answering fails every request to it at once
+// rather than one retry timeout at a time. The strategy's triage and
 // sentence decide; recover does the refetch, ping and repair they call for.
 func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
 	defer cancel()
 	rt.log.Debug("recovering physical QP", "qpn", p.qp.Num(), "rc", p.rc != nil, "status", st, "requests", 1+len(rest))
 	v := rt.routes.triage(st, p.rc != nil)
-	var changed bool
+	pr := culprit.target.peer
 	var err error
-	if v.refetch {
-		changed, err = culprit.target.peer.refresh(ctx)
-		rt.log.Debug("refetched DC target", "peer", culprit.target.peer.node, "changed", changed, "err", err)
+	if v.refetches() {
+		// Before the peer is taken for dead: a node that restarted under
+		// the same id is alive, and its former life never answers.
+		_, err = pr.refresh(ctx)
+		rt.log.Debug("refetched target", "peer", pr.node, "err", err)
 	}
-	deadPeer := (*peer)(nil)
-	if v.timedOut() {
-		rt.meta.Invalidate(culprit.target.peer.node)
+	blamed := v.blames(pr.target() != p.sentTo(culprit), err)
+	var deadPeer *peer
+	if v.timedOut() && blamed {
+		rt.meta.Invalidate(pr.node)
 		cause := fmt.Errorf("request %s on QP %d", st, p.qp.Num())
 		if v.dead {
-			deadPeer = culprit.target.peer
+			deadPeer = pr
 			rt.markDead(deadPeer, cause)
-		} else if err := rt.ping(ctx, culprit.target.peer); peerSilent(err) {
+		} else if err := rt.ping(ctx, pr); peerSilent(err) {
 			// One ping tells, within probeTimeout, what building the
 			// new RC QP would tell only after a control call's retries.
-			rt.markDead(culprit.target.peer, fmt.Errorf("%w, then %w", cause, err))
+			rt.markDead(pr, fmt.Errorf("%w, then %w", cause, err))
 		}
 	}
-	fin, repost := sentence(culprit, rest, st, v.blames(changed, err), deadPeer)
+	fin, repost := sentence(culprit, rest, st, blamed, deadPeer)
 	for i := range repost {
 		repost[i].target = repost[i].target.peer.target() // refetched, maybe
 	}

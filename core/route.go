@@ -226,11 +226,19 @@ func staleSuspect(st verbs.Status, onRC bool) bool {
 // may be dead or restarted, so its meta cache entry is dropped.
 func (v verdict) timedOut() bool { return v.dead || v.ping }
 
+// refetches reports that the peer's record is refetched before the
+// culprit is judged: its target may be stale (a refusal on DC), or the
+// request may have gone to a former life of the peer (a timeout: a node
+// that restarted under the same id never answers on its old QPs).
+func (v verdict) refetches() bool { return v.refetch || v.timedOut() }
+
 // blames decides, once any refetch is done, whether the culprit's request
-// was at fault: always, unless the target was refetched and had changed
-// (changed, err from the refetch).
-func (v verdict) blames(changed bool, err error) bool {
-	return !v.refetch || err != nil || !changed
+// was at fault: always, unless the record was refetched (err nil) and
+// names another life of the peer than the one the request went to
+// (stale): the node restarted under the same id, the request is reposted
+// to its new life and the peer is not dead.
+func (v verdict) blames(stale bool, err error) bool {
+	return !v.refetches() || err != nil || !stale
 }
 
 // sentence decides the fate of the requests a QP error caught, in order:

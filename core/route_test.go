@@ -145,19 +145,24 @@ func TestTriage(t *testing.T) {
 
 func TestBlames(t *testing.T) {
 	cases := []struct {
-		name    string
-		v       verdict
-		changed bool
-		err     error
-		blamed  bool
+		name   string
+		v      verdict
+		stale  bool // the request went to a former life of its peer
+		err    error
+		blamed bool
 	}{
 		{"no refetch: the culprit's fault", verdict{}, false, nil, true},
+		{"no refetch: a stale look is not taken", verdict{}, true, nil, true},
 		{"the target was stale: not the culprit's fault", verdict{refetch: true}, true, nil, false},
 		{"the target had not changed", verdict{refetch: true}, false, nil, true},
 		{"the refetch failed", verdict{refetch: true}, true, errRCRefused, true},
+		{"DC: a timeout at a former life: not the culprit's fault", verdict{dead: true}, true, nil, false},
+		{"DC: a timeout at the peer's current life", verdict{dead: true}, false, nil, true},
+		{"RC-only: a timeout at a former life", verdict{ping: true}, true, nil, false},
+		{"RC-only: a timeout, the refetch failed", verdict{ping: true}, true, errRCRefused, true},
 	}
 	for _, c := range cases {
-		if got := c.v.blames(c.changed, c.err); got != c.blamed {
+		if got := c.v.blames(c.stale, c.err); got != c.blamed {
 			t.Errorf("%s: blames = %v, want %v", c.name, got, c.blamed)
 		}
 	}
