@@ -185,17 +185,20 @@ func (p *peer) refresh(ctx context.Context) (bool, error) {
 // other routes (DC; in RC-only mode a new RC QP, which the VQ builds);
 // requests already on a stale QP time out and recovery reposts them to
 // cur. Nothing is left to tell the other end: the QP is destroyed once it
-// has drained.
+// has drained (or Close began).
 func (rt *Runtime) dropStaleRCs(p *peer, cur *target) {
 	for _, pq := range p.rcs() {
 		if pq.tgt == cur || !p.dropRC(pq) {
 			continue
 		}
 		rt.count(&rt.stats.rcEvicted)
+		if rt.stopped() {
+			pq.destroy() // no drain: Close fails what is left
+			continue
+		}
 		rt.background(func() {
-			if pq.drain(rt.stop) {
-				pq.destroy()
-			}
+			pq.drain(rt.stop) // until drained, or Close
+			pq.destroy()
 		})
 	}
 }
