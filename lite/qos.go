@@ -197,16 +197,17 @@ const maxSamples = 2048
 type qosGate struct {
 	on atomic.Bool
 
-	mu      sync.Mutex
-	pol     qosPolicy
-	st      qosState
-	start   time.Time // of the current window
-	win     qosWindow
-	lats    []time.Duration
-	tokens  float64 // bytes Low may send now; negative: owed
-	refill  time.Time
-	changed chan struct{} // closed (and replaced) when the rate changes or the gate closes
-	closed  bool
+	mu       sync.Mutex
+	pol      qosPolicy
+	st       qosState
+	start    time.Time // of the current window
+	lastHigh time.Time // end of High's last op
+	win      qosWindow
+	lats     []time.Duration
+	tokens   float64 // bytes Low may send now; negative: owed
+	refill   time.Time
+	changed  chan struct{} // closed (and replaced) when the rate changes or the gate closes
+	closed   bool
 }
 
 func (g *qosGate) set(on bool) {
@@ -278,6 +279,7 @@ func (g *qosGate) high(t, now time.Time) {
 	defer g.mu.Unlock()
 	g.roll(now)
 	g.win.highOps++
+	g.lastHigh = now
 	if len(g.lats) < maxSamples {
 		g.lats = append(g.lats, now.Sub(t))
 	}
@@ -340,22 +342,42 @@ func (g *qosGate) take(now time.Time, size int) (time.Duration, <-chan struct{},
 }
 
 // roll closes the current window if it lasted Window, and applies the
-// policy to it; g.mu held.
+// policy to it; g.mu held. A window is closed lazily, by the next op or
+// waiter: when more than two Windows passed, the window is closed a Window
+// in, or at High's last op if later, and the quiet stretch after it, when
+// it is a Window or longer, is a window of its own (policy 2 then lifts
+// the throttle at once, not a Window after the stretch ends).
 func (g *qosGate) roll(now time.Time) {
-	if g.pol.Window == 0 || now.Sub(g.start) < g.pol.Window {
+	w := g.pol.Window
+	if w == 0 || now.Sub(g.start) < w {
 		return
 	}
-	g.win.length = now.Sub(g.start)
+	if end := latest(g.start.Add(w), g.lastHigh); now.Sub(end) >= w {
+		g.closeWindow(end)
+	}
+	g.closeWindow(now)
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// closeWindow applies the policy to the window ending at end; g.mu held.
+func (g *qosGate) closeWindow(end time.Time) {
+	g.win.length = end.Sub(g.start)
 	g.win.highLat = p99(g.lats)
 	old := g.st.rate
 	g.st = g.pol.next(g.st, g.win)
 	if math.IsInf(old, 1) && !math.IsInf(g.st.rate, 1) {
-		g.tokens, g.refill = 0, now // a bucket just throttled starts empty
+		g.tokens, g.refill = 0, end // a bucket just throttled starts empty
 	}
 	if g.st.rate != old {
 		g.notify()
 	}
-	g.start, g.win, g.lats = now, qosWindow{}, g.lats[:0]
+	g.start, g.win, g.lats = end, qosWindow{}, g.lats[:0]
 }
 
 // p99 is the 99th percentile of lats (sorted in place); 0 for none.

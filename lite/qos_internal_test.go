@@ -117,3 +117,27 @@ func TestQoSOffAdmitsAll(t *testing.T) {
 		t.Fatalf("Low through a gate turned off: %v", err)
 	}
 }
+
+// TestQoSQuietStretch: windows closed late keep High's ops in a Window of
+// their own, so the quiet stretch after them lifts the throttle.
+func TestQoSQuietStretch(t *testing.T) {
+	g := &qosGate{}
+	g.set(true)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t0, w := g.start, g.pol.Window
+	g.st.rate = g.pol.MinRate // throttled
+	g.win.highOps, g.lastHigh = 100, t0.Add(w/2)
+	g.roll(t0.Add(2*w - 1)) // one late window: High ran in it
+	if math.IsInf(g.st.rate, 1) {
+		t.Fatal("throttle lifted by a window High ran in")
+	}
+	g.st.rate, g.start, g.win.highOps, g.lastHigh = g.pol.MinRate, t0, 100, t0.Add(w/2)
+	g.roll(t0.Add(2 * w)) // High's Window, then a quiet Window
+	if !math.IsInf(g.st.rate, 1) {
+		t.Fatalf("Low still throttled (%v B/s) after a quiet Window", g.st.rate)
+	}
+	if !g.start.Equal(t0.Add(2 * w)) {
+		t.Fatalf("window restarted at %v, want now", g.start.Sub(t0))
+	}
+}

@@ -102,7 +102,7 @@ func (r *qosRig) flood(t *testing.T) (stop func() int64) {
 	var wg sync.WaitGroup
 	for g := range 3 {
 		wg.Go(func() {
-			buf := make([]byte, 64<<10)
+			buf := make([]byte, 256<<10)
 			off := g * len(buf)
 			for i := 0; ctx.Err() == nil; i++ {
 				var err error
@@ -206,11 +206,19 @@ func qosRound(t *testing.T, r *qosRig) bool {
 	var aloneOff, aloneOn, on, off []time.Duration
 	var lowOn, lowOff []float64
 	throttled := 0
-	for range rounds {
-		r.n.SetQoS(false)
-		aloneOff = append(aloneOff, r.high(t, warm/3, block)...)
-		r.n.SetQoS(true)
-		aloneOn = append(aloneOn, r.high(t, warm/3, block)...)
+	highAlone := func(on bool) []time.Duration {
+		r.n.SetQoS(on)
+		return r.high(t, warm/3, block)
+	}
+	for i := range rounds {
+		if i%2 == 0 { // alternating which runs first
+			aloneOff = append(aloneOff, highAlone(false)...)
+			aloneOn = append(aloneOn, highAlone(true)...)
+		} else {
+			aloneOn = append(aloneOn, highAlone(true)...)
+			aloneOff = append(aloneOff, highAlone(false)...)
+			r.n.SetQoS(true)
+		}
 
 		stop := r.flood(t)
 		on = append(on, r.high(t, warm, block)...)
