@@ -96,6 +96,11 @@ type Node struct {
 	data   krcore.VQ
 	bounce krcore.MR
 	dataAt krcore.NodeID // the node data is connected to (0: none)
+	// dataReq and dataOut are post's request and completion: fields, not
+	// locals, so that handing them to the VQ interface allocates nothing;
+	// dataMu held.
+	dataReq [1]krcore.Request
+	dataOut [1]krcore.Completion
 
 	sync syncer // atomics, locks, barriers
 

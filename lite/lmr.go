@@ -364,7 +364,8 @@ func (n *Node) io(ctx context.Context, h Handle, off int, buf []byte, op verbs.O
 // transfer moves buf to or from offset off of m's LMR, one request per
 // extent; dataMu held.
 func (n *Node) transfer(ctx context.Context, m *mapping, off int, buf []byte, op verbs.Opcode) error {
-	for _, e := range m.lay.extents(off, len(buf), bounceSize) {
+	var few [2]extent // most transfers are one extent: no allocation
+	for _, e := range m.lay.appendExtents(few[:0], off, len(buf), bounceSize) {
 		if err := n.chunk(ctx, m, e, op, buf[e.at:e.at+e.n]); err != nil {
 			return fmt.Errorf("%q at %d: %w", m.name, off+e.at, err)
 		}
@@ -422,15 +423,15 @@ func (n *Node) post(ctx context.Context, node krcore.NodeID, req krcore.Request)
 		}
 		n.dataAt = node
 	}
-	if _, err := n.data.Push(ctx, true, req); err != nil {
+	n.dataReq[0] = req
+	if _, err := n.data.Push(ctx, true, n.dataReq[:]...); err != nil {
 		return err
 	}
-	var out [1]krcore.Completion
-	if _, err := n.data.PopWait(ctx, out[:]); err != nil {
+	if _, err := n.data.PopWait(ctx, n.dataOut[:]); err != nil {
 		n.renewData()
 		return err
 	}
-	return out[0].Err()
+	return n.dataOut[0].Err()
 }
 
 // renewData replaces the data queue and the bounce buffer after a request

@@ -46,7 +46,11 @@ type extent struct {
 // extents cuts size bytes at offset off of the LMR at stripe boundaries
 // and into extents of at most max bytes.
 func (l layout) extents(off, size, max int) []extent {
-	var out []extent
+	return l.appendExtents(nil, off, size, max)
+}
+
+// appendExtents is extents appending to out.
+func (l layout) appendExtents(out []extent, off, size, max int) []extent {
 	for at := 0; at < size; {
 		node, remote, left := l.locate(off + at)
 		k := min(size-at, left, max)
