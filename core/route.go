@@ -207,6 +207,11 @@ type verdict struct {
 	// while the peer lives; a ping tells which, and the peer's requests
 	// are reposted on the QP repair builds.
 	ping bool
+	// flushed: the failure was WR_FLUSH_ERR at the head of the QP, so no
+	// request of its own failed: the QP went to ERR under them, as an RC
+	// responder's does when it NAKs the other end's request (IB class B
+	// and C errors). Nothing is blamed; every request is reposted.
+	flushed bool
 }
 
 // moved reports whether a peer's refetched record names another target
@@ -233,11 +238,15 @@ func (v verdict) timedOut() bool { return v.dead || v.ping }
 func (v verdict) refetches() bool { return v.refetch || v.timedOut() }
 
 // blames decides, once any refetch is done, whether the culprit's request
-// was at fault: always, unless the record was refetched (err nil) and
-// names another life of the peer than the one the request went to
-// (stale): the node restarted under the same id, the request is reposted
-// to its new life and the peer is not dead.
+// was at fault: always, unless the QP was flushed under it (no request of
+// its own failed), or the record was refetched (err nil) and names another
+// life of the peer than the one the request went to (stale): the node
+// restarted under the same id, the request is reposted to its new life and
+// the peer is not dead.
 func (v verdict) blames(stale bool, err error) bool {
+	if v.flushed {
+		return false
+	}
 	return !v.refetches() || err != nil || !stale
 }
 

@@ -76,9 +76,10 @@ func (dcRC) lost(q *Queue, rs []rec) { q.flushLocked(rs) }
 func (dcRC) admit(*peer) error { return nil }
 
 // triage: a DC request the remote refused may have met a stale target; a
-// request that timed out, on a DCI or an RC QP, found its peer dead.
+// request that timed out, on a DCI or an RC QP, found its peer dead; a QP
+// flushed with no failure of its own (its RC peer erred) blames no one.
 func (dcRC) triage(st verbs.Status, onRC bool) verdict {
-	return verdict{refetch: staleSuspect(st, onRC), dead: st == verbs.RetryExcErr}
+	return verdict{refetch: staleSuspect(st, onRC), dead: st == verbs.RetryExcErr, flushed: st == verbs.WRFlushErr}
 }
 
 // repairRC drops the RC QP and moves its requests to their VQs' DCIs.
@@ -136,7 +137,7 @@ func (s rcAlone) admit(p *peer) error { return s.rt.reserve(p) }
 // RC QP repair builds.
 func (rcAlone) triage(st verbs.Status, onRC bool) verdict {
 	timeout := st == verbs.RetryExcErr
-	return verdict{refetch: staleSuspect(st, onRC), dead: timeout && !onRC, ping: timeout && onRC}
+	return verdict{refetch: staleSuspect(st, onRC), dead: timeout && !onRC, ping: timeout && onRC, flushed: st == verbs.WRFlushErr}
 }
 
 func (s rcAlone) repairRC(p *pqp, repost []rec) { s.rt.replaceRC(p, repost) }

@@ -448,6 +448,15 @@ func (q *qp) execute(lk link, f *frame, r io.Reader, resp *frame) bool {
 	if resp.syn == synAck && (q.typ == verbs.RC || q.typ == verbs.UC) {
 		q.rqPSN = (q.rqPSN + 1) & psnMask
 	}
+	if q.typ == verbs.RC && resp.syn != synAck && resp.syn != synRNR {
+		// A class B or C responder error (invalid request, remote access,
+		// remote operational) errors the responder's QP too, as the IB
+		// spec and rxe do: the requester goes to ERR on the NAK, and an
+		// end left in RTS would send its own requests to a QP that no
+		// longer answers, each timing out with RETRY_EXC_ERR. Its own
+		// requests flush with WR_FLUSH_ERR at once instead.
+		q.failLocked(verbs.WRFlushErr, q.done, false)
+	}
 	return q.typ == verbs.RC || q.typ == verbs.DCT
 }
 
