@@ -134,7 +134,8 @@ func TestTriage(t *testing.T) {
 		{"DC: a timeout on an RC QP: the peer is dead", dc, verbs.RetryExcErr, true, verdict{dead: true}},
 		{"RC-only: a timeout on an RC QP: ping the peer", rc, verbs.RetryExcErr, true, verdict{ping: true}},
 		{"RC-only: a refused request is the culprit's", rc, verbs.RemAccessErr, true, verdict{}},
-		{"RC-only: a flush is the culprit's", rc, verbs.WRFlushErr, true, verdict{}},
+		{"RC-only: a flush with no failure of its own (the peer's end erred) blames no one", rc, verbs.WRFlushErr, true, verdict{flushed: true}},
+		{"DC: a flushed RC QP blames no one", dc, verbs.WRFlushErr, true, verdict{flushed: true}},
 	}
 	for _, c := range cases {
 		if got := c.s.triage(c.st, c.onRC); got != c.want {
@@ -160,6 +161,7 @@ func TestBlames(t *testing.T) {
 		{"DC: a timeout at the peer's current life", verdict{dead: true}, false, nil, true},
 		{"RC-only: a timeout at a former life", verdict{ping: true}, true, nil, false},
 		{"RC-only: a timeout, the refetch failed", verdict{ping: true}, true, errRCRefused, true},
+		{"a flushed QP: no request of its own failed", verdict{flushed: true}, false, nil, false},
 	}
 	for _, c := range cases {
 		if got := c.v.blames(c.stale, c.err); got != c.blamed {
