@@ -135,7 +135,8 @@ func orAll(a verbs.Access) verbs.Access {
 // runFault posts the failing WR followed by two good WRITEs (one
 // unsignaled) to another region, then one more WR after the failure, and
 // checks: the failure's status, flushes for the rest in order, the QP in
-// ERR, and no byte of b's memory changed.
+// ERR (the responder's too, for a remote fault), and no byte of b's memory
+// changed.
 func runFault(t *testing.T, e *env, f fault) {
 	p := e.rc(rcOpts{})
 	l := e.a.mr(regionSize, orAll(f.local))
@@ -167,6 +168,15 @@ func runFault(t *testing.T, e *env, f fault) {
 	post(t, p.qa, writeWR(4, l.sge(0, 64), other, 128))
 	wantStatus(t, e.wc(p.ca), 4, verbs.WRFlushErr)
 	empty(t, p.ca)
+	if f.want == verbs.RemAccessErr || f.want == verbs.RemInvReqErr {
+		// The responder NAKed a class B or C error: its QP errs too (IB
+		// spec, rxe), so the other end learns at once that the pair is
+		// broken, rather than sending to a QP that no longer answers.
+		wantState(t, p.qb, verbs.StateErr)
+		post(t, p.qb, writeWR(5, other.sge(0, 8), l, 0))
+		wantStatus(t, e.wc(p.cb), 5, verbs.WRFlushErr)
+		empty(t, p.cb)
+	}
 	if !bytes.Equal(r.mem, rBefore) {
 		t.Error("the failed WR changed the target region")
 	}
