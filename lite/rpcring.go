@@ -334,6 +334,10 @@ type vqPool struct {
 type pooled struct {
 	q   krcore.VQ
 	buf krcore.MR
+	// req and out are writeImm's request and completion, held by whoever
+	// took the queue: fields, so that the VQ calls allocate nothing.
+	req [1]krcore.Request
+	out [1]krcore.Completion
 }
 
 // get returns a queue connected to node's LITE port.
@@ -426,16 +430,16 @@ func (n *Node) writeImm(ctx context.Context, node krcore.NodeID, region krcore.R
 	k := copy(b, hdr)
 	k += copy(b[k:], name)
 	k += copy(b[k:], body)
-	req := krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: e.buf.Range(0, k), Remote: region.At(uint64(off)), Imm: v.encode()}
-	if _, err := e.q.Push(ctx, true, req); err != nil {
+	e.req[0] = krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: e.buf.Range(0, k), Remote: region.At(uint64(off)), Imm: v.encode()}
+	if _, err := e.q.Push(ctx, true, e.req[:]...); err != nil {
 		p.retire(e)
 		return false, err
 	}
-	var out [1]krcore.Completion
-	if k := e.q.Pop(out[:]); k == 0 {
-		spin(func() bool { k = e.q.Pop(out[:]); return k > 0 })
+	out := e.out[:]
+	if k := e.q.Pop(out); k == 0 {
+		spin(func() bool { k = e.q.Pop(out); return k > 0 })
 		if k == 0 {
-			if _, err := e.q.PopWait(ctx, out[:]); err != nil {
+			if _, err := e.q.PopWait(ctx, out); err != nil {
 				p.retire(e) // the WRITE may still be in flight
 				return true, err
 			}
