@@ -122,7 +122,7 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 		n.spawn(ctx, m.From, req, n.layoutOp)
 		return
 	case opAlloc, opGrant, opRevoke, opRelease:
-		n.spawn(ctx, m.From, req, n.pieceReq)
+		n.spawnPieceOp(ctx, m.From, req)
 		return
 	case opRPCOpen:
 		name, code = n.openRing(m.From, req.name)

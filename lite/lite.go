@@ -118,7 +118,8 @@ type Node struct {
 	pieces  map[string]*holding // held here for LMRs' masters, by id
 	exports map[string]*export  // of the pieces held here, by name
 
-	ops ops // goroutines of long requests (memop.go)
+	ops       ops           // goroutines of long requests (memop.go)
+	pieceTail chan struct{} // closed when the last piece operation ends; serve's (spawnPieceOp)
 
 	redone atomic.Uint64 // operations redone on a moved LMR's new copy (move.go)
 

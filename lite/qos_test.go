@@ -136,7 +136,7 @@ func median(f []float64) float64 {
 // full rate back when High is idle); KRCORE_STRICT_QOS=1 enforces the
 // 1.3x target, which needs a quiet machine.
 func TestQoS(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceOn {
 		t.Skip("timing test")
 	}
 	masterAPI, mappers := apis(t)

@@ -230,6 +230,23 @@ func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Per
 	return nil
 }
 
+// spawnPieceOp runs a piece operation as spawn does, but after the piece
+// operations that came before it: a master sends them in order (alloc,
+// then the release of a move it gave up), and one overtaking another at
+// the holder (a release before the alloc it undoes) would leave a piece
+// nobody frees. Called by serve alone, which owns pieceTail.
+func (n *Node) spawnPieceOp(ctx context.Context, from krcore.NodeID, req ctlMsg) {
+	prev, next := n.pieceTail, make(chan struct{})
+	n.pieceTail = next
+	n.spawn(ctx, from, req, func(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+		defer close(next)
+		if prev != nil {
+			<-prev // it ends: spawn's goroutines finish when ctx does
+		}
+		return n.pieceReq(ctx, from, req)
+	})
+}
+
 // pieceReq answers a piece operation from another node (from spawn:
 // Unexport and Deregister wait for the copies in flight through the
 // memory, which serve must not).
