@@ -588,7 +588,13 @@ func (q *callQueue) tryPop(hold bool) (c, moved *Call, err error) {
 	}
 	c = q.calls[0]
 	q.calls[0] = nil
-	q.calls = q.calls[1:]
+	if len(q.calls) == 1 {
+		// Emptied: keep the slot, so that the next push (a round trip's
+		// every call) reuses it instead of growing a new array.
+		q.calls = q.calls[:0]
+	} else {
+		q.calls = q.calls[1:]
+	}
 	q.count.Add(-1)
 	if len(q.calls) > 0 {
 		q.signal() // for the next Recv
