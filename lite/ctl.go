@@ -232,15 +232,25 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 	}
 }
 
-// codeErr is the error a reply code stands for.
-func codeErr(code byte) error {
-	switch code {
+// replyErr is the error a reply stands for; its name, if any, says why.
+func replyErr(r reply) error {
+	var err error
+	switch r.code {
 	case codeOK:
 		return nil
+	case codeInvalid:
+		err = krcore.ErrInvalid
+	case codeBusy:
+		err = krcore.ErrBusy
 	case codeFreed:
-		return ErrFreed
+		err = ErrFreed
 	case codePerm:
-		return ErrPerm
+		err = ErrPerm
+	default:
+		err = errors.New("lite: the node asked failed")
 	}
-	return errors.New("lite: the master failed to grant")
+	if r.name != "" {
+		return fmt.Errorf("%w: %s", err, r.name)
+	}
+	return err
 }

@@ -275,7 +275,7 @@ func (n *Node) Map(ctx context.Context, master krcore.NodeID, name string, perm 
 	}
 	r, err := n.request(ctx, master, ctlMsg{kind: opMap, perm: perm, name: name})
 	if err == nil {
-		err = codeErr(r.code)
+		err = replyErr(r)
 	}
 	var m *mapping
 	if err == nil {
@@ -323,7 +323,7 @@ func (n *Node) Unmap(ctx context.Context, h Handle) error {
 	n.mu.Unlock()
 	r, err := n.request(ctx, m.master, ctlMsg{kind: opUnmap, name: m.export})
 	if err == nil && r.code != codeFreed {
-		err = codeErr(r.code)
+		err = replyErr(r)
 	}
 	if err != nil {
 		return fmt.Errorf("lite: unmap %q at node %d: %w", m.name, m.master, err)

@@ -181,28 +181,6 @@ func (n *Node) memop(ctx context.Context, kind byte, holder krcore.NodeID, a mem
 	return nil
 }
 
-// replyErr is the error a reply of an operation in 0x40-0x4f stands for;
-// its name, if any, says why.
-func replyErr(r reply) error {
-	var err error
-	switch r.code {
-	case codeOK:
-		return nil
-	case codeInvalid:
-		err = krcore.ErrInvalid
-	case codeBusy:
-		err = krcore.ErrBusy
-	case codeFreed, codePerm:
-		err = codeErr(r.code)
-	default:
-		err = errors.New("lite: the node asked failed")
-	}
-	if r.name != "" {
-		return fmt.Errorf("%w: %s", err, r.name)
-	}
-	return err
-}
-
 // failure is a reply saying why, cut to fit a control message.
 func failure(code byte, format string, args ...any) reply {
 	s := fmt.Sprintf(format, args...)

@@ -210,7 +210,7 @@ func (n *Node) askLayout(ctx context.Context, master krcore.NodeID, exp string, 
 	body := string(binary.LittleEndian.AppendUint16(nil, uint16(from))) + exp
 	r, err := n.request(ctx, master, ctlMsg{kind: opLayout, name: body})
 	if err == nil {
-		err = codeErr(r.code)
+		err = replyErr(r)
 	}
 	if err != nil {
 		return page{}, fmt.Errorf("layout of %q at node %d: %w", exp, master, err)

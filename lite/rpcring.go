@@ -216,7 +216,7 @@ func (n *Node) setupSession(ctx context.Context, s *session) error {
 	}
 	rep, err := n.request(ctx, s.node, ctlMsg{kind: opRPCOpen, name: s.replyAs})
 	if err == nil && rep.code != codeOK {
-		err = fmt.Errorf("the callee refused a ring: %w", codeErr(rep.code))
+		err = fmt.Errorf("the callee refused a ring: %w", replyErr(rep))
 	}
 	if err == nil && len(rep.name) < 2 {
 		err = fmt.Errorf("the callee's ring reply is malformed: %w", krcore.ErrInvalid)
