@@ -23,12 +23,18 @@ type API interface {
 	// once, released once the requests already using it finish (or, past a
 	// bound, by the last of them, with an error wrapping ErrBusy).
 	Deregister(m MR) error
-	// Export offers n bytes at offset off of mr to every node under name,
-	// as a registration of exactly those bytes with exactly access.
-	Export(name string, mr MR, off, n int, access verbs.Access) error
+	// Export offers n bytes at offset off of mr under name, as a
+	// registration of exactly those bytes with exactly access: to every
+	// node and process, or, given to, only to those principals (its
+	// audience). A lookup by anyone else is answered as for a name not
+	// exported (ErrNoRegion). A principal with node or port 0, or a
+	// reserved port, is ErrInvalid; more than MaxAudience is ErrLimit.
+	Export(name string, mr MR, off, n int, access verbs.Access, to ...Principal) error
 	// Unexport withdraws and revokes a name this API exported.
 	Unexport(name string) error
-	// Region learns the region node exports under name.
+	// Region learns the region node exports under name. It asks as no
+	// port: a region exported to an audience is refused (ErrNoRegion); ask
+	// with VQ.Region on a bound queue.
 	Region(ctx context.Context, node NodeID, name string) (Region, error)
 	// Stats reports the runtime's counters.
 	Stats() Stats
@@ -46,6 +52,19 @@ type ConnectOptions struct {
 	// (ErrInvalid).
 	Port uint32
 }
+
+// Principal is who a region is exported to (API.Export): a node, and a
+// port on it that a queue holds bound (VQ.Bind). A node's runtime lets one
+// queue hold a port at a time, and krcored lets a client ask only as a
+// port its own queue holds, so a principal is one process's endpoint: the
+// one a node sees as a message's sender (Message.From and Message.Port).
+type Principal struct {
+	Node NodeID
+	Port uint32
+}
+
+// MaxAudience bounds the principals one export names.
+const MaxAudience = 64
 
 // VQ is a virtual queue: one private, ordered queue to one node at a time,
 // multiplexed by the runtime onto shared QPs.
@@ -77,7 +96,10 @@ type VQ interface {
 	Bind(port uint32) error
 	// Unbind gives the port back.
 	Unbind()
-	// Region learns the region the connected node exports under name.
+	// Region learns the region the connected node exports under name,
+	// asking as this node and the port the queue is bound to (none when
+	// unbound), which its runtime vouches for because the queue holds it:
+	// a region exported to an audience is found only by a principal in it.
 	Region(ctx context.Context, name string) (Region, error)
 	// Outstanding is the number of requests pushed and not yet popped.
 	Outstanding() int

@@ -259,10 +259,11 @@ func (c *Client) Deregister(m krcore.MR) error {
 	return nil
 }
 
-// Export offers n bytes at offset off of mr to every node under name. A
-// closed client fails it with ErrClosed before it looks at the arguments,
-// as the embedded runtime does.
-func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Access) error {
+// Export offers n bytes at offset off of mr under name, to every node or
+// only to the principals to (see krcore.API.Export). A closed client fails
+// it with ErrClosed before it looks at the arguments, as the embedded
+// runtime does.
+func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Access, to ...krcore.Principal) error {
 	if err := c.err(); err != nil {
 		return fmt.Errorf("client: export %q: %w", name, err)
 	}
@@ -273,7 +274,17 @@ func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Acce
 	if off < 0 || n <= 0 {
 		return fmt.Errorf("client: export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
 	}
-	_, err := c.callT(wire.NewMsg(wire.OpExport, 0).Str(name).U64(id).U64(uint64(off)).U64(uint64(n)).U32(uint32(access)))
+	if len(to) > krcore.MaxAudience {
+		return fmt.Errorf("client: export %q to %d principals, more than %d: %w", name, len(to), krcore.MaxAudience, verbs.ErrLimit)
+	}
+	m := wire.NewMsg(wire.OpExport, 0).Str(name).U64(id).U64(uint64(off)).U64(uint64(n)).U32(uint32(access))
+	if len(to) > 0 {
+		m.U32(uint32(len(to)))
+		for _, p := range to {
+			m.U64(p.Node).U32(p.Port)
+		}
+	}
+	_, err := c.callT(m)
 	return wrap("export", err)
 }
 
@@ -283,16 +294,25 @@ func (c *Client) Unexport(name string) error {
 	return wrap("unexport", err)
 }
 
-// Region learns the region node exports under name.
+// Region learns the region node exports under name, asking as no port
+// (see krcore.API.Region).
 func (c *Client) Region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
-	r, err := c.call(ctx, wire.NewMsg(wire.OpRegion, 0).U64(node).Str(name))
+	return c.region(ctx, wire.NewMsg(wire.OpRegion, 0).U64(node).Str(name), node, name)
+}
+
+// region makes the region an OpRegion or OpVQRegion m asks node for; the
+// reply's last field is reserved (OpRegion) or the node (OpVQRegion).
+func (c *Client) region(ctx context.Context, m *wire.Msg, node krcore.NodeID, name string) (krcore.Region, error) {
+	r, err := c.call(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
-	id, n, access := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32())
-	r.GetU64() // reserved
+	id, n, access, last := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32()), r.GetU64()
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
+	}
+	if m.Op == wire.OpVQRegion {
+		node = last // the node the daemon's queue asked, whatever the VQ did meanwhile
 	}
 	return &region{c: c, id: id, node: node, name: name, len: n, access: access}, nil
 }

@@ -481,7 +481,8 @@ func (v *VQ) Outstanding() int {
 }
 
 // Region learns the region named name on the node the queue is connected
-// to.
+// to, asking as the port the queue is bound to: the daemon asks as that
+// port only because this client's queue holds it (see krcore.VQ.Region).
 func (v *VQ) Region(ctx context.Context, name string) (krcore.Region, error) {
 	v.mu.Lock()
 	node := v.node
@@ -489,7 +490,7 @@ func (v *VQ) Region(ctx context.Context, name string) (krcore.Region, error) {
 	if node == 0 {
 		return nil, fmt.Errorf("client: region %q: %w", name, krcore.ErrNotConnected)
 	}
-	return v.c.Region(ctx, node, name)
+	return v.c.region(ctx, wire.NewMsg(wire.OpVQRegion, 0).U64(v.id).Str(name), node, name)
 }
 
 // Close releases the queue here and in the daemon.

@@ -51,8 +51,8 @@ func (e embedded) Register(buf []byte, access verbs.Access) (krcore.MR, error) {
 
 func (e embedded) Deregister(m krcore.MR) error { return e.rt.Deregister(m) }
 
-func (e embedded) Export(name string, mr krcore.MR, off, n int, access verbs.Access) error {
-	return e.rt.Export(name, mr, off, n, access)
+func (e embedded) Export(name string, mr krcore.MR, off, n int, access verbs.Access, to ...krcore.Principal) error {
+	return e.rt.Export(name, mr, off, n, access, to...)
 }
 
 func (e embedded) Unexport(name string) error { return e.rt.Unexport(name) }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,7 @@ import (
 // marshalled verbs.Endpoint, where replies go) and a body. Requests have odd types,
 // replies the request's type + 1.
 const (
-	ctlRegionReq = iota + 1 // body: region name
+	ctlRegionReq = iota + 1 // body: the asker's port (4), region name
 	ctlRegionResp
 	ctlRCReq // body: marshalled verbs.Endpoint of the caller's new RC QP
 	ctlRCResp
@@ -177,7 +178,7 @@ func (c *control) handle(ctx context.Context, raw []byte) {
 	case ctlPing:
 		resp = []byte{0}
 	case ctlRegionReq:
-		resp = c.rt.describeRegion(string(m.body))
+		resp = c.rt.describeRegion(m.from, m.body)
 	case ctlRCReq:
 		resp = c.rt.acceptRC(ctx, m.from, m.body)
 	case ctlRCClose:
@@ -261,12 +262,16 @@ func (c *control) callPeer(ctx context.Context, p *peer, typ byte, body []byte) 
 type export struct {
 	mr  *MR      // the MR it was exported from
 	reg verbs.MR // the export's own registration
+	// to is its audience: the principals a lookup must come from; none
+	// is every node and process.
+	to []krcore.Principal
 }
 
-// Export offers n bytes at offset off of mr to every node under name, with
-// the remote access given (a subset of the MR's). A client learns it with
-// Region; Unexport or Deregister revokes it.
-func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Access) error {
+// Export offers n bytes at offset off of mr under name, with the remote
+// access given (a subset of the MR's), to every node, or only to the
+// principals to (see krcore.API.Export). A client learns it with Region;
+// Unexport or Deregister revokes it.
+func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Access, to ...krcore.Principal) error {
 	if err := rt.closedErr(fmt.Sprintf("export %q", name)); err != nil {
 		return err
 	}
@@ -276,6 +281,9 @@ func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Acc
 	}
 	if name == "" || len(name) > maxName || off < 0 || n <= 0 || off > mr.Len() || n > mr.Len()-off {
 		return fmt.Errorf("core: export %q [%d,+%d) of a %d-byte MR: %w", name, off, n, mr.Len(), verbs.ErrInvalid)
+	}
+	if err := checkAudience(to); err != nil {
+		return fmt.Errorf("core: export %q: %w", name, err)
 	}
 	remote := verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
 	if access&^remote != 0 || access&^mr.access != 0 {
@@ -301,7 +309,7 @@ func (rt *Runtime) Export(name string, h krcore.MR, off, n int, access verbs.Acc
 	case !mr.live(): // Deregister withdraws mr's exports after marking it
 		err = fmt.Errorf("core: export %q from a deregistered MR: %w", name, krcore.ErrClosed)
 	default:
-		rt.exports[name] = &export{mr: mr, reg: reg}
+		rt.exports[name] = &export{mr: mr, reg: reg, to: slices.Clone(to)}
 	}
 	rt.mu.Unlock()
 	if err != nil {
@@ -357,13 +365,39 @@ func (rt *Runtime) unexportMR(m *MR) {
 	}
 }
 
-// describeRegion answers a region lookup: status (1 byte; 0 found), then
-// address, rkey, length and access of the export's own registration.
-func (rt *Runtime) describeRegion(name string) []byte {
+// checkAudience refuses principals no queue can be: node or port 0, a
+// reserved port (as Bind refuses it); and more than krcore.MaxAudience.
+func checkAudience(to []krcore.Principal) error {
+	if len(to) > krcore.MaxAudience {
+		return fmt.Errorf("audience of %d principals, more than %d: %w", len(to), krcore.MaxAudience, verbs.ErrLimit)
+	}
+	for _, p := range to {
+		if p.Node == 0 || p.Port == 0 || p.Port&portHasImm != 0 {
+			return fmt.Errorf("audience principal node %d port %#x: %w", p.Node, p.Port, verbs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// admits reports whether asker may learn the export.
+func (e *export) admits(asker krcore.Principal) bool {
+	return len(e.to) == 0 || slices.Contains(e.to, asker)
+}
+
+// describeRegion answers a region lookup from node from, as port (4 bytes
+// of body, then the name): status (1 byte; 0 found), then address, rkey,
+// length and access of the export's own registration. A name not exported
+// to the asker is answered as one not exported at all, so a lookup tells
+// an outsider nothing.
+func (rt *Runtime) describeRegion(from krcore.NodeID, body []byte) []byte {
+	if len(body) < 4 {
+		return []byte{1}
+	}
+	asker := krcore.Principal{Node: from, Port: binary.LittleEndian.Uint32(body)}
 	rt.mu.Lock()
-	e := rt.exports[name]
+	e := rt.exports[string(body[4:])]
 	rt.mu.Unlock()
-	if e == nil || !e.mr.live() {
+	if e == nil || !e.mr.live() || !e.admits(asker) {
 		return []byte{1}
 	}
 	b := make([]byte, 1, 25)
@@ -374,13 +408,21 @@ func (rt *Runtime) describeRegion(name string) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(e.reg.Access()&remote))
 }
 
-// Region learns the region node exports under name. A name longer than
-// any export's is refused (ErrInvalid) without asking.
+// Region learns the region node exports under name, asking as no port (a
+// region exported to an audience is not found; see Queue.Region). A name
+// longer than any export's is refused (ErrInvalid) without asking.
 func (rt *Runtime) Region(ctx context.Context, node krcore.NodeID, name string) (*Region, error) {
+	return rt.region(ctx, node, name, 0)
+}
+
+// region asks node for the region it exports under name as port of this
+// node, which the caller vouches a queue of this runtime holds.
+func (rt *Runtime) region(ctx context.Context, node krcore.NodeID, name string, port uint32) (*Region, error) {
 	if len(name) > maxName {
 		return nil, fmt.Errorf("core: region name of %d bytes, longer than an export's %d: %w", len(name), maxName, verbs.ErrInvalid)
 	}
-	resp, err := rt.ctrl.call(ctx, node, ctlRegionReq, []byte(name))
+	body := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(name)), port)
+	resp, err := rt.ctrl.call(ctx, node, ctlRegionReq, append(body, name...))
 	if err != nil {
 		return nil, fmt.Errorf("core: region %q of node %d: %w", name, node, err)
 	}
@@ -397,7 +439,9 @@ func (rt *Runtime) Region(ctx context.Context, node krcore.NodeID, name string) 
 var errRCRefused = errors.New("core: peer refused the RC connection")
 
 // Region learns the region named name on the node the queue is connected
-// to (see Runtime.Region).
+// to, asking as this node and the port the queue holds bound (0 if none):
+// the runtime vouches only for a port one of its queues holds, so a
+// region exported to an audience is found only by its principals.
 func (q *Queue) Region(ctx context.Context, name string) (krcore.Region, error) {
 	q.mu.Lock()
 	p := q.peer
@@ -405,7 +449,7 @@ func (q *Queue) Region(ctx context.Context, name string) (krcore.Region, error) 
 	if p == nil {
 		return nil, fmt.Errorf("core: region %q: %w", name, krcore.ErrNotConnected)
 	}
-	g, err := q.rt.Region(ctx, p.node, name)
+	g, err := q.rt.region(ctx, p.node, name, q.port.Load())
 	if err != nil {
 		return nil, err // not a typed nil inside the interface
 	}

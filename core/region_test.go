@@ -261,3 +261,64 @@ func TestExportEnforcedAtResponder(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestAudience: a region exported to a principal (a node and a port) is
+// found only by a queue of that node holding that port: the node's
+// unbound queue, its runtime asking as no port, its queue bound to
+// another port, and a queue of another node bound to the same port all
+// get ErrNoRegion, as for a name never exported; the principal reads it.
+// An everyone-export stays visible to all of them.
+func TestAudience(t *testing.T) {
+	c := start(t, 3, core.Config{})
+	owner, a, b := c.Node(1), c.Node(2), c.Node(3)
+	mr := serve(t, owner, "open", 64)
+	copy(mr.Bytes(), "for node 2 port 9")
+	if err := owner.Export("closed", mr, 0, 64, verbs.AccessRemoteRead, krcore.Principal{Node: 2, Port: 9}); err != nil {
+		t.Fatal(err)
+	}
+	bound := func(rt *core.Runtime, port uint32) *core.Queue {
+		q := mustQueue(t, rt, 1)
+		if port != 0 {
+			if err := q.Bind(port); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return q
+	}
+	for _, o := range []struct {
+		what string
+		q    *core.Queue
+	}{{"node 2 unbound", bound(a, 0)}, {"node 2 port 10", bound(a, 10)}, {"node 3 port 9", bound(b, 9)}} {
+		if _, err := o.q.Region(ctx(t), "closed"); !errors.Is(err, krcore.ErrNoRegion) {
+			t.Errorf("%s found the region exported to node 2 port 9: %v", o.what, err)
+		}
+		if _, err := o.q.Region(ctx(t), "open"); err != nil {
+			t.Errorf("%s: everyone-export: %v", o.what, err)
+		}
+	}
+	if _, err := a.Region(ctx(t), 1, "closed"); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Errorf("node 2's runtime asking as no port found it: %v", err)
+	}
+	q := bound(a, 9)
+	g, err := q.Region(ctx(t), "closed")
+	if err != nil {
+		t.Fatalf("the principal: %v", err)
+	}
+	local, _ := a.RegMR(64, verbs.AccessAll)
+	q.Push(ctx(t), true, krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 17), Remote: g.At(0)})
+	if wc := pop1(t, q); wc.Err() != nil || string(local.Bytes()[:17]) != "for node 2 port 9" {
+		t.Fatalf("the principal's READ: %v %q", wc.Err(), local.Bytes()[:17])
+	}
+	q.Unbind() // the port no longer vouched for
+	if _, err := q.Region(ctx(t), "closed"); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Errorf("found after Unbind: %v", err)
+	}
+	for _, to := range [][]krcore.Principal{{{Node: 0, Port: 9}}, {{Node: 2, Port: 0}}, {{Node: 2, Port: 1 << 31}}} {
+		if err := owner.Export("bad", mr, 0, 8, verbs.AccessRemoteRead, to...); !errors.Is(err, krcore.ErrInvalid) {
+			t.Errorf("export to %v: %v, want ErrInvalid", to, err)
+		}
+	}
+	if err := owner.Export("big", mr, 0, 8, verbs.AccessRemoteRead, make([]krcore.Principal, krcore.MaxAudience+1)...); !errors.Is(err, krcore.ErrLimit) {
+		t.Errorf("export to %d principals: %v, want ErrLimit", krcore.MaxAudience+1, err)
+	}
+}

@@ -109,7 +109,7 @@ func TestCHeaderMatchesWire(t *testing.T) {
 		"KRC_OP_EXPORT": wire.OpExport, "KRC_OP_UNEXPORT": wire.OpUnexport, "KRC_OP_REGION": wire.OpRegion,
 		"KRC_OP_QUEUE": wire.OpQueue, "KRC_OP_CONNECT": wire.OpConnect, "KRC_OP_BIND": wire.OpBind,
 		"KRC_OP_UNBIND": wire.OpUnbind, "KRC_OP_CLOSE_VQ": wire.OpCloseVQ, "KRC_OP_STATS": wire.OpStats,
-		"KRC_OP_STATUS": wire.OpStatus, "KRC_OP_BYE": wire.OpBye,
+		"KRC_OP_STATUS": wire.OpStatus, "KRC_OP_BYE": wire.OpBye, "KRC_OP_VQ_REGION": wire.OpVQRegion,
 		"KRC_CODE_OK": wire.CodeOK, "KRC_CODE_OTHER": wire.CodeOther, "KRC_CODE_CLOSED": wire.CodeClosed,
 		"KRC_CODE_NOT_CONNECTED": wire.CodeNotConnected, "KRC_CODE_PORT_IN_USE": wire.CodePortInUse,
 		"KRC_CODE_NO_REGION": wire.CodeNoRegion, "KRC_CODE_UNREACHABLE": wire.CodeUnreachable,
@@ -281,7 +281,8 @@ func startCDaemon(ctx context.Context, t *testing.T) (*cluster.Cluster, *daemon.
 }
 
 // TestCMessages: a C client binds a port, posts a receive buffer, exports
-// a region and SENDs to a port on node 2, which answers twice and then
+// a region to node 2's port, finds a region node 2 exports to its own port
+// only as its bound VQ, and SENDs to a port on node 2, which answers twice and then
 // WRITE_WITH_IMMs into the region; the first answer lands in the posted
 // buffer, the second comes through the message ring, the third is the
 // notification (KRC_MSG_WRITE), after the bytes.
@@ -298,8 +299,11 @@ func TestCMessages(t *testing.T) {
 	if err := q.Bind(80); err != nil {
 		t.Fatal(err)
 	}
-	mr, _ := c.Node(2).RegMR(256, verbs.AccessLocalWrite)
+	mr, _ := c.Node(2).RegMR(256, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	q.PushRecv(mr.Range(0, 256))
+	if err := c.Node(2).Export("gring", mr, 0, 32, verbs.AccessRemoteRead, krcore.Principal{Node: 1, Port: 7}); err != nil {
+		t.Fatal(err)
+	}
 	replied := make(chan error, 1)
 	go func() {
 		var m [1]krcore.Message
@@ -346,7 +350,7 @@ func TestCMessages(t *testing.T) {
 	if err := <-replied; err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"send seq 1 cqe 1 SUCCESS", "msg 0: in_buf=1 imm=1:42 write=0 from=2 port=80 SUCCESS pong",
+	for _, want := range []string{"gring len 32 access 4", "send seq 1 cqe 1 SUCCESS", "msg 0: in_buf=1 imm=1:42 write=0 from=2 port=80 SUCCESS pong",
 		"msg 1: in_buf=0 imm=1:42 write=0 from=2 port=80 SUCCESS late",
 		"msg 2: in_buf=0 imm=1:43 write=1 from=2 port=80 SUCCESS written"} {
 		if !strings.Contains(string(out), want) {

@@ -141,8 +141,8 @@ func (ss *session) handleOp(m *wire.Msg, r *wire.Msg) error {
 		return ss.region(m, r)
 	case wire.OpQueue:
 		return ss.queue(m, r)
-	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ:
-		return ss.vqCall(m)
+	case wire.OpConnect, wire.OpBind, wire.OpUnbind, wire.OpCloseVQ, wire.OpVQRegion:
+		return ss.vqCall(m, r)
 	case wire.OpStats:
 		wire.PutStats(r, ss.s.rt.Stats())
 		return nil
@@ -272,13 +272,34 @@ func (ss *session) export(m *wire.Msg) error {
 	if off > 1<<40 || n > 1<<40 {
 		return fmt.Errorf("export %q [%d,+%d): %w", name, off, n, verbs.ErrInvalid)
 	}
-	if err := ss.s.rt.Export(name, mem.mr, int(off), int(n), access); err != nil {
+	to, err := audience(m)
+	if err != nil {
+		return fmt.Errorf("export %q: %w", name, err)
+	}
+	if err := ss.s.rt.Export(name, mem.mr, int(off), int(n), access, to...); err != nil {
 		return err
 	}
 	ss.mu.Lock()
 	ss.exports[name] = id
 	ss.mu.Unlock()
 	return nil
+}
+
+// audience reads an OpExport's optional audience; the runtime checks
+// the principals.
+func audience(m *wire.Msg) ([]krcore.Principal, error) {
+	if !m.More() {
+		return nil, nil
+	}
+	k := m.GetU32()
+	if k > krcore.MaxAudience {
+		return nil, fmt.Errorf("audience of %d principals, more than %d: %w", k, krcore.MaxAudience, verbs.ErrLimit)
+	}
+	to := make([]krcore.Principal, k)
+	for i := range to {
+		to[i] = krcore.Principal{Node: m.GetU64(), Port: m.GetU32()}
+	}
+	return to, m.Err()
 }
 
 func (ss *session) unexport(name string, err error) error {
@@ -306,12 +327,32 @@ func (ss *session) region(m *wire.Msg, r *wire.Msg) error {
 	if err != nil {
 		return err
 	}
+	ss.addRegion(g, r)
+	r.U64(0) // reserved: the address stays here with the rkey
+	return nil
+}
+
+// vqRegion answers OpVQRegion: the lookup asks as the port v holds bound,
+// the only port a client can ask as, so an export to an audience reaches
+// only the client whose queue holds the principal's port.
+func (ss *session) vqRegion(ctx context.Context, v *vq, name string, r *wire.Msg) error {
+	g, err := v.q.Region(ctx, name)
+	if err != nil {
+		return err
+	}
+	ss.addRegion(g, r)
+	r.U64(g.Node())
+	return nil
+}
+
+// addRegion keeps g as the client's and puts its id, length and access in
+// the reply r.
+func (ss *session) addRegion(g krcore.Region, r *wire.Msg) {
 	id := ss.s.ids.Add(1)
 	ss.mu.Lock()
 	ss.regions[id] = g
 	ss.mu.Unlock()
-	r.U64(id).U64(g.Len()).U32(uint32(g.Access())).U64(0) // the address stays here with the rkey
-	return nil
+	r.U64(id).U64(g.Len()).U32(uint32(g.Access()))
 }
 
 // regionByID is the client's region, or nil.
@@ -346,7 +387,7 @@ func (ss *session) queue(m *wire.Msg, r *wire.Msg) error {
 }
 
 // vqCall runs the control requests addressed to one VQ.
-func (ss *session) vqCall(m *wire.Msg) error {
+func (ss *session) vqCall(m *wire.Msg, r *wire.Msg) error {
 	id := m.GetU64()
 	ss.mu.RLock()
 	v := ss.vqs[id]
@@ -376,6 +417,14 @@ func (ss *session) vqCall(m *wire.Msg) error {
 	case wire.OpUnbind:
 		v.q.Unbind()
 		return nil
+	case wire.OpVQRegion:
+		name := m.GetStr()
+		if err := m.Err(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ss.ctx, ss.s.cfg.CallTimeout)
+		defer cancel()
+		return ss.vqRegion(ctx, v, name, r)
 	default: // OpCloseVQ
 		ss.mu.Lock()
 		delete(ss.vqs, id)

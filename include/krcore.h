@@ -111,7 +111,7 @@ enum krc_op {
 	KRC_OP_HELLO = 1,   /* u32 version; u64 client, u64 node, u32 credits, u32 max message */
 	KRC_OP_REGISTER,    /* fd memfd, u64 off, u64 len, u32 access; u64 mr */
 	KRC_OP_DEREGISTER,  /* u64 mr; - */
-	KRC_OP_EXPORT,      /* str name, u64 mr, u64 off, u64 len, u32 access; - */
+	KRC_OP_EXPORT,      /* str name, u64 mr, u64 off, u64 len, u32 access[, u32 k, k of (u64 node, u32 port)]; - */
 	KRC_OP_UNEXPORT,    /* str name; - */
 	KRC_OP_REGION,      /* u64 node, str name; u64 region, u64 len, u32 access, u64 addr */
 	KRC_OP_QUEUE,       /* fds ring memfd, doorbell, completion bell, message bell; u64 vq */
@@ -121,7 +121,8 @@ enum krc_op {
 	KRC_OP_CLOSE_VQ,    /* u64 vq; - */
 	KRC_OP_STATS,       /* -; krcore.Stats as u64s */
 	KRC_OP_STATUS,      /* -; str JSON */
-	KRC_OP_BYE          /* daemon to client, unasked: str reason */
+	KRC_OP_BYE,         /* daemon to client, unasked: str reason */
+	KRC_OP_VQ_REGION    /* u64 vq, str name; u64 region, u64 len, u32 access, u64 node */
 };
 
 /* Error codes in a response's header (wire.Code...). */
@@ -768,9 +769,8 @@ static inline int krc_dereg_mr(struct krc_client *c, struct krc_mr *mr)
 	return r;
 }
 
-/* krc_export offers len bytes at off of MR mr to every node under name. */
-static inline int krc_export(struct krc_client *c, const char *name, uint64_t mr, uint64_t off,
-			     uint64_t len, uint32_t access)
+static inline void krc__export(struct krc_client *c, const char *name, uint64_t mr, uint64_t off,
+			       uint64_t len, uint32_t access)
 {
 	krc__begin(c, KRC_OP_EXPORT);
 	krc__str(c, name);
@@ -778,6 +778,26 @@ static inline int krc_export(struct krc_client *c, const char *name, uint64_t mr
 	krc__u64(c, off);
 	krc__u64(c, len);
 	krc__u32(c, access);
+}
+
+/* krc_export offers len bytes at off of MR mr to every node under name. */
+static inline int krc_export(struct krc_client *c, const char *name, uint64_t mr, uint64_t off,
+			     uint64_t len, uint32_t access)
+{
+	krc__export(c, name, mr, off, len, access);
+	return krc__call(c, NULL, 0);
+}
+
+/* krc_export_to offers it only to one principal: the process whose VQ on
+ * node holds port bound (krc_bind) and asks with krc_vq_region; any other
+ * lookup fails with KRC_CODE_NO_REGION. */
+static inline int krc_export_to(struct krc_client *c, const char *name, uint64_t mr, uint64_t off,
+				uint64_t len, uint32_t access, uint64_t node, uint32_t port)
+{
+	krc__export(c, name, mr, off, len, access);
+	krc__u32(c, 1);
+	krc__u64(c, node);
+	krc__u32(c, port);
 	return krc__call(c, NULL, 0);
 }
 
@@ -894,6 +914,22 @@ static inline int krc_connect(struct krc_vq *q, uint64_t node) { return krc__con
 static inline int krc_connect_port(struct krc_vq *q, uint64_t node, uint32_t port)
 {
 	return krc__connect(q, node, 1, port);
+}
+
+/* krc_vq_region learns the region the VQ's node exports under name, asking
+ * as the port the VQ is bound to (see krc_export_to). */
+static inline int krc_vq_region(struct krc_vq *q, const char *name, struct krc_region *g)
+{
+	krc__vq_call(q, KRC_OP_VQ_REGION);
+	krc__str(q->c, name);
+	if (krc__call(q->c, NULL, 0) < 0)
+		return -1;
+	g->id = krc__get_u64(q->c);
+	g->len = krc__get_u64(q->c);
+	g->access = krc__get_u32(q->c);
+	krc__get_u64(q->c); /* the node: the VQ's */
+	g->addr = 0;
+	return krc__body_ok(q->c);
 }
 
 /* krc_bind makes the VQ receive the messages sent to port; they arrive on

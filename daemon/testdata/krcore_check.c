@@ -34,6 +34,7 @@ int main(int argc, char **argv)
 	C(KRC_OP_STATS);
 	C(KRC_OP_STATUS);
 	C(KRC_OP_BYE);
+	C(KRC_OP_VQ_REGION);
 	C(KRC_CODE_OK);
 	C(KRC_CODE_OTHER);
 	C(KRC_CODE_CLOSED);

@@ -4,7 +4,9 @@
  *     krcore_ping SOCKET NODE PORT
  *
  * Binds a VQ to port 7, posts a 128-byte receive buffer, exports 64 bytes
- * as "cring", connects to PORT on NODE, SENDs "ping" and prints the three
+ * as "cring" to the process holding PORT on NODE only, connects to PORT on
+ * NODE, looks up "gring" there (exported to this node's port 7) as the
+ * client (refused) and as the VQ (found), SENDs "ping" and prints the three
  * messages it expects back (the first lands in the posted buffer, the
  * second comes as a copy, the third is a WRITE_WITH_IMM's notification,
  * printed with what was written into "cring").
@@ -34,7 +36,7 @@ int main(int argc, char **argv)
 		return fail(&c, "attach");
 	if (krc_reg_mr(&c, 256, KRC_ACCESS_LOCAL_WRITE | KRC_ACCESS_REMOTE_WRITE, &mr) < 0)
 		return fail(&c, "register");
-	if (krc_export(&c, "cring", mr.id, 192, 64, KRC_ACCESS_REMOTE_WRITE) < 0)
+	if (krc_export_to(&c, "cring", mr.id, 192, 64, KRC_ACCESS_REMOTE_WRITE, node, port) < 0)
 		return fail(&c, "export");
 	if (krc_queue(&c, &q) < 0)
 		return fail(&c, "queue");
@@ -44,6 +46,12 @@ int main(int argc, char **argv)
 		return fail(&c, "push recv");
 	if (krc_connect_port(&q, node, port) < 0)
 		return fail(&c, "connect");
+	struct krc_region g;
+	if (krc_region(&c, node, "gring", &g) == 0 || c.code != KRC_CODE_NO_REGION)
+		return fail(&c, "gring found by the client, which holds no port");
+	if (krc_vq_region(&q, "gring", &g) < 0)
+		return fail(&c, "vq region");
+	printf("gring len %" PRIu64 " access %u\n", g.len, g.access);
 	char *buf = mr.addr;
 	memcpy(buf + 128, "ping", 4);
 	struct krc_sqe e = {.op = KRC_WR_SEND, .mr = mr.id, .off = 128, .len = 4};

@@ -21,7 +21,7 @@ const (
 	OpHello      Op = iota + 1 // u32 version; u64 client id, u64 node, u32 credits, u32 max message
 	OpRegister                 // fd memfd, u64 offset, u64 len, u32 access; u64 mr
 	OpDeregister               // u64 mr; -
-	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access; -
+	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access[, u32 k, k of (u64 node, u32 port)]; -
 	OpUnexport                 // str name; -
 	OpRegion                   // u64 node, str name; u64 region, u64 len, u32 access, u64 0 (reserved)
 	OpQueue                    // fds ring memfd, doorbell, completion bell, message bell; u64 vq
@@ -32,6 +32,7 @@ const (
 	OpStats                    // -; the fields of krcore.Stats as u64s (PutStats)
 	OpStatus                   // -; str JSON (Status)
 	OpBye                      // daemon to client, unasked: str reason
+	OpVQRegion                 // u64 vq, str name; as OpRegion, asking as the port the VQ is bound to
 )
 
 // HeaderLen is the length of a control message's header.
@@ -144,6 +145,10 @@ func (m *Msg) GetStr() string {
 	n := binary.LittleEndian.Uint16(m.take(2))
 	return string(m.take(int(n)))
 }
+
+// More reports whether the body has bytes left to read (an optional
+// trailing field).
+func (m *Msg) More() bool { return m.err == nil && m.off < len(m.b) }
 
 // Err is the first decoding error.
 func (m *Msg) Err() error { return m.err }
