@@ -381,7 +381,7 @@ func (b *liteBench) reads(dl *rawqp.Deadline, place string, sides []*liteSide, n
 		series = append(series,
 			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				buf := make([]byte, liteReadSize)
-				return timed(w, n, func() error { return s.node.Read(dl.Get(), s.h, 0, buf) })
+				return timed(dl, w, n, func(ctx context.Context) error { return s.node.Read(ctx, s.h, 0, buf) })
 			}},
 			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				return vqrun.Latency(dl, s.q, vqrun.Poll{}, req, w, n)
@@ -428,8 +428,8 @@ func (b *liteBench) copies(dl *rawqp.Deadline, place string, sides []*liteSide, 
 			return fmt.Errorf("%s %s%s: %w", place, testLiteMemcpy, s.suffix, err)
 		}
 		series = append(series,
-			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(w, n, s.memcpy(dl)) }},
-			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(w, n, s.readWrite(dl)) }})
+			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(dl, w, n, s.memcpy) }},
+			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return timed(dl, w, n, s.readWrite) }})
 		labels = append(labels, seriesMemcpy+s.suffix, seriesReadWrite+s.suffix)
 	}
 	return b.rotate(place, testLiteMemcpy, "LITE Memcpy at the master vs Read+Write through the caller, 1 MiB (interleaved)",
@@ -440,18 +440,16 @@ func (b *liteBench) copies(dl *rawqp.Deadline, place string, sides []*liteSide, 
 }
 
 // memcpy copies the source LMR to the destination at the master's node.
-func (s *liteSide) memcpy(dl *rawqp.Deadline) func() error {
-	return func() error { return s.node.Memcpy(dl.Get(), s.dst, 0, s.src, 0, liteCopySize) }
+func (s *liteSide) memcpy(ctx context.Context) error {
+	return s.node.Memcpy(ctx, s.dst, 0, s.src, 0, liteCopySize)
 }
 
 // readWrite copies the source LMR to the destination through the caller.
-func (s *liteSide) readWrite(dl *rawqp.Deadline) func() error {
-	return func() error {
-		if err := s.node.Read(dl.Get(), s.src, 0, s.buf); err != nil {
-			return err
-		}
-		return s.node.Write(dl.Get(), s.dst, 0, s.buf)
+func (s *liteSide) readWrite(ctx context.Context) error {
+	if err := s.node.Read(ctx, s.src, 0, s.buf); err != nil {
+		return err
 	}
+	return s.node.Write(ctx, s.dst, 0, s.buf)
 }
 
 // checkCopies runs one copy of each kind, clearing the destination before
@@ -461,12 +459,12 @@ func (s *liteSide) checkCopies(dl *rawqp.Deadline) error {
 	copyPattern(want)
 	for _, c := range []struct {
 		name string
-		run  func() error
-	}{{seriesMemcpy, s.memcpy(dl)}, {seriesReadWrite, s.readWrite(dl)}} {
+		run  func(context.Context) error
+	}{{seriesMemcpy, s.memcpy}, {seriesReadWrite, s.readWrite}} {
 		if err := s.node.Memset(dl.Get(), s.dst, 0, liteCopySize, 0); err != nil {
 			return err
 		}
-		if err := c.run(); err != nil {
+		if err := c.run(dl.Get()); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
 		got := make([]byte, liteCopySize)
@@ -487,12 +485,16 @@ func copyPattern(b []byte) {
 	}
 }
 
-// timed times warmup+iters runs of op and returns the last iters.
-func timed(warmup, iters int, op func() error) ([]time.Duration, error) {
+// timed times warmup+iters runs of op and returns the last iters. Each
+// run's context comes from dl before the clock starts, as in the VQ
+// series (vqrun.Latency): renewing it reads the clock, which is no cost
+// of the operation.
+func timed(dl *rawqp.Deadline, warmup, iters int, op func(context.Context) error) ([]time.Duration, error) {
 	samples := make([]time.Duration, 0, iters)
 	for i := range warmup + iters {
+		ctx := dl.Get()
 		t0 := time.Now()
-		if err := op(); err != nil {
+		if err := op(ctx); err != nil {
 			return nil, fmt.Errorf("#%d: %w", i, err)
 		}
 		if d := time.Since(t0); i >= warmup {

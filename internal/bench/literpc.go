@@ -150,7 +150,10 @@ func (b *liteBench) rpcs(dl *rawqp.Deadline, place string, master krcore.NodeID,
 		req, resp := make([]byte, liteRPCSize), make([]byte, liteRPCSize)
 		series = append(series,
 			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
-				return timed(w, n, func() error { _, err := s.node.Call(dl.Get(), master, liteRPCEcho, req, resp); return err })
+				return timed(dl, w, n, func(ctx context.Context) error {
+					_, err := s.node.Call(ctx, master, liteRPCEcho, req, resp)
+					return err
+				})
 			}},
 			&interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				return s.ping.Run(b.ctx, liteRPCSize, w, n, b.c.timeout)
@@ -159,7 +162,7 @@ func (b *liteBench) rpcs(dl *rawqp.Deadline, place string, master krcore.NodeID,
 		if s.netrpc != nil {
 			var out []byte
 			series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
-				return timed(w, n, func() error { return s.netrpc.Call("LiteEcho.Echo", req, &out) })
+				return timed(dl, w, n, func(context.Context) error { return s.netrpc.Call("LiteEcho.Echo", req, &out) })
 			}}, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
 				return s.raw.PingPongOp(s.rawPoll, rawqp.Spec{Op: verbs.OpSend, Size: liteRPCSize}, w, n)
 			}})
