@@ -210,15 +210,18 @@ func (b *liteBench) callRates(dl *rawqp.Deadline, place string, master krcore.No
 }
 
 // callRate runs total calls from callers goroutines and returns calls/s.
+// The goroutines share one context, taken before they start: a Deadline is
+// one goroutine's (its Get cancels the context it handed out before).
 func (s *liteSide) callRate(dl *rawqp.Deadline, master krcore.NodeID, callers, total int) (float64, error) {
 	errs := make(chan error, callers)
+	ctx := dl.Get()
 	t0 := time.Now()
 	for g := range callers {
 		go func() {
 			req, resp := make([]byte, liteRPCSize), make([]byte, liteRPCSize)
 			var err error
 			for i := g; i < total && err == nil; i += callers {
-				_, err = s.node.Call(dl.Get(), master, liteRPCEcho, req, resp)
+				_, err = s.node.Call(ctx, master, liteRPCEcho, req, resp)
 			}
 			errs <- err
 		}()
