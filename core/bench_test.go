@@ -176,6 +176,12 @@ func BenchmarkRead8(b *testing.B) {
 		b.ReportAllocs()
 		rawRead8(b, x, y, false)
 	})
+	b.Run("raw-dc", func(b *testing.B) {
+		c := benchCluster(b)
+		x, y := rawDCPair(b, c.Devices[0], c.Devices[1])
+		b.ReportAllocs()
+		rawRead8(b, x, y, false)
+	})
 }
 
 // rawRead8 times sync 8 B READs from x of y's MR on a raw RC QP, polling

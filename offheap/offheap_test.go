@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/krcore/krcore/offheap"
+	"golang.org/x/sys/unix"
 )
 
 func TestFindAndPin(t *testing.T) {
@@ -73,4 +75,32 @@ func ExampleAlloc() {
 	defer blk.Close()
 	fmt.Println(len(blk.Bytes()), blk.FD())
 	// Output: 1048576 -1
+}
+
+// TestPopulate: after Populate every page of a fresh block is resident and
+// its bytes are what they were, wherever the range starts and ends.
+func TestPopulate(t *testing.T) {
+	size := 2*offheap.HugePage + 5*os.Getpagesize()
+	b, err := offheap.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	buf := b.Bytes()
+	buf[3], buf[size-1] = 7, 9
+	offheap.Populate(buf[3:])
+	offheap.Populate(nil)
+	if buf[3] != 7 || buf[size-1] != 9 || buf[4] != 0 {
+		t.Fatalf("Populate changed bytes: %d %d %d", buf[3], buf[size-1], buf[4])
+	}
+	pages := size / os.Getpagesize()
+	vec := make([]byte, pages)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Skipf("mincore: %v", e)
+	}
+	for i, v := range vec {
+		if v&1 == 0 {
+			t.Fatalf("page %d of %d not resident after Populate", i, pages)
+		}
+	}
 }
