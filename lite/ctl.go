@@ -111,18 +111,21 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 	}
 	var code byte
 	var name string
+	// The sender's principal, as its runtime vouches: grants and pieces
+	// are its alone.
+	from := krcore.Principal{Node: m.From, Port: m.Port}
 	switch req.kind {
 	case opMap:
-		n.spawn(ctx, m.From, req, n.grantOp)
+		n.spawn(ctx, from, req, n.grantOp)
 		return
 	case opUnmap:
-		n.spawn(ctx, m.From, req, n.revokeOp)
+		n.spawn(ctx, from, req, n.revokeOp)
 		return
 	case opLayout:
-		n.spawn(ctx, m.From, req, n.layoutOp)
+		n.spawn(ctx, from, req, n.layoutOp)
 		return
 	case opAlloc, opGrant, opRevoke, opRelease:
-		n.spawnPieceOp(ctx, m.From, req)
+		n.spawnPieceOp(ctx, from, req)
 		return
 	case opRPCOpen:
 		name, code = n.openRing(m.From, req.name)
@@ -130,10 +133,10 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 		n.deliver(m.From, req)
 		return
 	case opMemset, opMemcpy:
-		n.spawn(ctx, m.From, req, n.execMem)
+		n.spawn(ctx, from, req, n.execMem)
 		return
-	case opShare, opFree, opSetPerm:
-		n.spawn(ctx, m.From, req, n.execAdmin)
+	case opShare, opFree, opSetPerm, opLend:
+		n.spawn(ctx, from, req, n.execAdmin)
 		return
 	case opBarrier, opBarrierLeave:
 		n.barrierMsg(m.From, req)
@@ -166,24 +169,86 @@ func (n *Node) deliver(from krcore.NodeID, m ctlMsg) {
 	}
 }
 
-// send SENDs m to port at node through the control queue.
+// send SENDs m to port at node through the control queue (a reply, or a
+// request that needs no answer).
 func (n *Node) send(ctx context.Context, node krcore.NodeID, port uint32, m ctlMsg) error {
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
 	if err := n.ctl.Connect(ctx, node, &krcore.ConnectOptions{Port: port}); err != nil {
 		return err
 	}
+	if err := n.sendOn(ctx, n.ctl, m); err != nil {
+		if n.ctl.Outstanding() > 0 {
+			n.renewCtl() // a SEND still outstanding would pin the queue to node
+		}
+		return err
+	}
+	return nil
+}
+
+// sendOn SENDs m through q, connected already, and waits for it; ctlMu
+// held.
+func (n *Node) sendOn(ctx context.Context, q krcore.VQ, m ctlMsg) error {
 	k := m.encode(n.outbox.Bytes())
 	req := krcore.Request{ID: m.id, Op: verbs.OpSend, Local: n.outbox.Range(0, k)}
-	if _, err := n.ctl.Push(ctx, true, req); err != nil {
+	if _, err := q.Push(ctx, true, req); err != nil {
 		return err
 	}
 	var out [1]krcore.Completion
-	if _, err := n.ctl.PopWait(ctx, out[:]); err != nil {
-		n.renewCtl() // a SEND still outstanding would pin the queue to node
+	if _, err := q.PopWait(ctx, out[:]); err != nil {
 		return err
 	}
 	return out[0].Err()
+}
+
+// connectBound points srv at the LITE endpoint of node; ctlMu held. A
+// SEND abandoned earlier (its requester gave up) is waited for first: srv
+// holds the port and is never replaced, and a request outstanding would
+// pin it to its node.
+func (n *Node) connectBound(ctx context.Context, node krcore.NodeID) error {
+	if n.srvAt == node {
+		return nil
+	}
+	var out [1]krcore.Completion
+	for n.srv.Outstanding() > 0 {
+		if _, err := n.srv.PopWait(ctx, out[:]); err != nil {
+			return err
+		}
+	}
+	n.srvAt = 0
+	if err := n.srv.Connect(ctx, node, &krcore.ConnectOptions{Port: n.port}); err != nil {
+		return err
+	}
+	n.srvAt = node
+	return nil
+}
+
+// sendRequest SENDs the request m to the LITE endpoint of node from srv,
+// so that node sees it from this Node's principal.
+func (n *Node) sendRequest(ctx context.Context, node krcore.NodeID, m ctlMsg) error {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if err := n.connectBound(ctx, node); err != nil {
+		return err
+	}
+	return n.sendOn(ctx, n.srv, m)
+}
+
+// region learns the region node exports under name as this Node's
+// principal (this node and port, which srv holds): the only way to learn
+// a grant, which its master exports to the mapper's principal alone.
+func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if err := n.connectBound(ctx, node); err != nil {
+		return nil, err
+	}
+	return n.srv.Region(ctx, name)
+}
+
+// principal is this Node's: what a master grants its Maps to.
+func (n *Node) principal() krcore.Principal {
+	return krcore.Principal{Node: n.api.Node(), Port: n.port}
 }
 
 // renewCtl replaces the control queue after a SEND was abandoned; ctlMu held.
@@ -219,7 +284,7 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 		delete(n.pending, m.id)
 		n.mu.Unlock()
 	}()
-	if err := n.send(ctx, node, n.port, m); err != nil {
+	if err := n.sendRequest(ctx, node, m); err != nil {
 		return reply{}, err
 	}
 	select {

@@ -17,6 +17,19 @@
 //     access, so the rights are enforced at the responder, where the
 //     memory lives. The mapper gets a Handle, opaque and valid only in the
 //     Node that mapped it.
+//   - A grant is bound to the mapper's process. A Node's requests go out
+//     from its queue bound to its port, so a master sees each from the
+//     principal (node, port) the sender's runtime vouches for
+//     (Message.From, Message.Port), and exports the grant to that
+//     principal alone (krcore.API.Export's audience); the mapper looks it
+//     up as its bound queue (VQ.Region), and every node holding a piece
+//     enforces the same. Another process that learns the grant's name
+//     (reading the master's memory) gets ErrNoRegion: through krcored it
+//     cannot bind the mapper's port, nor ask as a port its own queue does
+//     not hold; elsewhere its node differs. It never gets a region id to
+//     READ with, and the data path needs nothing more: krcored hands a
+//     client only region ids of its own session. Unmap, Layout and the
+//     admin requests are checked against the same principal.
 //   - Read and Write move bytes through a handle with one-sided RDMA,
 //     bounds checked, through a registered bounce buffer of the Node.
 //   - MallocOn stripes an LMR over several nodes (Placement): each holds
@@ -40,8 +53,11 @@
 //   - Memset, Memcpy and Memmove run at the node holding dst's bytes: the
 //     caller sends one control request naming its grants, and the holder
 //     acts only through what they allow (Write on dst, Read on src),
-//     copying locally or READing src through the caller's grant at src's
-//     node straight into dst; the reply comes once the bytes are in place.
+//     copying locally, or READing src at src's node straight into dst
+//     through a loan: one request to src's master, which checks the
+//     caller's Read and grants Read on src to the holder's Node alone,
+//     withdrawn once the copy is done. The reply comes once the bytes are
+//     in place.
 //   - A directory (Options.Directory, a node whose Node keeps name ->
 //     master) finds an LMR's master by name: Malloc lists the name there
 //     (a name is one master's), Free withdraws it, Master and MapName look
@@ -66,9 +82,8 @@
 //     one WRITE_WITH_IMM into the caller's reply slot. Slots are credits:
 //     a caller without one waits. Notifications that do not check out
 //     (sender, ring, slot, length, call) are dropped. A ring is exported
-//     under a random name, but to every node (Export has no audience): a
-//     node that learned the name could write into it, though its
-//     notifications are refused.
+//     under a random name, but to every node: a node that learned the
+//     name could write into it, though its notifications are refused.
 //   - Send and Endpoint.Recv carry messages between named endpoints on the
 //     same rings, acknowledged once the endpoint holds them.
 //   - Barrier(master, name, count) meets count participants at a barrier
@@ -86,19 +101,9 @@
 // each beside the same app over Go net/rpc) and krbench's lite test
 // (docs/krbench.md) use the API above.
 //
-// Not built yet, and not possible with krcore.API as it is: a grant bound
-// to the mapper's process. A handle is refused in another Node, and a
-// grant's export name is random and never shown, but a process that
-// learns it (reading the master's or the mapper's memory) can Region it:
-// API.Export offers a region to every node and process; the region lookup
-// (core's ctlRegionReq) carries the asking node, which the exporter
-// ignores, and no client; krcored's session.region looks any name up for
-// any client. Enforcing it needs an Export naming its audience, a node and
-// a port (the principal a master sees in a Map request: Message.From and
-// Message.Port, a port krcored lets one client bind), region lookups
-// carrying the asker's node and a port its runtime vouches it holds,
-// refused otherwise (ErrNoRegion), and lite sending requests from its
-// bound queue. The data path needs nothing more: krcored hands a client
-// only region ids of its own session. Memcpy's delegation of the src grant
-// to dst's holder would then be a one-operation Share to that holder.
+// Not covered: the principal is a port, not a process's lifetime. Close
+// does not Unmap what the Node mapped, so its grants stay exported to
+// (node, port) until their LMRs are freed, and a later process that binds
+// the port and knows a grant's name could look it up. RPC rings are
+// exported to every node (see above).
 package lite

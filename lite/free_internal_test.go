@@ -52,16 +52,22 @@ func TestFreeWithdrawsGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	e1, e2 := exportOf(h1), exportOf(h2)
+	if _, err := mapper.region(ctx, 2, e1); err != nil {
+		t.Fatalf("grant before Unmap, asked as the mapper: %v", err)
+	}
 	if err := mapper.Unmap(ctx, h1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mapperAPI.Region(ctx, 2, e1); !errors.Is(err, krcore.ErrNoRegion) {
+	if _, err := mapper.region(ctx, 2, e1); !errors.Is(err, krcore.ErrNoRegion) {
 		t.Fatalf("grant after Unmap: %v, want ErrNoRegion", err)
+	}
+	if _, err := mapper.region(ctx, 2, e2); err != nil {
+		t.Fatalf("grant before Free, asked as the mapper: %v", err)
 	}
 	if err := l.Free(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mapperAPI.Region(ctx, 2, e2); !errors.Is(err, krcore.ErrNoRegion) {
+	if _, err := mapper.region(ctx, 2, e2); !errors.Is(err, krcore.ErrNoRegion) {
 		t.Fatalf("grant after Free: %v, want ErrNoRegion", err)
 	}
 }

@@ -83,13 +83,18 @@ type Node struct {
 	port uint32
 	opts Options
 
-	srv    krcore.VQ // bound to port, read only by serve
+	// srv holds port: serve reads the messages to it, and this Node's
+	// requests go out from it (ctlMu held), so that the node asked sees
+	// them from the principal (this node, port) its runtime vouches for,
+	// the one a master grants to.
+	srv    krcore.VQ
+	srvAt  krcore.NodeID // the node srv is connected to (0: none), ctlMu
 	inbox  krcore.MR
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	ctlMu  sync.Mutex // ctl, outbox
-	ctl    krcore.VQ
+	ctlMu  sync.Mutex // ctl, srv's sending, outbox
+	ctl    krcore.VQ  // replies go out from it
 	outbox krcore.MR
 
 	dataMu sync.Mutex // data, bounce

@@ -35,8 +35,18 @@ func apis(t testing.TB) (krcore.API, map[string]krcore.API) {
 // of nodes 2, 3, ... and node 1's runtime two ways: embedded, and through
 // krcored.
 func apisN(t testing.TB, nodes int) ([]krcore.API, map[string]krcore.API) {
-	ctx := ctxT(t)
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes})
+	c, sock := startDaemon(t, nodes)
+	var others []krcore.API
+	for id := krcore.NodeID(2); id <= krcore.NodeID(nodes); id++ {
+		others = append(others, core.Embed(c.Node(id)))
+	}
+	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": attach(t, sock)}
+}
+
+// startDaemon starts a cluster of nodes nodes and krcored on node 1, and
+// returns the cluster and krcored's socket.
+func startDaemon(t testing.TB, nodes int) (*cluster.Cluster, string) {
+	c, err := cluster.Start(ctxT(t), cluster.Config{Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,16 +59,17 @@ func apisN(t testing.TB, nodes int) ([]krcore.API, map[string]krcore.API) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(context.Background()) }()
 	t.Cleanup(func() { srv.Close(); <-done })
-	cl, err := client.Attach(ctx, client.Options{Socket: sock})
+	return c, sock
+}
+
+// attach is a new client of the krcored serving sock: another process.
+func attach(t testing.TB, sock string) krcore.API {
+	cl, err := client.Attach(ctxT(t), client.Options{Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	var others []krcore.API
-	for id := krcore.NodeID(2); id <= krcore.NodeID(nodes); id++ {
-		others = append(others, core.Embed(c.Node(id)))
-	}
-	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
+	return cl
 }
 
 func open(t testing.TB, api krcore.API) *lite.Node {

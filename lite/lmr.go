@@ -30,11 +30,25 @@ type LMR struct {
 }
 
 // grant is one mapper's permission on an LMR, exported on every node
-// holding a piece under its own name (exportName).
+// holding a piece under its own name (exportName) to the mapper's
+// principal alone: its Node's node and port, which only that process's
+// runtime vouches for, so no other process can look the grant up.
 type grant struct {
 	lmr    *LMR
-	mapper krcore.NodeID
+	mapper krcore.Principal
+	// lender, when set, lent its own grant's rights to mapper for one
+	// Memcpy (opLend): it withdraws the loan, and its rights bound it.
+	lender krcore.Principal
 	perm   Perm // what was granted, exported again on the new pieces by a Move
+}
+
+// owner is the principal whose rights the grant stands on and who may
+// withdraw it: its lender, if lent, else its mapper.
+func (g *grant) owner() krcore.Principal {
+	if g.lender != (krcore.Principal{}) {
+		return g.lender
+	}
+	return g.mapper
 }
 
 // exportName is the name a grant exp is exported under on the nodes of
@@ -170,7 +184,7 @@ func (n *Node) dropPieces(ctx context.Context, nodes []krcore.NodeID, ids []stri
 // grant answers a Map: it exports every piece of the LMR called name to
 // mapper with exactly perm, if the LMR allows it, and returns the layout
 // and the grant's export name.
-func (n *Node) grant(ctx context.Context, mapper krcore.NodeID, name string, perm Perm) (string, byte) {
+func (n *Node) grant(ctx context.Context, mapper krcore.Principal, name string, perm Perm) (string, byte) {
 	n.mu.Lock()
 	l := n.lmrs[name]
 	n.mu.Unlock()
@@ -184,7 +198,7 @@ func (n *Node) grant(ctx context.Context, mapper krcore.NodeID, name string, per
 	case l.freed:
 		n.mu.Unlock()
 		return "", codeFreed
-	case perm == 0 || perm&^l.rights(mapper) != 0:
+	case perm == 0 || perm&^l.rights(mapper.Node) != 0:
 		n.mu.Unlock()
 		return "", codePerm
 	}
@@ -203,7 +217,7 @@ func (n *Node) grant(ctx context.Context, mapper krcore.NodeID, name string, per
 }
 
 // grantOp answers an opMap (from spawn: grant waits on the LMR).
-func (n *Node) grantOp(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+func (n *Node) grantOp(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
 	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
 	defer cancel()
 	name, code := n.grant(ctx, from, req.name, req.perm)
@@ -211,7 +225,7 @@ func (n *Node) grantOp(ctx context.Context, from krcore.NodeID, req ctlMsg) repl
 }
 
 // revokeOp answers an opUnmap (from spawn: revoke waits on the LMR).
-func (n *Node) revokeOp(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+func (n *Node) revokeOp(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
 	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
 	defer cancel()
 	return reply{code: n.revoke(ctx, from, req.name)}
@@ -221,7 +235,7 @@ func (n *Node) revokeOp(ctx context.Context, from krcore.NodeID, req ctlMsg) rep
 // none.
 func (n *Node) exportAll(ctx context.Context, lay layout, ids []string, exp string, g grant) error {
 	for i, id := range ids {
-		if err := n.hold(ctx, lay.nodes[i], opGrant, g.perm, id, exportName(exp, lay.gen), idBytes(g.mapper)); err != nil {
+		if err := n.hold(ctx, lay.nodes[i], opGrant, g.perm, id, exportName(exp, lay.gen), principalBytes(g.mapper)); err != nil {
 			n.unexportAll(ctx, lay, ids[:i], exportName(exp, lay.gen))
 			return err
 		}
@@ -240,12 +254,12 @@ func (n *Node) unexportAll(ctx context.Context, lay layout, ids []string, name s
 }
 
 // revoke answers an Unmap: it withdraws the grant exported as exp, if
-// mapper holds it, on every piece.
-func (n *Node) revoke(ctx context.Context, mapper krcore.NodeID, exp string) byte {
+// from holds it (or lent it), on every piece.
+func (n *Node) revoke(ctx context.Context, from krcore.Principal, exp string) byte {
 	n.mu.Lock()
 	g := n.grants[exp]
 	n.mu.Unlock()
-	if g == nil || g.mapper != mapper {
+	if g == nil || g.owner() != from {
 		return codeFreed
 	}
 	l := g.lmr

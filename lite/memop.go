@@ -44,8 +44,10 @@ type ops struct {
 }
 
 // memArgs are a Memset's or Memcpy's arguments as they travel to the
-// holder: dst and src are the caller's grants (export names), src empty
-// for Memset. The holder acts only through those grants.
+// holder: dst is the caller's grant (an export name), src the caller's
+// grant on a piece held there too, or a loan to the holder on a piece held
+// at srcNode (lend), empty for Memset. The holder acts only through those
+// grants.
 type memArgs struct {
 	dstOff, srcOff, n uint64
 	srcNode           krcore.NodeID
@@ -103,16 +105,23 @@ func (n *Node) Memset(ctx context.Context, h Handle, off, size int, v byte) erro
 
 // Memcpy copies n bytes at srcOff of src's LMR to dstOff of dst's LMR. The
 // node holding dst's bytes does it, through the caller's grants (Write on
-// dst, Read on src): when src lives on another node, it READs src through
-// src's grant, delegated for this one copy, straight into dst's memory; no
-// data travels through the caller. It returns once the bytes are in place.
-// Overlapping ranges of one LMR are copied as Memmove copies them.
+// dst, Read on src): when src lives on another node, src's master first
+// lends that node Read on src for this one copy (a grant exported to the
+// holder's Node alone, withdrawn after), and the holder READs src through
+// it straight into dst's memory; no data travels through the caller. It
+// returns once the bytes are in place. Overlapping ranges of one LMR are
+// copied as Memmove copies them.
 func (n *Node) Memcpy(ctx context.Context, dst Handle, dstOff int, src Handle, srcOff, size int) error {
 	err := n.access(ctx, dst, dstOff, size, func(d *mapping) error {
 		return n.access(ctx, src, srcOff, size, func(s *mapping) error {
 			pieces := copyPieces(d, dstOff, s, srcOff, size)
 			if d.master == s.master && d.name == s.name && dstOff > srcOff {
 				slices.Reverse(pieces) // memmove: higher offsets first
+			}
+			lent, err := n.lendSrc(ctx, s, pieces)
+			defer n.unlend(ctx, s.master, lent)
+			if err != nil {
+				return err
 			}
 			for _, a := range pieces {
 				if err := n.memop(ctx, opMemcpy, a.holder, a.memArgs); err != nil {
@@ -158,6 +167,45 @@ func copyPieces(d *mapping, dstOff int, s *mapping, srcOff, size int) []piece {
 	return out
 }
 
+// lendSrc has src's master lend Read on src to the holder of each piece
+// whose src lies on another node, one loan per holder, and names the
+// loan's grant as the piece's src; it returns the loans made.
+func (n *Node) lendSrc(ctx context.Context, s *mapping, pieces []piece) ([]string, error) {
+	loans := map[krcore.NodeID]string{}
+	var lent []string
+	for i := range pieces {
+		a := &pieces[i]
+		if a.srcNode == a.holder {
+			continue // the holder copies locally, through the caller's grant
+		}
+		exp, ok := loans[a.holder]
+		if !ok {
+			var err error
+			if exp, err = n.lend(ctx, s, krcore.Principal{Node: a.holder, Port: n.port}); err != nil {
+				return lent, err
+			}
+			loans[a.holder] = exp
+			lent = append(lent, exp)
+		}
+		a.src = exportName(exp, s.lay.gen)
+	}
+	return lent, nil
+}
+
+// unlend withdraws the loans lent at master, even once ctx ended: a loan
+// left would give its holder Read until the LMR is freed.
+func (n *Node) unlend(ctx context.Context, master krcore.NodeID, lent []string) {
+	if len(lent) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ctlTimeout)
+	defer cancel()
+	for _, exp := range lent {
+		// A loan not withdrawn (the master gone) dies with the LMR.
+		_, _ = n.request(ctx, master, ctlMsg{kind: opUnmap, name: exp})
+	}
+}
+
 // memop asks holder to carry out a Memset or Memcpy and waits for it.
 func (n *Node) memop(ctx context.Context, kind byte, holder krcore.NodeID, a memArgs) error {
 	what := "memcpy"
@@ -187,9 +235,9 @@ func failure(code byte, format string, args ...any) reply {
 	return reply{code: code, name: s[:min(len(s), slotSize-hdrLen)]}
 }
 
-// spawn runs do for a request from node in a goroutine the Node owns
-// (serve must not wait for it) and sends its reply.
-func (n *Node) spawn(ctx context.Context, from krcore.NodeID, req ctlMsg, do func(context.Context, krcore.NodeID, ctlMsg) reply) {
+// spawn runs do for a request from principal from in a goroutine the Node
+// owns (serve must not wait for it) and sends its reply.
+func (n *Node) spawn(ctx context.Context, from krcore.Principal, req ctlMsg, do func(context.Context, krcore.Principal, ctlMsg) reply) {
 	n.ops.wg.Add(1)
 	go func() {
 		defer n.ops.wg.Done()
@@ -197,7 +245,7 @@ func (n *Node) spawn(ctx context.Context, from krcore.NodeID, req ctlMsg, do fun
 		sctx, cancel := context.WithTimeout(ctx, ctlTimeout)
 		defer cancel()
 		// A lost reply fails the requester at its deadline.
-		_ = n.send(sctx, from, req.port, ctlMsg{kind: opReply, id: req.id, code: r.code, name: r.name})
+		_ = n.send(sctx, from.Node, req.port, ctlMsg{kind: opReply, id: req.id, code: r.code, name: r.name})
 	}()
 }
 
@@ -215,7 +263,7 @@ func (n *Node) stopOps() {
 
 // execMem carries out a Memset or Memcpy for from at this node, the holder
 // of dst's bytes.
-func (n *Node) execMem(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+func (n *Node) execMem(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
 	a, ok := decodeMem(req.name)
 	if !ok || a.dst == "" || (req.kind == opMemcpy) == (a.src == "") {
 		return failure(codeInvalid, "malformed request")
@@ -233,13 +281,13 @@ func (n *Node) execMem(ctx context.Context, from krcore.NodeID, req ctlMsg) repl
 // from's grant exported as exp gives access to, if that grant is from's,
 // allows need and covers the range; n.mu held, which keeps Free, Unmap and
 // Move from withdrawing the grant while the caller uses it.
-func (n *Node) through(from krcore.NodeID, exp string, need Perm, off, size uint64) (*holding, []byte, reply) {
+func (n *Node) through(from krcore.Principal, exp string, need Perm, off, size uint64) (*holding, []byte, reply) {
 	e := n.exports[exp]
 	if e == nil {
 		return nil, nil, failure(codeFreed, "grant %q withdrawn", exp)
 	}
 	if e.mapper != from || e.perm&need != need {
-		return nil, nil, failure(codePerm, "grant %q does not give node %d %b", exp, from, need)
+		return nil, nil, failure(codePerm, "grant %q does not give node %d port %d %b", exp, from.Node, from.Port, need)
 	}
 	b := e.piece.mr.Bytes()
 	if b == nil {
@@ -259,7 +307,7 @@ func (n *Node) through(from krcore.NodeID, exp string, need Perm, off, size uint
 // between overlapping ranges of one piece is therefore done in one step
 // under n.mu (copy moves as memmove does): a Move finds it not begun or
 // done.
-func (n *Node) localMem(ctx context.Context, from krcore.NodeID, a memArgs) reply {
+func (n *Node) localMem(ctx context.Context, from krcore.Principal, a memArgs) reply {
 	if a.src != "" && a.dstOff < a.srcOff+a.n && a.srcOff < a.dstOff+a.n && n.samePiece(a.dst, a.src) {
 		return n.moveChunk(from, a, 0, a.n)
 	}
@@ -286,7 +334,7 @@ func (n *Node) samePiece(a, b string) bool {
 }
 
 // moveChunk sets or copies k bytes at offset at of the operation.
-func (n *Node) moveChunk(from krcore.NodeID, a memArgs, at, k uint64) reply {
+func (n *Node) moveChunk(from krcore.Principal, a memArgs, at, k uint64) reply {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	_, d, r := n.through(from, a.dst, Write, a.dstOff+at, k)
@@ -318,8 +366,8 @@ func fill(b []byte, v byte) {
 // remoteCopy READs src, held by another node, through the caller's grant
 // there straight into dst's memory here, memWindow READs of memChunk bytes
 // in flight. The src node's responder checks the grant, as for any READ.
-func (n *Node) remoteCopy(ctx context.Context, from krcore.NodeID, a memArgs) reply {
-	region, err := n.api.Region(ctx, a.srcNode, a.src)
+func (n *Node) remoteCopy(ctx context.Context, from krcore.Principal, a memArgs) reply {
+	region, err := n.region(ctx, a.srcNode, a.src)
 	if err != nil {
 		if errors.Is(err, krcore.ErrNoRegion) {
 			return failure(codeFreed, "src grant at node %d withdrawn", a.srcNode)
@@ -343,7 +391,7 @@ func (n *Node) remoteCopy(ctx context.Context, from krcore.NodeID, a memArgs) re
 }
 
 // readInto pushes the READs of a remote copy and waits for them all.
-func (n *Node) readInto(ctx context.Context, q krcore.VQ, from krcore.NodeID, a memArgs, region krcore.Region) reply {
+func (n *Node) readInto(ctx context.Context, q krcore.VQ, from krcore.Principal, a memArgs, region krcore.Region) reply {
 	var wc [memWindow]krcore.Completion
 	for pushed := uint64(0); pushed < a.n || q.Outstanding() > 0; {
 		if pushed < a.n && q.Outstanding() < memWindow {

@@ -102,11 +102,11 @@ func (l *LMR) moveBack(ctx context.Context, old layout, oldIDs []string, nu layo
 func (n *Node) copyLMR(ctx context.Context, old layout, oldIDs []string, nu layout, ids []string) error {
 	exp := grantName() // Read and Write on the LMR: as secret as a mapper's grant
 	self := n.api.Node()
-	if err := n.exportAll(ctx, old, oldIDs, exp, grant{mapper: self, perm: Read}); err != nil {
+	if err := n.exportAll(ctx, old, oldIDs, exp, grant{mapper: n.principal(), perm: Read}); err != nil {
 		return err
 	}
 	defer n.unexportAll(ctx, old, oldIDs, exportName(exp, old.gen))
-	if err := n.exportAll(ctx, nu, ids, exp, grant{mapper: self, perm: Write}); err != nil {
+	if err := n.exportAll(ctx, nu, ids, exp, grant{mapper: n.principal(), perm: Write}); err != nil {
 		return err
 	}
 	defer n.unexportAll(ctx, nu, ids, exportName(exp, nu.gen))
@@ -138,7 +138,7 @@ func (n *Node) copyLMR(ctx context.Context, old layout, oldIDs []string, nu layo
 func (n *Node) mapping(ctx context.Context, master krcore.NodeID, name, exp string, lay layout) (*mapping, error) {
 	m := &mapping{master: master, name: name, export: exp, lay: lay}
 	for _, node := range lay.nodes {
-		r, err := n.api.Region(ctx, node, exportName(exp, lay.gen))
+		r, err := n.region(ctx, node, exportName(exp, lay.gen))
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +223,7 @@ func (n *Node) askLayout(ctx context.Context, master krcore.NodeID, exp string, 
 }
 
 // layoutOp answers an opLayout (from spawn: layoutFor waits on the LMR).
-func (n *Node) layoutOp(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
+func (n *Node) layoutOp(_ context.Context, from krcore.Principal, req ctlMsg) reply {
 	name, code := n.layoutFor(from, req.name)
 	return reply{code: code, name: name}
 }
@@ -231,7 +231,7 @@ func (n *Node) layoutOp(_ context.Context, from krcore.NodeID, req ctlMsg) reply
 // layoutFor answers an opLayout from mapper: the layout of the LMR its
 // grant is on, from the node with the index the body starts with. It
 // waits for a Move under way, so the mapper learns the new layout.
-func (n *Node) layoutFor(mapper krcore.NodeID, body string) (string, byte) {
+func (n *Node) layoutFor(mapper krcore.Principal, body string) (string, byte) {
 	if len(body) < 2 {
 		return "", codeFailed
 	}

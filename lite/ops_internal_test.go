@@ -32,7 +32,7 @@ func TestCloseStopsOps(t *testing.T) {
 	}
 	n.putQueue(q)
 	started, ended := make(chan struct{}), make(chan error, 1)
-	n.spawn(n.ops.ctx, 2, ctlMsg{kind: opMemcpy}, func(ctx context.Context, _ krcore.NodeID, _ ctlMsg) reply {
+	n.spawn(n.ops.ctx, krcore.Principal{Node: 2, Port: DefaultPort}, ctlMsg{kind: opMemcpy}, func(ctx context.Context, _ krcore.Principal, _ ctlMsg) reply {
 		close(started)
 		<-ctx.Done() // a copy waiting on a peer that never answers
 		ended <- ctx.Err()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/krcore/krcore"
 )
@@ -19,17 +20,19 @@ const (
 	Admin
 )
 
-// Control op kinds of Share and Admin (this file's range: 0x48-0x4b).
+// Control op kinds of Share and Admin, and of a Memcpy's loan (this
+// file's range: 0x48-0x4b).
 const (
 	opShare byte = 0x48 + iota
 	opFree
 	opSetPerm
+	opLend
 )
 
-// grantName is a fresh export name for a grant. An export is offered to
-// every node and every process (krcore.API.Export), so the name is the
-// grant's only secret: it is random (128 bits), and only the master and
-// the mapper's Node, which never shows it, learn it.
+// grantName is a fresh export name for a grant. The grant is exported to
+// its mapper's principal alone, whose runtime alone can look it up; the
+// name is random (128 bits) besides, and only the master and the mapper's
+// Node, which never shows it, learn it.
 func grantName() string {
 	return "lite/" + rand.Text()
 }
@@ -93,7 +96,7 @@ func (l *LMR) entitle(node krcore.NodeID, perm Perm) []string {
 	}
 	var gone []string
 	for exp, g := range l.live {
-		if g.perm&^l.rights(g.mapper) != 0 {
+		if g.perm&^l.rights(g.owner().Node) != 0 {
 			delete(l.n.grants, exp)
 			delete(l.live, exp)
 			gone = append(gone, exp)
@@ -145,9 +148,12 @@ func (n *Node) admin(ctx context.Context, what string, h Handle, m ctlMsg, node 
 	return nil
 }
 
-// execAdmin answers a Share, Free or SetPerm from node from: it acts only
-// if the grant the request names is from's and holds the permission.
-func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
+// execAdmin answers a Share, Free or SetPerm from principal from: it acts
+// only if the grant the request names is from's and holds the permission.
+func (n *Node) execAdmin(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
+	if req.kind == opLend {
+		return n.execLend(ctx, from, req)
+	}
 	b := []byte(req.name)
 	node, k := binary.Uvarint(b)
 	if k <= 0 {
@@ -179,10 +185,10 @@ func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) repl
 		return failure(codeFreed, "grant %q withdrawn", exp)
 	case g.mapper != from || g.perm&need == 0:
 		n.mu.Unlock()
-		return failure(codePerm, "grant %q does not give node %d %b", exp, from, need)
+		return failure(codePerm, "grant %q does not give node %d port %d %b", exp, from.Node, from.Port, need)
 	case req.kind == opShare && req.perm&^g.perm != 0:
 		n.mu.Unlock()
-		return failure(codePerm, "node %d shares %b holding %b", from, req.perm, g.perm)
+		return failure(codePerm, "node %d shares %b holding %b", from.Node, req.perm, g.perm)
 	case req.kind == opShare:
 		gone = g.lmr.entitle(node, g.lmr.shared[node]|req.perm)
 	case req.kind == opSetPerm:
@@ -200,4 +206,88 @@ func (n *Node) execAdmin(_ context.Context, from krcore.NodeID, req ctlMsg) repl
 		}
 	}
 	return reply{}
+}
+
+// lend asks m's master to lend Read on m's LMR to the principal to (the
+// Node holding a Memcpy's dst bytes, which READs src) through a grant of
+// its own, exported to to alone, for one copy: Memcpy's delegation is
+// this one operation. It returns the grant's export name; the caller
+// withdraws it with Unmap's request once the copy is done. A grant of an
+// older layout than the LMR's is refused as withdrawn (ErrFreed), so the
+// caller maps the new one.
+func (n *Node) lend(ctx context.Context, m *mapping, to krcore.Principal) (string, error) {
+	b := binary.AppendUvarint(nil, to.Node)
+	b = binary.AppendUvarint(b, uint64(to.Port))
+	b = binary.AppendUvarint(b, uint64(m.lay.gen))
+	r, err := n.request(ctx, m.master, ctlMsg{kind: opLend, perm: Read, name: string(b) + m.export})
+	if err == nil {
+		err = replyErr(r)
+	}
+	if err != nil {
+		return "", fmt.Errorf("lend %q to node %d port %d: %w", m.name, to.Node, to.Port, err)
+	}
+	return r.name, nil
+}
+
+// parseLend reads an opLend's body: the borrower, the layout's generation
+// and the lender's grant.
+func parseLend(s string) (to krcore.Principal, gen uint32, exp string, ok bool) {
+	b := []byte(s)
+	var v [3]uint64
+	for i := range v {
+		x, k := binary.Uvarint(b)
+		if k <= 0 {
+			return to, 0, "", false
+		}
+		v[i], b = x, b[k:]
+	}
+	if v[1] > math.MaxUint32 || v[2] > math.MaxUint32 {
+		return to, 0, "", false
+	}
+	return krcore.Principal{Node: v[0], Port: uint32(v[1])}, uint32(v[2]), string(b), true
+}
+
+// execLend answers an opLend from principal from: if from's grant the
+// request names gives Read on an LMR still of the layout named, it grants
+// Read to the borrower, lent by from (whose rights bound it and who
+// withdraws it), and answers its export name.
+func (n *Node) execLend(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
+	to, gen, exp, ok := parseLend(req.name)
+	if !ok || to.Node == 0 || to.Port == 0 || req.perm != Read {
+		return failure(codeInvalid, "malformed loan")
+	}
+	n.mu.Lock()
+	g := n.grants[exp]
+	n.mu.Unlock()
+	if g == nil {
+		return failure(codeFreed, "grant %q withdrawn", exp)
+	}
+	l := g.lmr
+	l.op.Lock() // no grant is made or moved while the loan is
+	defer l.op.Unlock()
+	n.mu.Lock()
+	switch {
+	case n.grants[exp] != g || l.freed:
+		n.mu.Unlock()
+		return failure(codeFreed, "grant %q withdrawn", exp)
+	case g.mapper != from || g.perm&Read == 0:
+		n.mu.Unlock()
+		return failure(codePerm, "grant %q does not give node %d port %d Read", exp, from.Node, from.Port)
+	case l.lay.gen != gen:
+		n.mu.Unlock()
+		return failure(codeFreed, "grant %q: the LMR moved", exp)
+	}
+	lent, lay, ids := grantName(), l.lay, l.pieces
+	n.mu.Unlock()
+	ng := &grant{lmr: l, mapper: to, lender: from, perm: Read}
+	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+	defer cancel()
+	if err := n.exportAll(ctx, lay, ids, lent, *ng); err != nil {
+		return failure(codeFailed, "lend: %v", err)
+	}
+	n.mu.Lock()
+	l.live[lent] = ng
+	n.grants[lent] = ng
+	n.mu.Unlock()
+	return reply{name: lent}
 }

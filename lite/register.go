@@ -29,14 +29,14 @@ func (n *Node) Register(ctx context.Context, name string, mr krcore.MR, allow Pe
 	id := n.pieceIDs(1)[0]
 	// A trial export checks that mr is this API's and has the access the
 	// grants need, which a Map would otherwise find out.
-	if err := n.api.Export(id, mr, 0, mr.Len(), allow.access()); err != nil {
+	if err := n.api.Export(id, mr, 0, mr.Len(), allow.access(), n.principal()); err != nil {
 		l.drop()
 		l.op.Unlock()
 		return nil, fmt.Errorf("lite: register %q allowing %b: %w", name, allow, err)
 	}
 	n.api.Unexport(id)
 	n.mu.Lock()
-	n.pieces[id] = &holding{master: n.api.Node(), mr: mr, own: true}
+	n.pieces[id] = &holding{master: n.principal(), mr: mr, own: true}
 	l.pieces = []string{id}
 	n.mu.Unlock()
 	if err := n.publish(ctx, l); err != nil {

@@ -175,7 +175,7 @@ func parseLayout(b []byte) (page, []byte, bool) {
 // holding is a piece of memory this Node holds for an LMR mastered by
 // master.
 type holding struct {
-	master krcore.NodeID
+	master krcore.Principal
 	mr     krcore.MR
 	own    bool // the caller's memory (Register): released, never deregistered
 }
@@ -185,7 +185,7 @@ type holding struct {
 // (memops), besides what its RNIC lets the mapper do.
 type export struct {
 	piece  *holding
-	mapper krcore.NodeID
+	mapper krcore.Principal
 	perm   Perm
 }
 
@@ -217,7 +217,7 @@ func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Per
 	body := pack(parts...)
 	var r reply
 	if node == n.api.Node() {
-		r = n.pieceOp(node, kind, perm, body)
+		r = n.pieceOp(n.principal(), kind, perm, body)
 	} else {
 		var err error
 		if r, err = n.request(ctx, node, ctlMsg{kind: kind, perm: perm, name: body}); err != nil {
@@ -235,10 +235,10 @@ func (n *Node) hold(ctx context.Context, node krcore.NodeID, kind byte, perm Per
 // then the release of a move it gave up), and one overtaking another at
 // the holder (a release before the alloc it undoes) would leave a piece
 // nobody frees. Called by serve alone, which owns pieceTail.
-func (n *Node) spawnPieceOp(ctx context.Context, from krcore.NodeID, req ctlMsg) {
+func (n *Node) spawnPieceOp(ctx context.Context, from krcore.Principal, req ctlMsg) {
 	prev, next := n.pieceTail, make(chan struct{})
 	n.pieceTail = next
-	n.spawn(ctx, from, req, func(ctx context.Context, from krcore.NodeID, req ctlMsg) reply {
+	n.spawn(ctx, from, req, func(ctx context.Context, from krcore.Principal, req ctlMsg) reply {
 		defer close(next)
 		if prev != nil {
 			<-prev // it ends: spawn's goroutines finish when ctx does
@@ -250,7 +250,7 @@ func (n *Node) spawnPieceOp(ctx context.Context, from krcore.NodeID, req ctlMsg)
 // pieceReq answers a piece operation from another node (from spawn:
 // Unexport and Deregister wait for the copies in flight through the
 // memory, which serve must not).
-func (n *Node) pieceReq(_ context.Context, from krcore.NodeID, req ctlMsg) reply {
+func (n *Node) pieceReq(_ context.Context, from krcore.Principal, req ctlMsg) reply {
 	return n.pieceOp(from, req.kind, req.perm, req.name)
 }
 
@@ -258,8 +258,8 @@ func (n *Node) pieceReq(_ context.Context, from krcore.NodeID, req ctlMsg) reply
 // allocates a piece, opGrant(id, export, mapper) exports it for mapper
 // with exactly perm, opRevoke(id, export) withdraws one export ("": all),
 // opRelease(id) withdraws every export, then frees the piece. Only the
-// node that allocated a piece can use it.
-func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) reply {
+// principal (a master's Node) that allocated a piece can use it.
+func (n *Node) pieceOp(master krcore.Principal, kind byte, perm Perm, body string) reply {
 	k := map[byte]int{opAlloc: 2, opGrant: 3, opRevoke: 2, opRelease: 1}[kind]
 	parts, ok := unpack(body, k)
 	if !ok {
@@ -292,17 +292,18 @@ func (n *Node) pieceOp(master krcore.NodeID, kind byte, perm Perm, body string) 
 	return p.withdraw(n.api, names, kind == opRelease)
 }
 
-// exportPiece answers an opGrant: it exports p as name for mapper (8
-// bytes, little endian) with exactly perm.
+// exportPiece answers an opGrant: it exports p as name to the principal
+// mapper (principalBytes) alone, with exactly perm.
 func (n *Node) exportPiece(p *holding, name, mapper string, perm Perm) reply {
-	if len(mapper) != 8 {
+	to, ok := parsePrincipal(mapper)
+	if !ok {
 		return failure(codeInvalid, "grant: malformed mapper")
 	}
-	if err := n.api.Export(name, p.mr, 0, p.mr.Len(), perm.access()); err != nil {
+	if err := n.api.Export(name, p.mr, 0, p.mr.Len(), perm.access(), to); err != nil {
 		return failure(codeFailed, "grant: %v", err)
 	}
 	n.mu.Lock()
-	n.exports[name] = &export{piece: p, mapper: binary.LittleEndian.Uint64([]byte(mapper)), perm: perm}
+	n.exports[name] = &export{piece: p, mapper: to, perm: perm}
 	n.mu.Unlock()
 	return reply{code: codeOK}
 }
@@ -325,7 +326,7 @@ func (p *holding) withdraw(api krcore.API, names []string, free bool) reply {
 
 // alloc answers an opAlloc: a piece of size bytes (8, little endian) for
 // master, under id.
-func (n *Node) alloc(master krcore.NodeID, id, size string) reply {
+func (n *Node) alloc(master krcore.Principal, id, size string) reply {
 	if len(size) != 8 {
 		return failure(codeInvalid, "alloc: malformed size")
 	}
@@ -362,9 +363,19 @@ func (n *Node) releasePieces() {
 	}
 }
 
-// idBytes encodes a node id for a message body.
-func idBytes(id krcore.NodeID) string {
-	return string(binary.LittleEndian.AppendUint64(nil, id))
+// principalBytes encodes a principal for a message body: its node and
+// port, little endian.
+func principalBytes(p krcore.Principal) string {
+	return string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint64(nil, p.Node), p.Port))
+}
+
+// parsePrincipal decodes what principalBytes made.
+func parsePrincipal(s string) (krcore.Principal, bool) {
+	if len(s) != 12 {
+		return krcore.Principal{}, false
+	}
+	b := []byte(s)
+	return krcore.Principal{Node: binary.LittleEndian.Uint64(b), Port: binary.LittleEndian.Uint32(b[8:])}, true
 }
 
 // sizeBytes encodes a piece's size for opAlloc.

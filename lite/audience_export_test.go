@@ -1,0 +1,14 @@
+package lite
+
+// GrantExports are the names the pieces of l export its live grants
+// (Maps and Memcpy's loans) under, read out of its master's state: what a
+// process that read the master's memory would learn.
+func GrantExports(l *LMR) []string {
+	l.n.mu.Lock()
+	defer l.n.mu.Unlock()
+	var out []string
+	for exp := range l.live {
+		out = append(out, exportName(exp, l.lay.gen))
+	}
+	return out
+}

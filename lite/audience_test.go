@@ -1,0 +1,100 @@
+package lite_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/lite"
+)
+
+// TestGrantBoundToProcess: a grant is exported to its mapper's principal
+// (node 1, the LITE port) alone. Another process that learned its export
+// name (read here out of the master's state) cannot look it up, so cannot
+// READ the memory: a second client of the same krcored (or a second Node
+// of the same runtime) asking as no port, unbound, or bound to another
+// port of the right node (it cannot take the mapper's: ErrPortInUse), and
+// a process of another node holding the LITE port, all get ErrNoRegion,
+// and a Memcpy leaves no loan behind; the mapper keeps reading.
+func TestGrantBoundToProcess(t *testing.T) {
+	c, sock := startDaemon(t, 3)
+	for name, mk := range map[string]func() krcore.API{
+		"embedded": func() krcore.API { return core.Embed(c.Node(1)) },
+		"daemon":   func() krcore.API { return attach(t, sock) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			master, mapper := open(t, core.Embed(c.Node(2))), open(t, mk())
+			l := malloc(t, master, "bound", 4096, lite.Read|lite.Write)
+			want := pattern(4096)
+			copy(l.Bytes(), want)
+			h := mapLMR(t, mapper, 2, "bound", lite.Read|lite.Write)
+			exps := lite.GrantExports(l)
+			if len(exps) != 1 {
+				t.Fatalf("grants at the master: %q, want one", exps)
+			}
+			exp := exps[0]
+
+			thieves := map[string]krcore.API{"node 1, another process": mk(), "node 3": core.Embed(c.Node(3))}
+			for who, api := range thieves {
+				if _, err := api.Region(ctx, 2, exp); !errors.Is(err, krcore.ErrNoRegion) {
+					t.Errorf("%s asking as no port: %v, want ErrNoRegion", who, err)
+				}
+				q, err := api.Queue()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer q.Close()
+				if err := q.Connect(ctx, 2, nil); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := q.Region(ctx, exp); !errors.Is(err, krcore.ErrNoRegion) {
+					t.Errorf("%s unbound: %v, want ErrNoRegion", who, err)
+				}
+				err = q.Bind(lite.DefaultPort)
+				switch {
+				case api.Node() == 1 && !errors.Is(err, krcore.ErrPortInUse):
+					t.Errorf("%s took the mapper's port: %v, want ErrPortInUse", who, err)
+				case api.Node() == 1:
+					err = q.Bind(lite.DefaultPort + 1) // the right node, a wrong port
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := q.Region(ctx, exp); !errors.Is(err, krcore.ErrNoRegion) {
+					t.Errorf("%s bound to another principal's port: %v, want ErrNoRegion", who, err)
+				}
+			}
+
+			// The mapper still reads and writes, and a Memcpy whose src is
+			// held by another node than dst's (a loan to dst's holder)
+			// leaves only the mapper's grant.
+			got := make([]byte, 4096)
+			if err := mapper.Read(ctx, h, 0, got); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("the mapper's Read: %v (bytes equal: %v)", err, bytes.Equal(got, want))
+			}
+			local := malloc(t, mapper, "local", 4096, lite.Read|lite.Write)
+			hl := mapLMR(t, mapper, 1, "local", lite.Read|lite.Write)
+			if err := mapper.Memcpy(ctx, hl, 0, h, 0, 4096); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(local.Bytes(), want) {
+				t.Fatal("Memcpy from node 2 to node 1: dst differs")
+			}
+			if err := mapper.Memcpy(ctx, h, 100, hl, 0, 50); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(l.Bytes()[100:150], want[:50]) {
+				t.Fatal("Memcpy from node 1 to node 2: dst differs")
+			}
+			if exps := lite.GrantExports(l); len(exps) != 1 || exps[0] != exp {
+				t.Errorf("grants at the master after Memcpy: %q, want only %q", exps, exp)
+			}
+			if exps := lite.GrantExports(local); len(exps) != 1 {
+				t.Errorf("grants on local after Memcpy: %q, want only the mapper's", exps)
+			}
+		})
+	}
+}
