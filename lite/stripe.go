@@ -29,6 +29,9 @@ func single(node krcore.NodeID, size int) layout {
 // locate maps offset off of the LMR to the index of the node holding it,
 // the offset in that node's piece, and the bytes left in its stripe.
 func (l layout) locate(off int) (node, at, left int) {
+	if off < l.stripe { // the first stripe, all of an LMR on one node: no division
+		return 0, off, l.stripe - off
+	}
 	s := off / l.stripe
 	k := len(l.nodes)
 	return s % k, s/k*l.stripe + off%l.stripe, l.stripe - off%l.stripe
