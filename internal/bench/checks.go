@@ -14,8 +14,10 @@ const (
 	// A cross-process 8 B READ is one request and one response over the
 	// fabric's TCP link, so it should cost about one TCP round trip.
 	targetReadVsTCP = 1.2
-	// A 64 KiB WRITE stream should move nearly what one TCP stream does.
-	targetWriteVsTCP = 0.8
+	// A 64 KiB WRITE or READ stream should move nearly what one TCP
+	// stream does.
+	targetWriteVsTCP  = 0.8
+	targetReadBWVsTCP = 0.8
 	// In process, a READ is a function call and a copy: under 1 usec.
 	targetInprocReadUsec = 1.0
 
@@ -44,7 +46,7 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 		if place == placementInproc {
 			prefix = "in-process "
 		}
-		pairRead, pairWrite := false, false
+		pairRead, pairWrite, pairReadBW := false, false, false
 		if r := rep.FindAt(place, testPairRead, perf.ModeLat); r != nil {
 			t, rd := r.LabelRow(seriesTCP), r.LabelRow(testRead)
 			if t != nil && rd != nil {
@@ -65,6 +67,14 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 				}
 				out = append(out, c)
 				pairWrite = true
+			}
+			if rd := r.BandwidthLabelRow(testRead); t != nil && rd != nil {
+				c := perf.RatioOf(fmt.Sprintf("%sread %s BW average / tcp %s stream BW average (interleaved)", prefix, sizeName(pairBWSize), sizeName(pairBWSize)), rd.AvgMBps, t.AvgMBps)
+				if place == placementCross {
+					c = c.AtLeast(targetReadBWVsTCP)
+				}
+				out = append(out, c)
+				pairReadBW = true
 			}
 		}
 		rawLat := rep.FindAt(place, testRaw, perf.ModeLat)
@@ -99,8 +109,13 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 					}
 					sz := sizeName(row.Bytes)
 					c := perf.RatioOf(fmt.Sprintf("%s%s %s BW average / tcp %s stream BW average", prefix, test, sz, sz), row.AvgMBps, base.AvgMBps)
-					if test == testWrite && row.Bytes == pairBWSize && place == placementCross && !pairWrite {
-						c = c.AtLeast(targetWriteVsTCP)
+					if row.Bytes == pairBWSize && place == placementCross {
+						if test == testWrite && !pairWrite {
+							c = c.AtLeast(targetWriteVsTCP)
+						}
+						if test == testRead && !pairReadBW {
+							c = c.AtLeast(targetReadBWVsTCP)
+						}
 					}
 					out = append(out, c)
 				}

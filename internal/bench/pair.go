@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/krcore/krcore/internal/bench/interleave"
@@ -39,7 +40,7 @@ func (c *client) runPaired() error {
 		}
 	}
 	if has(c.cfg.modesOf(testWrite), modeBW) {
-		if err := c.pairBandwidth(); err != nil {
+		if err := c.pairBandwidth(has(c.cfg.modesOf(testRead), modeBW)); err != nil {
 			return fmt.Errorf("interleaved write/tcp: %w", err)
 		}
 	}
@@ -98,39 +99,62 @@ func (c *client) pairLatency() (err error) {
 }
 
 // pairBandwidth alternates 64 KiB TCP stream blocks with 64 KiB WRITE
-// blocks.
-func (c *client) pairBandwidth() (err error) {
+// blocks and, if withRead, 64 KiB READ blocks (rotating the three).
+func (c *client) pairBandwidth(withRead bool) (err error) {
 	cfg := c.cfg
 	rc, r, done, err := c.openPair(testWrite, modeBW, pairBWSize)
 	if err != nil {
 		return err
 	}
 	defer func() { err = firstErr(err, done()) }()
-	spec := rawqp.Spec{Op: verbs.OpWrite, Size: pairBWSize, Remote: r.mr}
-	tcp := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return rc.stream(pairBWSize, total, cfg.cqMod) })
-	wr := interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.Stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	stream := func(r *rdmaRun, op verbs.Opcode) *interleave.Bandwidth {
+		spec := rawqp.Spec{Op: op, Size: pairBWSize, Remote: r.mr}
+		return interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return r.ep.Stream(r.p, spec, total, cfg.txDepth, cfg.cqMod) })
+	}
+	series := []*interleave.Bandwidth{
+		interleave.NewBandwidth(func(total int) ([]perf.Mark, error) { return rc.stream(pairBWSize, total, cfg.cqMod) }),
+		stream(r, verbs.OpWrite),
+	}
+	labels := []string{seriesTCP, testWrite}
+	title := "Interleaved RDMA_Write vs TCP stream, "
+	what := "write: RDMA WRITE until the last completion"
+	if withRead {
+		// The same QP and MRs (registered with every access): the
+		// server keeps one endpoint per session.
+		series = append(series, stream(r, verbs.OpRead))
+		labels = append(labels, testRead)
+		title = "Interleaved RDMA_Write and RDMA_Read vs TCP stream, "
+		what += "; read: RDMA READ until the last completion"
+	}
 
 	iters, warmup := cfg.iters(modeBW, pairBWSize)
 	per := interleave.PerBlock(iters)
-	if err := interleave.WarmBandwidth(warmup, tcp, wr); err != nil {
+	if err := interleave.WarmBandwidth(warmup, series...); err != nil {
 		return err
 	}
-	c.logf("interleaved: %d blocks of %d TCP stream writes and %d RDMA WRITEs of %d B", interleave.Blocks, per, per, pairBWSize)
-	if err := interleave.Pair(tcp.Block(per), wr.Block(per)); err != nil {
+	c.logf("interleaved: %d blocks of %d TCP stream writes and %d RDMA %s of %d B", interleave.Blocks, per, per, strings.Join(labels[1:], "s and "), pairBWSize)
+	blocks := make([]func() error, len(series))
+	for i, s := range series {
+		blocks[i] = s.Block(per)
+	}
+	if err := interleave.Rotate(blocks...); err != nil {
 		return err
 	}
-	t, w := perf.Bandwidth(pairBWSize, tcp.Marks, cfg.txDepth), perf.Bandwidth(pairBWSize, wr.Marks, cfg.txDepth)
-	t.Label, w.Label = seriesTCP, testWrite
+	stats := make([]perf.BandwidthStats, len(series))
+	for i, s := range series {
+		stats[i] = perf.Bandwidth(pairBWSize, s.Marks, cfg.txDepth)
+		stats[i].Label = labels[i]
+	}
 	return c.out.Add(perf.Result{
-		Title: "Interleaved RDMA_Write vs TCP stream, " + sizeName(pairBWSize), Test: testPairWrite,
+		Title: title + sizeName(pairBWSize), Test: testPairWrite,
 		Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: []perf.Field{
-			{Key: "Series", Value: "tcp: one Go TCP stream, until the receiver has it all; write: RDMA WRITE until the last completion"},
-			{Key: "Blocks", Value: fmt.Sprintf("%d of %d x %d B per series, alternating (ABBA)", interleave.Blocks, per, pairBWSize)},
+			{Key: "Series", Value: "tcp: one Go TCP stream, until the receiver has it all; " + what},
+			{Key: "Blocks", Value: fmt.Sprintf("%d of %d x %d B per series, rotating", interleave.Blocks, per, pairBWSize)},
 			{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
 			{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
 			{Key: "Fabric", Value: c.fabricIn},
 		},
-		Bandwidth: []perf.BandwidthStats{t, w},
+		Bandwidth: stats,
 	})
 }

@@ -109,7 +109,7 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			q.complete(w, idx, verbs.Success, 0)
 			continue
 		}
-		if lk == nil {
+		if lk == nil || q.holdOff(lk) {
 			if q.done == idx {
 				q.deadline.Store(w.sentAt + int64(q.timeout))
 			}
@@ -137,6 +137,14 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 		return lk, idx, true
 	}
 	return nil, 0, false
+}
+
+// holdOff reports whether the pump stops before its next request because
+// lk is a TCP link whose queue is draining (write.go); the drain pumps q
+// again. Only RC QPs and DCIs hold off: their pump writes batches.
+func (q *qp) holdOff(lk link) bool {
+	tl, ok := lk.(*tcpLink)
+	return ok && (q.typ == verbs.RC || q.typ == verbs.DCI) && tl.holdOff(q)
 }
 
 // route finds the link a request travels on; nil while none is up yet.

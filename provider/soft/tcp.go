@@ -48,7 +48,9 @@ type tcpLink struct {
 	ackBuf     [1][]byte           // l.ack as net.Buffers, without allocating
 	wsock      *rawWriter          // non-blocking writes (write.go)
 	queued     []byte              // what the socket did not take yet
+	spare      []byte              // the drain's other buffer
 	draining   bool                // drain is running
+	held       []*qp               // QPs whose pumps held off while it runs
 }
 
 func newTCPLink(n *Node, addr string) *tcpLink {
