@@ -143,6 +143,7 @@
 //
 //	read 8B t_typical / tcp 8B RTT t_typical (interleaved)              <= 1.2x
 //	write 64KiB BW average / tcp 64KiB stream BW average (interleaved)  >= 0.8x
+//	read 64KiB BW average / tcp 64KiB stream BW average (interleaved)   >= 0.8x
 //	in-process read 8B t_typical                                        <  1 usec
 //
 // For a quick look on a fresh machine, from the module root:
