@@ -109,10 +109,22 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			q.complete(w, idx, verbs.Success, 0)
 			continue
 		}
-		if lk == nil || q.holdOff(lk) {
+		if lk == nil {
 			if q.done == idx {
 				q.deadline.Store(w.sentAt + int64(q.timeout))
 			}
+			return nil, 0, false
+		}
+		if q.holdOff(lk) {
+			// The transport timer starts when the request goes out, as
+			// on an RNIC; until then it bounds how long the link's
+			// queue may go without draining (each drain pumps q again,
+			// which re-arms it), so a peer that stopped reading still
+			// fails q's requests.
+			if q.done == idx {
+				q.deadline.Store(q.node.now() + int64(q.timeout))
+			}
+			w.sentAt = 0
 			return nil, 0, false
 		}
 		if st := q.build(w, out); st != verbs.Success {

@@ -409,7 +409,16 @@ func TestTCPConcurrentStreams(t *testing.T) {
 	const size, msg, n = 4 << 20, 64 << 10, 512
 	var pairs [2][2]*side
 	for i := range pairs {
-		pairs[i][0], pairs[i][1] = connectPair(t, a, b, size)
+		// The node's retry timeout, not connectPair's 100 ms: the
+		// streams keep megabytes in flight on a shared machine.
+		x, y := newSide(t, a, size), newSide(t, b, size)
+		if err := verbs.Connect(x.qp, y.qp.Endpoint(), verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := verbs.Connect(y.qp, x.qp.Endpoint(), verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+		pairs[i][0], pairs[i][1] = x, y
 		src := pairs[i][0].mr.Bytes()
 		for j := range src {
 			src[j] = byte(j/msg*7 + i*131 + j)
