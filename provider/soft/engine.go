@@ -306,6 +306,9 @@ func (q *qp) answer(f *frame, r io.Reader) {
 	switch f.syn {
 	case synAck:
 		st, n := q.land(w, f, r)
+		if st == statusLost {
+			return // the retry timer fails it, as a response lost on the wire
+		}
 		q.complete(w, idx, st, n)
 	case synRNR:
 		q.backOff(w, idx, time.Duration(f.imm)*time.Microsecond)
@@ -320,6 +323,17 @@ var synStatus = [numSyndromes]verbs.Status{
 	synInvalid: verbs.RemInvReqErr, synRemoteOp: verbs.RemOpErr,
 	synDCKey: verbs.RemAccessErr, synNoDCT: verbs.RemInvReqErr,
 }
+
+// synLost is a responder's verdict on a WRITE cut short by its link
+// failing: like a request lost on the wire, it is not answered and changes
+// no state (its bytes that landed are undefined, as a failed WRITE's are).
+// It is never sent.
+const synLost = numSyndromes
+
+// statusLost is land's verdict on a response cut short by its link
+// failing: like a response lost on the wire, it completes nothing, and the
+// request fails with RETRY_EXC_ERR when its retry timer runs out.
+const statusLost = verbs.Status(255)
 
 // land places a READ's data or an atomic's original value in the
 // requester's SGEs, and returns the status and the bytes the request moved
@@ -338,7 +352,8 @@ func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
 			_, err := io.ReadFull(r, b)
 			m.done()
 			if err != nil {
-				return verbs.BadRespErr, 0
+				// The link died in the middle of the response.
+				return statusLost, 0
 			}
 		}
 		return verbs.Success, f.plen
@@ -456,7 +471,7 @@ func (q *qp) execute(lk link, f *frame, r io.Reader, resp *frame) bool {
 		if resp.syn = q.perform(lk, f, r, resp); resp.syn == synAck {
 			c.expect = (c.expect + 1) & psnMask
 		}
-		return true
+		return resp.syn != synLost
 	case verbs.UD:
 		if (q.state != verbs.StateRTR && q.state != verbs.StateRTS) || f.rkey != q.qkey || !f.op.IsSend() {
 			return false
@@ -465,6 +480,9 @@ func (q *qp) execute(lk link, f *frame, r io.Reader, resp *frame) bool {
 		return false
 	}
 	resp.syn = q.perform(lk, f, r, resp)
+	if resp.syn == synLost {
+		return false
+	}
 	if resp.syn == synAck && (q.typ == verbs.RC || q.typ == verbs.UC) {
 		q.rqPSN = (q.rqPSN + 1) & psnMask
 	}
@@ -539,7 +557,7 @@ func (q *qp) remoteWrite(f *frame, r io.Reader) uint8 {
 	_, err := io.ReadFull(r, b)
 	m.done()
 	if err != nil {
-		return synRemoteOp
+		return synLost // the link died in the middle of the payload
 	}
 	return synAck
 }

@@ -163,6 +163,9 @@ func (n *Node) route(addr string, q *qp) link {
 	if strings.HasPrefix(addr, "mem:") || addr == "" {
 		return nil
 	}
+	if lk, ok := n.shmRoute(addr, q); ok {
+		return lk
+	}
 	return n.tcpRoute(addr, q)
 }
 

@@ -19,7 +19,7 @@ func tcpNodes(t testing.TB) (*soft.Node, *soft.Node) {
 	t.Helper()
 	var ns [2]*soft.Node
 	for i := range ns {
-		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second})
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second, TCPOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,6 +51,9 @@ type Node struct {
 	linkMu  sync.Mutex
 	tcp     map[string]*tcpLink // by peer address
 	accepts map[net.Conn]struct{}
+	shm     map[string]*shmLink // by peer address, guarded by linkMu (shm.go)
+	shmLn   *net.UnixListener
+	shmWhy  error // why the node has no shared-memory listener
 }
 
 func newNode(fab *Fabric, cfg Config) (*Node, error) {
@@ -67,7 +70,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr, cfg.NoDC), mtu: cfg.MTU, keys: newKeySource(),
 		start: time.Now(), stop: make(chan struct{}),
 		cqs: make(map[*cq]struct{}), pds: make(map[*pd]struct{}), srqs: make(map[*srq]struct{}), ahs: make(map[*ah]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
-		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}),
+		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}), shm: make(map[string]*shmLink),
 	}
 	// QPNs are 24 bits; start somewhere random so numbers from a restarted
 	// node do not alias the old one's.
@@ -84,6 +87,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 		n.ln, n.addr = ln, ln.Addr().String()
 		n.wg.Add(1)
 		go n.acceptLoop()
+		n.listenShm()
 	case cfg.Name != "":
 		n.addr = "mem:" + cfg.Name
 	default:
@@ -150,6 +154,7 @@ func (n *Node) Close() error {
 		n.ln.Close()
 	}
 	n.closeLinks()
+	n.closeShm(true)
 	n.qpMu.RLock()
 	qps := make([]*qp, 0, len(n.qps))
 	for _, q := range n.qps {
@@ -244,6 +249,11 @@ func (n *Node) Stats() Stats {
 	n.mu.Unlock()
 	n.linkMu.Lock()
 	s.Links = len(n.tcp)
+	for _, l := range n.shm {
+		if l.up {
+			s.Links++
+		}
+	}
 	n.linkMu.Unlock()
 	return s
 }

@@ -4,8 +4,10 @@
 // Each Node is one RNIC on one fabric address. Nodes in one process that
 // share a Fabric talk over an in-memory wire: a request is carried out in the
 // poster's goroutine, so an 8 B READ costs a few hundred nanoseconds. Nodes in
-// different processes or hosts talk over TCP, one link per node pair with all
-// QPs multiplexed on it.
+// different processes of one host talk over a shared-memory link, nodes on
+// different hosts over TCP (Config.TCPOnly, or KRCORE_SOFT_LINK=tcp, keeps
+// same-host peers on TCP too): one link per node pair, all QPs multiplexed on
+// it.
 //
 // The RNIC behaves like hardware where KRCore's problems come from:
 //
@@ -84,6 +86,18 @@
 // requester writes what is queued on a QP in one system call. A malformed
 // frame closes the link.
 //
+// # Shared-memory link
+//
+// Two nodes that listen on TCP and run in different processes of one host
+// (same user, user namespace and boot) find each other through an abstract
+// unix socket named after the TCP address, exchange a memfd over it, and
+// carry the same frames as on TCP through two byte rings of ShmRingSize in
+// it, one per direction (ShmSegmentSize mapped per link, off the Go heap).
+// The unix socket stays open as the link's doorbell and liveness: a peer
+// process that dies closes it. shm.go and shmring.go have the details; a
+// peer that cannot be reached this way is reached over TCP, and
+// Node.PeerLink says why.
+//
 // # Reading a link
 //
 // Each TCP link has a reader goroutine, but a goroutine blocked in CQ.Wait
@@ -138,6 +152,10 @@ type Config struct {
 	// Attr().DCSupported is false and CreateQP(DCI or DCT) fails with
 	// verbs.ErrUnsupported, so DC-less code paths run on every machine.
 	NoDC bool
+	// TCPOnly makes the node reach nodes in other processes of this host
+	// over TCP, as it does other hosts, instead of by shared memory (see
+	// shm.go); EnvLink=tcp in the environment does it for every node.
+	TCPOnly bool
 }
 
 // defaultAttr is what a soft RNIC can do.

@@ -94,18 +94,29 @@ func pairs(t *testing.T) map[string]func(t *testing.T) (verbs.Device, verbs.Devi
 			return a, b
 		},
 		"tcp": func(t *testing.T) (verbs.Device, verbs.Device) {
-			a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close(); b.Close() })
-			return a, b
+			return listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond, TCPOnly: true})
+		},
+		"shm": func(t *testing.T) (verbs.Device, verbs.Device) {
+			return listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
 		},
 	}
+}
+
+// listenPair starts two nodes on no common fabric, with cfg: they reach
+// each other over TCP, or the shared-memory link unless cfg.TCPOnly.
+func listenPair(t testing.TB, cfg soft.Config) (*soft.Node, *soft.Node) {
+	t.Helper()
+	a, err := soft.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := soft.NewNode(cfg)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }
 
 func TestReadWriteAtomicSend(t *testing.T) {
@@ -162,7 +173,7 @@ func TestReadWriteAtomicSend(t *testing.T) {
 }
 
 func BenchmarkRead8(b *testing.B) {
-	for _, name := range []string{"mem", "tcp", "tcpwait", "tcpyield"} {
+	for _, name := range []string{"mem", "shm", "tcp", "tcpwait", "tcpyield"} {
 		b.Run(name, func(b *testing.B) {
 			var a, c *soft.Node
 			if name == "mem" {
@@ -170,8 +181,9 @@ func BenchmarkRead8(b *testing.B) {
 				a, _ = fab.NewNode(soft.Config{})
 				c, _ = fab.NewNode(soft.Config{})
 			} else {
-				a, _ = soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
-				c, _ = soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+				cfg := soft.Config{Listen: "127.0.0.1:0", TCPOnly: name != "shm"}
+				a, _ = soft.NewNode(cfg)
+				c, _ = soft.NewNode(cfg)
 			}
 			defer a.Close()
 			defer c.Close()

@@ -428,7 +428,11 @@ func (n *Node) closeLinks() {
 	}
 }
 
-// BreakLinks closes every TCP link of the node as a failing network would:
-// requests in flight on them fail with RETRY_EXC_ERR after the retry
-// timeout, and later requests dial new links.
-func (n *Node) BreakLinks() { n.closeLinks() }
+// BreakLinks closes every link of the node to other processes (TCP and
+// shared memory) as a failing network would: requests in flight on them
+// fail with RETRY_EXC_ERR after the retry timeout, and later requests dial
+// new links.
+func (n *Node) BreakLinks() {
+	n.closeLinks()
+	n.closeShm(false)
+}

@@ -67,7 +67,7 @@ func TestUDToUnreachablePort(t *testing.T) {
 		"tcp": func(t *testing.T) (a, b, dead verbs.Device) {
 			var ds [3]verbs.Device
 			for i := range ds {
-				n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second})
+				n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second, TCPOnly: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -177,7 +177,7 @@ func TestUDToSlowLink(t *testing.T) {
 	}()
 	var ds [2]verbs.Device
 	for i := range ds {
-		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 100 * time.Millisecond, DialTimeout: 10 * time.Second})
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 100 * time.Millisecond, DialTimeout: 10 * time.Second, TCPOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}

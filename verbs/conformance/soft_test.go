@@ -30,14 +30,30 @@ func TestSoftMem(t *testing.T) {
 }
 
 // TestSoftTCP runs the suite on two soft nodes that reach each other only
-// over TCP on loopback, as nodes in two processes do.
+// over TCP on loopback, as nodes on two hosts do.
 func TestSoftTCP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("TCP run skipped in -short mode")
 	}
 	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
-		cfg := soft.Config{Listen: "127.0.0.1:0"}
+		cfg := soft.Config{Listen: "127.0.0.1:0", TCPOnly: true}
 		return newNode(t, nil, cfg), newNode(t, nil, cfg)
+	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode, HoldResponses: holdResponses})
+}
+
+// TestSoftShm runs the suite on two soft nodes on no common fabric that
+// listen on TCP, as nodes in two processes of one host do: they reach each
+// other over the shared-memory link.
+func TestSoftShm(t *testing.T) {
+	conformance.Run(t, func(t testing.TB) (verbs.Device, verbs.Device) {
+		cfg := soft.Config{Listen: "127.0.0.1:0"}
+		a, b := newNode(t, nil, cfg), newNode(t, nil, cfg)
+		t.Cleanup(func() {
+			if kind, why := a.PeerLink(b.Addr()); kind != "shm" && kind != "" || why != nil {
+				t.Errorf("a reached b over %q (shm refused: %v), want shm", kind, why)
+			}
+		})
+		return a, b
 	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode, HoldResponses: holdResponses})
 }
 

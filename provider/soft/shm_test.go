@@ -1,0 +1,394 @@
+package soft_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestShmChosen: nodes in different fabrics of one host reach each other
+// by shared memory unless told to use TCP (Config.TCPOnly on either side,
+// or soft.EnvLink=tcp); a node whose peer has no shared-memory listener
+// uses TCP and says why.
+func TestShmChosen(t *testing.T) {
+	cfg := soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second}
+	tcp := cfg
+	tcp.TCPOnly = true
+	for _, c := range []struct {
+		name   string
+		a, b   soft.Config
+		env    string
+		want   string
+		reason bool
+	}{
+		{"auto", cfg, cfg, "", "shm", false},
+		{"tcp-only", tcp, tcp, "", "tcp", false},
+		{"peer tcp-only", cfg, tcp, "", "tcp", true},
+		{"env", cfg, cfg, "tcp", "tcp", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv(soft.EnvLink, c.env)
+			}
+			a, err := soft.NewNode(c.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := soft.NewNode(c.b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			x, y := connectPair(t, a, b, 4096)
+			copy(y.mr.Bytes(), "shm-link")
+			post(t, x.qp, read8(x, y, 1))
+			if wc := waitWC(t, x.cq); wc.Status != verbs.Success || string(x.mr.Bytes()[:8]) != "shm-link" {
+				t.Fatalf("READ: %+v, read %q", wc, x.mr.Bytes()[:8])
+			}
+			kind, why := a.PeerLink(b.Addr())
+			if kind != c.want || (why != nil) != c.reason {
+				t.Fatalf("link %q (shm not used because: %v), want %q", kind, why, c.want)
+			}
+		})
+	}
+}
+
+// childEnv tells a test binary started by startChild which part to play.
+const childEnv = "KRCORE_SOFT_SHM_CHILD"
+
+// TestShmChildProcess is the child side of the cross-process tests; it
+// does nothing unless started by one.
+func TestShmChildProcess(t *testing.T) {
+	mode := os.Getenv(childEnv)
+	if mode == "" {
+		t.Skip("run by TestShmPeerKilled and TestShmManyLinks")
+	}
+	in := bufio.NewScanner(os.Stdin)
+	switch mode {
+	case "peer":
+		childPeer(t, in)
+	case "many":
+		childMany(t, in)
+	}
+	os.Exit(0)
+}
+
+// startChild starts this test binary as a child playing mode, returning a
+// reader of its stdout lines and a writer to its stdin.
+func startChild(t *testing.T, mode string) (*exec.Cmd, *bufio.Scanner, *os.File) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmChildProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = inR
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	t.Cleanup(func() {
+		inW.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, bufio.NewScanner(out), inW
+}
+
+// line reads the child's next line, failing the test if there is none.
+func line(t *testing.T, s *bufio.Scanner) []string {
+	t.Helper()
+	if !s.Scan() {
+		t.Fatalf("child said nothing: %v", s.Err())
+	}
+	return strings.Fields(s.Text())
+}
+
+func atou(t testing.TB, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Layout of the survivor's registered memory in TestShmPeerKilled.
+const (
+	killZone  = 256 << 10 // each zone's size
+	readZone  = 0         // READ responses land here
+	writeZone = killZone  // the child WRITEs here
+	guardZone = 2 * killZone
+	killMR    = 3 * killZone
+)
+
+// childPeer serves a QP the parent connects to and WRITEs into the
+// parent's memory as fast as it can until killed.
+func childPeer(t *testing.T, in *bufio.Scanner) {
+	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSide(t, n, killMR)
+	for i := range s.mr.Bytes() {
+		s.mr.Bytes()[i] = byte(i)
+	}
+	ep := s.qp.Endpoint()
+	fmt.Printf("%s %d %d %d %d\n", ep.Addr, ep.QPN, ep.PSN, s.mr.Addr(), s.mr.RKey())
+	if !in.Scan() {
+		t.Fatal("no parent")
+	}
+	f := strings.Fields(in.Text())
+	peer := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
+	raddr, rkey := atou(t, f[3]), uint32(atou(t, f[4]))
+	if err := verbs.Connect(s.qp, peer, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ready")
+	wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, killZone)}, RemoteAddr: raddr + writeZone, RKey: rkey}
+	var wc [8]verbs.WC
+	for out := 0; ; {
+		for ; out < 8; out++ {
+			if _, err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k, err := s.cq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out -= k
+		if k == 0 {
+			s.cq.Wait(context.Background())
+		}
+	}
+}
+
+// TestShmPeerKilled: a peer process killed in the middle of transfers in
+// both directions is a link failure for the survivor, as a cable pull is:
+// its requests in flight fail with RETRY_EXC_ERR (and the rest flush)
+// within the retry budget, nothing hangs, its memory outside what the dead
+// peer was writing is untouched, and the node goes on working.
+func TestShmPeerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	cmd, out, in := startChild(t, "peer")
+	f := line(t, out)
+	childEP := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
+	craddr, crkey := atou(t, f[3]), uint32(atou(t, f[4]))
+
+	a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	x := newSide(t, a, killMR)
+	guard := x.mr.Bytes()[guardZone:]
+	for i := range guard {
+		guard[i] = 0xa5
+	}
+	const budget = time.Second // Timeout*RetryCount
+	if err := verbs.Connect(x.qp, childEP, verbs.Path{Timeout: budget / 2, RetryCount: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ep := x.qp.Endpoint()
+	fmt.Fprintf(in, "%s %d %d %d %d\n", ep.Addr, ep.QPN, ep.PSN, x.mr.Addr(), x.mr.RKey())
+	if f := line(t, out); len(f) != 1 || f[0] != "ready" {
+		t.Fatalf("child: %v", f)
+	}
+	rd := verbs.SendWR{Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, readZone, killZone)}, RemoteAddr: craddr, RKey: crkey}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [16]verbs.WC
+	var killedAt time.Time
+	var first verbs.WC
+	done, outstanding := 0, 0
+	for first.Status == verbs.Success {
+		for ; outstanding < 8 && killedAt.IsZero(); outstanding++ {
+			rd.ID = uint64(done + outstanding)
+			if _, err := x.qp.PostSend([]verbs.SendWR{rd}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k, err := x.cq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range wc[:k] {
+			if c.Status != verbs.Success && first.Status == verbs.Success {
+				first = c
+			}
+		}
+		done, outstanding = done+k, outstanding-k
+		if done >= 64 && killedAt.IsZero() {
+			if kind, why := a.PeerLink(childEP.Addr); kind != "shm" {
+				t.Fatalf("link to the child: %q (%v), want shm", kind, why)
+			}
+			cmd.Process.Kill()
+			killedAt = time.Now()
+		}
+		if k == 0 {
+			if err := x.cq.Wait(ctx); err != nil {
+				t.Fatalf("after %d READs, %d outstanding: %v", done, outstanding, err)
+			}
+		}
+	}
+	if killedAt.IsZero() {
+		kind, why := a.PeerLink(childEP.Addr)
+		cmd.Process.Kill()
+		for out.Scan() {
+			t.Log("child:", out.Text())
+		}
+		t.Fatalf("READ %d failed before the peer was killed: %v (link %q, %v)", first.ID, first.Status, kind, why)
+	}
+	took := time.Since(killedAt)
+	if !errors.Is(first.Err(), verbs.RetryExcErr) {
+		t.Fatalf("first failed READ (%d done before): %v, want RETRY_EXC_ERR", done, first.Status)
+	}
+	if took > budget+2*time.Second {
+		t.Fatalf("READs failed %v after the kill, budget %v", took, budget)
+	}
+	for i, b := range guard {
+		if b != 0xa5 {
+			t.Fatalf("guard byte %d is %#x after the peer died", i, b)
+		}
+	}
+	// The survivor still works: a new peer process on shared memory.
+	b, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p, q := connectPair(t, a, b, 4096)
+	post(t, p.qp, read8(p, q, 1))
+	if wc := waitWC(t, p.cq); wc.Status != verbs.Success {
+		t.Fatalf("READ after the peer died: %+v", wc)
+	}
+	t.Logf("%d READs of %d KiB, then the peer was killed: RETRY_EXC_ERR after %v", done, killZone>>10, took.Round(time.Millisecond))
+}
+
+// childMany starts as many nodes as the parent asks for and links each to
+// the parent's node, then waits to be killed.
+func childMany(t *testing.T, in *bufio.Scanner) {
+	if !in.Scan() {
+		t.Fatal("no parent")
+	}
+	f := strings.Fields(in.Text())
+	addr, links := f[0], int(atou(t, f[1]))
+	var cqs []verbs.CQ
+	for i := range links {
+		n, err := soft.NewNode(soft.Config{RetryTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, _ := n.AllocPD()
+		cq, _ := n.CreateCQ(4)
+		q, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Nobody answers QP 1: the request only brings the link up.
+		if err := verbs.Connect(q, verbs.Endpoint{Addr: addr, QPN: 1}, verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.PostSend([]verbs.SendWR{{ID: uint64(i), Op: verbs.OpWrite, RKey: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		cqs = append(cqs, cq)
+	}
+	fmt.Println("posted")
+	runtime.KeepAlive(cqs)
+	for in.Scan() {
+	}
+}
+
+// TestShmManyLinks: a thousand links between two processes cost the heap
+// little beside their rings, which live in the memfds.
+func TestShmManyLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	const links = 1000
+	a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, out, in := startChild(t, "many")
+	fmt.Fprintf(in, "%s %d\n", a.Addr(), links)
+	if f := line(t, out); len(f) != 1 || f[0] != "posted" {
+		t.Fatalf("child: %v", f)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for a.Stats().Links < links {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d links up, want %d", a.Stats().Links, links)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	rings := int64(links) * soft.ShmSegmentSize
+	t.Logf("%d links: heap +%d KiB (%d B a link), rings %d MiB off the heap", links, heap>>10, heap/links, rings>>20)
+	if heap > links*16<<10 {
+		t.Fatalf("%d links grew the heap by %d KiB, more than 16 KiB a link", links, heap>>10)
+	}
+}
+
+// TestShmLargeStreams: frames far larger than a ring stream through it in
+// both directions at once (each side's reader also writes the responses
+// to the other's requests, so neither may wait for room).
+func TestShmLargeStreams(t *testing.T) {
+	a, b := listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 3 * time.Second})
+	const size = 3 << 20
+	x, y := newSide(t, a, 2*size), newSide(t, b, 2*size)
+	p := verbs.Path{Timeout: 2 * time.Second, RetryCount: 3}
+	if err := verbs.Connect(x.qp, y.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Connect(y.qp, x.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	for i := range size {
+		y.mr.Bytes()[i] = byte(i * 7)
+		x.mr.Bytes()[size+i] = byte(i * 13)
+	}
+	post(t, x.qp, verbs.SendWR{ID: 1, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, size)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()},
+		verbs.SendWR{ID: 2, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, size, size)}, RemoteAddr: y.mr.Addr() + size, RKey: y.mr.RKey()})
+	post(t, y.qp, verbs.SendWR{ID: 3, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(y.mr, size, size)}, RemoteAddr: x.mr.Addr() + size, RKey: x.mr.RKey()})
+	for _, s := range []*side{x, x, y} {
+		if wc := waitWC(t, s.cq); wc.Status != verbs.Success {
+			t.Fatalf("%+v", wc)
+		}
+	}
+	if !bytes.Equal(x.mr.Bytes()[:size], y.mr.Bytes()[:size]) || !bytes.Equal(x.mr.Bytes()[size:], y.mr.Bytes()[size:]) {
+		t.Fatal("data differs after streaming through the rings")
+	}
+	if kind, _ := a.PeerLink(b.Addr()); kind != "shm" {
+		t.Fatalf("link %q, want shm", kind)
+	}
+}

@@ -1,0 +1,464 @@
+//go:build linux
+
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/krcore/krcore/offheap"
+)
+
+// The shared-memory link's segment: one memfd, made by the dialer and
+// mapped by both processes, holding a control page and two byte rings, one
+// per direction (ring 0 carries the dialer's frames to the acceptor, ring
+// 1 the acceptor's to the dialer). A ring carries the same frames a TCP
+// stream does (4-byte length, 64-byte header, payload), requests and
+// responses alike, written at the producer's tail and read at the
+// consumer's head, both free-running byte counts. A frame larger than the
+// ring streams through it.
+//
+// Control page, one 64-byte line per word so the two processes do not
+// share lines they both write:
+//
+//	line 0  magic, ring size
+//	line 1+4d  ring d's tail (producer's)
+//	line 2+4d  ring d's head (consumer's)
+//	line 3+4d  ring d's wantSpace: its producer has frames queued for room
+//	line 9+s   side s's sleeping: side s's reader waits on its doorbell
+//
+// A reader with nothing to do spins for shmSpin, then sleeps: on a futex
+// on its sleeping word (1) while the link was busy within shmIdle, a wake
+// the kernel delivers to the very thread; on an idle link it sleeps
+// reading the link's unix socket (2), the doorbell, so that idle links
+// hold no thread (the runtime's poller waits for them all). A writer that
+// publishes a tail or head and finds the other side sleeping clears the
+// word and wakes it the way it sleeps. The socket is also the link's
+// liveness: a peer process that dies closes it, and the survivor's reader
+// sees the end of the stream once it sleeps there.
+const (
+	shmMagic   = 0x6b72736f66747368 // "krsoftsh"
+	shmCtlSize = 4096
+	shmLine    = 64
+)
+
+// ShmRingSize is the size of each of a shared-memory link's two rings:
+// what one side may have written that the other has not read yet. Bytes
+// beyond it wait in the sender's queue.
+const ShmRingSize = 256 << 10
+
+// ShmSegmentSize is the memory a shared-memory link maps in each of its
+// two processes (one memfd, off the Go heap): a control page and the
+// rings. Its pages are allocated as the rings are first used.
+const ShmSegmentSize = shmCtlSize + 2*ShmRingSize
+
+const (
+	shmRingSize = ShmRingSize
+	shmSegSize  = ShmSegmentSize
+)
+
+// shmSpin is how long a link's reader keeps looking for work before it
+// sleeps: long enough to catch the answer to what was just sent (a round
+// trip on the link is a few microseconds), short enough not to hold a
+// core on a machine of two.
+const shmSpin = 20 * time.Microsecond
+
+// shmWakeRoom is the room a consumer makes before it wakes a producer
+// waiting for room: waking it for every few bytes freed would move a
+// large frame in pieces that small, one wake-up each.
+const shmWakeRoom = shmRingSize / 4
+
+// shmIdle is how long after its last work a reader sleeps on the futex
+// rather than the socket; a futex sleep ends after it, too.
+const shmIdle = 5 * time.Millisecond
+
+// How a side's reader sleeps (its sleeping word).
+const (
+	sleepFutex = 1
+	sleepSock  = 2
+)
+
+// errShmDead is a read of a link that failed.
+var errShmDead = errors.New("soft: shared-memory link closed")
+
+// shmSeg is a mapped segment.
+type shmSeg struct {
+	blk  *offheap.Block
+	mem  []byte
+	ring [2][]byte
+}
+
+// mapSeg lays out a mapped segment, checking the dialer's header.
+func mapSeg(blk *offheap.Block, fresh bool) (*shmSeg, error) {
+	mem := blk.Bytes()
+	if len(mem) < shmSegSize {
+		return nil, fmt.Errorf("soft: shm segment of %d bytes, want %d", len(mem), shmSegSize)
+	}
+	s := &shmSeg{blk: blk, mem: mem}
+	s.ring[0] = mem[shmCtlSize : shmCtlSize+shmRingSize : shmCtlSize+shmRingSize]
+	s.ring[1] = mem[shmCtlSize+shmRingSize : shmSegSize : shmSegSize]
+	if fresh {
+		s.word(0).Store(shmMagic)
+		s.word(0 + 8/8).Store(shmRingSize) // line 0, second word
+		return s, nil
+	}
+	if s.word(0).Load() != shmMagic || s.word(1).Load() != shmRingSize {
+		return nil, fmt.Errorf("soft: shm segment has magic %#x, ring size %d", s.word(0).Load(), s.word(1).Load())
+	}
+	return s, nil
+}
+
+// word is the 8-byte word at index i of the control page (line i/8).
+func (s *shmSeg) word(i int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&s.mem[8*i]))
+}
+
+func (s *shmSeg) line(l int) *atomic.Uint64 { return s.word(l * shmLine / 8) }
+func (s *shmSeg) tail(d int) *atomic.Uint64 { return s.line(1 + 4*d) }
+func (s *shmSeg) head(d int) *atomic.Uint64 { return s.line(2 + 4*d) }
+func (s *shmSeg) want(d int) *atomic.Uint64 { return s.line(3 + 4*d) }
+func (s *shmSeg) sleeping(side int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(s.line(9 + side)))
+}
+
+// copyIn copies p into ring d at byte position pos.
+func (s *shmSeg) copyIn(d int, pos uint64, p []byte) {
+	r := s.ring[d]
+	n := copy(r[pos%shmRingSize:], p)
+	copy(r, p[n:])
+}
+
+// copyOut copies from ring d at byte position pos into p.
+func (s *shmSeg) copyOut(d int, pos uint64, p []byte) {
+	r := s.ring[d]
+	n := copy(p, r[pos%shmRingSize:])
+	copy(p[n:], r)
+}
+
+// shmLink is a link to a node in another process of this host over a
+// shared segment. Its reader goroutine reads and handles what the peer
+// sends; anyone sends.
+type shmLink struct {
+	node *Node
+	addr string // the peer's fabric address
+
+	// Guarded by node.linkMu until up.
+	dialing  bool
+	lastFail time.Time
+	why      error // why the last attempt failed: routes use TCP
+	waiters  []*qp
+	up       bool
+
+	seg     *shmSeg
+	conn    *net.UnixConn
+	rc      syscall.RawConn
+	side    int // 0: this node dialled; 1: it accepted
+	in, out int // ring numbers
+	dead    atomic.Bool
+
+	wmu      sync.Mutex
+	hdr      [4 + headerLen]byte
+	queued   []byte // what did not fit in the out ring yet, in order
+	qoff     int
+	wake     [1]byte
+	pending  atomic.Bool // len(queued) > qoff
+	rdHeader [4 + headerLen]byte
+	f        frame
+	left     uint32 // payload bytes of the frame being handled, unread
+	bell     [64]byte
+	busy     time.Time // when the reader last found work
+}
+
+func (l *shmLink) peer() string { return l.addr }
+
+// free is the room in the out ring.
+func (l *shmLink) free() uint64 {
+	s := l.seg
+	return shmRingSize - (s.tail(l.out).Load() - s.head(l.out).Load())
+}
+
+// send copies a frame into the out ring, queueing what does not fit: a
+// sender never waits for the peer (see write.go for why the link's reader,
+// which sends too, must not).
+func (l *shmLink) send(f *frame) {
+	if l.dead.Load() {
+		return
+	}
+	plen := f.payloadLen()
+	l.wmu.Lock()
+	if l.dead.Load() {
+		l.wmu.Unlock()
+		return
+	}
+	f.putHeader(l.hdr[:], plen)
+	l.drainLocked()
+	l.put(l.hdr[:])
+	for _, s := range f.segs {
+		l.put(s)
+	}
+	l.publishLocked()
+	l.wmu.Unlock()
+}
+
+// put appends p to the out ring or, once anything is queued, the queue.
+func (l *shmLink) put(p []byte) {
+	if l.qoff == len(l.queued) {
+		s := l.seg
+		t := s.tail(l.out).Load()
+		k := min(uint64(len(p)), l.free())
+		s.copyIn(l.out, t, p[:k])
+		s.tail(l.out).Store(t + k)
+		p = p[k:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	if l.qoff > 0 && l.qoff >= len(l.queued)/2 {
+		// Keep the queue's array from growing with what went out.
+		l.queued = l.queued[:copy(l.queued, l.queued[l.qoff:])]
+		l.qoff = 0
+	}
+	l.queued = append(l.queued, p...)
+}
+
+// drainLocked moves queued bytes into the out ring as room allows; l.wmu
+// is held.
+func (l *shmLink) drainLocked() {
+	if l.qoff == len(l.queued) {
+		return
+	}
+	s := l.seg
+	t := s.tail(l.out).Load()
+	k := min(uint64(len(l.queued)-l.qoff), l.free())
+	s.copyIn(l.out, t, l.queued[l.qoff:l.qoff+int(k)])
+	s.tail(l.out).Store(t + k)
+	l.qoff += int(k)
+	if l.qoff == len(l.queued) {
+		l.qoff = 0
+		if cap(l.queued) > 2*shmRingSize {
+			l.queued = nil // a burst's queue is not kept
+		} else {
+			l.queued = l.queued[:0]
+		}
+	}
+}
+
+// publishLocked tells the peer about what was written: it wakes the peer's
+// reader if it sleeps, and, with bytes still queued, asks the peer to ring
+// when it makes room. l.wmu is held.
+func (l *shmLink) publishLocked() {
+	s := l.seg
+	if l.qoff < len(l.queued) {
+		l.pending.Store(true)
+		s.want(l.out).Store(1)
+		// Room made between the copy and the store above rang nobody.
+		l.drainLocked()
+	}
+	if l.qoff == len(l.queued) {
+		l.pending.Store(false)
+	}
+	l.ring(1 - l.side)
+}
+
+// ring wakes side's reader if it sleeps.
+func (l *shmLink) ring(side int) {
+	w := l.seg.sleeping(side)
+	if w.Load() == 0 {
+		return
+	}
+	switch w.Swap(0) {
+	case sleepFutex:
+		futexWake(w)
+	case sleepSock:
+		l.rc.Write(l.writeBell)
+	}
+}
+
+// Futex operations (linux/futex.h), process-shared.
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// futexWait sleeps while *w is v, for at most d (a process-shared futex:
+// the word is in the segment).
+func futexWait(w *atomic.Uint32, v uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(v), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes the sleeper on w.
+func futexWake(w *atomic.Uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, 1, 0, 0, 0)
+}
+
+// writeBell writes the doorbell byte; a full socket holds wakes already.
+func (l *shmLink) writeBell(fd uintptr) bool {
+	syscall.Write(int(fd), l.wake[:])
+	return true
+}
+
+// avail is how many bytes the in ring holds.
+func (l *shmLink) avail() uint64 {
+	s := l.seg
+	return s.tail(l.in).Load() - s.head(l.in).Load()
+}
+
+// consume reads len(p) bytes from the in ring, which holds them, and tells
+// a peer waiting for room.
+func (l *shmLink) consume(p []byte) {
+	s := l.seg
+	h := s.head(l.in).Load()
+	s.copyOut(l.in, h, p)
+	s.head(l.in).Store(h + uint64(len(p)))
+	if s.want(l.in).Load() != 0 && shmRingSize-(s.tail(l.in).Load()-h-uint64(len(p))) >= shmWakeRoom && s.want(l.in).Swap(0) != 0 {
+		l.ring(1 - l.side)
+	}
+}
+
+// await waits until the in ring holds at least n bytes (at most the
+// ring's size), moving queued output meanwhile. It spins for shmSpin,
+// then sleeps on the doorbell. An error means the link failed.
+func (l *shmLink) await(n uint64) error {
+	spun := time.Time{}
+	for {
+		if a := l.avail(); a >= n {
+			if a > shmRingSize {
+				return fmt.Errorf("%w: the peer's ring holds %d bytes", errShmDead, a)
+			}
+			l.busy = time.Now()
+			return nil
+		}
+		if l.dead.Load() {
+			return errShmDead
+		}
+		if l.pending.Load() {
+			l.wmu.Lock()
+			l.drainLocked()
+			l.publishLocked()
+			l.wmu.Unlock()
+			l.busy = time.Now()
+		}
+		if spun.IsZero() {
+			spun = time.Now()
+		}
+		if time.Since(spun) < shmSpin {
+			runtime.Gosched()
+			continue
+		}
+		if err := l.sleep(n); err != nil {
+			return err
+		}
+		spun = time.Time{}
+	}
+}
+
+// sleep waits to be woken unless work came meanwhile.
+func (l *shmLink) sleep(n uint64) error {
+	me := l.seg.sleeping(l.side)
+	how := uint32(sleepSock)
+	if time.Since(l.busy) < shmIdle {
+		how = sleepFutex
+	}
+	me.Store(how)
+	if l.pending.Load() {
+		// The consumer clears the word when it rings, perhaps after
+		// publishLocked set it again: set, with this side asleep.
+		l.seg.want(l.out).Store(1)
+	}
+	if l.avail() >= n || l.pending.Load() && l.free() >= shmWakeRoom || l.dead.Load() {
+		me.CompareAndSwap(how, 0)
+		return nil
+	}
+	if how == sleepFutex {
+		futexWait(me, how, shmIdle)
+		me.CompareAndSwap(how, 0)
+		return nil
+	}
+	k, err := l.conn.Read(l.bell[:])
+	if err != nil || k == 0 {
+		return fmt.Errorf("%w: %w", errShmDead, err)
+	}
+	return nil
+}
+
+// Read reads the payload of the frame being handled, for its handler.
+func (l *shmLink) Read(p []byte) (int, error) {
+	if l.left == 0 {
+		return 0, io.EOF
+	}
+	if uint32(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	if err := l.await(1); err != nil {
+		return 0, err
+	}
+	k := min(uint64(len(p)), l.avail())
+	l.consume(p[:k])
+	l.left -= uint32(k)
+	return int(k), nil
+}
+
+// readLoop is the link's reader: it handles frames until the link fails,
+// then kills it and unmaps the segment.
+func (l *shmLink) readLoop() {
+	defer l.node.wg.Done()
+	defer l.finish()
+	var skip [4096]byte
+	for {
+		if l.await(uint64(len(l.rdHeader))) != nil {
+			return
+		}
+		l.consume(l.rdHeader[:])
+		f := &l.f
+		if decodeHeader(l.rdHeader[:], f) != nil || f.typ != frameRequest && f.typ != frameResponse {
+			return // a malformed frame ends the link
+		}
+		l.left = f.plen
+		l.node.receive(l, f, l)
+		for l.left > 0 {
+			if _, err := l.Read(skip[:min(len(skip), int(l.left))]); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// kill fails the link: its reader stops and unmaps the segment. Requests
+// waiting on it time out with RETRY_EXC_ERR.
+func (l *shmLink) kill() {
+	if l.dead.Swap(true) {
+		return
+	}
+	n := l.node
+	n.linkMu.Lock()
+	if n.shm[l.addr] == l {
+		delete(n.shm, l.addr)
+	}
+	n.linkMu.Unlock()
+	// Wakes the reader: a read of a shut socket ends.
+	l.conn.CloseRead()
+	l.conn.CloseWrite()
+	if w := l.seg.sleeping(l.side); w.CompareAndSwap(sleepFutex, 0) {
+		futexWake(w)
+	}
+}
+
+// finish kills the link and, once no sender writes the segment, unmaps it.
+func (l *shmLink) finish() {
+	l.kill()
+	l.wmu.Lock()
+	seg := l.seg
+	l.queued = nil
+	l.wmu.Unlock()
+	l.conn.Close()
+	seg.blk.Close()
+}
