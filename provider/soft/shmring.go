@@ -170,6 +170,7 @@ type shmLink struct {
 	qoff     int
 	wake     [1]byte
 	pending  atomic.Bool // len(queued) > qoff
+	unmapped bool        // the segment is gone; guarded by wmu
 	rdHeader [4 + headerLen]byte
 	f        frame
 	left     uint32 // payload bytes of the frame being handled, unread
@@ -447,18 +448,22 @@ func (l *shmLink) kill() {
 	// Wakes the reader: a read of a shut socket ends.
 	l.conn.CloseRead()
 	l.conn.CloseWrite()
-	if w := l.seg.sleeping(l.side); w.CompareAndSwap(sleepFutex, 0) {
-		futexWake(w)
+	l.wmu.Lock() // the reader unmaps the segment under it
+	if !l.unmapped {
+		if w := l.seg.sleeping(l.side); w.CompareAndSwap(sleepFutex, 0) {
+			futexWake(w)
+		}
 	}
+	l.wmu.Unlock()
 }
 
 // finish kills the link and, once no sender writes the segment, unmaps it.
 func (l *shmLink) finish() {
 	l.kill()
 	l.wmu.Lock()
-	seg := l.seg
 	l.queued = nil
+	l.unmapped = true
+	l.seg.blk.Close()
 	l.wmu.Unlock()
 	l.conn.Close()
-	seg.blk.Close()
 }
