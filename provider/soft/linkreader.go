@@ -129,6 +129,15 @@ func (rd *linkReader) serve(stop func() bool, blocked *atomic.Bool) error {
 			return nil
 		case outBig:
 			rd.dispatch()
+			// Ask stop between large frames too: dispatch reads the
+			// next header ahead, so in a stream of them no session
+			// would come to ask it, and a waiter whose completion is
+			// long there (a receive consumed) would read on for as
+			// long as the peer sends, starving its own application
+			// of the chance to post the receives the stream needs.
+			if rd.err == nil && stop() {
+				return nil
+			}
 		}
 	}
 	return rd.err
