@@ -50,7 +50,7 @@ func stalledPeer(t *testing.T) string {
 func TestHeldOffRequestsTimeOut(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	peer := stalledPeer(t)
-	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: timeout})
+	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: timeout, TCPOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
