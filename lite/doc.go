@@ -56,8 +56,11 @@
 //     copying locally, or READing src at src's node straight into dst
 //     through a loan: one request to src's master, which checks the
 //     caller's Read and grants Read on src to the holder's Node alone,
-//     withdrawn once the copy is done. The reply comes once the bytes are
-//     in place.
+//     under a name that says whose loan it is, so that the holder READs
+//     through it only for that caller (not through its own grants, nor
+//     another's loans). The caller keeps the loan for later copies to that
+//     holder; the master withdraws it with the grant lent (Unmap, Free,
+//     SetPerm). The reply comes once the bytes are in place.
 //   - A directory (Options.Directory, a node whose Node keeps name ->
 //     master) finds an LMR's master by name: Malloc lists the name there
 //     (a name is one master's), Free withdraws it, Master and MapName look

@@ -119,6 +119,7 @@ type Node struct {
 	lmrs    map[string]*LMR     // mastered here, by name
 	grants  map[string]*grant   // mastered here, by export name
 	maps    map[uint64]*mapping // mapped here, by handle id
+	loans   map[loan]string     // Memcpy's loans of grants mapped here, by loan (memop.go)
 	pending map[uint64]waiter   // control requests awaiting replies, by id
 	pieces  map[string]*holding // held here for LMRs' masters, by id
 	exports map[string]*export  // of the pieces held here, by name
@@ -141,7 +142,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
 	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}),
-		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, pending: map[uint64]waiter{},
+		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, loans: map[loan]string{}, pending: map[uint64]waiter{},
 		pieces: map[string]*holding{}, exports: map[string]*export{}}
 	// Request ids start at random: a Node that had the port before may
 	// still be owed replies (a barrier released late, a master's answer

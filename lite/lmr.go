@@ -36,9 +36,11 @@ type LMR struct {
 type grant struct {
 	lmr    *LMR
 	mapper krcore.Principal
-	// lender, when set, lent its own grant's rights to mapper for one
-	// Memcpy (opLend): it withdraws the loan, and its rights bound it.
+	// lender, when set, lent its own grant parent's Read to mapper, the
+	// holder of a Memcpy's dst (opLend): its rights bound the loan, it may
+	// withdraw it, and withdrawing parent withdraws it.
 	lender krcore.Principal
+	parent string
 	perm   Perm // what was granted, exported again on the new pieces by a Move
 }
 
@@ -254,7 +256,7 @@ func (n *Node) unexportAll(ctx context.Context, lay layout, ids []string, name s
 }
 
 // revoke answers an Unmap: it withdraws the grant exported as exp, if
-// from holds it (or lent it), on every piece.
+// from holds it (or lent it), and the loans made of it, on every piece.
 func (n *Node) revoke(ctx context.Context, from krcore.Principal, exp string) byte {
 	n.mu.Lock()
 	g := n.grants[exp]
@@ -270,11 +272,23 @@ func (n *Node) revoke(ctx context.Context, from krcore.Principal, exp string) by
 		n.mu.Unlock()
 		return codeFreed
 	}
-	delete(n.grants, exp)
-	delete(l.live, exp)
+	gone := []string{exp}
+	for e, c := range l.live {
+		if c.parent == exp {
+			gone = append(gone, e)
+		}
+	}
+	for _, e := range gone {
+		delete(n.grants, e)
+		delete(l.live, e)
+	}
 	lay, ids := l.lay, l.pieces
 	n.mu.Unlock()
-	if n.unexportAll(ctx, lay, ids, exportName(exp, lay.gen)) != nil {
+	var errs []error
+	for _, e := range gone {
+		errs = append(errs, n.unexportAll(ctx, lay, ids, exportName(e, lay.gen)))
+	}
+	if errors.Join(errs...) != nil {
 		return codeFailed
 	}
 	return codeOK
@@ -334,6 +348,7 @@ func (n *Node) Unmap(ctx context.Context, h Handle) error {
 	}
 	n.mu.Lock()
 	delete(n.maps, h.id)
+	n.forgetLoans(m.master, m.export) // the master withdraws them with the grant
 	n.mu.Unlock()
 	r, err := n.request(ctx, m.master, ctlMsg{kind: opUnmap, name: m.export})
 	if err == nil && r.code != codeFreed {

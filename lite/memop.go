@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -105,12 +106,13 @@ func (n *Node) Memset(ctx context.Context, h Handle, off, size int, v byte) erro
 
 // Memcpy copies n bytes at srcOff of src's LMR to dstOff of dst's LMR. The
 // node holding dst's bytes does it, through the caller's grants (Write on
-// dst, Read on src): when src lives on another node, src's master first
-// lends that node Read on src for this one copy (a grant exported to the
-// holder's Node alone, withdrawn after), and the holder READs src through
-// it straight into dst's memory; no data travels through the caller. It
-// returns once the bytes are in place. Overlapping ranges of one LMR are
-// copied as Memmove copies them.
+// dst, Read on src): when src lives on another node, src's master lends
+// that node Read on src (a grant exported to the holder's Node alone,
+// which uses it only for this Node's copies, and withdrawn with src's
+// grant at Unmap), and the holder READs src through it straight into
+// dst's memory; no data travels through the caller. It returns once the
+// bytes are in place. Overlapping ranges of one LMR are copied as Memmove
+// copies them.
 func (n *Node) Memcpy(ctx context.Context, dst Handle, dstOff int, src Handle, srcOff, size int) error {
 	err := n.access(ctx, dst, dstOff, size, func(d *mapping) error {
 		return n.access(ctx, src, srcOff, size, func(s *mapping) error {
@@ -118,17 +120,17 @@ func (n *Node) Memcpy(ctx context.Context, dst Handle, dstOff int, src Handle, s
 			if d.master == s.master && d.name == s.name && dstOff > srcOff {
 				slices.Reverse(pieces) // memmove: higher offsets first
 			}
-			lent, err := n.lendSrc(ctx, s, pieces)
-			defer n.unlend(ctx, s.master, lent)
-			if err != nil {
-				return err
-			}
+			used, err := n.lendSrc(ctx, s, pieces)
 			for _, a := range pieces {
-				if err := n.memop(ctx, opMemcpy, a.holder, a.memArgs); err != nil {
-					return err
+				if err != nil {
+					break
 				}
+				err = n.memop(ctx, opMemcpy, a.holder, a.memArgs)
 			}
-			return nil
+			if err != nil { // a loan withdrawn meanwhile is lent again when redone
+				n.unlend(ctx, s.master, used)
+			}
+			return err
 		})
 	})
 	if err != nil {
@@ -167,42 +169,63 @@ func copyPieces(d *mapping, dstOff int, s *mapping, srcOff, size int) []piece {
 	return out
 }
 
-// lendSrc has src's master lend Read on src to the holder of each piece
-// whose src lies on another node, one loan per holder, and names the
-// loan's grant as the piece's src; it returns the loans made.
-func (n *Node) lendSrc(ctx context.Context, s *mapping, pieces []piece) ([]string, error) {
-	loans := map[krcore.NodeID]string{}
-	var lent []string
+// loan names a loan of Read on the LMR of grant (mapped here from
+// master) to the Node at holder.
+type loan struct {
+	master krcore.NodeID
+	grant  string
+	holder krcore.NodeID
+}
+
+// lendSrc names, as the src of each piece whose src lies on another node
+// than its holder, a loan of src's grant to the holder: the one this Node
+// has, else one src's master lends now. It returns the loans it used.
+func (n *Node) lendSrc(ctx context.Context, s *mapping, pieces []piece) ([]loan, error) {
+	var used []loan
 	for i := range pieces {
 		a := &pieces[i]
 		if a.srcNode == a.holder {
 			continue // the holder copies locally, through the caller's grant
 		}
-		exp, ok := loans[a.holder]
+		k := loan{master: s.master, grant: s.export, holder: a.holder}
+		n.mu.Lock()
+		exp, ok := n.loans[k]
+		n.mu.Unlock()
 		if !ok {
 			var err error
 			if exp, err = n.lend(ctx, s, krcore.Principal{Node: a.holder, Port: n.port}); err != nil {
-				return lent, err
+				return used, err
 			}
-			loans[a.holder] = exp
-			lent = append(lent, exp)
+			n.mu.Lock()
+			n.loans[k] = exp
+			n.mu.Unlock()
+		}
+		if !slices.Contains(used, k) {
+			used = append(used, k)
 		}
 		a.src = exportName(exp, s.lay.gen)
 	}
-	return lent, nil
+	return used, nil
 }
 
-// unlend withdraws the loans lent at master, even once ctx ended: a loan
-// left would give its holder Read until the LMR is freed.
-func (n *Node) unlend(ctx context.Context, master krcore.NodeID, lent []string) {
-	if len(lent) == 0 {
-		return
-	}
+// forgetLoans forgets the loans of grant, mapped from master; n.mu held.
+func (n *Node) forgetLoans(master krcore.NodeID, grant string) {
+	maps.DeleteFunc(n.loans, func(k loan, _ string) bool { return k.master == master && k.grant == grant })
+}
+
+// unlend forgets the loans used by a copy that failed (one may have been
+// withdrawn) and withdraws them at master, even once ctx ended.
+func (n *Node) unlend(ctx context.Context, master krcore.NodeID, used []loan) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ctlTimeout)
 	defer cancel()
-	for _, exp := range lent {
-		// A loan not withdrawn (the master gone) dies with the LMR.
-		_, _ = n.request(ctx, master, ctlMsg{kind: opUnmap, name: exp})
+	for _, k := range used {
+		n.mu.Lock()
+		exp, ok := n.loans[k]
+		delete(n.loans, k)
+		n.mu.Unlock()
+		if ok { // a loan not withdrawn (the master gone) dies with the LMR
+			_, _ = n.request(ctx, master, ctlMsg{kind: opUnmap, name: exp})
+		}
 	}
 }
 
@@ -367,6 +390,11 @@ func fill(b []byte, v byte) {
 // there straight into dst's memory here, memWindow READs of memChunk bytes
 // in flight. The src node's responder checks the grant, as for any READ.
 func (n *Node) remoteCopy(ctx context.Context, from krcore.Principal, a memArgs) reply {
+	if lender, ok := lenderOf(a.src); !ok || lender != from {
+		// Only a loan from the caller: not this Node's own grants, nor
+		// another's loans, whatever names the caller learned.
+		return failure(codePerm, "src %q is no loan of node %d port %d", a.src, from.Node, from.Port)
+	}
 	region, err := n.region(ctx, a.srcNode, a.src)
 	if err != nil {
 		if errors.Is(err, krcore.ErrNoRegion) {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/krcore/krcore"
 )
@@ -210,9 +212,9 @@ func (n *Node) execAdmin(ctx context.Context, from krcore.Principal, req ctlMsg)
 
 // lend asks m's master to lend Read on m's LMR to the principal to (the
 // Node holding a Memcpy's dst bytes, which READs src) through a grant of
-// its own, exported to to alone, for one copy: Memcpy's delegation is
-// this one operation. It returns the grant's export name; the caller
-// withdraws it with Unmap's request once the copy is done. A grant of an
+// its own, exported to to alone: Memcpy's delegation is this one
+// operation. It returns the loan's export name; the master withdraws the
+// loan with m's grant (Unmap), or when the caller asks. A grant of an
 // older layout than the LMR's is refused as withdrawn (ErrFreed), so the
 // caller maps the new one.
 func (n *Node) lend(ctx context.Context, m *mapping, to krcore.Principal) (string, error) {
@@ -227,6 +229,30 @@ func (n *Node) lend(ctx context.Context, m *mapping, to krcore.Principal) (strin
 		return "", fmt.Errorf("lend %q to node %d port %d: %w", m.name, to.Node, to.Port, err)
 	}
 	return r.name, nil
+}
+
+// loanName is a fresh export name for a loan by lender: a grant's name
+// that says whose loan it is, so that the borrower acts through it only
+// for lender (lenderOf). Only a master names exports to a borrower, and
+// it names a loan so only for the lender it checked.
+func loanName(lender krcore.Principal) string {
+	return fmt.Sprintf("%s/loan/%d.%d", grantName(), lender.Node, lender.Port)
+}
+
+// lenderOf is the lender a loan's export name (loanName, with or without
+// its generation) names; false for any other name.
+func lenderOf(name string) (krcore.Principal, bool) {
+	if i := strings.LastIndexByte(name, '@'); i >= 0 {
+		name = name[:i]
+	}
+	_, tail, ok := strings.Cut(name, "/loan/")
+	nodeS, portS, ok2 := strings.Cut(tail, ".")
+	node, err1 := strconv.ParseUint(nodeS, 10, 64)
+	port, err2 := strconv.ParseUint(portS, 10, 32)
+	if !ok || !ok2 || err1 != nil || err2 != nil {
+		return krcore.Principal{}, false
+	}
+	return krcore.Principal{Node: node, Port: uint32(port)}, true
 }
 
 // parseLend reads an opLend's body: the borrower, the layout's generation
@@ -270,16 +296,16 @@ func (n *Node) execLend(ctx context.Context, from krcore.Principal, req ctlMsg) 
 	case n.grants[exp] != g || l.freed:
 		n.mu.Unlock()
 		return failure(codeFreed, "grant %q withdrawn", exp)
-	case g.mapper != from || g.perm&Read == 0:
+	case g.mapper != from || g.perm&Read == 0 || g.parent != "": // a loan is not lent on
 		n.mu.Unlock()
 		return failure(codePerm, "grant %q does not give node %d port %d Read", exp, from.Node, from.Port)
 	case l.lay.gen != gen:
 		n.mu.Unlock()
 		return failure(codeFreed, "grant %q: the LMR moved", exp)
 	}
-	lent, lay, ids := grantName(), l.lay, l.pieces
+	lent, lay, ids := loanName(from), l.lay, l.pieces
 	n.mu.Unlock()
-	ng := &grant{lmr: l, mapper: to, lender: from, perm: Read}
+	ng := &grant{lmr: l, mapper: to, lender: from, parent: exp, perm: Read}
 	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
 	defer cancel()
 	if err := n.exportAll(ctx, lay, ids, lent, *ng); err != nil {
