@@ -93,6 +93,7 @@ type liteConfig struct {
 	n             int
 	spin, timeout time.Duration
 	json, check   bool
+	prof          config // cpuProfile and traceFile: this process's profiles
 }
 
 func parseLite(args []string, stderr io.Writer) (*liteConfig, error) {
@@ -104,6 +105,8 @@ func parseLite(args []string, stderr io.Writer) (*liteConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on every wait")
 	fs.BoolVar(&c.json, "json", false, "one JSON document")
 	fs.BoolVar(&c.check, "check", false, "exit with status 3 when a target is missed")
+	fs.StringVar(&c.prof.cpuProfile, "cpuprofile", "", "write this process's CPU profile to `file` (go tool pprof)")
+	fs.StringVar(&c.prof.traceFile, "trace", "", "write this process's execution trace to `file` (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -119,6 +122,12 @@ func runLiteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if err != nil {
+		fmt.Fprintf(stderr, "krbench lite: %v\n", err)
+		return 2
+	}
+	stop, err := startProfiles(&c.prof)
+	defer stop()
 	if err != nil {
 		fmt.Fprintf(stderr, "krbench lite: %v\n", err)
 		return 2
