@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/prometheus/client_golang v1.25.0
+	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.48.0
 )
 

@@ -1,0 +1,93 @@
+package smc
+
+import "encoding/binary"
+
+// A CDC (connection data control) message of RFC 7609: 44 bytes sent as
+// a two-sided SEND to the peer's port, carrying the sender's producer and
+// consumer cursors (wrap sequence and offset into the receiver's buffer)
+// and the flags of the connection's state.
+const (
+	cdcType = 0xfe
+	cdcLen  = 44
+)
+
+// Producer flags.
+const (
+	flagWriteBlocked  = 0x80 // the sender waits for window
+	flagUrgPending    = 0x40
+	flagUrgPresent    = 0x20
+	flagCursorRequest = 0x10 // the sender asks for a consumer cursor update
+)
+
+// Connection state flags.
+const (
+	flagDoneWriting = 0x80 // the sender writes no more (CloseWrite)
+	flagConnClosed  = 0x40 // the sender closed the connection
+	flagAbnormal    = 0x20 // the sender aborted the connection
+)
+
+// cursor is a position in a ring of size bytes: the number of times it
+// wrapped and the offset into it.
+type cursor struct {
+	wrap  uint16
+	count uint32
+}
+
+// toCursor maps a byte count since the connection began to its cursor in
+// a ring of size bytes.
+func toCursor(n uint64, size int) cursor {
+	return cursor{wrap: uint16(n / uint64(size)), count: uint32(n % uint64(size))}
+}
+
+// fromCursor maps c back to a byte count, the one nearest near (the last
+// count known): the wrap sequence is 16 bits and wraps itself.
+func fromCursor(c cursor, size int, near uint64) uint64 {
+	period := uint64(size) << 16
+	base := near - near%period
+	v := base + uint64(c.wrap)*uint64(size) + uint64(c.count)
+	// Pick among v-period, v, v+period the one closest to near.
+	switch {
+	case v > near && v-near > period/2 && v >= period:
+		v -= period
+	case v < near && near-v > period/2:
+		v += period
+	}
+	return v
+}
+
+// cdcMsg is a CDC message's content.
+type cdcMsg struct {
+	seq        uint16
+	token      uint32
+	prod, cons cursor
+	prodFlags  byte
+	connFlags  byte
+}
+
+func (m *cdcMsg) encode(b []byte) []byte {
+	b = b[:cdcLen]
+	clear(b)
+	be := binary.BigEndian
+	b[0], b[1] = cdcType, cdcLen
+	be.PutUint16(b[2:], m.seq)
+	be.PutUint32(b[4:], m.token)
+	be.PutUint16(b[10:], m.prod.wrap)
+	be.PutUint32(b[12:], m.prod.count)
+	be.PutUint16(b[18:], m.cons.wrap)
+	be.PutUint32(b[20:], m.cons.count)
+	b[24], b[25] = m.prodFlags, m.connFlags
+	return b
+}
+
+func decodeCDC(b []byte) (cdcMsg, bool) {
+	if len(b) != cdcLen || b[0] != cdcType || b[1] != cdcLen {
+		return cdcMsg{}, false
+	}
+	be := binary.BigEndian
+	return cdcMsg{
+		seq: be.Uint16(b[2:]), token: be.Uint32(b[4:]),
+		prod:      cursor{wrap: be.Uint16(b[10:]), count: be.Uint32(b[12:])},
+		cons:      cursor{wrap: be.Uint16(b[18:]), count: be.Uint32(b[20:])},
+		prodFlags: b[24], connFlags: b[25],
+	}, true
+}

@@ -1,0 +1,537 @@
+package smc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// Bounds of the data path.
+const (
+	// opTimeout bounds one RDMA request's completion; past it the
+	// connection is aborted (the request may still land, so the ring's
+	// state is unknown).
+	opTimeout = 10 * time.Second
+	// closeGrace is how long a connection whose TCP connection ended
+	// waits for the peer's close flag, which travels over krcore and may
+	// arrive after the FIN, before it takes the peer for dead.
+	closeGrace = time.Second
+	// linger bounds how long a closed connection keeps its receive buffer
+	// for a peer that has not said it writes no more.
+	linger = 10 * time.Second
+	spins  = 8 // polls of a completion before sleeping
+)
+
+// link is a connection's SMC state: its receive buffer (the RMB element
+// its peer WRITEs into), its staging buffer, its queue to the peer and the
+// cursors of both directions.
+type link struct {
+	token    uint32
+	rmb      buffer
+	stage    buffer
+	ring     []byte // rmb's bytes
+	q        krcore.VQ
+	peer     krcore.Region
+	peerOff  uint64 // the peer's element in peer
+	psize    int    // the peer's element's size
+	pToken   uint32
+	peerNode krcore.NodeID
+	reqs     [2]krcore.Request
+	outs     [2]krcore.Completion
+
+	// mu guards the cursors and flags below; the staging buffer and q are
+	// used under qmu (held by whoever posts).
+	mu  sync.Mutex
+	qmu sync.Mutex
+
+	prod      uint64 // bytes the peer wrote into ring (its notifications)
+	cons      uint64 // bytes the application read
+	confirmed uint64 // cons as last sent to the peer
+	sent      uint64 // bytes written into the peer's ring
+	peerCons  uint64 // the peer's consumer cursor: sent-peerCons is in flight
+	seq       uint16
+
+	peerBlocked, blockedSent           bool
+	peerDoneWriting, peerClosed        bool
+	wrShut, localClosed, tcpGone, live bool
+	err                                error // fatal: reads drain, then fail with it
+
+	rxSig, txSig, kick chan struct{} // capacity 1: wake the reader, writer, keeper
+}
+
+// signal wakes one waiter on ch, if none is pending already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// setupLocal takes a receive buffer, a staging buffer, a token and a
+// queue: what this side offers in its proposal or accept.
+func (c *Conn) setupLocal() (Reason, error) {
+	n := c.node
+	var err error
+	if c.rmb, err = n.rmbs.get(); err != nil {
+		return ReasonRegRMB, err
+	}
+	c.ring = c.rmb.bytes(n.bufSize)
+	if c.stage, err = n.stages.get(); err != nil {
+		return ReasonMem, err
+	}
+	if c.q, err = n.api.Queue(); err != nil {
+		return ReasonInternal, err
+	}
+	if c.token, err = n.register(c); err != nil {
+		return ReasonInternal, err
+	}
+	return ReasonNone, nil
+}
+
+// setupPeer points the queue at the peer's port and learns its buffer
+// from m, a proposal or an accept.
+func (c *Conn) setupPeer(ctx context.Context, m *clcMsg) (Reason, error) {
+	if m.size < cdcLen || m.size > 1<<30 || m.token == 0 {
+		return ReasonConfig, fmt.Errorf("smc: the peer's buffer of %d bytes (token %d): %w", m.size, m.token, krcore.ErrInvalid)
+	}
+	c.mu.Lock() // notifications from the peer's node count from now on
+	c.peerNode, c.pToken, c.psize, c.peerOff = m.node, m.token, int(m.size), uint64(m.off)
+	c.mu.Unlock()
+	if err := c.q.Connect(ctx, m.node, &krcore.ConnectOptions{Port: m.port}); err != nil {
+		return ReasonLink, err
+	}
+	r, err := c.node.region(ctx, m.node, m.name)
+	if err != nil {
+		return ReasonLink, err
+	}
+	if r.Len() < c.peerOff+uint64(c.psize) {
+		return ReasonConfig, fmt.Errorf("smc: the peer's buffer at %d+%d is outside its region of %d bytes: %w", c.peerOff, c.psize, r.Len(), krcore.ErrInvalid)
+	}
+	c.peer = r
+	return ReasonNone, nil
+}
+
+// offer describes this side's buffer in a CLC message of type typ.
+func (c *Conn) offer(typ byte) *clcMsg {
+	n := c.node
+	return &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token,
+		off: uint32(c.rmb.off), size: uint32(n.bufSize), name: c.rmb.s.name}
+}
+
+// startSMC begins the connection's SMC life: the keeper and the watcher
+// of the TCP connection.
+func (c *Conn) startSMC() {
+	c.mu.Lock()
+	c.live = true
+	c.mu.Unlock()
+	tcpGone := make(chan struct{})
+	c.node.wg.Add(2)
+	go c.watchTCP(tcpGone)
+	go c.keep(tcpGone)
+}
+
+// releaseLocal gives back what setupLocal took, for a connection that
+// never ran SMC or has ended.
+func (c *Conn) releaseLocal() {
+	n := c.node
+	if c.token != 0 {
+		n.unregister(c.token)
+	}
+	if c.q != nil {
+		c.q.Close()
+	}
+	if c.stage.s != nil {
+		n.stages.put(c.stage)
+	}
+	if c.rmb.s != nil {
+		n.rmbs.put(c.rmb)
+	}
+	c.token, c.q, c.stage, c.rmb = 0, nil, buffer{}, buffer{}
+}
+
+// readSMC copies what the peer wrote into the ring, waiting for at least
+// one byte, and returns the consumer cursor to the peer when RFC 7609's
+// window rule says so.
+func (c *Conn) readSMC(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		c.mu.Lock()
+		if c.localClosed { // the ring may be another connection's by now
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if avail := c.prod - c.cons; avail > 0 {
+			k := c.copyOut(p, avail)
+			update := c.wantUpdate()
+			c.mu.Unlock()
+			if update {
+				c.sendCDC(0, 0) // a failure shows on the next call
+			}
+			return k, nil
+		}
+		err := c.err
+		switch {
+		case c.peerDoneWriting:
+			err = io.EOF
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		select {
+		case <-c.rxSig:
+		case <-c.rd.wait():
+			return 0, os.ErrDeadlineExceeded
+		case <-c.done:
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+// copyOut moves up to avail bytes from the ring at cons into p; c.mu held.
+func (c *Conn) copyOut(p []byte, avail uint64) int {
+	size := uint64(len(c.ring))
+	n := min(uint64(len(p)), avail)
+	off := c.cons % size
+	k := copy(p[:n], c.ring[off:])
+	if uint64(k) < n {
+		copy(p[k:n], c.ring)
+	}
+	c.cons += n
+	return int(n)
+}
+
+// wantUpdate is RFC 7609's rule, as Linux applies it, for returning the
+// consumer cursor: not per byte read, but once more than a tenth of the
+// buffer was read since the last update and the sender either has no
+// more than half of the buffer free or said it is blocked, or at once
+// when the sender asked; c.mu held.
+func (c *Conn) wantUpdate() bool {
+	size := uint64(len(c.ring))
+	unconfirmed := c.cons - c.confirmed
+	if unconfirmed == 0 {
+		return false
+	}
+	free := size - (c.prod - c.confirmed) // what the sender believes it may write
+	return unconfirmed > size/10 && (free <= size/2 || c.peerBlocked)
+}
+
+// writeSMC WRITEs p into the peer's ring, as much as its window allows at
+// a time, waiting for window when it is full; wrMu held.
+func (c *Conn) writeSMC(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		c.mu.Lock()
+		err := c.txErr()
+		free := c.psize - int(c.sent-c.peerCons)
+		blocked := free == 0 && !c.blockedSent
+		if free == 0 {
+			c.blockedSent = true
+		}
+		c.mu.Unlock()
+		if err == nil {
+			select {
+			case <-c.wd.wait():
+				err = os.ErrDeadlineExceeded
+			case <-c.done:
+				err = net.ErrClosed
+			default:
+			}
+		}
+		if err != nil {
+			return total, err
+		}
+		if free == 0 {
+			if blocked {
+				c.sendCDC(flagWriteBlocked|flagCursorRequest, 0)
+			}
+			select {
+			case <-c.txSig:
+			case <-c.wd.wait():
+			case <-c.done:
+			}
+			continue
+		}
+		k := min(len(p), free, len(c.stage.bytes(c.node.bufSize)))
+		if err := c.post(p[:k]); err != nil {
+			return total, err
+		}
+		p, total = p[k:], total+k
+	}
+	return total, nil
+}
+
+// txErr is why writing cannot go on, or nil; c.mu held.
+func (c *Conn) txErr() error {
+	switch {
+	case c.localClosed:
+		return net.ErrClosed
+	case c.err != nil:
+		return c.err
+	case c.peerClosed: // before wrShut: the keeper shuts writing when the peer closes
+		return errPeerClosed
+	case c.wrShut:
+		return errWriteShut
+	}
+	return nil
+}
+
+// post stages p and WRITEs it at the producer cursor of the peer's ring,
+// in two pieces when it wraps, each a WRITE_WITH_IMM whose notification
+// (immediate: the peer's token; length: the bytes) moves the peer's
+// producer cursor once the bytes are in place.
+func (c *Conn) post(p []byte) error {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	stage := c.stage.bytes(c.node.bufSize)
+	copy(stage, p)
+	c.mu.Lock()
+	off := int(c.sent % uint64(c.psize))
+	c.mu.Unlock()
+	first := min(len(p), c.psize-off)
+	c.reqs[0] = krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off, first),
+		Remote: c.peer.At(c.peerOff + uint64(off)), Imm: c.pToken}
+	nreq := 1
+	if first < len(p) {
+		c.reqs[1] = krcore.Request{ID: 2, Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off+first, len(p)-first),
+			Remote: c.peer.At(c.peerOff), Imm: c.pToken}
+		nreq = 2
+	}
+	// The cursor moves before the push: the peer may read the bytes and
+	// return its consumer cursor before the completion comes back here.
+	// A failed push aborts the connection, so no write follows it.
+	c.mu.Lock()
+	c.sent += uint64(len(p))
+	c.blockedSent = false
+	c.mu.Unlock()
+	return c.run(nreq)
+}
+
+// run pushes the first n of c.reqs and waits for their completions; qmu
+// held. A failure aborts the connection: the peer is gone, or its buffer.
+func (c *Conn) run(n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	err := c.push(ctx, n)
+	if err != nil {
+		err = fmt.Errorf("smc: RDMA to node %d: %w: %w", c.peerNode, errAborted, err)
+		c.fail(err)
+	}
+	return err
+}
+
+func (c *Conn) push(ctx context.Context, n int) error {
+	if _, err := c.q.Push(ctx, true, c.reqs[:n]...); err != nil {
+		return err
+	}
+	for got := 0; got < n; {
+		out := c.outs[got:n]
+		k := c.q.Pop(out)
+		for i := 0; k == 0 && i < spins; i++ {
+			runtime.Gosched()
+			k = c.q.Pop(out)
+		}
+		if k == 0 {
+			var err error
+			if k, err = c.q.PopWait(ctx, out); err != nil {
+				return err
+			}
+		}
+		for i := range out[:k] {
+			if err := out[i].Err(); err != nil {
+				return err
+			}
+		}
+		got += k
+	}
+	return nil
+}
+
+// sendCDC sends a CDC message with the cursors and the given flags, and
+// records the consumer cursor it carries as confirmed.
+func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.seq++
+	m := cdcMsg{seq: c.seq, token: c.pToken, prod: toCursor(c.sent, c.psize), cons: toCursor(c.cons, len(c.ring)),
+		prodFlags: prodFlags, connFlags: connFlags}
+	c.confirmed = c.cons
+	c.peerBlocked = false
+	c.mu.Unlock()
+	b := m.encode(c.stage.bytes(c.node.bufSize))
+	c.reqs[0] = krcore.Request{ID: 1, Op: verbs.OpSend, Local: c.stage.s.mr.Range(c.stage.off, len(b))}
+	return c.run(1)
+}
+
+// onData is the peer's WRITE_WITH_IMM notification: n more bytes are in
+// the ring. A peer that writes past the window is aborted. It reports
+// false for a notification from another node than the peer's.
+func (c *Conn) onData(from krcore.NodeID, n int) bool {
+	c.mu.Lock()
+	if from != c.peerNode {
+		c.mu.Unlock()
+		return false
+	}
+	c.prod += uint64(n)
+	if c.prod-c.cons > uint64(len(c.ring)) && c.err == nil {
+		c.err = fmt.Errorf("smc: the peer wrote %d bytes past the window: %w", c.prod-c.cons-uint64(len(c.ring)), errAborted)
+		signal(c.txSig)
+	}
+	c.mu.Unlock()
+	signal(c.rxSig)
+	return true
+}
+
+// onCDC applies the peer's CDC message: its consumer cursor opens the
+// window, its flags say it is blocked, done writing, closed or aborted.
+// It reports false for a message from another node than the peer's.
+func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
+	c.mu.Lock()
+	if from != c.peerNode {
+		c.mu.Unlock()
+		return false
+	}
+	if v := fromCursor(m.cons, c.psize, c.peerCons); v > c.peerCons && v <= c.sent {
+		c.peerCons = v
+	}
+	if m.prodFlags&(flagWriteBlocked|flagCursorRequest) != 0 {
+		c.peerBlocked = true
+	}
+	if m.connFlags&(flagDoneWriting|flagConnClosed) != 0 {
+		c.peerDoneWriting = true
+	}
+	if m.connFlags&flagConnClosed != 0 {
+		c.peerClosed = true
+	}
+	if m.connFlags&flagAbnormal != 0 && c.err == nil {
+		c.err = fmt.Errorf("smc: the peer aborted: %w", errAborted)
+	}
+	c.mu.Unlock()
+	signal(c.rxSig)
+	signal(c.txSig)
+	signal(c.kick)
+	return true
+}
+
+// fail aborts the connection with err: waiters wake, reads drain what
+// arrived and then fail with err, writes fail at once.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	signal(c.rxSig)
+	signal(c.txSig)
+	signal(c.kick)
+}
+
+// shutWrite sends the peer flags saying this side writes no more; wrMu
+// held.
+func (c *Conn) shutWrite(flags byte) error {
+	c.mu.Lock()
+	skip := c.err != nil || (c.wrShut && flags == flagDoneWriting)
+	c.wrShut = true
+	c.mu.Unlock()
+	if skip {
+		return nil
+	}
+	return c.sendCDC(0, flags)
+}
+
+// closeSMC is Close over SMC: once a write in progress ends, the peer is
+// told (after every byte written, on the same queue), the TCP connection
+// closes, and the keeper releases the buffers once the peer writes no
+// more.
+func (c *Conn) closeSMC() {
+	c.wrMu.Lock()
+	c.shutWrite(flagDoneWriting | flagConnClosed)
+	c.wrMu.Unlock()
+	c.mu.Lock()
+	c.localClosed = true
+	c.mu.Unlock()
+	signal(c.kick)
+	c.tcp.Close()
+}
+
+// watchTCP reads the TCP connection, which carries nothing once SMC runs:
+// its end (or a stray byte) means the peer closed or died.
+func (c *Conn) watchTCP(gone chan struct{}) {
+	defer c.node.wg.Done()
+	var b [1]byte
+	c.tcp.Read(b[:])
+	close(gone)
+}
+
+// keep is the connection's housekeeper until its buffers are released:
+// it answers a peer blocked on window, tells a peer that closed that this
+// side writes no more, takes a peer whose TCP connection ended without a
+// close for dead after closeGrace, and releases the buffers once the
+// connection is closed and the peer writes no more (or linger passed).
+func (c *Conn) keep(tcpGone chan struct{}) {
+	defer c.node.wg.Done()
+	var grace, lingerC <-chan time.Time
+	for {
+		select {
+		case <-c.kick:
+		case <-tcpGone:
+			tcpGone = nil
+			grace = time.After(closeGrace)
+		case <-grace:
+			grace = nil
+			c.mu.Lock()
+			dead := !c.peerClosed
+			c.mu.Unlock()
+			if dead {
+				c.fail(fmt.Errorf("smc: the peer's TCP connection ended without a close: %w", errAborted))
+			}
+		case <-lingerC:
+			c.release()
+			return
+		}
+		c.mu.Lock()
+		ack := c.peerClosed && !c.wrShut && c.err == nil
+		update := c.peerBlocked && c.err == nil && c.wantUpdate()
+		done := c.localClosed && (c.peerDoneWriting || c.err != nil)
+		if c.localClosed && lingerC == nil {
+			lingerC = time.After(linger)
+		}
+		c.mu.Unlock()
+		if done {
+			c.release()
+			return
+		}
+		if ack {
+			c.wrMu.Lock()
+			c.shutWrite(flagDoneWriting)
+			c.wrMu.Unlock()
+		} else if update {
+			c.sendCDC(0, 0)
+		}
+	}
+}
+
+// release gives the connection's buffers, token and queue back, once no
+// peer WRITE can land in its buffer any more.
+func (c *Conn) release() {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.tcp.Close()
+	c.releaseLocal()
+}

@@ -1,0 +1,99 @@
+// Package smc is SMC-R (RFC 7609) in Go on krcore: net.Conn and
+// net.Listener that carry a TCP application's bytes with RDMA WRITEs when
+// both ends can, and over their TCP connection when not. Changing
+// net.Listen and net.Dial to Listen and Dial (with Options naming the
+// process's Node) is the whole port of a program. It uses only the root
+// vocabulary package (krcore.API), so it runs on an embedded runtime
+// (core.Embed) and through krcored (client.Attach) alike.
+//
+// # Connections
+//
+// Every connection starts as a TCP connection, which stays beside it for
+// its life: it gives the addresses, carries the handshake, and its end
+// tells a connection that its peer died. A Node (Open) is a process's SMC
+// endpoint: a port bound on its krcore node, to which peers' notifications
+// and CDC messages go, and registered memory from which connections take
+// their buffers.
+//
+// # Handshake
+//
+// The CLC exchange of RFC 7609 runs on the TCP connection, in its message
+// shapes (eyecatcher "SMCR" in EBCDIC, type, length, version, body,
+// trailer): the client's proposal names its node, port, token and receive
+// buffer; the server answers with an accept naming its own once it
+// reached the client's, or a decline with RFC 7609's reason code
+// (Reason); the client confirms once it reached the server's, or
+// declines. Unlike RFC 7609 the proposal already offers the client's
+// buffer, so that each side reaches the other's before it commits. Any
+// failure before the commit (no Node,
+// a decline, the peer's node or buffer unreachable, no memory, a timeout)
+// falls back to TCP, recorded on the connection: ModeOf says SMC, or TCP
+// and why. No application byte travels before the choice, so none is lost
+// or duplicated by it. A client that neither confirms nor declines
+// within the handshake timeout breaks its accepted connection (it may
+// have confirmed): reads and writes on it fail.
+//
+// # Detection, and what it cannot do
+//
+// Linux detects an SMC peer with a TCP option in the SYN, before any
+// byte. A process without privileges cannot set TCP options, so this
+// package detects by first bytes, which only works when the client speaks
+// first:
+//
+//   - Dial sends its proposal as the first bytes of the stream and waits
+//     for the answer. Only dial Listeners of this package with a Node: a
+//     plain TCP server would read the proposal as its application's data
+//     (and a server-first one's greeting ends the wait: the client falls
+//     back with ReasonPeerNoSMC and keeps the greeting as data). Dial
+//     without a Node sends nothing and is plain TCP.
+//   - Accept returns at once, and the client's first bytes are read in
+//     the background: a proposal starts the handshake, anything else is
+//     data of a plain client (TCP, ReasonPeerNoSMC) and is delivered
+//     whole. A plain client whose first bytes happen to start with the
+//     eyecatcher waits up to the handshake timeout while they are checked.
+//   - A server-first protocol (SMTP, MySQL) writes before it reads: its
+//     first Write waits up to Options.DetectWait (default 10ms) for the
+//     client's first bytes. An SMC client's proposal, sent right after
+//     the TCP handshake, normally arrives within that; if it does not, the
+//     server runs TCP and the late proposal is dropped from the stream (its
+//     client sees the server's bytes first and falls back too). So a plain
+//     client of a server-first protocol waits DetectWait once, for the
+//     greeting, and an SMC client on a slow path may end on TCP.
+//
+// # Data path
+//
+// Each side has one receive buffer (an RMB element) in memory it
+// registered and exported with remote write; the peer RDMA WRITEs bytes
+// into it as a ring, at its producer cursor, with WRITE_WITH_IMM: the
+// immediate is the receiver's token, and the notification (length = bytes
+// written, delivered once they are in place) moves the producer cursor.
+// The receiver returns its consumer cursor in a CDC message (RFC 7609's
+// 44-byte shape: cursors as wrap sequence and offset, producer and
+// connection-state flags) sent as a small SEND, and only as RFC 7609's
+// rule (as Linux applies it) says: once more than a tenth of the buffer
+// was read since the last update, and the writer has at most half the
+// buffer free or said it is blocked. A writer waits while the peer's
+// buffer is full. CloseWrite and Close send the done-writing and closed
+// flags after every byte; the peer reads them all, then EOF. A peer whose
+// TCP connection ends without its close flag arriving within a second is
+// taken for dead: reads return what arrived, then an error matching
+// syscall.ECONNRESET, as do writes; an RDMA request that fails aborts the
+// connection the same way.
+//
+// Link reuse: connections take their buffers from slabs of 16 a Node
+// registers and exports at a time, and a Node remembers the regions of
+// peers it learned, so a later connection between the same two nodes
+// adds a buffer and a token, and a virtual queue on krcore's pooled QPs
+// (which are the links): no new QP, export or lookup until a slab is full.
+//
+// # Not built yet
+//
+// Urgent data (the flags are defined, never sent); io.ReaderFrom and
+// io.WriterTo fast paths; buffer sizes that adapt per connection and a
+// per-node bound (NodeOptions.BufferSize is fixed); krctl smc and
+// /metrics counters. A slab is exported to every node (krcore's Export has
+// no audience), so a node that learned its name could write into other
+// connections' buffers, as an RMB's rkey lets any peer of its link group
+// in SMC-R. A port's notifications beyond krcore's inbox bound (4096
+// waiting) would be dropped; a connection has a few in flight at most.
+package smc

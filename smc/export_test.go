@@ -1,0 +1,15 @@
+package smc
+
+import (
+	"fmt"
+	"net"
+)
+
+// State describes c's cursors, for failing tests.
+func State(nc net.Conn) string {
+	c := nc.(*Conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("prod %d cons %d confirmed %d sent %d peerCons %d psize %d ring %d blocked %v/%v err %v dropped %d",
+		c.prod, c.cons, c.confirmed, c.sent, c.peerCons, c.psize, len(c.ring), c.peerBlocked, c.blockedSent, c.err, c.node.dropped.Load())
+}

@@ -1,0 +1,323 @@
+package smc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// DefaultBufferSize is the size of a connection's receive buffer (its RMB
+// element) and of its send staging buffer when NodeOptions.BufferSize is 0.
+const DefaultBufferSize = 64 << 10
+
+// slabElems is how many buffers one registered slab holds: a node
+// registers and exports memory a slab at a time, so that later
+// connections take an element of a slab a peer already knows.
+const slabElems = 16
+
+// portBase is where Open looks for a free port when NodeOptions.Port is 0
+// ("SM" in the high bytes, below the reserved top bit).
+const portBase = 0x534d0000
+
+// NodeOptions configure a Node.
+type NodeOptions struct {
+	// Port is the port the Node binds for its connections' notifications
+	// and CDC messages; 0 picks a free one.
+	Port uint32
+	// BufferSize is each connection's receive buffer and send staging
+	// buffer, in bytes; 0 is DefaultBufferSize.
+	BufferSize int
+}
+
+// Node is a process's SMC endpoint on a krcore runtime: the port its
+// connections' peers notify, the registered memory their buffers come
+// from, and the regions of peers it learned. Pass it to Listen and Dial in
+// Options.Node. Its methods are safe for concurrent use.
+type Node struct {
+	api     krcore.API
+	port    uint32
+	id      uint64 // this instance, the Peer ID of RFC 7609
+	bufSize int
+
+	srv    krcore.VQ // bound to port; read only by serve
+	cancel context.CancelFunc
+	done   chan struct{}
+	wg     sync.WaitGroup // the connections' goroutines
+
+	rmbs   bufPool // receive buffers, exported with remote write
+	stages bufPool // send staging buffers, local only
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[uint32]*Conn // SMC connections by token
+	nextToken uint32
+	regions   map[regionKey]krcore.Region
+
+	dropped atomic.Uint64 // notifications and messages naming no connection
+}
+
+type regionKey struct {
+	node krcore.NodeID
+	name string
+}
+
+// Open starts api's SMC endpoint: it binds a port and serves the
+// notifications and CDC messages of its connections until Close.
+func Open(api krcore.API, opts NodeOptions) (*Node, error) {
+	if api == nil {
+		return nil, fmt.Errorf("smc: open: nil API: %w", krcore.ErrInvalid)
+	}
+	size := opts.BufferSize
+	if size == 0 {
+		size = DefaultBufferSize
+	}
+	if size < cdcLen || size > 1<<30 {
+		return nil, fmt.Errorf("smc: open: buffer size %d: %w", size, krcore.ErrInvalid)
+	}
+	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}),
+		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{}}
+	n.rmbs = bufPool{api: api, size: size, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite,
+		export: fmt.Sprintf("smc/%016x/rmb", n.id)}
+	n.stages = bufPool{api: api, size: size, access: verbs.AccessLocalWrite}
+	q, err := api.Queue()
+	if err != nil {
+		return nil, fmt.Errorf("smc: open: %w", err)
+	}
+	n.srv = q
+	if err := n.bind(opts.Port); err != nil {
+		q.Close()
+		return nil, fmt.Errorf("smc: open: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go n.serve(ctx)
+	return n, nil
+}
+
+// bind takes port, or the first free port from a random place above
+// portBase.
+func (n *Node) bind(port uint32) error {
+	if port != 0 {
+		n.port = port
+		return n.srv.Bind(port)
+	}
+	start := rand.Uint32N(1 << 16)
+	for i := range uint32(256) {
+		p := portBase + (start+i)%(1<<16)
+		err := n.srv.Bind(p)
+		if err == nil {
+			n.port = p
+			return nil
+		}
+		if !errors.Is(err, krcore.ErrPortInUse) {
+			return err
+		}
+	}
+	return fmt.Errorf("bind: no free port near %#x: %w", portBase, krcore.ErrPortInUse)
+}
+
+// Port is the port the Node is bound to.
+func (n *Node) Port() uint32 { return n.port }
+
+// Close stops the endpoint: its connections fail with net.ErrClosed, and
+// their buffers and the Node's memory are released. The API stays open.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	conns := make([]*Conn, 0, len(n.conns))
+	for _, c := range n.conns {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.fail(fmt.Errorf("smc: node closed: %w", errAborted))
+		c.Close()
+	}
+	n.cancel()
+	n.srv.Close()
+	<-n.done
+	n.wg.Wait()
+	n.rmbs.close()
+	n.stages.close()
+	return nil
+}
+
+// serve dispatches the port's notifications and messages to connections
+// by token until the Node closes.
+func (n *Node) serve(ctx context.Context) {
+	defer close(n.done)
+	var msgs [64]krcore.Message
+	for {
+		k, err := n.srv.PopMsgsWait(ctx, msgs[:])
+		if err != nil {
+			return
+		}
+		for i := range msgs[:k] {
+			n.dispatch(&msgs[i])
+			msgs[i] = krcore.Message{}
+		}
+	}
+}
+
+// dispatch hands one message to its connection. A WRITE_WITH_IMM's
+// immediate is the token; a CDC message names it inside. Anything from a
+// node other than the connection's peer is dropped.
+func (n *Node) dispatch(m *krcore.Message) {
+	if m.Write {
+		if c := n.conn(m.Imm); c != nil && c.onData(m.From, m.Len) {
+			return
+		}
+		n.dropped.Add(1)
+		return
+	}
+	data := m.Data
+	if m.Buf != nil {
+		data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+	}
+	msg, ok := decodeCDC(data)
+	if ok {
+		if c := n.conn(msg.token); c != nil && c.onCDC(m.From, msg) {
+			return
+		}
+	}
+	n.dropped.Add(1)
+}
+
+func (n *Node) conn(token uint32) *Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.conns[token]
+}
+
+// register gives c a token, so that its peer's notifications reach it.
+func (n *Node) register(c *Conn) (uint32, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return 0, fmt.Errorf("smc: node closed: %w", krcore.ErrClosed)
+	}
+	for {
+		n.nextToken++
+		if t := n.nextToken; t != 0 && n.conns[t] == nil {
+			n.conns[t] = c
+			return t, nil
+		}
+	}
+}
+
+func (n *Node) unregister(token uint32) {
+	n.mu.Lock()
+	delete(n.conns, token)
+	n.mu.Unlock()
+}
+
+// region returns node's region name, learned once per node and name: a
+// later connection to the same node whose buffer is in a slab already
+// known costs no lookup.
+func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
+	k := regionKey{node, name}
+	n.mu.Lock()
+	r := n.regions[k]
+	n.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	r, err := n.api.Region(ctx, node, name)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.regions[k] = r
+	n.mu.Unlock()
+	return r, nil
+}
+
+// bufPool hands out fixed-size buffers carved from registered slabs of
+// slabElems each, exported under export+slab number when export is set.
+type bufPool struct {
+	api    krcore.API
+	size   int
+	access verbs.Access
+	export string
+
+	mu    sync.Mutex
+	slabs []*slab
+	free  []buffer
+}
+
+type slab struct {
+	mr   krcore.MR
+	name string // export name, "" if not exported
+}
+
+// buffer is one element of a slab.
+type buffer struct {
+	s   *slab
+	off int
+}
+
+func (b buffer) bytes(size int) []byte { return b.s.mr.Bytes()[b.off : b.off+size] }
+
+// get takes a free buffer, registering a new slab when none is left.
+func (p *bufPool) get() (buffer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) == 0 {
+		if err := p.grow(); err != nil {
+			return buffer{}, err
+		}
+	}
+	b := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return b, nil
+}
+
+// grow registers (and exports) one more slab; p.mu held.
+func (p *bufPool) grow() error {
+	mr, err := p.api.RegMR(p.size*slabElems, p.access)
+	if err != nil {
+		return fmt.Errorf("register a slab of %d buffers of %d bytes: %w", slabElems, p.size, err)
+	}
+	s := &slab{mr: mr}
+	if p.export != "" {
+		s.name = fmt.Sprintf("%s/%d", p.export, len(p.slabs))
+		if err := p.api.Export(s.name, mr, 0, mr.Len(), verbs.AccessRemoteWrite); err != nil {
+			p.api.Deregister(mr)
+			return fmt.Errorf("export slab %s: %w", s.name, err)
+		}
+	}
+	p.slabs = append(p.slabs, s)
+	for i := slabElems - 1; i >= 0; i-- {
+		p.free = append(p.free, buffer{s: s, off: i * p.size})
+	}
+	return nil
+}
+
+func (p *bufPool) put(b buffer) {
+	p.mu.Lock()
+	p.free = append(p.free, b)
+	p.mu.Unlock()
+}
+
+// close withdraws and releases every slab.
+func (p *bufPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.slabs {
+		if s.name != "" {
+			p.api.Unexport(s.name)
+		}
+		p.api.Deregister(s.mr)
+	}
+	p.slabs, p.free = nil, nil
+}

@@ -1,0 +1,250 @@
+package smc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/smc"
+)
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// apis starts a two-node cluster and returns node 2's embedded runtime
+// and node 1's runtime two ways: embedded, and through krcored.
+func apis(t testing.TB) (krcore.API, map[string]krcore.API) {
+	ctx := ctxT(t)
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	sock := filepath.Join(t.TempDir(), "krcored.sock")
+	srv, err := daemon.New(c.Node(1), daemon.Config{Socket: sock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	cl, err := client.Attach(ctx, client.Options{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return core.Embed(c.Node(2)), map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
+}
+
+func open(t testing.TB, api krcore.API, opts smc.NodeOptions) *smc.Node {
+	t.Helper()
+	n, err := smc.Open(api, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func listen(t testing.TB, opts *smc.Options) *smc.Listener {
+	t.Helper()
+	ln, err := smc.Listen("tcp", "127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// pair dials ln with opts and returns the accepted and dialled ends.
+func pair(t testing.TB, ln net.Listener, opts *smc.Options) (server, clientConn net.Conn) {
+	t.Helper()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		acc <- c
+	}()
+	cc, err := smc.DialContext(ctxT(t), "tcp", ln.Addr().String(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := <-acc
+	if sc == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { cc.Close(); sc.Close() })
+	return sc, cc
+}
+
+// settled waits for an accepted connection's handshake and returns its mode.
+func settled(t testing.TB, c net.Conn) smc.Mode {
+	t.Helper()
+	if err := c.(*smc.Conn).Handshake(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	return smc.ModeOf(c)
+}
+
+// transfer writes n random bytes on w, then CloseWrites it, while r reads
+// to EOF; it fails the test unless every byte arrives, in order.
+func transfer(t testing.TB, w, r net.Conn, n int) {
+	t.Helper()
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(rand.Uint32())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Write(want)
+		if err == nil {
+			err = w.(*smc.Conn).CloseWrite()
+		}
+		errc <- err
+	}()
+	stop := time.AfterFunc(5*time.Second, func() { t.Logf("stuck: writer %s; reader %s", smc.State(w), smc.State(r)) })
+	defer stop.Stop()
+	got, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read: %v after %d bytes", err, len(got))
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, want %d; equal %v", len(got), len(want), bytes.Equal(got, want))
+	}
+}
+
+// TestSMC: a connection between node 1 (embedded and through krcored) and
+// node 2 runs over SMC and carries streams larger than its buffers both
+// ways, with half-closes.
+func TestSMC(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) {
+			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 16 << 10})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: 16 << 10})
+			ln := listen(t, &smc.Options{Node: srvNode})
+			s, c := pair(t, ln, &smc.Options{Node: cliNode})
+			if m := smc.ModeOf(c); !m.SMC {
+				t.Fatalf("client mode %v, want SMC", m)
+			}
+			if m := settled(t, s); !m.SMC {
+				t.Fatalf("server mode %v, want SMC", m)
+			}
+			transfer(t, c, s, 1<<20+7) // wraps the ring, fills the window
+			transfer(t, s, c, 300<<10)
+		})
+	}
+}
+
+// TestBidirectional: both ends write large streams at once; neither
+// blocks the other for good (each side's reader returns window).
+func TestBidirectional(t *testing.T) {
+	srvAPI, clients := apis(t)
+	api := clients["embedded"]
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
+	cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode})
+	done := make(chan struct{})
+	go func() { defer close(done); transfer(t, s, c, 512<<10) }()
+	transfer(t, c, s, 512<<10)
+	<-done
+}
+
+// TestClose: bytes written before Close all reach the peer, then EOF; a
+// write to a closed peer fails with EPIPE, and reads on a closed
+// connection with net.ErrClosed.
+func TestClose(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) {
+			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 8 << 10})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: 8 << 10})
+			ln := listen(t, &smc.Options{Node: srvNode})
+			s, c := pair(t, ln, &smc.Options{Node: cliNode})
+			msg := bytes.Repeat([]byte("0123456789"), 700) // most of the peer's buffer
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(s)
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Fatalf("read after the peer's Close: %d bytes, %v", len(got), err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			var werr error
+			for werr == nil && time.Now().Before(deadline) {
+				_, werr = s.Write([]byte("x"))
+			}
+			if !errors.Is(werr, syscall.EPIPE) {
+				t.Fatalf("write to a closed peer: %v, want EPIPE", werr)
+			}
+			if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read after Close: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestPeerDeath: the server's endpoint dies mid-stream; the client's
+// blocked read and write fail with ECONNRESET within a bounded time, after
+// the read returned every byte that arrived.
+func TestPeerDeath(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) {
+			srvNode, err := smc.Open(srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+			ln := listen(t, &smc.Options{Node: srvNode})
+			s, c := pair(t, ln, &smc.Options{Node: cliNode})
+			settled(t, s)
+			if _, err := s.Write([]byte("last words")); err != nil {
+				t.Fatal(err)
+			}
+			werr := make(chan error, 1)
+			go func() { // blocks once the server's buffer is full
+				_, err := c.Write(make([]byte, 64<<10))
+				werr <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // let the write fill the window (not a cost stand-in)
+			start := time.Now()
+			srvNode.Close()
+			got, err := io.ReadAll(c)
+			if string(got) != "last words" || !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("read: %q, %v; want the last words, then ECONNRESET", got, err)
+			}
+			if err := <-werr; !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("blocked write: %v, want ECONNRESET", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("the peer's death took %v to show", d)
+			}
+		})
+	}
+}
