@@ -48,9 +48,11 @@ type link struct {
 	outs     [2]krcore.Completion
 
 	// mu guards the cursors and flags below; the staging buffer and q are
-	// used under qmu (held by whoever posts).
-	mu  sync.Mutex
-	qmu sync.Mutex
+	// used under qmu (held by whoever posts), and released says, under
+	// qmu, that they are gone.
+	mu       sync.Mutex
+	qmu      sync.Mutex
+	released bool
 
 	prod      uint64 // bytes the peer wrote into ring (its notifications)
 	cons      uint64 // bytes the application read
@@ -293,6 +295,9 @@ func (c *Conn) txErr() error {
 func (c *Conn) post(p []byte) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	if c.released {
+		return net.ErrClosed
+	}
 	stage := c.stage.bytes(c.node.bufSize)
 	copy(stage, p)
 	c.mu.Lock()
@@ -362,6 +367,9 @@ func (c *Conn) push(ctx context.Context, n int) error {
 func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	if c.released {
+		return net.ErrClosed
+	}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -532,6 +540,7 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
 	c.releaseLocal()
 }
