@@ -172,6 +172,9 @@ func (c *Conn) Handshake(ctx context.Context) error {
 // the deadlines the application set so far now apply to the TCP
 // connection if it carries the bytes.
 func (c *Conn) decide(m Mode, rx bool) {
+	if c.node != nil {
+		c.node.settled(m)
+	}
 	c.dlMu.Lock()
 	c.mode = m
 	if !m.SMC {

@@ -319,6 +319,8 @@ func (c *Conn) post(p []byte) error {
 	c.sent += uint64(len(p))
 	c.blockedSent = false
 	c.mu.Unlock()
+	c.node.stats.sent.Add(uint64(len(p)))
+	c.node.stats.writes.Add(uint64(nreq))
 	return c.run(nreq)
 }
 
@@ -384,6 +386,7 @@ func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 	c.mu.Unlock()
 	b := m.encode(c.stage.bytes(c.node.bufSize))
 	c.reqs[0] = krcore.Request{ID: 1, Op: verbs.OpSend, Local: c.stage.s.mr.Range(c.stage.off, len(b))}
+	c.node.stats.cdcs.Add(1)
 	return c.run(1)
 }
 
@@ -397,6 +400,7 @@ func (c *Conn) onData(from krcore.NodeID, n int) bool {
 		return false
 	}
 	c.prod += uint64(n)
+	c.node.stats.received.Add(uint64(n))
 	if c.prod-c.cons > uint64(len(c.ring)) && c.err == nil {
 		c.err = fmt.Errorf("smc: the peer wrote %d bytes past the window: %w", c.prod-c.cons-uint64(len(c.ring)), errAborted)
 		signal(c.txSig)

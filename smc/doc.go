@@ -91,7 +91,7 @@
 // Urgent data (the flags are defined, never sent); io.ReaderFrom and
 // io.WriterTo fast paths; buffer sizes that adapt per connection and a
 // per-node bound (NodeOptions.BufferSize is fixed); krctl smc and
-// /metrics counters. A slab is exported to every node (krcore's Export has
+// /metrics (Node.Stats has the counters). A slab is exported to every node (krcore's Export has
 // no audience), so a node that learned its name could write into other
 // connections' buffers, as an RMB's rkey lets any peer of its link group
 // in SMC-R. A port's notifications beyond krcore's inbox bound (4096

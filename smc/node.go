@@ -60,6 +60,63 @@ type Node struct {
 	regions   map[regionKey]krcore.Region
 
 	dropped atomic.Uint64 // notifications and messages naming no connection
+	stats   counters
+}
+
+// counters are a Node's Stats; fallbacks under Node.mu.
+type counters struct {
+	smc, lookups, sent, received, writes, cdcs atomic.Uint64
+	fallbacks                                  map[Reason]uint64
+}
+
+// Stats counts what a Node's connections did.
+type Stats struct {
+	// SMC is the connections that settled on SMC; Fallbacks those that
+	// fell back to TCP, by reason.
+	SMC       uint64
+	Fallbacks map[Reason]uint64
+	// Slabs is the registered slabs of receive buffers, 16 each; Lookups
+	// the lookups of peers' slabs (a connection whose peer's buffer is in
+	// a slab already known needs none).
+	Slabs   int
+	Lookups uint64
+	// BytesSent and BytesReceived count the data carried over SMC; Writes
+	// the RDMA WRITE_WITH_IMMs that carried it; CursorMsgs the CDC
+	// messages sent (window updates and close flags).
+	BytesSent, BytesReceived, Writes, CursorMsgs uint64
+	// Dropped counts notifications and messages that named no connection
+	// of this Node or came from another node than its peer's.
+	Dropped uint64
+}
+
+// Stats reports the Node's counters.
+func (n *Node) Stats() Stats {
+	s := Stats{SMC: n.stats.smc.Load(), Lookups: n.stats.lookups.Load(), BytesSent: n.stats.sent.Load(),
+		BytesReceived: n.stats.received.Load(), Writes: n.stats.writes.Load(), CursorMsgs: n.stats.cdcs.Load(),
+		Dropped: n.dropped.Load(), Fallbacks: map[Reason]uint64{}}
+	n.mu.Lock()
+	for r, k := range n.stats.fallbacks {
+		s.Fallbacks[r] = k
+	}
+	n.mu.Unlock()
+	n.rmbs.mu.Lock()
+	s.Slabs = len(n.rmbs.slabs)
+	n.rmbs.mu.Unlock()
+	return s
+}
+
+// settled counts a connection's mode.
+func (n *Node) settled(m Mode) {
+	if m.SMC {
+		n.stats.smc.Add(1)
+		return
+	}
+	n.mu.Lock()
+	if n.stats.fallbacks == nil {
+		n.stats.fallbacks = map[Reason]uint64{}
+	}
+	n.stats.fallbacks[m.Reason]++
+	n.mu.Unlock()
 }
 
 type regionKey struct {
@@ -232,6 +289,7 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 	if r != nil {
 		return r, nil
 	}
+	n.stats.lookups.Add(1)
 	r, err := n.api.Region(ctx, node, name)
 	if err != nil {
 		return nil, err

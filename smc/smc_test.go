@@ -248,3 +248,62 @@ func TestPeerDeath(t *testing.T) {
 		})
 	}
 }
+
+// TestLinkReuse: later connections between the same two Nodes take
+// buffers from slabs already registered and known to the peer: no new
+// slab and no new lookup until a slab is full.
+func TestLinkReuse(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) {
+			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+			ln := listen(t, &smc.Options{Node: srvNode})
+			for range 5 {
+				s, c := pair(t, ln, &smc.Options{Node: cliNode})
+				transfer(t, c, s, 10<<10)
+			}
+			for side, n := range map[string]*smc.Node{"server": srvNode, "client": cliNode} {
+				st := n.Stats()
+				if st.SMC != 5 || st.Slabs != 1 || st.Lookups != 1 {
+					t.Errorf("%s: %d SMC connections, %d slabs, %d lookups; want 5, 1, 1", side, st.SMC, st.Slabs, st.Lookups)
+				}
+			}
+		})
+	}
+}
+
+// TestWindowUpdates: a reader taking 64 bytes at a time returns its
+// consumer cursor per tenth of its buffer, not per read (RFC 7609).
+func TestWindowUpdates(t *testing.T) {
+	srvAPI, clients := apis(t)
+	const size, total = 16 << 10, 256 << 10
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: size})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{BufferSize: size})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode})
+	go func() {
+		c.Write(make([]byte, total))
+		c.(*smc.Conn).CloseWrite()
+	}()
+	buf := make([]byte, 64)
+	got := 0
+	for {
+		k, err := s.Read(buf)
+		got += k
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := srvNode.Stats()
+	if got != total || st.BytesReceived != total {
+		t.Fatalf("read %d bytes, received %d, want %d", got, st.BytesReceived, total)
+	}
+	if max := uint64(total/(size/10) + 2); st.CursorMsgs == 0 || st.CursorMsgs > max {
+		t.Fatalf("%d cursor messages for %d reads of 64 bytes; want 1..%d", st.CursorMsgs, total/64, max)
+	}
+	t.Logf("%d cursor messages for %d bytes read 64 at a time, %d RDMA writes", st.CursorMsgs, total, cliNode.Stats().Writes)
+}
