@@ -128,7 +128,7 @@ func (n *Node) handle(ctx context.Context, m *krcore.Message) {
 		n.spawnPieceOp(ctx, from, req)
 		return
 	case opRPCOpen:
-		name, code = n.openRing(m.From, req.name)
+		name, code = n.openRing(from, req.name)
 	case opReply:
 		n.deliver(m.From, req)
 		return

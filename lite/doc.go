@@ -85,8 +85,8 @@
 //     one WRITE_WITH_IMM into the caller's reply slot. Slots are credits:
 //     a caller without one waits. Notifications that do not check out
 //     (sender, ring, slot, length, call) are dropped. A ring is exported
-//     under a random name, but to every node: a node that learned the
-//     name could write into it, though its notifications are refused.
+//     to the calling Node's principal alone, a reply area to the callee's,
+//     each under a random name.
 //   - Send and Endpoint.Recv carry messages between named endpoints on the
 //     same rings, acknowledged once the endpoint holds them.
 //   - Barrier(master, name, count) meets count participants at a barrier
@@ -107,6 +107,5 @@
 // Not covered: the principal is a port, not a process's lifetime. Close
 // does not Unmap what the Node mapped, so its grants stay exported to
 // (node, port) until their LMRs are freed, and a later process that binds
-// the port and knows a grant's name could look it up. RPC rings are
-// exported to every node (see above).
+// the port and knows a grant's name could look it up.
 package lite

@@ -239,12 +239,38 @@ func TestRPCCloseReleases(t *testing.T) {
 		}
 	}
 	ring, reply := server.rpc.rings[1].export, caller.rpc.sessions[2].replyAs
+	// asked looks name up at node as api's queue bound to port.
+	asked := func(api krcore.API, port uint32, node krcore.NodeID, name string) error {
+		q, err := api.Queue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		if err := q.Bind(port); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Connect(ctx, node, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = q.Region(ctx, name)
+		return err
+	}
+	// The ring and the reply area are the two Nodes' alone: another
+	// process that learned their names finds neither.
+	if err := asked(api1, DefaultPort+1, 2, ring); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Fatalf("the ring asked by another port of the caller's node: %v, want ErrNoRegion", err)
+	}
+	if err := asked(api2, DefaultPort+1, 1, reply); !errors.Is(err, krcore.ErrNoRegion) {
+		t.Fatalf("the reply area asked by another port of the callee's node: %v, want ErrNoRegion", err)
+	}
 	server.Close()
 	caller.Close()
-	if _, err := api1.Region(ctx, 2, ring); !errors.Is(err, krcore.ErrNoRegion) {
+	// Asked as the principal each was exported to (the LITE port, free
+	// again).
+	if err := asked(api1, DefaultPort, 2, ring); !errors.Is(err, krcore.ErrNoRegion) {
 		t.Fatalf("the ring after the callee closed: %v, want ErrNoRegion", err)
 	}
-	if _, err := api2.Region(ctx, 1, reply); !errors.Is(err, krcore.ErrNoRegion) {
+	if err := asked(api2, DefaultPort, 1, reply); !errors.Is(err, krcore.ErrNoRegion) {
 		t.Fatalf("the reply area after the caller closed: %v, want ErrNoRegion", err)
 	}
 	if got1, got2 := api1.Stats().VQs, api2.Stats().VQs; got1 != before1 || got2 != before2 {

@@ -203,14 +203,16 @@ func (n *Node) session(ctx context.Context, node krcore.NodeID) (*session, error
 	}
 }
 
-// setupSession exports a reply area to node and asks it for a ring.
+// setupSession exports a reply area to node's LITE endpoint alone and
+// asks it for a ring, which it exports to this Node alone.
 func (n *Node) setupSession(ctx context.Context, s *session) error {
 	var err error
 	if s.reply, err = n.api.RegMR(rpcSlots*rpcSlotSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return err
 	}
 	s.replyAs = freshName("reply", s.node)
-	if err = n.api.Export(s.replyAs, s.reply, 0, s.reply.Len(), verbs.AccessRemoteWrite); err != nil {
+	callee := krcore.Principal{Node: s.node, Port: n.port}
+	if err = n.api.Export(s.replyAs, s.reply, 0, s.reply.Len(), verbs.AccessRemoteWrite, callee); err != nil {
 		s.replyAs = ""
 		return err
 	}
@@ -225,7 +227,7 @@ func (n *Node) setupSession(ctx context.Context, s *session) error {
 		return err
 	}
 	s.epoch = rep.name[0]
-	if s.ring, err = n.api.Region(ctx, s.node, rep.name[1:]); err != nil {
+	if s.ring, err = n.region(ctx, s.node, rep.name[1:]); err != nil {
 		return err
 	}
 	if s.ring.Len() < rpcSlots*rpcSlotSize {
@@ -261,10 +263,12 @@ func (n *Node) teardown(s *session, cause error) {
 	})
 }
 
-// openRing answers opRPCOpen from caller: a new ring for it, exported with
-// remote write only under a fresh name, replacing the one it had. The
-// reply's name is the ring's epoch and export name.
-func (n *Node) openRing(caller krcore.NodeID, replyAs string) (string, byte) {
+// openRing answers opRPCOpen from the principal from: a new ring for its
+// node, exported to it alone with remote write only under a fresh name,
+// replacing the one the node had. The reply's name is the ring's epoch and
+// export name.
+func (n *Node) openRing(from krcore.Principal, replyAs string) (string, byte) {
+	caller := from.Node
 	r := n.rpcInit()
 	if replyAs == "" {
 		return "", codeFailed
@@ -274,7 +278,7 @@ func (n *Node) openRing(caller krcore.NodeID, replyAs string) (string, byte) {
 		return "", codeFailed
 	}
 	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs}
-	if err := n.api.Export(g.export, mr, 0, mr.Len(), verbs.AccessRemoteWrite); err != nil {
+	if err := n.api.Export(g.export, mr, 0, mr.Len(), verbs.AccessRemoteWrite, from); err != nil {
 		n.api.Deregister(mr)
 		return "", codeFailed
 	}
@@ -306,7 +310,7 @@ func (n *Node) replyRegion(ctx context.Context, g *ring) (krcore.Region, error) 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.reply == nil {
-		reg, err := n.api.Region(ctx, g.caller, g.replyAs)
+		reg, err := n.region(ctx, g.caller, g.replyAs)
 		if err != nil {
 			return nil, err
 		}
