@@ -110,7 +110,10 @@ type config struct {
 	bind       string
 	port       int
 	fabricAddr string
-	once       bool
+	// link (-link): how this side's soft RNIC reaches one in another
+	// process of this host: linkShm (shared memory) or linkTCP (forced).
+	link string
+	once bool
 	// keepRuntime (-keep-runtime, server): one KRCore runtime for every
 	// session, started at startup; its MetaServer is printed for krcored.
 	keepRuntime bool
@@ -191,6 +194,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.port, "port", defaultPort, "server control port (0 picks one and prints it)")
 	fs.StringVar(&cfg.bind, "bind", "127.0.0.1", "server: address to listen on (0.0.0.0 for other hosts, with -fabric-addr)")
 	fs.StringVar(&cfg.fabricAddr, "fabric-addr", "127.0.0.1:0", "TCP address this side's soft RNIC listens on")
+	fs.StringVar(&cfg.link, "link", linkShm, "soft: how the two sides' RNICs talk when on one host: shm (shared memory) or tcp (forced, as between hosts); both sides must agree")
 	fs.StringVar(&cfg.provider, "provider", providerSoft, "RDMA provider: soft (pure Go, runs anywhere) or ibverbs (libibverbs; a build with -tags rdma)")
 	fs.StringVar(&cfg.ibDev, "ib-dev", "", "ibverbs: RDMA `device` (default the first, as ibv_devices lists them)")
 	fs.IntVar(&cfg.ibPort, "ib-port", 1, "ibverbs: device port")
@@ -488,6 +492,9 @@ func validate(cfg *config, set map[string]bool) error {
 	}
 	if _, _, err := net.SplitHostPort(cfg.fabricAddr); err != nil {
 		return bad("-fabric-addr %q: %v", cfg.fabricAddr, err)
+	}
+	if cfg.link != linkShm && cfg.link != linkTCP {
+		return bad("-link %q: want shm or tcp", cfg.link)
 	}
 	// A window whose signaled requests are further apart than the window
 	// itself would stall: nothing in flight would ever complete visibly.

@@ -35,21 +35,48 @@ const (
 	providerIBVerbs = "ibverbs"
 )
 
-// tcpFabric nodes listen on a TCP address: peers in other processes or on
-// other hosts reach them over the soft fabric's wire protocol.
-type tcpFabric struct{ listen string }
+// tcpFabric nodes listen on a TCP address: peers on other hosts reach them
+// over the soft fabric's wire protocol, peers in other processes of this
+// host by its shared-memory link, unless tcpOnly (-link tcp) keeps those on
+// TCP too.
+type tcpFabric struct {
+	listen  string
+	tcpOnly bool
+}
+
+// How -link has soft RNICs in two processes of one host talk.
+const (
+	linkShm = "shm"
+	linkTCP = "tcp"
+)
+
+func newTCPFabric(cfg *config) tcpFabric {
+	return tcpFabric{listen: cfg.fabricAddr, tcpOnly: cfg.link == linkTCP}
+}
 
 func (f tcpFabric) newNode(side string) (verbs.Device, error) {
-	n, err := soft.NewNode(soft.Config{Listen: f.listen})
+	n, err := soft.NewNode(soft.Config{Listen: f.listen, TCPOnly: f.tcpOnly})
 	if err != nil {
 		return nil, fmt.Errorf("start %s soft RNIC on %s: %w", side, f.listen, err)
 	}
 	return n, nil
 }
 
-func (tcpFabric) placement() string { return placementCross }
+// placement is placementCross on the shared-memory link (what two
+// processes of one host use), placementCrossTCP on the forced TCP link.
+func (f tcpFabric) placement() string {
+	if f.tcpOnly {
+		return placementCrossTCP
+	}
+	return placementCross
+}
 
-func (tcpFabric) transport() string { return "soft RC" }
+func (f tcpFabric) transport() string {
+	if f.tcpOnly {
+		return "soft RC, TCP link"
+	}
+	return "soft RC, shared-memory link on one host"
+}
 
 func (tcpFabric) describe(dev verbs.Device) string { return "soft RNIC " + dev.Port().Addr }
 
@@ -109,7 +136,7 @@ func (cfg *config) fabricFor(ctx context.Context) fabric {
 	if cfg.provider == providerIBVerbs {
 		return ibvFabric{ctx: ctx, dev: cfg.ibDev, port: cfg.ibPort, gidIdx: cfg.gidIdx}
 	}
-	return tcpFabric{listen: cfg.fabricAddr}
+	return newTCPFabric(cfg)
 }
 
 // ibverbsTests are what a run on the ibverbs provider can do: the raw
@@ -177,8 +204,11 @@ func (cfg *config) applyProvider(set map[string]bool, specs []string) error {
 
 // Placements, as printed in table headers and used in check names.
 const (
-	placementCross  = "cross-process"
-	placementInproc = "in-process"
+	placementCross = "cross-process"
+	// placementCrossTCP is two processes whose soft RNICs talk over TCP
+	// (-link tcp), as two hosts' do.
+	placementCrossTCP = "cross-process tcp-link"
+	placementInproc   = "in-process"
 	// placementIBVerbs is two processes on real verbs (libibverbs). The
 	// soft fabric's targets are not judged on it.
 	placementIBVerbs = "cross-process ibverbs"

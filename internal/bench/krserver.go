@@ -53,7 +53,7 @@ func keepKrServer(ctx context.Context, cfg *config, fab fabric, log *slog.Logger
 		if err != nil {
 			return nil, fmt.Errorf("-fabric-addr %q: %w", t.listen, err)
 		}
-		fab = tcpFabric{listen: net.JoinHostPort(host, "0")}
+		fab = tcpFabric{listen: net.JoinHostPort(host, "0"), tcpOnly: t.tcpOnly}
 	}
 	dev, err := fab.newNode("kept runtime")
 	if err != nil {

@@ -102,7 +102,8 @@ func TestInprocJSONAllSizes(t *testing.T) {
 
 // TestCrossProcess runs the demo: this test binary re-executed as krbench
 // starts a server child (itself again) and runs the suite against it over
-// the soft fabric's TCP wire, then in process.
+// the soft fabric's shared-memory link, then the raw tests over its TCP
+// link, then in process.
 func TestCrossProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -151,14 +152,26 @@ func TestCrossProcess(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"read 8B t_typical / tcp 8B RTT t_typical (interleaved)",
-		"write 64KiB BW average / tcp 64KiB stream BW average (interleaved)",
+		"tcp-link read 8B t_typical / tcp 8B RTT t_typical (interleaved)",
+		"tcp-link write 64KiB BW average / tcp 64KiB stream BW average (interleaved)",
 		"in-process read 8B t_typical",
 	} {
 		if !targets[want] {
 			t.Errorf("no target check %q; checks: %+v", want, rep.Checks)
 		}
 	}
+	// The shared-memory link's figures sit beside the TCP link's, with
+	// issue 16's targets (enforced once met).
+	for _, want := range []string{"read 8B t_typical / tcp 8B RTT t_typical (interleaved)", "send 8B ping-pong RTT / tcp 8B RTT t_typical"} {
+		found := false
+		for _, c := range rep.Checks {
+			found = found || c.Name == want && c.Target != "" || strings.HasPrefix(c.Name, want+" [issue 16 target")
+		}
+		if !found {
+			t.Errorf("no shared-memory link check %q", want)
+		}
+	}
+	checkSuite(t, rep, placementCrossTCP, 20, testRead, testWrite, testSend)
 }
 
 // checkKrcore asserts the KRCore tables of a run with -n iters at placement.
