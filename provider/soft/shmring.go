@@ -53,7 +53,7 @@ const (
 // ShmRingSize is the size of each of a shared-memory link's two rings:
 // what one side may have written that the other has not read yet. Bytes
 // beyond it wait in the sender's queue.
-const ShmRingSize = 256 << 10
+const ShmRingSize = 1 << 20
 
 // ShmSegmentSize is the memory a shared-memory link maps in each of its
 // two processes (one memfd, off the Go heap): a control page and the
@@ -166,10 +166,9 @@ type shmLink struct {
 
 	wmu      sync.Mutex
 	hdr      [4 + headerLen]byte
-	queued   []byte // what did not fit in the out ring yet, in order
-	qoff     int
+	queued   shmQueue // what did not fit in the out ring yet, in order
 	wake     [1]byte
-	pending  atomic.Bool // len(queued) > qoff
+	pending  atomic.Bool // the queue is not empty
 	unmapped bool        // the segment is gone; guarded by wmu
 	rdHeader [4 + headerLen]byte
 	f        frame
@@ -211,7 +210,7 @@ func (l *shmLink) send(f *frame) {
 
 // put appends p to the out ring or, once anything is queued, the queue.
 func (l *shmLink) put(p []byte) {
-	if l.qoff == len(l.queued) {
+	if l.queued.empty() {
 		s := l.seg
 		t := s.tail(l.out).Load()
 		k := min(uint64(len(p)), l.free())
@@ -219,35 +218,67 @@ func (l *shmLink) put(p []byte) {
 		s.tail(l.out).Store(t + k)
 		p = p[k:]
 	}
-	if len(p) == 0 {
-		return
-	}
-	if l.qoff > 0 && l.qoff >= len(l.queued)/2 {
-		// Keep the queue's array from growing with what went out.
-		l.queued = l.queued[:copy(l.queued, l.queued[l.qoff:])]
-		l.qoff = 0
-	}
-	l.queued = append(l.queued, p...)
+	l.queued.push(p)
 }
 
 // drainLocked moves queued bytes into the out ring as room allows; l.wmu
 // is held.
 func (l *shmLink) drainLocked() {
-	if l.qoff == len(l.queued) {
+	s := l.seg
+	for !l.queued.empty() {
+		room := l.free()
+		if room == 0 {
+			return
+		}
+		c := l.queued.front()
+		k := min(uint64(len(c)), room)
+		t := s.tail(l.out).Load()
+		s.copyIn(l.out, t, c[:k])
+		s.tail(l.out).Store(t + k)
+		l.queued.pop(int(k))
+	}
+}
+
+// shmQueue holds bytes for the out ring in chunks, copied: a large burst
+// moves each byte in and out once.
+type shmQueue struct {
+	chunks [][]byte
+	off    int // consumed bytes of chunks[0]
+}
+
+// shmChunk is the size of a queue chunk, besides larger payloads' own.
+const shmChunk = 64 << 10
+
+func (q *shmQueue) empty() bool { return len(q.chunks) == 0 }
+
+// push appends a copy of p.
+func (q *shmQueue) push(p []byte) {
+	if len(p) == 0 {
 		return
 	}
-	s := l.seg
-	t := s.tail(l.out).Load()
-	k := min(uint64(len(l.queued)-l.qoff), l.free())
-	s.copyIn(l.out, t, l.queued[l.qoff:l.qoff+int(k)])
-	s.tail(l.out).Store(t + k)
-	l.qoff += int(k)
-	if l.qoff == len(l.queued) {
-		l.qoff = 0
-		if cap(l.queued) > 2*shmRingSize {
-			l.queued = nil // a burst's queue is not kept
-		} else {
-			l.queued = l.queued[:0]
+	if n := len(q.chunks); n > 0 {
+		last := q.chunks[n-1]
+		if k := min(cap(last)-len(last), len(p)); k > 0 {
+			q.chunks[n-1] = append(last, p[:k]...)
+			p = p[k:]
+		}
+	}
+	if len(p) > 0 {
+		q.chunks = append(q.chunks, append(make([]byte, 0, max(len(p), shmChunk)), p...))
+	}
+}
+
+func (q *shmQueue) front() []byte { return q.chunks[0][q.off:] }
+
+// pop drops k bytes of the front chunk.
+func (q *shmQueue) pop(k int) {
+	q.off += k
+	if q.off == len(q.chunks[0]) {
+		q.chunks[0] = nil
+		q.chunks = q.chunks[1:]
+		q.off = 0
+		if len(q.chunks) == 0 {
+			q.chunks = nil
 		}
 	}
 }
@@ -257,13 +288,13 @@ func (l *shmLink) drainLocked() {
 // when it makes room. l.wmu is held.
 func (l *shmLink) publishLocked() {
 	s := l.seg
-	if l.qoff < len(l.queued) {
+	if !l.queued.empty() {
 		l.pending.Store(true)
 		s.want(l.out).Store(1)
 		// Room made between the copy and the store above rang nobody.
 		l.drainLocked()
 	}
-	if l.qoff == len(l.queued) {
+	if l.queued.empty() {
 		l.pending.Store(false)
 	}
 	l.ring(1 - l.side)
@@ -461,7 +492,7 @@ func (l *shmLink) kill() {
 func (l *shmLink) finish() {
 	l.kill()
 	l.wmu.Lock()
-	l.queued = nil
+	l.queued = shmQueue{}
 	l.unmapped = true
 	l.seg.blk.Close()
 	l.wmu.Unlock()
