@@ -31,7 +31,11 @@
 // reveals an rkey, and a handle another runtime made, or a value built by
 // the caller, is refused before it reaches a shared QP. The bounds and
 // rights of a Region are enforced where the memory lives: its exporter
-// registered exactly those bytes with exactly those rights.
+// registered exactly those bytes with exactly those rights. Who may learn
+// it is decided there too: an export to an audience (Principal: a node and
+// a port) answers only a lookup from a queue of that node bound to that
+// port (VQ.Region), which its runtime, or krcored for a client, vouches
+// the asker holds.
 //
 // # Messages and notifications
 //

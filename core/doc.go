@@ -77,7 +77,9 @@
 // MR over exactly the exported bytes with exactly the exported rights: the
 // rkey a client learns reaches nothing else, and the exporter's RNIC
 // refuses the rest with REM_ACCESS_ERR (Unexport and Deregister revoke
-// it). An MR is held by every request using it until that request
+// it). An export to an audience answers only a lookup carrying one of its
+// principals: the asking node, and the port of the asking queue, which the
+// asking runtime reads from the queue itself. An MR is held by every request using it until that request
 // finishes: Deregister refuses new requests at once but leaves the
 // registration and the memory to the ones already on a shared QP, which
 // pulling it from under them would fail and break the QP for everyone.
