@@ -352,6 +352,9 @@ func TestHostileControl(t *testing.T) {
 		{name: "connect unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg {
 			return wire.NewMsg(wire.OpConnect, 0).U64(12345).U64(2).U8(0).U32(0)
 		}, want: krcore.ErrRefused},
+		{name: "region as an unknown VQ's port", hello: true, msg: func(*testing.T) *wire.Msg {
+			return wire.NewMsg(wire.OpVQRegion, 0).U64(12345).Str("table")
+		}, want: krcore.ErrRefused},
 		{name: "close unknown VQ", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpCloseVQ, 0).U64(12345) }, want: krcore.ErrRefused},
 		{name: "stats with an fd", hello: true, msg: func(t *testing.T) *wire.Msg { return withFDs(wire.NewMsg(wire.OpStats, 0), pipe(t)) }},
 		{name: "short header", hello: true, raw: []byte{byte(wire.OpStats), 0, 0}},
