@@ -19,6 +19,7 @@
 //	krbench -client HOST[:PORT] [flags]   # run tests against a server
 //	krbench -inproc [flags]               # both sides in this process, in-memory fabric
 //	krbench pingpong [flags] [HOST]       # ibv_rc_pingpong on real verbs (see below)
+//	krbench smc [flags]                   # package smc vs Go TCP (docs/krbench.md)
 //
 // # Real RDMA devices
 //
