@@ -295,18 +295,26 @@ func (c *cq) readLink(ctx context.Context, l *tcpLink) (yielded bool) {
 	ok := c.readFor(l)
 	c.rctx = nil
 	c.rlink.Store(nil)
-	l.flushAcks()
 	if !ok {
 		l.kill()
 		return false
 	}
 	switch {
 	case c.ready.Load() > 0:
+		// ACKs of the SENDs that just completed here stay coalesced:
+		// the application is about to answer (its reply carries them,
+		// in one write instead of two, and the peer wakes once) or to
+		// wait again, whose read flushes them before it blocks. If it
+		// does neither, whoever reads the link next flushes them: a
+		// poller now and then (pollLink), the background reader within
+		// lendTimeout.
 		l.keep()
 	case l.nwant.Load() > 0:
+		l.flushAcks()
 		l.release(c)
 		return true
 	default:
+		l.flushAcks()
 		l.release(nil)
 	}
 	return false

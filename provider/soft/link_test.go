@@ -486,3 +486,39 @@ func stream(x, y *side, slots, msg, n int) error {
 	}
 	return nil
 }
+
+// TestTCPAckAfterQuietReceiver: a receiver whose CQ wait read a SEND off
+// the link leaves its ACK coalesced for the reply it may send; when it
+// sends nothing and waits no more, the requester's SEND still completes,
+// once the link is read again (lendTimeout at most), never at the retry
+// timeout.
+func TestTCPAckAfterQuietReceiver(t *testing.T) {
+	a, b := tcpNodes(t)
+	x, y := connectPair(t, a, b, 4096)
+	for i := range 20 {
+		if _, err := y.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{verbs.SGEOf(y.mr, 0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { // y's application reads the link, then goes quiet
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			waited <- y.cq.Wait(ctx)
+		}()
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		post(t, x.qp, verbs.SendWR{ID: uint64(i), Op: verbs.OpSend, Flags: verbs.Signaled | verbs.Inline, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}})
+		if wc := waitWC(t, x.cq); wc.Status != verbs.Success {
+			t.Fatalf("SEND %d: %+v", i, wc)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("SEND %d completed after %v: its ACK waited for the receiver's next move", i, d)
+		}
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, y.cq); wc.Status != verbs.Success {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+}
