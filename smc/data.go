@@ -77,15 +77,11 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// setupLocal takes a receive buffer, a staging buffer, a token and a
-// queue: what this side offers in its proposal or accept.
-func (c *Conn) setupLocal() (Reason, error) {
+// setupQueue takes a staging buffer, a queue and a token: what this side
+// names in its proposal or accept.
+func (c *Conn) setupQueue() (Reason, error) {
 	n := c.node
 	var err error
-	if c.rmb, err = n.rmbs.get(); err != nil {
-		return ReasonRegRMB, err
-	}
-	c.ring = c.rmb.bytes(n.bufSize)
 	if c.stage, err = n.stages.get(); err != nil {
 		return ReasonMem, err
 	}
@@ -98,34 +94,59 @@ func (c *Conn) setupLocal() (Reason, error) {
 	return ReasonNone, nil
 }
 
-// setupPeer points the queue at the peer's port and learns its buffer
-// from m, a proposal or an accept.
-func (c *Conn) setupPeer(ctx context.Context, m *clcMsg) (Reason, error) {
-	if m.size < cdcLen || m.size > 1<<30 || m.token == 0 {
-		return ReasonConfig, fmt.Errorf("smc: the peer's buffer of %d bytes (token %d): %w", m.size, m.token, krcore.ErrInvalid)
+// setupRMB takes a receive buffer from the slabs exported to the peer
+// endpoint alone.
+func (c *Conn) setupRMB(peer krcore.Principal) (Reason, error) {
+	b, err := c.node.rmbPool(peer).get()
+	if err != nil {
+		return ReasonRegRMB, err
 	}
-	c.mu.Lock() // notifications from the peer's node count from now on
-	c.peerNode, c.pToken, c.psize, c.peerOff = m.node, m.token, int(m.size), uint64(m.off)
+	c.rmb, c.ring = b, b.bytes(c.node.bufSize)
+	return ReasonNone, nil
+}
+
+// connectPeer points the queue at the peer's port, named in m (a
+// proposal or an accept): notifications from its node count from now on.
+func (c *Conn) connectPeer(ctx context.Context, m *clcMsg) (Reason, error) {
+	if m.token == 0 || m.port == 0 {
+		return ReasonConfig, fmt.Errorf("smc: the peer's token %d, port %d: %w", m.token, m.port, krcore.ErrInvalid)
+	}
+	c.mu.Lock()
+	c.peerNode, c.pToken = m.node, m.token
 	c.mu.Unlock()
 	if err := c.q.Connect(ctx, m.node, &krcore.ConnectOptions{Port: m.port}); err != nil {
 		return ReasonLink, err
+	}
+	return ReasonNone, nil
+}
+
+// learnBuffer learns the peer's receive buffer from m (an accept or a
+// confirm), asking as this Node's port, the one it was exported to.
+func (c *Conn) learnBuffer(ctx context.Context, m *clcMsg) (Reason, error) {
+	if m.size < cdcLen || m.size > 1<<30 {
+		return ReasonConfig, fmt.Errorf("smc: the peer's buffer of %d bytes: %w", m.size, krcore.ErrInvalid)
 	}
 	r, err := c.node.region(ctx, m.node, m.name)
 	if err != nil {
 		return ReasonLink, err
 	}
-	if r.Len() < c.peerOff+uint64(c.psize) {
-		return ReasonConfig, fmt.Errorf("smc: the peer's buffer at %d+%d is outside its region of %d bytes: %w", c.peerOff, c.psize, r.Len(), krcore.ErrInvalid)
+	if r.Len() < uint64(m.off)+uint64(m.size) {
+		return ReasonConfig, fmt.Errorf("smc: the peer's buffer at %d+%d is outside its region of %d bytes: %w", m.off, m.size, r.Len(), krcore.ErrInvalid)
 	}
-	c.peer = r
+	c.mu.Lock()
+	c.peer, c.psize, c.peerOff = r, int(m.size), uint64(m.off)
+	c.mu.Unlock()
 	return ReasonNone, nil
 }
 
 // offer describes this side's buffer in a CLC message of type typ.
 func (c *Conn) offer(typ byte) *clcMsg {
 	n := c.node
-	return &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token,
-		off: uint32(c.rmb.off), size: uint32(n.bufSize), name: c.rmb.s.name}
+	m := &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token}
+	if c.rmb.s != nil { // a proposal offers none yet
+		m.off, m.size, m.name = uint32(c.rmb.off), uint32(n.bufSize), c.rmb.s.name
+	}
+	return m
 }
 
 // startSMC begins the connection's SMC life: the keeper and the watcher
@@ -140,7 +161,7 @@ func (c *Conn) startSMC() {
 	go c.keep(tcpGone)
 }
 
-// releaseLocal gives back what setupLocal took, for a connection that
+// releaseLocal gives back what setupQueue and setupRMB took, for a connection that
 // never ran SMC or has ended.
 func (c *Conn) releaseLocal() {
 	n := c.node
@@ -154,7 +175,7 @@ func (c *Conn) releaseLocal() {
 		n.stages.put(c.stage)
 	}
 	if c.rmb.s != nil {
-		n.rmbs.put(c.rmb)
+		c.rmb.s.pool.put(c.rmb)
 	}
 	c.token, c.q, c.stage, c.rmb = 0, nil, buffer{}, buffer{}
 }
@@ -419,8 +440,12 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if v := fromCursor(m.cons, c.psize, c.peerCons); v > c.peerCons && v <= c.sent {
-		c.peerCons = v
+	// A client's first CDC can come before its server learned the
+	// client's buffer (psize 0): it carries no cursor of bytes sent yet.
+	if c.psize > 0 {
+		if v := fromCursor(m.cons, c.psize, c.peerCons); v > c.peerCons && v <= c.sent {
+			c.peerCons = v
+		}
 	}
 	if m.prodFlags&(flagWriteBlocked|flagCursorRequest) != 0 {
 		c.peerBlocked = true

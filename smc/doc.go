@@ -19,19 +19,19 @@
 //
 // The CLC exchange of RFC 7609 runs on the TCP connection, in its message
 // shapes (eyecatcher "SMCR" in EBCDIC, type, length, version, body,
-// trailer): the client's proposal names its node, port, token and receive
-// buffer; the server answers with an accept naming its own once it
-// reached the client's, or a decline with RFC 7609's reason code
-// (Reason); the client confirms once it reached the server's, or
-// declines. Unlike RFC 7609 the proposal already offers the client's
-// buffer, so that each side reaches the other's before it commits. Any
-// failure before the commit (no Node,
-// a decline, the peer's node or buffer unreachable, no memory, a timeout)
-// falls back to TCP, recorded on the connection: ModeOf says SMC, or TCP
-// and why. No application byte travels before the choice, so none is lost
-// or duplicated by it. A client that neither confirms nor declines
-// within the handshake timeout breaks its accepted connection (it may
-// have confirmed): reads and writes on it fail.
+// trailer): the client's proposal names its node, port and token; the
+// server answers with an accept naming its own and its receive buffer, or
+// a decline with RFC 7609's reason code (Reason); the client confirms,
+// offering its buffer, once it reached the server's, or declines. Any
+// failure up to the confirm (no Node, a decline, the peer's node or
+// buffer unreachable, no memory, a timeout) falls back to TCP, recorded on
+// the connection: ModeOf says SMC, or TCP and why. No application byte
+// travels before the choice, so none is lost or duplicated by it. After
+// the confirm the client may write at once, so a server that then cannot
+// find the client's buffer, or a client that neither confirms nor
+// declines within the handshake timeout, breaks the accepted connection:
+// reads and writes on it fail, and the client sees its TCP connection end
+// (ECONNRESET).
 //
 // # Detection, and what it cannot do
 //
@@ -80,20 +80,24 @@
 // syscall.ECONNRESET, as do writes; an RDMA request that fails aborts the
 // connection the same way.
 //
-// Link reuse: connections take their buffers from slabs of 16 a Node
-// registers and exports at a time, and a Node remembers the regions of
-// peers it learned, so a later connection between the same two nodes
-// adds a buffer and a token, and a virtual queue on krcore's pooled QPs
-// (which are the links): no new QP, export or lookup until a slab is full.
+// Link reuse: connections take their buffers from slabs of 16 that a Node
+// registers and exports per peer endpoint (node and port) at a time, to
+// that endpoint alone (an export with an audience: as SMC-R keeps an RMB
+// per link group, no other process can find the slab, let alone write to
+// it), and a Node remembers the peers' slabs it learned. So a later
+// connection between the same two endpoints adds a buffer and a token,
+// and a virtual queue on krcore's pooled QPs (which are the links): no new
+// QP, export or lookup until a slab is full.
 //
 // # Not built yet
 //
 // Urgent data (the flags are defined, never sent); io.ReaderFrom and
 // io.WriterTo fast paths; buffer sizes that adapt per connection and a
 // per-node bound (NodeOptions.BufferSize is fixed); krctl smc and
-// /metrics (Node.Stats has the counters). A slab is exported to every node (krcore's Export has
-// no audience), so a node that learned its name could write into other
-// connections' buffers, as an RMB's rkey lets any peer of its link group
-// in SMC-R. A port's notifications beyond krcore's inbox bound (4096
-// waiting) would be dropped; a connection has a few in flight at most.
+// /metrics (Node.Stats has the counters). A slab serves every connection
+// with one peer endpoint, so that peer could write into its other
+// connections' buffers, as an RMB's rkey lets any connection of its link
+// group in SMC-R. A port's notifications beyond krcore's inbox bound
+// (4096 waiting) would be dropped; a connection has a few in flight at
+// most.
 package smc

@@ -13,3 +13,14 @@ func State(nc net.Conn) string {
 	return fmt.Sprintf("prod %d cons %d confirmed %d sent %d peerCons %d psize %d ring %d blocked %v/%v err %v dropped %d",
 		c.prod, c.cons, c.confirmed, c.sent, c.peerCons, c.psize, len(c.ring), c.peerBlocked, c.blockedSent, c.err, c.node.dropped.Load())
 }
+
+// SlabName is the export name of the slab c's receive buffer is in.
+func SlabName(nc net.Conn) string {
+	c := nc.(*Conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rmb.s == nil {
+		return ""
+	}
+	return c.rmb.s.name
+}

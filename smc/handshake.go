@@ -91,15 +91,15 @@ func DialContext(ctx context.Context, network, addr string, opts *Options) (net.
 	return c, nil
 }
 
-// clientHandshake proposes SMC, offering this side's buffer, and settles
-// on the server's answer: an accept (confirmed once its buffer is
-// reachable), a decline, or bytes that are not CLC (the server spoke
-// first: they are the application's).
+// clientHandshake proposes SMC, naming this side's port and token, and
+// settles on the server's answer: an accept (confirmed, offering this
+// side's buffer, once the server's is reachable), a decline, or bytes
+// that are not CLC (the server spoke first: they are the application's).
 func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	if c.node == nil {
 		return Mode{Reason: ReasonNoRuntime}
 	}
-	if r, err := c.setupLocal(); err != nil {
+	if r, err := c.setupQueue(); err != nil {
 		c.releaseLocal()
 		return Mode{Reason: r}
 	}
@@ -114,7 +114,14 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
 	}
-	if r, err := c.setupPeer(hctx, m); err != nil {
+	r, err := c.connectPeer(hctx, m)
+	if err == nil {
+		r, err = c.learnBuffer(hctx, m)
+	}
+	if err == nil {
+		r, err = c.setupRMB(krcore.Principal{Node: m.node, Port: m.port})
+	}
+	if err != nil {
 		c.decline(r)
 		c.releaseLocal()
 		return Mode{Reason: r}
@@ -213,10 +220,13 @@ func (c *Conn) detect() {
 	}
 }
 
-// serverHandshake answers a proposal: an accept offering this side's
-// buffer once the client's is reachable, then the client's confirm or
-// decline. A client that answers neither in time breaks the connection:
-// it may have sent a confirm this side did not see, so TCP is not safe.
+// serverHandshake answers a proposal: an accept offering a buffer
+// exported to the client's endpoint alone, then the client's confirm
+// (offering its buffer, exported to this side) or decline. A client that
+// answers neither in time, or whose buffer cannot be found after it
+// confirmed, breaks the connection: it may be writing already, so TCP is
+// not safe; reads and writes fail and the client sees the TCP connection
+// end.
 func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	if c.node == nil {
 		c.decline(ReasonNoRuntime)
@@ -224,12 +234,14 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	}
 	hctx, cancel := c.bound(context.Background())
 	defer cancel()
-	if r, err := c.setupLocal(); err != nil {
-		c.decline(r)
-		c.releaseLocal()
-		return Mode{Reason: r}
+	r, err := c.setupQueue()
+	if err == nil {
+		r, err = c.connectPeer(hctx, p)
 	}
-	if r, err := c.setupPeer(hctx, p); err != nil {
+	if err == nil {
+		r, err = c.setupRMB(krcore.Principal{Node: p.node, Port: p.port})
+	}
+	if err != nil {
 		c.decline(r)
 		c.releaseLocal()
 		return Mode{Reason: r}
@@ -244,6 +256,12 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	case m.typ == clcDecline:
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
+	}
+	if r, err := c.learnBuffer(hctx, m); err != nil {
+		c.releaseLocal()
+		c.tcp.Close()
+		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer: %w", err)
+		return Mode{Reason: r}
 	}
 	return Mode{SMC: true}
 }

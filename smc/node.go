@@ -50,12 +50,14 @@ type Node struct {
 	done   chan struct{}
 	wg     sync.WaitGroup // the connections' goroutines
 
-	rmbs   bufPool // receive buffers, exported with remote write
 	stages bufPool // send staging buffers, local only
+
+	lookMu sync.Mutex // srv's Connect and Region: lookups ask as srv's port
 
 	mu        sync.Mutex
 	closed    bool
-	conns     map[uint32]*Conn // SMC connections by token
+	conns     map[uint32]*Conn              // SMC connections by token
+	rmbs      map[krcore.Principal]*bufPool // receive buffers, per peer endpoint
 	nextToken uint32
 	regions   map[regionKey]krcore.Region
 
@@ -99,9 +101,11 @@ func (n *Node) Stats() Stats {
 		s.Fallbacks[r] = k
 	}
 	n.mu.Unlock()
-	n.rmbs.mu.Lock()
-	s.Slabs = len(n.rmbs.slabs)
-	n.rmbs.mu.Unlock()
+	for _, p := range n.pools() {
+		p.mu.Lock()
+		s.Slabs += len(p.slabs)
+		p.mu.Unlock()
+	}
 	return s
 }
 
@@ -138,9 +142,8 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("smc: open: buffer size %d: %w", size, krcore.ErrInvalid)
 	}
 	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}),
-		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{}}
-	n.rmbs = bufPool{api: api, size: size, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite,
-		export: fmt.Sprintf("smc/%016x/rmb", n.id)}
+		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
+		rmbs: map[krcore.Principal]*bufPool{}}
 	n.stages = bufPool{api: api, size: size, access: verbs.AccessLocalWrite}
 	q, err := api.Queue()
 	if err != nil {
@@ -204,7 +207,9 @@ func (n *Node) Close() error {
 	n.srv.Close()
 	<-n.done
 	n.wg.Wait()
-	n.rmbs.close()
+	for _, p := range n.pools() {
+		p.close()
+	}
 	n.stages.close()
 	return nil
 }
@@ -290,7 +295,12 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 		return r, nil
 	}
 	n.stats.lookups.Add(1)
-	r, err := n.api.Region(ctx, node, name)
+	n.lookMu.Lock()
+	err := n.srv.Connect(ctx, node, nil)
+	if err == nil {
+		r, err = n.srv.Region(ctx, name)
+	}
+	n.lookMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -300,13 +310,41 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 	return r, nil
 }
 
+// rmbPool is the pool of receive buffers for connections with peer: its
+// slabs are exported to that endpoint alone, as SMC-R keeps an RMB per
+// link group, so that no other process can find them, let alone write.
+func (n *Node) rmbPool(peer krcore.Principal) *bufPool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.rmbs[peer]
+	if p == nil {
+		p = &bufPool{api: n.api, size: n.bufSize, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite,
+			export: fmt.Sprintf("smc/%016x/rmb/%d-%d", n.id, peer.Node, peer.Port), to: []krcore.Principal{peer}}
+		n.rmbs[peer] = p
+	}
+	return p
+}
+
+// pools lists the receive buffer pools.
+func (n *Node) pools() []*bufPool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ps := make([]*bufPool, 0, len(n.rmbs))
+	for _, p := range n.rmbs {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 // bufPool hands out fixed-size buffers carved from registered slabs of
-// slabElems each, exported under export+slab number when export is set.
+// slabElems each, exported under export+slab number to the principals to
+// when export is set.
 type bufPool struct {
 	api    krcore.API
 	size   int
 	access verbs.Access
 	export string
+	to     []krcore.Principal
 
 	mu    sync.Mutex
 	slabs []*slab
@@ -314,6 +352,7 @@ type bufPool struct {
 }
 
 type slab struct {
+	pool *bufPool
 	mr   krcore.MR
 	name string // export name, "" if not exported
 }
@@ -346,10 +385,10 @@ func (p *bufPool) grow() error {
 	if err != nil {
 		return fmt.Errorf("register a slab of %d buffers of %d bytes: %w", slabElems, p.size, err)
 	}
-	s := &slab{mr: mr}
+	s := &slab{pool: p, mr: mr}
 	if p.export != "" {
 		s.name = fmt.Sprintf("%s/%d", p.export, len(p.slabs))
-		if err := p.api.Export(s.name, mr, 0, mr.Len(), verbs.AccessRemoteWrite); err != nil {
+		if err := p.api.Export(s.name, mr, 0, mr.Len(), verbs.AccessRemoteWrite, p.to...); err != nil {
 			p.api.Deregister(mr)
 			return fmt.Errorf("export slab %s: %w", s.name, err)
 		}

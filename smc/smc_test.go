@@ -307,3 +307,25 @@ func TestWindowUpdates(t *testing.T) {
 	}
 	t.Logf("%d cursor messages for %d bytes read 64 at a time, %d RDMA writes", st.CursorMsgs, total, cliNode.Stats().Writes)
 }
+
+// TestSlabAudience: a connection's receive buffers are exported to its
+// peer's endpoint alone: another process of the same node, and another
+// node, cannot find them.
+func TestSlabAudience(t *testing.T) {
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode})
+	settled(t, s)
+	name := smc.SlabName(s)
+	if name == "" || !smc.ModeOf(c).SMC {
+		t.Fatalf("slab %q, mode %v", name, smc.ModeOf(c))
+	}
+	for who, api := range map[string]krcore.API{"krcored's client on the client's node": clients["daemon"], "the server's own node, as no port": srvAPI} {
+		if _, err := api.Region(ctxT(t), 2, name); !errors.Is(err, krcore.ErrNoRegion) {
+			t.Errorf("%s looked up the server's slab: %v, want ErrNoRegion", who, err)
+		}
+	}
+	transfer(t, c, s, 64<<10) // the peer still writes into it
+}
