@@ -119,6 +119,23 @@
 // gets its own reader (DCI or RC QP), UD QP and CQs on the client, so a
 // dead server stalls only requests to itself.
 //
+// # Membership: records kept elsewhere (etcd)
+//
+// By default a server keeps the records itself, as above: the embedded
+// mode, for one host or an in-process cluster. Given a Membership
+// (ServerConfig.Membership; package etcdstore keeps one in etcd, and
+// MemMembership one in memory), the server is instead a READ-able mirror
+// of it: nodes Register their record in the store under a lease the store
+// keeps alive, the server Watches it (a complete set, then changes) and
+// writes each record into its table from its loop goroutine, as it writes
+// its own, and it Announces its Info in the store so that nodes and tools
+// find it. Leases are the store's: the server keeps none, answers UD
+// Register, Renew and Deregister "invalid" (ErrBadRecord) and serves Hello
+// and RC connects as before. Any number of servers mirror one store and
+// hold the same records (each under its own versions); a restarted one
+// rebuilds its table from the store's complete set. While the store is out
+// of reach a table keeps what it holds, so lookups go on.
+//
 // # Trust
 //
 // Clients cannot write the table: its region, DCT and RC readers allow

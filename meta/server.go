@@ -49,6 +49,12 @@ type ServerConfig struct {
 	// MaxReaders bounds the RC QPs kept for clients that READ over RC;
 	// default 1024. Past it the oldest is closed (its client reconnects).
 	MaxReaders int
+	// Membership, if set, is the source of truth for the records: the
+	// server mirrors it into its table (nodes register there, not with
+	// the server, which answers UD registrations "invalid") and announces
+	// itself in it under a lease of Lease. Nil: the server keeps the
+	// records itself (the embedded default).
+	Membership Membership
 }
 
 // ServerStats counts a server's work.
@@ -60,6 +66,9 @@ type ServerStats struct {
 	Expired    uint64 // records removed because their lease lapsed
 	Resets     uint64 // UD QP recoveries after a failed reply
 	Readers    int    // RC QPs serving clients' READs
+	Updates    uint64 // membership updates mirrored into the table
+	Unplaced   uint64 // mirrored records that found their bucket full
+	Watches    uint64 // membership watches started (more than one: the stream broke)
 }
 
 func (c ServerConfig) withDefaults() (ServerConfig, error) {
@@ -149,7 +158,9 @@ type Server struct {
 	stats struct {
 		records, readers                               atomic.Int64
 		requests, duplicates, dropped, expired, resets atomic.Uint64
+		updates, unplaced, watches                     atomic.Uint64
 	}
+	feed    feed // membership updates for the loop to mirror
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -193,6 +204,11 @@ func NewServer(dev verbs.Device, cfg ServerConfig) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.run()
+	if cfg.Membership != nil {
+		s.wg.Add(2)
+		go s.follow()
+		go s.announce()
+	}
 	return s, nil
 }
 
@@ -307,8 +323,18 @@ func (s *Server) Stats() ServerStats {
 	return ServerStats{
 		Records: int(s.stats.records.Load()), Requests: s.stats.requests.Load(), Duplicates: s.stats.duplicates.Load(),
 		Dropped: s.stats.dropped.Load(), Expired: s.stats.expired.Load(), Resets: s.stats.resets.Load(),
-		Readers: int(s.stats.readers.Load()),
+		Readers: int(s.stats.readers.Load()), Updates: s.stats.updates.Load(), Unplaced: s.stats.unplaced.Load(),
+		Watches: s.stats.watches.Load(),
 	}
+}
+
+// Source says where the server's records come from: "embedded" when it
+// keeps them itself, else its Membership (e.g. "etcd 10.0.0.1:2379 /krcore/").
+func (s *Server) Source() string {
+	if s.cfg.Membership == nil {
+		return "embedded"
+	}
+	return s.cfg.Membership.String()
 }
 
 // Close stops the server's goroutine and releases its resources. Clients
@@ -371,6 +397,9 @@ func (s *Server) run() {
 			}
 		}
 		s.expire(now)
+		if s.cfg.Membership != nil {
+			s.mirrorPending()
+		}
 		if n == 0 && !s.sleep(now) {
 			return
 		}
@@ -383,12 +412,18 @@ func (s *Server) sleep(now time.Time) bool {
 	if at, ok := s.nextDeadline(); ok {
 		ctx, cancel = context.WithDeadline(s.ctx, at)
 	}
+	if s.cfg.Membership != nil {
+		ctx, cancel = s.feed.sleeping(ctx, cancel)
+	}
 	err := s.cq.Wait(ctx)
 	cancel()
+	if s.cfg.Membership != nil {
+		s.feed.awake()
+	}
 	switch {
 	case s.ctx.Err() != nil:
 		return false
-	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+	case err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
 		s.loopErr = fmt.Errorf("meta: server CQ: %w", err)
 		return false
 	}
@@ -474,6 +509,8 @@ func (s *Server) apply(req *request, now time.Time) reply {
 	}
 	e := s.entries[req.node]
 	switch {
+	case s.cfg.Membership != nil && req.op != opConnect:
+		rep.status = stInvalid // records come from the Membership
 	case req.op == opRegister:
 		return s.register(req, e, now)
 	case req.op == opConnect:
@@ -502,15 +539,31 @@ func (s *Server) apply(req *request, now time.Time) reply {
 func (s *Server) register(req *request, e *entry, now time.Time) reply {
 	rep := reply{op: req.op, id: req.id, node: req.node}
 	rec := req.rec.content()
-	switch {
-	case e != nil && e.rec.Addr != rec.Addr && e.expires.After(now):
+	if e != nil && e.rec.Addr != rec.Addr && e.expires.After(now) {
 		rep.status = stInUse
 		return rep
+	}
+	e, err := s.store(rec)
+	if err != nil {
+		rep.status = stTableFull
+		return rep
+	}
+	lease := s.grant(req.lease)
+	s.extend(e, lease, now)
+	rep.version, rep.lease = e.version, lease
+	return rep
+}
+
+// store writes rec into the table: in place if its node has a slot (a
+// new version only if the content changed), else in a free slot of its
+// bucket.
+func (s *Server) store(rec Record) (*entry, error) {
+	e := s.entries[rec.Node]
+	switch {
 	case e == nil:
 		slot, ver, err := s.tbl.insert(rec)
 		if err != nil {
-			rep.status = stTableFull
-			return rep
+			return nil, err
 		}
 		e = &entry{node: rec.Node, slot: slot, rec: rec, version: ver}
 		s.entries[rec.Node] = e
@@ -518,10 +571,7 @@ func (s *Server) register(req *request, e *entry, now time.Time) reply {
 	case e.rec != rec:
 		e.rec, e.version = rec, s.tbl.write(e.slot, rec)
 	}
-	lease := s.grant(req.lease)
-	s.extend(e, lease, now)
-	rep.version, rep.lease = e.version, lease
-	return rep
+	return e, nil
 }
 
 // grant is the lease the server gives for a request of lease (0: default).
