@@ -94,7 +94,7 @@ func BenchmarkReadVsVQ(b *testing.B) {
 				}
 				d = append(d, time.Since(t0))
 			}
-			reportMedian(b, d)
+			reportMedian(b, d, "p50-ns")
 		})
 		b.Run(api+"/vq", func(b *testing.B) {
 			req := krcore.Request{Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(64)}
@@ -113,7 +113,7 @@ func BenchmarkReadVsVQ(b *testing.B) {
 				}
 				d = append(d, time.Since(t0))
 			}
-			reportMedian(b, d)
+			reportMedian(b, d, "p50-ns")
 		})
 		q.Close()
 		a.Deregister(local)
@@ -121,10 +121,11 @@ func BenchmarkReadVsVQ(b *testing.B) {
 	}
 }
 
-// reportMedian reports the median of d (krbench's t_typical) as p50-ns.
-func reportMedian(b *testing.B, d []time.Duration) {
+// reportMedian reports the median of d (krbench's t_typical), in ns, as
+// the metric unit.
+func reportMedian(b *testing.B, d []time.Duration, unit string) {
 	slices.Sort(d)
 	if len(d) > 0 {
-		b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), unit)
 	}
 }

@@ -2,6 +2,7 @@ package lite_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +167,148 @@ func msgBuf(b *testing.B, api krcore.API) krcore.MR {
 	}
 	b.Cleanup(func() { api.Deregister(m) })
 	return m
+}
+
+// BenchmarkRPCVsWriteImm splits an 8-byte RPC round trip into the
+// transport's part and lite's: in rotating blocks of one run, a lite Call
+// (rpc), a bare WRITE_WITH_IMM ping-pong between two VQs of the same nodes,
+// each side waiting for the other's notification (wimm: what a call and its
+// reply carry, without lite), and a SEND round trip (send). p50s in ns.
+func BenchmarkRPCVsWriteImm(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serverAPI, callers := apis(b)
+	api := callers["embedded"]
+	server, caller := open(b, serverAPI), open(b, api)
+	svc := echo(b, server, 1)
+	go serveEcho(svc) // two serve, as in krbench
+	const wimmPort, sendPort = 0x5a5b, 0x5a5c
+	ping, pong := wimmEnd(ctx, b, api, 2, wimmPort), wimmEnd(ctx, b, serverAPI, 1, wimmPort)
+	ping.aim(ctx, b, 2)
+	pong.aim(ctx, b, 1)
+	sping, spong := vqEnd(b, api, sendPort), vqEnd(b, serverAPI, sendPort)
+	spingBuf, spongBuf := msgBuf(b, api), msgBuf(b, serverAPI)
+	for _, e := range []struct {
+		q    krcore.VQ
+		buf  krcore.MR
+		node krcore.NodeID
+	}{{sping, spingBuf, 2}, {spong, spongBuf, 1}} {
+		if err := e.q.Connect(ctx, e.node, &krcore.ConnectOptions{Port: sendPort}); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.q.PushRecv(e.buf.Range(64, 64)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	echoes := make(chan error, 2)
+	go func() { // the echoes at node 2
+		var err error
+		for err == nil {
+			if err = pong.recv(ctx); err == nil {
+				err = pong.write(ctx)
+			}
+		}
+		echoes <- err
+	}()
+	go func() {
+		var err error
+		for err == nil {
+			err = roundTrip(ctx, spong, spongBuf, false)
+		}
+		echoes <- err
+	}()
+	req, resp := make([]byte, 8), make([]byte, 8)
+	ops := []struct {
+		name string
+		run  func() error
+	}{
+		{"rpc", func() error { _, err := caller.Call(ctx, 2, 1, req, resp); return err }},
+		{"wimm", func() error {
+			if err := ping.write(ctx); err != nil {
+				return err
+			}
+			return ping.recv(ctx)
+		}},
+		{"send", func() error { return roundTrip(ctx, sping, spingBuf, true) }},
+	}
+	d := make([][]time.Duration, len(ops))
+	for b.Loop() {
+		for blk := range 10 {
+			for k := range ops {
+				i := (blk + k) % len(ops)
+				for range 200 {
+					t0 := time.Now()
+					if err := ops[i].run(); err != nil {
+						b.Fatalf("%s: %v", ops[i].name, err)
+					}
+					d[i] = append(d[i], time.Since(t0))
+				}
+			}
+		}
+	}
+	for i, o := range ops {
+		reportMedian(b, d[i], o.name+"-p50-ns")
+	}
+	cancel()
+	pong.q.Close()
+	spong.Close()
+	<-echoes
+	<-echoes
+}
+
+// wimmSide is one side of a WRITE_WITH_IMM ping-pong: a VQ bound to the
+// port, connected to the peer's, and the request that writes the peer's
+// exported target.
+type wimmSide struct {
+	q   krcore.VQ
+	buf krcore.MR
+	req [1]krcore.Request
+	out [1]krcore.Completion
+	msg [1]krcore.Message
+}
+
+// wimmEnd makes api's side: its VQ, connected to peer's port, and an
+// exported target for peer to write.
+func wimmEnd(ctx context.Context, b *testing.B, api krcore.API, peer krcore.NodeID, port uint32) *wimmSide {
+	b.Helper()
+	target, err := api.RegMR(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { api.Deregister(target) })
+	if err := api.Export(fmt.Sprintf("wimm-%d", api.Node()), target, 0, target.Len(), verbs.AccessRemoteWrite); err != nil {
+		b.Fatal(err)
+	}
+	s := &wimmSide{q: vqEnd(b, api, port), buf: msgBuf(b, api)}
+	if err := s.q.Connect(ctx, peer, &krcore.ConnectOptions{Port: port}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// aim points s's WRITE at peer's target, once peer exported it.
+func (s *wimmSide) aim(ctx context.Context, b *testing.B, peer krcore.NodeID) {
+	b.Helper()
+	g, err := s.q.Region(ctx, fmt.Sprintf("wimm-%d", peer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.req[0] = krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: s.buf.Range(0, 8), Remote: g.At(0), Imm: 7}
+}
+
+// write WRITE_WITH_IMMs 8 bytes to the peer and waits for the completion.
+func (s *wimmSide) write(ctx context.Context) error {
+	if _, err := s.q.Push(ctx, true, s.req[:]...); err != nil {
+		return err
+	}
+	if _, err := s.q.PopWait(ctx, s.out[:]); err != nil {
+		return err
+	}
+	return s.out[0].Err()
+}
+
+// recv waits for the peer's notification.
+func (s *wimmSide) recv(ctx context.Context) error {
+	_, err := s.q.PopMsgsWait(ctx, s.msg[:])
+	return err
 }

@@ -39,8 +39,9 @@ import (
 // embedded mapper node 1 and krcored (served in this process) node 3.
 // Across processes the master is a child process (this binary's
 // lite-server role, node 101, with the MetaServer), the embedded mapper a
-// soft node here (102) and krcored a child process (103), over loopback
-// TCP. The master mallocs an LMR and exports a plain region beside it on
+// soft node here (102) and krcored a child process (103), over the soft
+// link between processes of one host (shared memory unless
+// KRCORE_SOFT_LINK=tcp). The master mallocs an LMR and exports a plain region beside it on
 // the same node; each mapper maps the LMR and connects a VQ to the region.
 //
 // Series, embedded and through krcored (*_daemon):
@@ -345,7 +346,7 @@ func (b *liteBench) cross() (err error) {
 	}
 	sides := []*liteSide{{api: core.Embed(d.emb)}, {suffix: daemonSuffix, api: d.cl}}
 	return b.measure(ctx, placementCross, dNodeServer, strings.TrimSpace(line), d.devs[0], sides, fmt.Sprintf(
-		"master node %d: a child process; embedded mapper node %d in this process; krcored node %d: a child process; soft RNICs over loopback TCP",
+		"master node %d: a child process; embedded mapper node %d in this process; krcored node %d: a child process; soft RNICs over the link between processes of one host (shared memory; TCP with KRCORE_SOFT_LINK=tcp)",
 		dNodeServer, dNodeEmbedded, dNodeDaemon), func() error {
 		lctx, cancel := context.WithTimeout(b.ctx, b.c.timeout)
 		defer cancel()
