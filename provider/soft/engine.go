@@ -324,10 +324,10 @@ var synStatus = [numSyndromes]verbs.Status{
 	synDCKey: verbs.RemAccessErr, synNoDCT: verbs.RemInvReqErr,
 }
 
-// synLost is a responder's verdict on a WRITE cut short by its link
-// failing: like a request lost on the wire, it is not answered and changes
-// no state (its bytes that landed are undefined, as a failed WRITE's are).
-// It is never sent.
+// synLost is a responder's verdict on a WRITE or SEND cut short by its
+// link failing: like a request lost on the wire, it is not answered and
+// changes no state (a SEND's receive stays posted; bytes that landed are
+// undefined, as a failed operation's are). It is never sent.
 const synLost = numSyndromes
 
 // statusLost is land's verdict on a response cut short by its link
@@ -577,6 +577,12 @@ func (q *qp) receive(lk link, f *frame, r io.Reader, resp *frame) uint8 {
 		wc.Op = verbs.WCRecvWriteImm
 	} else {
 		st, syn = q.scatterRecv(sgl, f, r, &wc)
+		if syn == synLost {
+			if q.untakeRecv(id, sgl) {
+				return synLost
+			}
+			syn = synRemoteOp
+		}
 	}
 	wc.Status = st
 	if st != verbs.Success {
@@ -626,7 +632,7 @@ func (q *qp) scatterRecv(sgl []verbs.SGE, f *frame, r io.Reader, wc *verbs.WC) (
 		_, err := io.ReadFull(r, b[g:])
 		m.done()
 		if err != nil {
-			return verbs.LocLenErr, synRemoteOp
+			return verbs.LocLenErr, synLost // the link died in the middle of the payload
 		}
 		left -= k
 	}

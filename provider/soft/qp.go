@@ -621,6 +621,19 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 
 // takeRecv removes the oldest posted receive, from the SRQ if the QP has
 // one, appending its SGEs to sgl; q.mu is held.
+// untakeRecv puts back the receive takeRecv just took (q.mu held since),
+// for a SEND whose payload never wholly arrived because its link died: as
+// a message lost on the wire, it consumes no receive. It reports false if
+// the receive could not be put back (its SRQ filled meanwhile).
+func (q *qp) untakeRecv(id uint64, sgl []verbs.SGE) bool {
+	if q.srq != nil {
+		return q.srq.untake(id, sgl)
+	}
+	q.rqHead = (q.rqHead + len(q.rq) - 1) % len(q.rq)
+	q.rqN++
+	return true
+}
+
 func (q *qp) takeRecv(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
 	if q.srq != nil {
 		return q.srq.take(sgl)

@@ -138,11 +138,14 @@ const (
 	readZone  = 0         // READ responses land here
 	writeZone = killZone  // the child WRITEs here
 	guardZone = 2 * killZone
-	killMR    = 3 * killZone
+	recvZone  = 4 * killZone // the child's SENDs, larger than a ring, land here
+	sendSize  = 4 * killZone
+	killMR    = recvZone + sendSize
+	recvID    = 1 << 32 // receive WR IDs
 )
 
-// childPeer serves a QP the parent connects to and WRITEs into the
-// parent's memory as fast as it can until killed.
+// childPeer serves a QP the parent connects to and WRITEs and SENDs into
+// the parent's memory as fast as it can until killed.
 func childPeer(t *testing.T, in *bufio.Scanner) {
 	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second})
 	if err != nil {
@@ -165,10 +168,15 @@ func childPeer(t *testing.T, in *bufio.Scanner) {
 	}
 	fmt.Println("ready")
 	wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, killZone)}, RemoteAddr: raddr + writeZone, RKey: rkey}
+	send := verbs.SendWR{Op: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, sendSize)}}
 	var wc [8]verbs.WC
-	for out := 0; ; {
-		for ; out < 8; out++ {
-			if _, err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	for out, i := 0, 0; ; {
+		for ; out < 8; out, i = out+1, i+1 {
+			w := wr
+			if i%2 == 1 {
+				w = send
+			}
+			if _, err := s.qp.PostSend([]verbs.SendWR{w}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -186,8 +194,9 @@ func childPeer(t *testing.T, in *bufio.Scanner) {
 // TestShmPeerKilled: a peer process killed in the middle of transfers in
 // both directions is a link failure for the survivor, as a cable pull is:
 // its requests in flight fail with RETRY_EXC_ERR (and the rest flush)
-// within the retry budget, nothing hangs, its memory outside what the dead
-// peer was writing is untouched, and the node goes on working.
+// within the retry budget, nothing hangs, no receive completes with an
+// error, its memory outside what the dead peer was writing is untouched,
+// and the node goes on working.
 func TestShmPeerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
@@ -203,13 +212,19 @@ func TestShmPeerKilled(t *testing.T) {
 	}
 	defer a.Close()
 	x := newSide(t, a, killMR)
-	guard := x.mr.Bytes()[guardZone:]
+	guard := x.mr.Bytes()[guardZone:recvZone]
 	for i := range guard {
 		guard[i] = 0xa5
 	}
 	const budget = time.Second // Timeout*RetryCount
 	if err := verbs.Connect(x.qp, childEP, verbs.Path{Timeout: budget / 2, RetryCount: 2}); err != nil {
 		t.Fatal(err)
+	}
+	recv := verbs.RecvWR{ID: recvID, SGL: []verbs.SGE{verbs.SGEOf(x.mr, recvZone, sendSize)}}
+	for range 16 {
+		if _, err := x.qp.PostRecv([]verbs.RecvWR{recv}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ep := x.qp.Endpoint()
 	fmt.Fprintf(in, "%s %d %d %d %d\n", ep.Addr, ep.QPN, ep.PSN, x.mr.Addr(), x.mr.RKey())
@@ -222,9 +237,10 @@ func TestShmPeerKilled(t *testing.T) {
 	var wc [16]verbs.WC
 	var killedAt time.Time
 	var first verbs.WC
+	sends := 0
 	done, outstanding := 0, 0
 	for first.Status == verbs.Success {
-		for ; outstanding < 8 && killedAt.IsZero(); outstanding++ {
+		for ; outstanding < 8 && (killedAt.IsZero() || outstanding == 0); outstanding++ {
 			rd.ID = uint64(done + outstanding)
 			if _, err := x.qp.PostSend([]verbs.SendWR{rd}); err != nil {
 				t.Fatal(err)
@@ -234,12 +250,27 @@ func TestShmPeerKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		reads := 0
 		for _, c := range wc[:k] {
+			if c.ID >= recvID {
+				// A SEND the kill cut short is lost, as on a wire.
+				if c.Status != verbs.Success && c.Status != verbs.WRFlushErr {
+					t.Fatalf("receive completed with %v", c.Status)
+				}
+				if c.Status == verbs.Success {
+					sends++
+					if _, err := x.qp.PostRecv([]verbs.RecvWR{recv}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				continue
+			}
+			reads++
 			if c.Status != verbs.Success && first.Status == verbs.Success {
 				first = c
 			}
 		}
-		done, outstanding = done+k, outstanding-k
+		done, outstanding = done+reads, outstanding-reads
 		if done >= 64 && killedAt.IsZero() {
 			if kind, why := a.PeerLink(childEP.Addr); kind != "shm" {
 				t.Fatalf("link to the child: %q (%v), want shm", kind, why)
@@ -284,7 +315,7 @@ func TestShmPeerKilled(t *testing.T) {
 	if wc := waitWC(t, p.cq); wc.Status != verbs.Success {
 		t.Fatalf("READ after the peer died: %+v", wc)
 	}
-	t.Logf("%d READs of %d KiB, then the peer was killed: RETRY_EXC_ERR after %v", done, killZone>>10, took.Round(time.Millisecond))
+	t.Logf("%d READs of %d KiB and %d SENDs of %d KiB, then the peer was killed: RETRY_EXC_ERR after %v", done, killZone>>10, sends, sendSize>>10, took.Round(time.Millisecond))
 }
 
 // childMany starts as many nodes as the parent asks for and links each to

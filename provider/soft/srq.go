@@ -78,6 +78,21 @@ func (s *srq) take(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
 	return r.id, append(sgl, r.sgl...), true
 }
 
+// untake puts a receive take returned back at the head, unless the SRQ
+// filled or closed meanwhile.
+func (s *srq) untake(id uint64, sgl []verbs.SGE) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.n == len(s.ring) {
+		return false
+	}
+	s.head = (s.head + len(s.ring) - 1) % len(s.ring)
+	r := &s.ring[s.head]
+	r.id, r.sgl = id, append(r.sgl[:0], sgl...)
+	s.n++
+	return true
+}
+
 func (s *srq) Close() error {
 	if u := s.users.Load(); u > 0 {
 		return fmt.Errorf("soft: destroy SRQ used by %d QPs: %w", u, verbs.ErrBusy)
