@@ -1,5 +1,11 @@
 package lite
 
+import (
+	"context"
+
+	"github.com/krcore/krcore"
+)
+
 // GrantExports are the names the pieces of l export its live grants
 // (Maps and Memcpy's loans) under, read out of its master's state: what a
 // process that read the master's memory would learn.
@@ -11,4 +17,9 @@ func GrantExports(l *LMR) []string {
 		out = append(out, exportName(exp, l.lay.gen))
 	}
 	return out
+}
+
+// RegionAs looks name up at node as n's principal, as n's own lookups do.
+func RegionAs(ctx context.Context, n *Node, node krcore.NodeID, name string) (krcore.Region, error) {
+	return n.region(ctx, node, name)
 }

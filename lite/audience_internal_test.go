@@ -22,7 +22,7 @@ func TestLoanOnlyForLender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // after the Nodes' Close
 	open := func(node uint64) *Node {
 		n, err := Open(ctx, core.Embed(c.Node(node)), Options{})
 		if err != nil {

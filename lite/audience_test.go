@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
@@ -101,6 +102,48 @@ func TestGrantBoundToProcess(t *testing.T) {
 			}
 			if exps, el := lite.GrantExports(l), lite.GrantExports(local); len(exps) != 0 || len(el) != 0 {
 				t.Errorf("grants left after Unmap: %q on l, %q on local", exps, el)
+			}
+		})
+	}
+}
+
+// TestCloseUnmaps: a Node's Close has what it mapped withdrawn, loans too, so
+// a process that binds the LITE port after it (through the same krcored,
+// or the same runtime) finds none of its grants, though it knows their
+// names.
+func TestCloseUnmaps(t *testing.T) {
+	c, sock := startDaemon(t, 2)
+	for name, api := range map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": attach(t, sock)} {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			master, mapper := open(t, core.Embed(c.Node(2))), open(t, api)
+			l := malloc(t, master, "closed", 4096, lite.Read|lite.Write)
+			malloc(t, mapper, "local", 4096, lite.Read|lite.Write)
+			h := mapLMR(t, mapper, 2, "closed", lite.Read)
+			mapLMR(t, mapper, 2, "closed", lite.Read|lite.Write)
+			hl := mapLMR(t, mapper, 1, "local", lite.Write)
+			if err := mapper.Memcpy(ctx, hl, 0, h, 0, 4096); err != nil { // a loan to node 1
+				t.Fatal(err)
+			}
+			names := lite.GrantExports(l)
+			if len(names) != 3 {
+				t.Fatalf("grants before Close: %q, want two Maps and a loan", names)
+			}
+			if err := mapper.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Close does not wait for the master's answers.
+			for left := lite.GrantExports(l); len(left) != 0; left = lite.GrantExports(l) {
+				if ctx.Err() != nil {
+					t.Fatalf("grants after the mapper's Close: %q", left)
+				}
+				time.Sleep(time.Millisecond) // polling the master's state
+			}
+			heir := open(t, api) // binds the LITE port again
+			for _, exp := range names {
+				if _, err := lite.RegionAs(ctx, heir, 2, exp); !errors.Is(err, krcore.ErrNoRegion) {
+					t.Errorf("the port's next holder found %q: %v, want ErrNoRegion", exp, err)
+				}
 			}
 		})
 	}

@@ -189,7 +189,11 @@ func (n *Node) send(ctx context.Context, node krcore.NodeID, port uint32, m ctlM
 // sendOn SENDs m through q, connected already, and waits for it; ctlMu
 // held.
 func (n *Node) sendOn(ctx context.Context, q krcore.VQ, m ctlMsg) error {
-	k := m.encode(n.outbox.Bytes())
+	b := n.outbox.Bytes()
+	if b == nil { // the runtime closed under the Node and took the buffer
+		return fmt.Errorf("lite: send: %w", krcore.ErrClosed)
+	}
+	k := m.encode(b)
 	req := krcore.Request{ID: m.id, Op: verbs.OpSend, Local: n.outbox.Range(0, k)}
 	if _, err := q.Push(ctx, true, req); err != nil {
 		return err

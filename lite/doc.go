@@ -105,7 +105,8 @@
 // (docs/krbench.md) use the API above.
 //
 // Not covered: the principal is a port, not a process's lifetime. Close
-// does not Unmap what the Node mapped, so its grants stay exported to
-// (node, port) until their LMRs are freed, and a later process that binds
-// the port and knows a grant's name could look it up.
+// tells the masters to withdraw what the Node mapped, but a process that
+// dies (or whose masters do not get that) leaves its grants
+// exported to (node, port) until their LMRs are freed, and a later
+// process that binds the port and knows a grant's name could look it up.
 package lite

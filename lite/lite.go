@@ -195,7 +195,10 @@ func (n *Node) setup() error {
 	return nil
 }
 
-// Close stops the endpoint: it frees every LMR this Node masters, stops
+// Close stops the endpoint: it frees every LMR this Node masters, tells
+// the masters of what it mapped to withdraw those grants (one SEND each,
+// within a second; a master that does not get it keeps them until the LMR
+// is freed), stops
 // the serving goroutine, fails control requests waiting for replies with
 // krcore.ErrClosed and releases the queues and memory it made. The API
 // stays open.
@@ -216,6 +219,7 @@ func (n *Node) Close() error {
 	for _, l := range lmrs {
 		errs = append(errs, l.Free())
 	}
+	n.unmapAll(time.Second)
 	n.closeRPC(time.Second) // answers the calls its services hold, within a bound
 	n.cancel()
 	n.srv.Close() // wakes serve's PopMsgsWait

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -358,6 +359,30 @@ func (n *Node) Unmap(ctx context.Context, h Handle) error {
 		return fmt.Errorf("lite: unmap %q at node %d: %w", m.name, m.master, err)
 	}
 	return nil
+}
+
+// unmapAll tells, within bound, the masters of every grant this Node
+// mapped to withdraw it (Close), without waiting for their answers, which
+// a closed or dead master would never send: a grant left stays exported
+// to this Node's principal, which a later process binding the port takes
+// over. The handles stay, failing as the Node's queues close.
+func (n *Node) unmapAll(bound time.Duration) {
+	n.mu.Lock()
+	masters := make([]krcore.NodeID, 0, len(n.maps))
+	msgs := make([]ctlMsg, 0, len(n.maps))
+	for _, m := range n.maps {
+		n.seq++
+		masters = append(masters, m.master)
+		msgs = append(msgs, ctlMsg{kind: opUnmap, id: n.seq, port: n.port, name: m.export})
+	}
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	for i, m := range msgs {
+		// Its loans go with it; a master that does not get it keeps the
+		// grant until the LMR is freed.
+		_ = n.sendRequest(ctx, masters[i], m)
+	}
 }
 
 // Read copies len(buf) bytes at offset off of h's LMR into buf with RDMA
