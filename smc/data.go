@@ -44,6 +44,7 @@ type link struct {
 	psize    int    // the peer's element's size
 	pToken   uint32
 	peerNode krcore.NodeID
+	peerAt   krcore.Principal // the peer's endpoint, q's destination
 	reqs     [2]krcore.Request
 	outs     [2]krcore.Completion
 
@@ -77,16 +78,13 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// setupQueue takes a staging buffer, a queue and a token: what this side
-// names in its proposal or accept.
+// setupQueue takes a staging buffer and a token: what this side names in
+// its proposal or accept.
 func (c *Conn) setupQueue() (Reason, error) {
 	n := c.node
 	var err error
 	if c.stage, err = n.stages.get(); err != nil {
 		return ReasonMem, err
-	}
-	if c.q, err = n.api.Queue(); err != nil {
-		return ReasonInternal, err
 	}
 	if c.token, err = n.register(c); err != nil {
 		return ReasonInternal, err
@@ -114,9 +112,12 @@ func (c *Conn) connectPeer(ctx context.Context, m *clcMsg) (Reason, error) {
 	c.mu.Lock()
 	c.peerNode, c.pToken = m.node, m.token
 	c.mu.Unlock()
-	if err := c.q.Connect(ctx, m.node, &krcore.ConnectOptions{Port: m.port}); err != nil {
+	c.peerAt = krcore.Principal{Node: m.node, Port: m.port}
+	q, err := c.node.queue(ctx, c.peerAt)
+	if err != nil {
 		return ReasonLink, err
 	}
+	c.q = q
 	return ReasonNone, nil
 }
 
@@ -169,7 +170,10 @@ func (c *Conn) releaseLocal() {
 		n.unregister(c.token)
 	}
 	if c.q != nil {
-		c.q.Close()
+		c.mu.Lock()
+		healthy := c.err == nil
+		c.mu.Unlock()
+		n.putQueue(c.peerAt, c.q, healthy)
 	}
 	if c.stage.s != nil {
 		n.stages.put(c.stage)

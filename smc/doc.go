@@ -86,8 +86,9 @@
 // per link group, no other process can find the slab, let alone write to
 // it), and a Node remembers the peers' slabs it learned. So a later
 // connection between the same two endpoints adds a buffer and a token,
-// and a virtual queue on krcore's pooled QPs (which are the links): no new
-// QP, export or lookup until a slab is full.
+// and a virtual queue on krcore's pooled QPs (which are the links), the
+// idle one a closed connection to the endpoint left when there is one: no
+// new QP, export or lookup until a slab is full.
 //
 // # Not built yet
 //

@@ -56,8 +56,9 @@ type Node struct {
 
 	mu        sync.Mutex
 	closed    bool
-	conns     map[uint32]*Conn              // SMC connections by token
-	rmbs      map[krcore.Principal]*bufPool // receive buffers, per peer endpoint
+	conns     map[uint32]*Conn                 // SMC connections by token
+	rmbs      map[krcore.Principal]*bufPool    // receive buffers, per peer endpoint
+	idle      map[krcore.Principal][]krcore.VQ // queues connected to a peer endpoint, unused
 	nextToken uint32
 	regions   map[regionKey]krcore.Region
 
@@ -143,7 +144,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	}
 	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}),
 		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
-		rmbs: map[krcore.Principal]*bufPool{}}
+		rmbs: map[krcore.Principal]*bufPool{}, idle: map[krcore.Principal][]krcore.VQ{}}
 	n.stages = bufPool{api: api, size: size, access: verbs.AccessLocalWrite}
 	q, err := api.Queue()
 	if err != nil {
@@ -202,6 +203,15 @@ func (n *Node) Close() error {
 	for _, c := range conns {
 		c.fail(fmt.Errorf("smc: node closed: %w", errAborted))
 		c.Close()
+	}
+	n.mu.Lock()
+	idle := n.idle
+	n.idle = nil
+	n.mu.Unlock()
+	for _, qs := range idle {
+		for _, q := range qs {
+			q.Close()
+		}
 	}
 	n.cancel()
 	n.srv.Close()
@@ -308,6 +318,47 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 	n.regions[k] = r
 	n.mu.Unlock()
 	return r, nil
+}
+
+// maxIdle bounds the idle queues a Node keeps per peer endpoint.
+const maxIdle = 64
+
+// queue returns a queue connected to peer's port: an idle one a closed
+// connection left, or a new one. Through krcored a new queue and its
+// connect cost two round trips to the daemon; a later connection to the
+// same endpoint then costs none.
+func (n *Node) queue(ctx context.Context, peer krcore.Principal) (krcore.VQ, error) {
+	n.mu.Lock()
+	if qs := n.idle[peer]; len(qs) > 0 {
+		q := qs[len(qs)-1]
+		n.idle[peer] = qs[:len(qs)-1]
+		n.mu.Unlock()
+		return q, nil
+	}
+	n.mu.Unlock()
+	q, err := n.api.Queue()
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Connect(ctx, peer.Node, &krcore.ConnectOptions{Port: peer.Port}); err != nil {
+		q.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// putQueue keeps a queue whose connection ended for the next one to peer,
+// unless its requests failed (it may be in error), it has requests
+// outstanding, the Node closed or enough are idle.
+func (n *Node) putQueue(peer krcore.Principal, q krcore.VQ, healthy bool) {
+	n.mu.Lock()
+	if healthy && q.Outstanding() == 0 && n.idle != nil && len(n.idle[peer]) < maxIdle {
+		n.idle[peer] = append(n.idle[peer], q)
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	q.Close()
 }
 
 // rmbPool is the pool of receive buffers for connections with peer: its

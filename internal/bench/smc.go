@@ -33,20 +33,27 @@ import (
 //     connection. Target (issue 17, one host): SMC <= 0.3x TCP.
 //   - smc-stream: 64 KiB writes streamed to a sink that acknowledges the
 //     last byte; the median block's rate. Target: SMC >= 1.5x TCP.
+//   - smc-connect: a Dial that returns a settled connection (closed
+//     untimed after), once the two Nodes already know each other's slabs:
+//     a TCP connect plus the CLC round trips. Target: SMC <= 2x TCP.
 //
-// Not measured yet: two processes, the soft RNIC's TCP wire, connection
-// setup, many connections.
+// Not measured yet: two processes, the soft RNIC's TCP wire, the first
+// connection to a node, many connections.
 
 // Names of the smc benchmark.
 const (
 	testSMCRTT      = "smc-rtt"
 	testSMCStream   = "smc-stream"
+	testSMCConnect  = "smc-connect"
 	seriesSMC       = "smc"
 	smcPingSize     = 8
 	smcStreamSize   = 64 << 10
 	smcBufferSize   = 256 << 10
 	targetSMCRTT    = 0.3
 	targetSMCStream = 1.5
+	// A later connect is a TCP connect plus one CLC round trip and the
+	// confirm (issue 17).
+	targetSMCConnect = 2
 )
 
 // smcDeviation says where the run measures other than the issue asks.
@@ -109,6 +116,7 @@ func runSMCCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 type smcSide struct {
 	label        string
 	ping, stream net.Conn
+	dial         func() (net.Conn, error) // a connection to the sink
 }
 
 // runSMC sets up the cluster, the servers and the clients, and runs both
@@ -175,7 +183,7 @@ func runSMC(ctx context.Context, c *smcConfig, stderr io.Writer, out *report.Out
 			defer n.Close()
 			opts.Node = n
 		}
-		s := &smcSide{label: d.label}
+		s := &smcSide{label: d.label, dial: func() (net.Conn, error) { return dialSMCBench(ctx, d.addr, opts, 's') }}
 		if s.ping, err = dialSMCBench(ctx, d.addr, opts, 'p'); err == nil {
 			s.stream, err = dialSMCBench(ctx, d.addr, opts, 's')
 			if err != nil {
@@ -196,7 +204,10 @@ func runSMC(ctx context.Context, c *smcConfig, stderr io.Writer, out *report.Out
 	if err := smcRTT(c, out, sides, nodes); err != nil {
 		return err
 	}
-	return smcStream(c, out, sides, nodes)
+	if err := smcStream(c, out, sides, nodes); err != nil {
+		return err
+	}
+	return smcConnect(c, out, sides, nodes)
 }
 
 // dialSMCBench dials the bench server and names the connection's role in
@@ -368,6 +379,54 @@ func smcStreamRun(conn net.Conn, total int) ([]perf.Mark, error) {
 	return append(marks, perf.Mark{At: time.Since(t0), Msgs: total}), nil
 }
 
+// smcConnect is the smc-connect table: -n/10 connections per series.
+func smcConnect(c *smcConfig, out *report.Output, sides []*smcSide, nodes string) error {
+	var series []*interleave.Latency
+	for _, s := range sides {
+		series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
+			samples := make([]time.Duration, 0, n)
+			for i := range w + n {
+				t0 := time.Now()
+				conn, err := s.dial()
+				d := time.Since(t0)
+				if err != nil {
+					return nil, err
+				}
+				if s.label != seriesTCP && !smc.ModeOf(conn).SMC {
+					conn.Close()
+					return nil, fmt.Errorf("%s: the connection fell back: %v", s.label, smc.ModeOf(conn))
+				}
+				conn.Close()
+				if i >= w {
+					samples = append(samples, d)
+				}
+			}
+			return samples, nil
+		}})
+	}
+	iters := max(c.n/10, interleave.Blocks)
+	if err := interleave.WarmLatency(interleave.Blocks, series...); err != nil {
+		return fmt.Errorf("%s: %w", testSMCConnect, err)
+	}
+	blocks := make([]func() error, len(series))
+	for i, s := range series {
+		blocks[i] = s.Block(interleave.PerBlock(iters))
+	}
+	if err := interleave.Rotate(blocks...); err != nil {
+		return fmt.Errorf("%s: %w", testSMCConnect, err)
+	}
+	rows := make([]perf.LatencyStats, len(series))
+	for i, s := range series {
+		rows[i] = perf.Latency(0, s.Samples)
+		rows[i].Label = sides[i].label
+	}
+	return out.Add(perf.Result{Title: "SMC vs TCP Connect, later connections (interleaved)", Test: testSMCConnect, Mode: perf.ModeLat,
+		Column: "series", Placement: placementInproc, Latency: rows, Info: []perf.Field{
+			{Key: "Series", Value: "smc: smc.DialContext until the connection runs SMC (TCP connect, proposal, accept, confirm); tcp: net.Dial; each closed untimed"},
+			{Key: "Nodes", Value: nodes},
+			{Key: "Deviation", Value: smcDeviation}}})
+}
+
 // deriveSMCChecks makes krbench smc's ratios against TCP.
 func deriveSMCChecks(rep *perf.Report) []perf.Check {
 	var out []perf.Check
@@ -377,6 +436,15 @@ func deriveSMCChecks(rep *perf.Report) []perf.Check {
 			if s := r.LabelRow(seriesSMC + via.suffix); s != nil && tcp != nil {
 				out = append(out, perf.RatioOf(fmt.Sprintf("in-process %s: SMC 8B RTT t_typical / TCP loopback 8B RTT t_typical (interleaved)", via.name),
 					s.Typical, tcp.Typical).AtMost(targetSMCRTT))
+			}
+		}
+	}
+	if r := rep.FindAt(placementInproc, testSMCConnect, perf.ModeLat); r != nil {
+		tcp := r.LabelRow(seriesTCP)
+		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
+			if s := r.LabelRow(seriesSMC + via.suffix); s != nil && tcp != nil {
+				out = append(out, perf.RatioOf(fmt.Sprintf("in-process %s: SMC later connect t_typical / TCP connect t_typical (interleaved)", via.name),
+					s.Typical, tcp.Typical).AtMost(targetSMCConnect))
 			}
 		}
 	}

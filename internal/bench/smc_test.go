@@ -3,6 +3,7 @@ package bench
 import (
 	"testing"
 
+	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/perf"
 )
 
@@ -33,7 +34,18 @@ func TestSMCBench(t *testing.T) {
 			}
 		}
 	}
+	if r := rep.FindAt(placementInproc, testSMCConnect, perf.ModeLat); r == nil {
+		t.Errorf("no %s table", testSMCConnect)
+	} else {
+		for _, l := range labels {
+			if row := r.LabelRow(l); row == nil || row.Iterations < interleave.Blocks || row.Typical <= 0 {
+				t.Errorf("%s: row %s: %+v", testSMCConnect, l, row)
+			}
+		}
+	}
 	checkTargets(t, rep,
+		"in-process embedded: SMC later connect t_typical / TCP connect t_typical (interleaved)",
+		"in-process through krcored: SMC later connect t_typical / TCP connect t_typical (interleaved)",
 		"in-process embedded: SMC 8B RTT t_typical / TCP loopback 8B RTT t_typical (interleaved)",
 		"in-process through krcored: SMC 8B RTT t_typical / TCP loopback 8B RTT t_typical (interleaved)",
 		"in-process embedded: SMC 64KiB stream BW / TCP loopback stream BW (median blocks, interleaved)",
