@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/krcore/krcore"
@@ -126,7 +127,8 @@ func (r *receiver) close() { r.rt.Deregister(r.mr) }
 // of TestMalformedNeighbours/rc-only. Like a kernel's completion handler,
 // this waiter keeps the SRQ stocked whoever polls: it sleeps on the queue
 // only while no application waits for messages there (any such waiter
-// displaces it, and it never displaces one) and it never spins.
+// displaces it, and it never displaces one) or polls it, and it never
+// spins.
 func (rt *Runtime) serveRecvs() {
 	defer rt.wg.Done()
 	ctx, cancel := rt.untilStop()
@@ -141,9 +143,29 @@ func (rt *Runtime) serveRecvs() {
 		}
 	}()
 	polled := func() bool { return pl.poll() > 0 }
+	aside := time.NewTimer(time.Hour)
+	defer aside.Stop()
 	for {
 		if polled() {
 			continue
+		}
+		if pl.appPolled.Swap(false) {
+			// Applications poll the queue themselves (PopMsgs): a sleep
+			// on it would be rung at every message, and the wake-up of
+			// this goroutine taken from theirs (a round trip in one
+			// process: 5.4 us with it, 4.6 us without). Look again
+			// later, and sleep on the queue once they stop.
+			if token {
+				pl.passRole() // the role is free: a waiter may take it
+				token = false
+			}
+			aside.Reset(recvsAside)
+			select {
+			case <-aside.C:
+				continue
+			case <-ctx.Done():
+				return
+			}
 		}
 		if _, err := pl.sleep(ctx, q, polled, &token, &displaced); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, krcore.ErrClosed) {
@@ -154,14 +176,77 @@ func (rt *Runtime) serveRecvs() {
 	}
 }
 
+// recvsAside is how long serveRecvs stays off the receive queue after
+// seeing applications poll it: the longest a slot waits to be posted
+// again, or a message to an unbound port to be dropped, while they do.
+const recvsAside = time.Millisecond
+
 // maxInbox bounds the messages a port holds that arrived before a buffer
 // was posted for them; past it messages are dropped (and counted).
 const maxInbox = 4096
 
 // inbox is a bound queue's receive side.
 type inbox struct {
-	bufs  []krcore.Local   // posted receive buffers, in order
-	ready []krcore.Message // received, not yet popped
+	bufs  fifo[krcore.Local]   // posted receive buffers, in order
+	ready fifo[krcore.Message] // received, not yet popped
+	// slab hands out the Local a delivered message points to (its Buf):
+	// one allocation for slabLen messages. Each element is handed out
+	// once, so a message its user keeps never sees its Buf change.
+	slab []krcore.Local
+}
+
+// slabLen is how many messages' Buf one allocation of inbox.slab serves.
+const slabLen = 32
+
+// bufOf returns a Local holding b that no other message points to.
+func (in *inbox) bufOf(b krcore.Local) *krcore.Local {
+	if len(in.slab) == 0 {
+		in.slab = make([]krcore.Local, slabLen)
+	}
+	p := &in.slab[0]
+	*p, in.slab = b, in.slab[1:]
+	return p
+}
+
+// fifo is a queue in a slice that keeps its array: a pop moves the head,
+// and a push that finds no room left at the end moves the items down to
+// the front first, so a queue whose length stays bounded (a port's
+// receive buffers, popped and posted again one by one) stops allocating.
+type fifo[T any] struct {
+	s    []T
+	head int
+}
+
+func (f *fifo[T]) len() int { return len(f.s) - f.head }
+
+// items are the queued items, oldest first; valid until the next change.
+func (f *fifo[T]) items() []T { return f.s[f.head:] }
+
+func (f *fifo[T]) push(v ...T) {
+	if f.head > 0 && len(f.s)+len(v) > cap(f.s) {
+		n := copy(f.s, f.s[f.head:])
+		clear(f.s[n:])
+		f.s, f.head = f.s[:n], 0
+	}
+	f.s = append(f.s, v...)
+}
+
+// drop removes the n oldest items.
+func (f *fifo[T]) drop(n int) {
+	clear(f.s[f.head : f.head+n]) // they hold no memory once gone
+	f.head += n
+	if f.head == len(f.s) {
+		f.s, f.head = f.s[:0], 0
+	}
+}
+
+// truncate keeps the n oldest items.
+func (f *fifo[T]) truncate(n int) {
+	clear(f.s[f.head+n:])
+	f.s = f.s[:f.head+n]
+	if n == 0 {
+		f.s, f.head = f.s[:0], 0
+	}
 }
 
 // deliver places a message in the oldest posted buffer, or keeps a copy.
@@ -177,24 +262,24 @@ func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 	switch {
 	case q.closed:
 		return false
-	case m.Write && len(in.ready) < maxInbox:
+	case m.Write && in.ready.len() < maxInbox:
 	case m.Write:
 		return false
-	case len(in.bufs) > 0:
-		buf := in.bufs[0]
-		in.bufs = in.bufs[1:]
+	case in.bufs.len() > 0:
+		buf := in.bufs.items()[0]
+		in.bufs.drop(1)
 		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
 		mrOf(buf).unuse() // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
-		m.Buf = &buf
-	case len(in.ready) < maxInbox:
+		m.Buf = in.bufOf(buf)
+	case in.ready.len() < maxInbox:
 		m.Data = append([]byte(nil), data...)
 	default:
 		return false
 	}
-	in.ready = append(in.ready, m)
+	in.ready.push(m)
 	q.rt.kick(q)
 	return true
 }
@@ -258,23 +343,23 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
 	}
-	q.msgs.bufs = append(q.msgs.bufs, bufs...)
+	q.msgs.bufs.push(bufs...)
 	return nil
 }
 
 // dropBufs forgets the posted receive buffers in m (every one if m is nil)
 // and their holds on their MRs; q.mu held.
 func (q *Queue) dropBufs(m *MR) {
-	kept := q.msgs.bufs[:0]
-	for _, b := range q.msgs.bufs {
+	bufs := q.msgs.bufs.items()
+	kept := bufs[:0]
+	for _, b := range bufs {
 		if m == nil || mrOf(b) == m {
 			mrOf(b).unuse()
 		} else {
 			kept = append(kept, b)
 		}
 	}
-	clear(q.msgs.bufs[len(kept):])
-	q.msgs.bufs = kept
+	q.msgs.bufs.truncate(len(kept))
 }
 
 // dropRecvBufs forgets every queue's posted receive buffers in m, which is
@@ -299,16 +384,19 @@ func (q *Queue) PopMsgs(out []krcore.Message) int {
 	if n := q.popMsgs(out); n > 0 {
 		return n
 	}
-	q.rt.recvs.poll()
+	pl := q.rt.recvs
+	if !pl.appPolled.Load() {
+		pl.appPolled.Store(true)
+	}
+	pl.poll()
 	return q.popMsgs(out)
 }
 
 func (q *Queue) popMsgs(out []krcore.Message) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := copy(out, q.msgs.ready)
-	clear(q.msgs.ready[:n])
-	q.msgs.ready = q.msgs.ready[n:]
+	n := copy(out, q.msgs.ready.items())
+	q.msgs.ready.drop(n)
 	return n
 }
 
