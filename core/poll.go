@@ -28,11 +28,16 @@ const spinFor = 5 * time.Microsecond
 // goroutine waiting for messages from being woken by every data-plane
 // completion.
 type poller struct {
-	rt      *Runtime
-	cq      verbs.CQ
-	mu      sync.Mutex // held while polling
-	wcs     []verbs.WC
-	fin     []finished
+	rt  *Runtime
+	cq  verbs.CQ
+	mu  sync.Mutex // held while polling
+	wcs []verbs.WC
+	fin []finished
+	// lastMap, lastQPN and lastPQP remember the last QP a completion
+	// came from (see pqpOf); guarded by mu.
+	lastMap *map[uint32]*pqp
+	lastQPN uint32
+	lastPQP *pqp
 	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
 	sctx    context.Context // the role's sleep context, see sleepOnCQ
 	scancel context.CancelFunc
@@ -66,8 +71,17 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 // VQ it belongs to. Whoever calls it does the work; if another goroutine is
 // already polling it returns at once.
 func (pl *poller) poll() int {
+	n, _ := pl.pollFor(nil, nil)
+	return n
+}
+
+// pollFor is poll that hands back, in mine (up to its capacity), the
+// outcomes of self's requests instead of finishing them: a caller that
+// pops self's completions next finishes them under the same lock of
+// self's mutex (finishAll).
+func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
 	if !pl.mu.TryLock() {
-		return 0
+		return 0, mine
 	}
 	defer pl.mu.Unlock()
 	rt := pl.rt
@@ -78,9 +92,9 @@ func (pl *poller) poll() int {
 		if !rt.stopped() && !pl.failed.Swap(true) {
 			rt.log.Error("completion queue failed", "err", err)
 		}
-		return 0
+		return 0, mine
 	}
-	m := *rt.byQPN.Load()
+	m := rt.byQPN.Load()
 	fin := pl.fin[:0]
 	for i := 0; i < n; i++ {
 		wc := &pl.wcs[i]
@@ -88,16 +102,35 @@ func (pl *poller) poll() int {
 			rt.recv.onWC(wc)
 			continue
 		}
-		if p := m[wc.QPN]; p != nil {
+		if p := pl.pqpOf(m, wc.QPN); p != nil {
 			fin = p.complete(wc, fin)
 		}
 	}
-	for _, f := range fin {
-		f.q.finish(f.seq, f.status, f.n)
+	for rest := fin; len(rest) > 0; {
+		q, k := rest[0].q, 1
+		for k < len(rest) && rest[k].q == q {
+			k++
+		}
+		if q == self && len(mine)+k <= cap(mine) {
+			mine = append(mine, rest[:k]...)
+		} else {
+			q.finishRun(rest[:k])
+		}
+		rest = rest[k:]
 	}
 	clear(fin)
 	pl.fin = fin[:0]
-	return n
+	return n, mine
+}
+
+// pqpOf is the QP numbered qpn in m (the runtime's byQPN), remembering the
+// last one found: completions come in runs from one QP, and a map lookup
+// is a good part of dispatching one. pl.mu held.
+func (pl *poller) pqpOf(m *map[uint32]*pqp, qpn uint32) *pqp {
+	if m != pl.lastMap || qpn != pl.lastQPN {
+		pl.lastMap, pl.lastQPN, pl.lastPQP = m, qpn, (*m)[qpn]
+	}
+	return pl.lastPQP
 }
 
 // failRecs finishes records that never reached a QP.
@@ -138,6 +171,10 @@ func (pl *poller) wait(ctx context.Context, q *Queue, ready func() bool, arm fun
 
 // waitReady is wait without the closed queue's check.
 func (pl *poller) waitReady(ctx context.Context, q *Queue, ready func() bool, arm func()) error {
+	// Counted before the first look at ready: whoever changes what ready
+	// reads and then kicks q sees the count, or this look sees the change.
+	q.waiters.Add(1)
+	defer q.waiters.Add(-1)
 	token := false       // this goroutine took the role hand-over token
 	var displaced *Queue // the waiter this one took the role from
 	defer func() {
@@ -385,12 +422,16 @@ func (pl *poller) wakeAll() {
 	}
 }
 
-// kick wakes q's waiters, wherever they sleep, and its group's.
+// kick wakes q's waiters, wherever they sleep, and its group's. A queue
+// nobody waits on (its user spins on Pop, or is busy elsewhere) costs a
+// load: its next wait looks at its state before it sleeps.
 func (rt *Runtime) kick(q *Queue) {
-	q.waker.wake()
-	for _, pl := range [...]*poller{rt.sends, rt.recvs} {
-		if r := pl.role.Load(); r != nil && r.q == q {
-			r.cancel()
+	if q.waiters.Load() > 0 {
+		q.waker.wake()
+		for _, pl := range [...]*poller{rt.sends, rt.recvs} {
+			if r := pl.role.Load(); r != nil && r.q == q {
+				r.cancel()
+			}
 		}
 	}
 	if g := q.group.Load(); g != nil {

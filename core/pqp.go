@@ -129,6 +129,14 @@ func (p *pqp) post(rs []rec) []rec {
 		}
 		return rs
 	}
+	if len(p.backlog) == 0 && !p.dead && !p.broken {
+		// Nothing waits before rs: post them straight from rs.
+		if k := p.postRecs(rs); k < len(rs) {
+			p.backlog = append(p.backlog, rs[k:]...)
+		}
+		p.mu.Unlock()
+		return nil
+	}
 	p.backlog = append(p.backlog, rs...)
 	lost := p.drainLocked()
 	p.mu.Unlock()
@@ -146,32 +154,40 @@ func (p *pqp) drainLocked() []rec {
 	if p.broken || len(p.backlog) == 0 {
 		return nil
 	}
+	if k := p.postRecs(p.backlog); k > 0 {
+		p.backlog = append(p.backlog[:0], p.backlog[k:]...)
+	}
+	return nil
+}
+
+// postRecs posts the records of rs that fit in the send queue, in order,
+// and returns how many it posted; p.mu held, p neither dead nor broken.
+func (p *pqp) postRecs(rs []rec) int {
 	k, used := 0, p.used
-	for k < len(p.backlog) && p.n+k < p.depth && used+p.backlog[k].wrs() <= p.depth {
-		used += p.backlog[k].wrs()
+	for k < len(rs) && p.n+k < p.depth && used+rs[k].wrs() <= p.depth {
+		used += rs[k].wrs()
 		k++
 	}
 	if k == 0 {
-		return nil
+		return 0
 	}
 	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
 	for i := 0; i < k; i++ {
-		r := p.backlog[i]
 		seq := p.next
 		p.next++
-		p.recs[(seq)%uint64(p.depth)] = r
+		r := &p.recs[seq%uint64(p.depth)]
+		*r = rs[i]
 		p.n++
-		p.wrs = p.appendWRs(p.wrs, &r, seq, i == k-1)
+		p.wrs = p.appendWRs(p.wrs, r, seq, i == k-1)
 	}
 	p.used = used
-	p.backlog = append(p.backlog[:0], p.backlog[k:]...)
 	if _, err := p.qp.PostSend(p.wrs); err != nil {
 		// The QP refused (it broke meanwhile); the records stay in flight
 		// and complete through recovery when the error completion arrives.
 		p.rt.count(&p.rt.stats.postErrors)
 		p.rt.log.Debug("post refused", "qpn", p.qp.Num(), "err", err)
 	}
-	return nil
+	return k
 }
 
 // appendWRs appends the work requests for record r at physical sequence

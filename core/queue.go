@@ -35,6 +35,9 @@ type Queue struct {
 	port  atomic.Uint32 // the port bound, 0 if none
 	waker waker
 	group atomic.Pointer[Queue] // a Group's stand-in, kicked with q
+	// waiters counts the goroutines in a wait on q (poller.waitReady), so
+	// a completion nobody waits for wakes nobody (see kick).
+	waiters atomic.Int32
 
 	mu       sync.Mutex
 	peer     *peer
@@ -319,18 +322,43 @@ func (q *Queue) postLocked(batch []rec) {
 
 // finish records a physical outcome; called by the poller.
 func (q *Queue) finish(seq uint64, st verbs.Status, n uint32) {
+	q.finishRun([]finished{{q: q, seq: seq, status: st, n: n}})
+}
+
+// finishRun records the physical outcomes of q's requests in fs, under
+// one lock of q.mu and with one wake-up: a signaled completion retires
+// every unsignaled request before it on the QP.
+func (q *Queue) finishRun(fs []finished) {
 	q.mu.Lock()
-	q.inflight--
-	q.credits++
-	q.finishLocked(seq, st, n)
+	q.finishRunLocked(fs)
+	q.mu.Unlock()
+}
+
+// finishRunLocked is finishRun with q.mu held.
+func (q *Queue) finishRunLocked(fs []finished) {
+	if len(fs) == 0 {
+		return
+	}
+	for _, f := range fs {
+		q.inflight--
+		q.credits++
+		q.markDone(f.seq, f.status, f.n)
+	}
+	q.rt.kick(q)
 	if q.inflight == 0 && len(q.held) > 0 {
 		q.postLocked(nil)
 	}
-	q.mu.Unlock()
 }
 
 // finishLocked marks entry seq done and wakes a waiting Pop; q.mu held.
 func (q *Queue) finishLocked(seq uint64, st verbs.Status, n uint32) {
+	q.markDone(seq, st, n)
+	q.rt.kick(q)
+}
+
+// markDone marks entry seq done, releasing its MR; q.mu held. Its waiter
+// is the caller's to wake.
+func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 	i := int(seq - q.seq)
 	if i < 0 || i >= q.n {
 		return
@@ -341,7 +369,6 @@ func (q *Queue) finishLocked(seq uint64, st verbs.Status, n uint32) {
 		m.unuse()
 	}
 	e.done, e.status, e.n = true, st, n
-	q.rt.kick(q)
 }
 
 // flushLocked fails records that are not in flight with WR_FLUSH_ERR,
@@ -377,13 +404,22 @@ func (q *Queue) pop() entry {
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []krcore.Completion) int {
-	q.rt.sends.poll()
-	return q.popReady(out)
+	var buf [8]finished
+	_, mine := q.rt.sends.pollFor(q, buf[:0])
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.finishRunLocked(mine)
+	return q.popLocked(out)
 }
 
 func (q *Queue) popReady(out []krcore.Completion) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.popLocked(out)
+}
+
+// popLocked is popReady with q.mu held.
+func (q *Queue) popLocked(out []krcore.Completion) int {
 	k := 0
 	for k < len(out) && q.n > 0 && q.ents[q.head].done {
 		e := q.pop()
@@ -426,7 +462,7 @@ func (q *Queue) Close() error {
 		return fmt.Errorf("core: queue: %w", krcore.ErrClosed)
 	}
 	q.closed = true
-	q.shut.Store(true)
+	q.shut.Swap(true) // a store no later load passes, even under the race detector, before kick reads waiters
 	q.dropBufs(nil)
 	q.mu.Unlock()
 	q.Unbind()

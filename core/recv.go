@@ -135,6 +135,7 @@ func (rt *Runtime) serveRecvs() {
 	defer cancel()
 	pl := rt.recvs
 	q := pl.own
+	q.waiters.Add(1) // for good: a waiter that displaces it kicks q
 	token := false
 	var displaced *Queue // stays nil: this waiter never displaces
 	defer func() {
