@@ -125,8 +125,16 @@
 //	krcore warm connects/s, 1 goroutine                            >= 1 M/s
 //	cross-process krcore cold connect / 8B READ to the MetaServer  <= 1.3x
 //	cross-process raw RC connect total / krcore warm connect       >= 100x
-//	VQ 8B READ t_typical / raw QP t_typical (both placements)      <= 1.05x
+//	cross-process VQ 8B READ t_typical / raw QP t_typical          <= 1.05x
 //	full mesh of -nodes: krcore and raw RC times and their ratio   (no target)
+//
+// and soft targets (issue 16 section 3; MEASUREMENTS.md, "Runtime cost"):
+// a miss is named in the check, "[issue 16 target ...: missed, not
+// enforced]", and -check does not fail on it:
+//
+//	in-process VQ 8B READ t_typical / raw QP t_typical             <= 1.3x
+//	in-process VQ 64B SEND RTT t_typical / raw QP t_typical         <= 1.5x
+//	in-process VQ 8B READ MsgRate / raw QP MsgRate (median blocks)  >= 0.9x
 //
 // # Raw verbs
 //

@@ -39,6 +39,17 @@ const (
 	targetShmReadVsTCP = 0.1
 	targetShmBWVsTCP   = 2.0
 	targetShmSendVsTCP = 0.15
+
+	// In one process (issue 16 section 3) a raw QP's request is a
+	// function call of the soft RNIC, so the runtime's own work shows: a
+	// VQ's 8 B READ within 1.3x a raw QP's, its 64 B SEND round trip within
+	// 1.5x, its 8 B READ message rate at least 0.9x. Soft targets (see
+	// linkTargets): a miss is named, not enforced by -check, until most
+	// runs on the shared two-core machine meet them (MEASUREMENTS.md,
+	// "Runtime cost").
+	targetVQVsQPReadInproc = 1.3
+	targetVQSendInproc     = 1.5
+	targetVQReadRateInproc = 0.9
 )
 
 // linkTargets are the soft fabric's targets at a placement: the TCP link's
@@ -58,6 +69,10 @@ var placeTargets = map[string]linkTargets{
 	placementCrossTCP: {prefix: "tcp-link ", read: targetReadVsTCP, write: targetWriteVsTCP, rdBW: targetReadBWVsTCP},
 	placementInproc:   {prefix: "in-process "},
 }
+
+// inprocGoals judges the in-process VQ figures against issue 16's
+// section 3 targets, soft: named when missed, not enforced.
+var inprocGoals = linkTargets{prefix: "in-process ", soft: true}
 
 // atMost and atLeast set a target if there is one (limit > 0); a soft
 // target that is missed is named, not enforced.
@@ -248,7 +263,12 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 			if r := rep.FindAt(place, t.test, perf.ModeLat); r != nil {
 				if vq, qp := r.LabelRow(seriesVQ), r.LabelRow(seriesQP); vq != nil && qp != nil {
 					c := perf.RatioOf(fmt.Sprintf("%s%s t_typical / raw QP t_typical (interleaved)", prefix, t.name), vq.Typical, qp.Typical)
-					if t.test == testVQRead {
+					switch {
+					case place == placementInproc && t.test == testVQRead:
+						c = inprocGoals.atMost(c, targetVQVsQPReadInproc)
+					case place == placementInproc && t.test == testVQSend:
+						c = inprocGoals.atMost(c, targetVQSendInproc)
+					case t.test == testVQRead:
 						c = c.AtMost(targetVQVsQPRead)
 					}
 					out = append(out, c)
@@ -263,8 +283,12 @@ func deriveKrChecks(rep *perf.Report) []perf.Check {
 				qp := r.BandwidthLabelRow(seriesQP + medianSuffix)
 				for _, via := range []struct{ suffix, name string }{{"", ""}, {daemonSuffix, " through krcored"}} {
 					if vq := r.BandwidthLabelRow(seriesVQ + via.suffix + medianSuffix); vq != nil && qp != nil {
-						out = append(out, perf.RatioOf(fmt.Sprintf("%s%s%s MsgRate / raw QP MsgRate (median blocks, interleaved)",
-							prefix, t.name, via.name), vq.MsgRate, qp.MsgRate))
+						c := perf.RatioOf(fmt.Sprintf("%s%s%s MsgRate / raw QP MsgRate (median blocks, interleaved)",
+							prefix, t.name, via.name), vq.MsgRate, qp.MsgRate)
+						if place == placementInproc && t.test == testVQRead && via.suffix == "" {
+							c = inprocGoals.atLeast(c, targetVQReadRateInproc)
+						}
+						out = append(out, c)
 					}
 				}
 			}

@@ -128,8 +128,7 @@ func TestCrossProcess(t *testing.T) {
 		"cross-process krcore warm connects/s, 1 goroutine(s), median block",
 		"cross-process krcore cold connect / 8B READ to the MetaServer node t_typical (interleaved)",
 		"cross-process raw RC connect total / krcore warm connect t_typical",
-		"cross-process VQ 8B READ t_typical / raw QP t_typical (interleaved)",
-		"in-process VQ 8B READ t_typical / raw QP t_typical (interleaved)")
+		"cross-process VQ 8B READ t_typical / raw QP t_typical (interleaved)")
 	if r := rep.FindAt(placementCross, testRaw, perf.ModeLat); r == nil || r.LatencyRow(8) == nil {
 		t.Error("no TCP ping-pong baseline")
 	}
@@ -273,8 +272,7 @@ func TestInprocKrcore(t *testing.T) {
 	checkLocal(t, rep, 20)
 	checkTargets(t, rep,
 		"in-process krcore warm connect t_typical",
-		"in-process krcore warm connects/s, 1 goroutine(s), median block",
-		"in-process VQ 8B READ t_typical / raw QP t_typical (interleaved)")
+		"in-process krcore warm connects/s, 1 goroutine(s), median block")
 	for _, c := range rep.Checks {
 		if c.Name == "in-process full mesh of 3 nodes: raw RC / krcore t_typical (interleaved)" && c.Value > 0 {
 			return
