@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 	"unsafe"
 
@@ -105,9 +106,10 @@ func (r *receiver) onWC(wc *verbs.WC) {
 		m.Write, m.Len, data = true, int(le.Uint32(data)), nil
 	}
 	port := wc.Imm &^ portHasImm
-	r.rt.mu.RLock()
-	q := r.rt.ports[port]
-	r.rt.mu.RUnlock()
+	var q *Queue
+	if ports := r.rt.portView.Load(); ports != nil {
+		q = (*ports)[port]
+	}
 	if q == nil || !q.deliver(m, data) {
 		r.rt.count(&r.rt.stats.dropped)
 	}
@@ -310,7 +312,15 @@ func (rt *Runtime) bind(q *Queue, port uint32) error {
 		return fmt.Errorf("core: queue already bound to port %d: %w", q.port.Load(), krcore.ErrPortInUse)
 	}
 	rt.ports[port] = q
+	rt.publishPorts()
 	return nil
+}
+
+// publishPorts replaces the receive path's copy of the port table;
+// rt.mu held.
+func (rt *Runtime) publishPorts() {
+	view := maps.Clone(rt.ports)
+	rt.portView.Store(&view)
 }
 
 // Unbind stops the queue receiving; messages already received stay.
@@ -320,6 +330,7 @@ func (q *Queue) Unbind() {
 	port := q.port.Swap(0)
 	if port != 0 && q.rt.ports[port] == q {
 		delete(q.rt.ports, port)
+		q.rt.publishPorts()
 	}
 }
 

@@ -163,6 +163,10 @@ type Runtime struct {
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
 	qpnMu sync.Mutex // serializes byQPN updates
+	// portView is a copy of ports, replaced at each Bind and Unbind, that
+	// the receive path reads without rt.mu (a read lock is two atomic
+	// adds on a line every core shares, at every message).
+	portView atomic.Pointer[map[uint32]*Queue]
 
 	mu      sync.RWMutex // guards the maps below and closed
 	queues  map[uint32]*Queue
