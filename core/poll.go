@@ -50,9 +50,6 @@ type poller struct {
 	spinScore atomic.Int32  // see spins
 	spinWaits atomic.Uint32 // waits that did not spin, for probing
 	noSpin    bool          // the device progresses in CQ.Wait: never spin
-	// appPolled: an application polled since serveRecvs last looked
-	// (PopMsgs), so it need not sleep on the queue (see serveRecvs).
-	appPolled atomic.Bool
 	// own stands for the runtime's own waiter (see serveRecvs): it never
 	// displaces another waiter, and any waiter displaces it.
 	own *Queue

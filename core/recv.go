@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"time"
 	"unsafe"
 
 	"github.com/krcore/krcore"
@@ -129,8 +128,7 @@ func (r *receiver) close() { r.rt.Deregister(r.mr) }
 // of TestMalformedNeighbours/rc-only. Like a kernel's completion handler,
 // this waiter keeps the SRQ stocked whoever polls: it sleeps on the queue
 // only while no application waits for messages there (any such waiter
-// displaces it, and it never displaces one) or polls it, and it never
-// spins.
+// displaces it, and it never displaces one) and it never spins.
 func (rt *Runtime) serveRecvs() {
 	defer rt.wg.Done()
 	ctx, cancel := rt.untilStop()
@@ -146,29 +144,9 @@ func (rt *Runtime) serveRecvs() {
 		}
 	}()
 	polled := func() bool { return pl.poll() > 0 }
-	aside := time.NewTimer(time.Hour)
-	defer aside.Stop()
 	for {
 		if polled() {
 			continue
-		}
-		if pl.appPolled.Swap(false) {
-			// Applications poll the queue themselves (PopMsgs): a sleep
-			// on it would be rung at every message, and the wake-up of
-			// this goroutine taken from theirs (a round trip in one
-			// process: 5.4 us with it, 4.6 us without). Look again
-			// later, and sleep on the queue once they stop.
-			if token {
-				pl.passRole() // the role is free: a waiter may take it
-				token = false
-			}
-			aside.Reset(recvsAside)
-			select {
-			case <-aside.C:
-				continue
-			case <-ctx.Done():
-				return
-			}
 		}
 		if _, err := pl.sleep(ctx, q, polled, &token, &displaced); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, krcore.ErrClosed) {
@@ -178,11 +156,6 @@ func (rt *Runtime) serveRecvs() {
 		}
 	}
 }
-
-// recvsAside is how long serveRecvs stays off the receive queue after
-// seeing applications poll it: the longest a slot waits to be posted
-// again, or a message to an unbound port to be dropped, while they do.
-const recvsAside = time.Millisecond
 
 // maxInbox bounds the messages a port holds that arrived before a buffer
 // was posted for them; past it messages are dropped (and counted).
@@ -396,11 +369,7 @@ func (q *Queue) PopMsgs(out []krcore.Message) int {
 	if n := q.popMsgs(out); n > 0 {
 		return n
 	}
-	pl := q.rt.recvs
-	if !pl.appPolled.Load() {
-		pl.appPolled.Store(true)
-	}
-	pl.poll()
+	q.rt.recvs.poll()
 	return q.popMsgs(out)
 }
 
