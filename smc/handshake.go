@@ -128,7 +128,7 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	}
 	if _, err := c.tcp.Write(c.offer(clcConfirm).encode()); err != nil {
 		c.releaseLocal()
-		c.hsErr = fmt.Errorf("smc: handshake: send confirm: %w", err)
+		c.hsErr = fmt.Errorf("smc: handshake: send confirm (%v): %w", err, errAborted)
 		return Mode{Reason: ReasonSync}
 	}
 	return Mode{SMC: true}
@@ -251,7 +251,7 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	case err != nil:
 		c.releaseLocal()
 		c.pre = nil
-		c.hsErr = fmt.Errorf("smc: handshake: no confirm from the client: %w", err)
+		c.hsErr = fmt.Errorf("smc: handshake: no confirm from the client (%v): %w", err, errAborted)
 		return Mode{Reason: ReasonSync}
 	case m.typ == clcDecline:
 		c.releaseLocal()
@@ -260,7 +260,7 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	if r, err := c.learnBuffer(hctx, m); err != nil {
 		c.releaseLocal()
 		c.tcp.Close()
-		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer: %w", err)
+		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer (%v): %w", err, errAborted)
 		return Mode{Reason: r}
 	}
 	return Mode{SMC: true}

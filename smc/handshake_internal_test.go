@@ -1,0 +1,79 @@
+package smc
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+)
+
+// TestSilentClient: a client that proposes, gets the accept and then says
+// nothing breaks its accepted connection after the handshake timeout:
+// reads fail (it may have confirmed unseen, so TCP is not safe), and the
+// server's buffer goes back.
+func TestSilentClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{}) // only its port, for the proposal
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	p := &clcMsg{typ: clcProposal, peerID: cli.id, node: 1, port: cli.port, token: 7}
+	if _, err := raw.Write(p.encode()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m, _, err := readCLC(raw, clcAccept, clcDecline)
+	if err != nil || m.typ != clcAccept {
+		t.Fatalf("answer to the proposal: %+v, %v; want an accept", m, err)
+	}
+	start := time.Now()
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = s.Read(make([]byte, 1))
+	var ne net.Error
+	if !errors.Is(err, syscall.ECONNRESET) || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("read on a connection whose client went silent: %v, want ECONNRESET, not a timeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the failure took %v", d)
+	}
+	if m := ModeOf(s); m.SMC || m.Reason != ReasonSync {
+		t.Fatalf("mode %v", m)
+	}
+	srv.mu.Lock()
+	left := len(srv.conns)
+	srv.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d tokens still registered", left)
+	}
+}
