@@ -27,6 +27,13 @@ type Config struct {
 	// Device (see Runtime.MetaInfo), the default for one node or an
 	// in-process cluster.
 	Meta []meta.Info
+	// Membership, if set, is where the cluster's records live (etcd, see
+	// package meta/etcdstore): the runtime registers its record there under
+	// a lease of Lease, and an embedded MetaServer (Meta empty) mirrors it
+	// and reads, after its own, from every other MetaServer it lists.
+	// Meta's servers must then mirror the same store. Nil: the runtime
+	// registers with the MetaServers themselves.
+	Membership meta.Membership
 	// DCIs is the size of the DC initiator pool; default one per core.
 	DCIs int
 	// Depth is each physical QP's send queue depth, at least 2; default
@@ -159,6 +166,7 @@ type Runtime struct {
 	recv   *receiver
 	meta   *meta.Client
 	own    *meta.Server // the embedded MetaServer, if this runtime started it
+	lease  meta.Lease   // the node's record in cfg.Membership, if any
 	stats  counters
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
@@ -296,12 +304,13 @@ func (rt *Runtime) joinMeta(ctx context.Context) error {
 	infos := rt.cfg.Meta
 	srvCfg, cliCfg := rt.routes.metaConfig()
 	if len(infos) == 0 {
+		srvCfg.Membership = rt.cfg.Membership
 		srv, err := meta.NewServer(rt.dev, srvCfg)
 		if err != nil {
 			return fmt.Errorf("embedded MetaServer: %w", err)
 		}
 		rt.own = srv
-		infos = []meta.Info{srv.Info()}
+		infos = rt.listedServers(ctx, []meta.Info{srv.Info()})
 	}
 	mc, err := meta.NewClient(rt.dev, infos, cliCfg)
 	if err != nil {
@@ -313,7 +322,7 @@ func (rt *Runtime) joinMeta(ctx context.Context) error {
 	if rt.dct != nil {
 		rec.DCTNum, rec.DCKey = rt.dct.Num(), rt.dcKey
 	}
-	return mc.Register(ctx, rec, rt.cfg.Lease)
+	return rt.register(ctx, rec)
 }
 
 // MetaInfo is the MetaServer other nodes should use: the embedded one if
@@ -534,9 +543,7 @@ func (rt *Runtime) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if rt.meta != nil {
-		rt.meta.Deregister(ctx, rt.node)
-	}
+	rt.deregister(ctx)
 	rt.wg.Wait()
 	rt.teardown()
 	return nil

@@ -45,6 +45,9 @@ type NodeConfig struct {
 	Node krcore.NodeID
 	// Meta lists the MetaServers the runtime joins; none embeds one.
 	Meta []meta.Info
+	// Membership, if set, is where the node registers (see
+	// core.Config.Membership); the caller closes it after the Node.
+	Membership meta.Membership
 	// Device names the RNIC.
 	Device DeviceConfig
 }
@@ -66,7 +69,7 @@ func Start(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := core.New(ctx, core.Config{Device: dev, Node: nc.Node, Meta: nc.Meta, Logger: nc.Logger})
+	rt, err := core.New(ctx, core.Config{Device: dev, Node: nc.Node, Meta: nc.Meta, Membership: nc.Membership, Logger: nc.Logger})
 	if err != nil {
 		dev.Close()
 		return nil, err

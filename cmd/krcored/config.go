@@ -17,6 +17,7 @@ import (
 
 	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/meta"
+	"github.com/krcore/krcore/meta/etcdstore"
 	"github.com/krcore/krcore/provider/ibverbs"
 )
 
@@ -30,6 +31,8 @@ type config struct {
 	IBPort   int      `json:"ib_port"`
 	GIDIdx   int      `json:"gid_idx"`
 	Meta     metaList `json:"meta"`
+	Etcd     string   `json:"etcd"`
+	EtcdPfx  string   `json:"etcd_prefix"`
 	Metrics  string   `json:"metrics"`
 	Pprof    bool     `json:"pprof"`
 	LogLevel string   `json:"log_level"`
@@ -99,6 +102,8 @@ func flags(cfg *config) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.IBPort, "ib-port", cfg.IBPort, "ibverbs: device port")
 	fs.IntVar(&cfg.GIDIdx, "gid-idx", cfg.GIDIdx, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
 	fs.Var(&metaFlag{list: &cfg.Meta}, "meta", "a remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); repeat it for several, which the runtime fails over between; none embeds one")
+	fs.StringVar(&cfg.Etcd, "etcd", cfg.Etcd, "etcd client `endpoints`, comma-separated: the node registers there and the MetaServers (embedded or -meta) mirror it (empty: no etcd, the MetaServers keep the records)")
+	fs.StringVar(&cfg.EtcdPfx, "etcd-prefix", cfg.EtcdPfx, "etcd key prefix of this krcore cluster (default /krcore/)")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "HTTP address serving Prometheus metrics at /metrics (empty: off)")
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "serve the Go runtime's profiles at /debug/pprof/ on the -metrics address")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
@@ -291,6 +296,15 @@ func (cfg *config) node() (daemon.NodeConfig, error) {
 		Provider: cfg.Provider, Listen: cfg.Listen, IBDev: cfg.IBDev, IBPort: cfg.IBPort, GIDIdx: cfg.GIDIdx}}, nil
 }
 
+// etcd opens the etcd membership store -etcd names, or returns nil
+// without -etcd.
+func (cfg *config) etcd() (*etcdstore.Store, error) {
+	if cfg.Etcd == "" {
+		return nil, nil
+	}
+	return etcdstore.New(etcdstore.Config{Endpoints: strings.Split(cfg.Etcd, ","), Prefix: cfg.EtcdPfx})
+}
+
 // infos parses the MetaServers.
 func (l metaList) infos() ([]meta.Info, error) {
 	infos := make([]meta.Info, 0, len(l))
@@ -393,6 +407,9 @@ func (cfg *config) checkProvider() error {
 			// memory, and joining fails only after the MetaServer's
 			// retries time out.
 			return errors.New("-meta on the soft RNIC needs -listen: an in-memory soft RNIC reaches no other process")
+		}
+		if cfg.Etcd != "" && cfg.Listen == "" {
+			return errors.New("-etcd on the soft RNIC needs -listen: the other nodes' MetaServers and peers reach it over TCP")
 		}
 		return nil
 	case daemon.ProviderIBVerbs:

@@ -4,7 +4,8 @@
 //
 //	krcored [-config FILE] [-socket PATH] [-group NAME] [-node N] [-listen ADDR]
 //	        [-provider soft|ibverbs] [-ib-dev NAME] [-ib-port N] [-gid-idx N]
-//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-metrics ADDR [-pprof]] [-log-level info]
+//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-etcd ENDPOINTS [-etcd-prefix P]]
+//	        [-metrics ADDR [-pprof]] [-log-level info]
 //	        [-spin D] [-share-quantum D] [-call-timeout D] [-client-credits N]
 //	        [-max-vqs N] [-max-mr-bytes N]
 //
@@ -29,9 +30,18 @@
 // other nodes' -meta. -meta may be repeated: the runtime registers with
 // every MetaServer listed and a Connect fails over between them.
 //
+// -etcd ENDPOINTS (comma-separated) keeps the cluster's membership in etcd
+// (package meta/etcdstore): the node registers its record there under a
+// lease it keeps alive, and its MetaServers mirror etcd instead of taking
+// registrations. Without -meta every such daemon embeds a MetaServer that
+// mirrors etcd and announces itself there, and reads from its own first,
+// then from the other announced ones; with -meta the listed MetaServers
+// must mirror the same etcd prefix (-etcd-prefix). The log's meta_source
+// says where the MetaServer's records come from ("embedded" or the etcd).
+//
 // The config file is one JSON object with the flags' names as keys, dashes
 // written as underscores ("socket", "group", "node", "listen", "provider",
-// "ib_dev", "ib_port", "gid_idx", "meta", "metrics", "pprof", "log_level", "spin",
+// "ib_dev", "ib_port", "gid_idx", "meta", "etcd", "etcd_prefix", "metrics", "pprof", "log_level", "spin",
 // "share_quantum", "call_timeout", "client_credits", "max_vqs",
 // "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
 // given on the command line override it. "meta" is a list of MetaServers
@@ -94,6 +104,14 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	store, err := cfg.etcd()
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		defer store.Close() // after n.Close, which withdraws the node's record
+		nc.Membership = store
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	n, err := daemon.Start(startCtx, nc)
 	cancel()
@@ -103,7 +121,7 @@ func run(ctx context.Context, args []string) error {
 	defer n.Close()
 	srv, rt := n.Server(), n.Runtime()
 	log.Info("krcored serving", "socket", srv.Socket(), "node", cfg.Node, "device", cfg.describe(n.Device()),
-		"rc_only", rt.Stats().RCOnly, "meta", rt.MetaInfo().String())
+		"rc_only", rt.Stats().RCOnly, "meta", rt.MetaInfo().String(), "meta_source", rt.MetaSource())
 	if cfg.Metrics != "" {
 		stopMetrics, err := serveMetrics(srv, cfg.Metrics, cfg.Pprof, log)
 		if err != nil {

@@ -160,6 +160,7 @@ func TestProviderUsage(t *testing.T) {
 		{"-ib-dev", "rxe0"},
 		{"-gid-idx", "1"},
 		{"-meta", "addr=127.0.0.1:1 qpn=5 qkey=1"},
+		{"-etcd", "127.0.0.1:2379"},
 		{"-provider", "ibverbs", "-listen", "127.0.0.1:0"},
 		{"-provider", "ibverbs", "-ib-port", "0"},
 		{"-provider", "ibverbs", "-gid-idx", "-2"},
