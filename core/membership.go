@@ -80,3 +80,7 @@ func (rt *Runtime) MetaSource() string {
 	}
 	return "embedded"
 }
+
+// MetaServers lists the MetaServers the runtime reads from, in the order
+// it tries them.
+func (rt *Runtime) MetaServers() []meta.Info { return slices.Clone(rt.metas) }

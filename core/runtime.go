@@ -167,6 +167,7 @@ type Runtime struct {
 	meta   *meta.Client
 	own    *meta.Server // the embedded MetaServer, if this runtime started it
 	lease  meta.Lease   // the node's record in cfg.Membership, if any
+	metas  []meta.Info  // the MetaServers the meta client reads, in order
 	stats  counters
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
@@ -316,7 +317,7 @@ func (rt *Runtime) joinMeta(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rt.meta = mc
+	rt.meta, rt.metas = mc, infos
 	port := rt.dev.Port()
 	rec := meta.Record{Node: rt.node, Addr: port.Addr, GID: port.GID, LID: port.LID, CtrlQPN: rt.ctrl.ep.QPN(), CtrlQKey: rt.ctrl.qkey}
 	if rt.dct != nil {

@@ -23,6 +23,10 @@ func (s *Server) Status() wire.Status {
 		dcts = 0
 	}
 	st.Pool = []wire.PoolQPs{{Type: "dct", Count: dcts}, {Type: "dci", Count: st.Runtime.DCIs}, {Type: "rc", Count: st.Runtime.RCs}}
+	st.MetaSource = s.rt.MetaSource()
+	for _, i := range s.rt.MetaServers() {
+		st.MetaServers = append(st.MetaServers, i.String())
+	}
 	if st.MetaEntries == nil {
 		st.MetaEntries = []meta.CacheEntry{}
 	}

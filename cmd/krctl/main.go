@@ -22,10 +22,16 @@
 // With -json it prints the rows ([]wire.QPStatus, core.PoolQP's fields); the counts by type are in
 // the status document's "pool".
 //
-// list meta prints the meta cache's counters, then one row per cached
+// list meta prints the MetaServers the node reads from, in the order it
+// tries them, with where their records come from ("embedded": the
+// MetaServers keep them; "etcd ENDPOINTS PREFIX": they mirror etcd, see
+// krcored -etcd), then the meta cache's counters, then one row per cached
 // record: the node, its address, DC target (0: none, RC only), control QP,
 // the MetaServer's version of the record and how long ago this version
 // was cached:
+//
+//	METASERVER                                SOURCE
+//	addr=10.0.0.1:7000 qpn=17 qkey=0x5b8c666c  etcd 10.0.0.9:2379 /krcore/
 //
 //	HITS  MISSES  READS  TORN  FAILOVERS
 //	5     1       1      0     0
@@ -139,7 +145,7 @@ func part(st *wire.Status, what string) any {
 	case "qps":
 		return st.QPs
 	case "meta":
-		return metaList{st.Meta, st.MetaEntries, st.MetaOmitted}
+		return metaList{st.Meta, st.MetaServers, st.MetaSource, st.MetaEntries, st.MetaOmitted}
 	case "counters":
 		return st.Runtime
 	}
@@ -150,6 +156,8 @@ func part(st *wire.Status, what string) any {
 // (at the top level, as list meta printed them alone) and the entries.
 type metaList struct {
 	meta.ClientStats
+	Servers []string          `json:"meta_servers"` // the MetaServers read, in order
+	Source  string            `json:"meta_source"`  // where their records come from
 	Entries []meta.CacheEntry `json:"entries"`
 	Omitted int               `json:"omitted,omitempty"` // entries the daemon left out of its status
 }
@@ -221,7 +229,11 @@ func table(w io.Writer, st *wire.Status, what string) {
 		}
 	case "meta":
 		m := st.Meta
-		fmt.Fprintf(w, "HITS\tMISSES\tREADS\tTORN\tFAILOVERS\n%d\t%d\t%d\t%d\t%d\n", m.Hits, m.Misses, m.Reads, m.TornReads, m.Failovers)
+		fmt.Fprintln(w, "METASERVER\tSOURCE")
+		for _, srv := range st.MetaServers {
+			fmt.Fprintf(w, "%s\t%s\n", srv, st.MetaSource)
+		}
+		fmt.Fprintf(w, "\nHITS\tMISSES\tREADS\tTORN\tFAILOVERS\n%d\t%d\t%d\t%d\t%d\n", m.Hits, m.Misses, m.Reads, m.TornReads, m.Failovers)
 		fmt.Fprintln(w, "\nNODE\tADDR\tDCT\tCTRL_QPN\tVERSION\tAGE")
 		for _, e := range st.MetaEntries {
 			fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%d\t%s\n", e.Node, address(e), e.DCTNum, e.CtrlQPN, e.Version, e.Age.Round(time.Millisecond))

@@ -155,18 +155,23 @@ func TestKrctl(t *testing.T) {
 	if !strings.Contains(out.String(), "HITS") || !strings.Contains(out.String(), "NODE") || !found {
 		t.Errorf("list meta lacks node 2:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "METASERVER") || !strings.Contains(out.String(), "qpn=") || !strings.Contains(out.String(), "embedded") {
+		t.Errorf("list meta lacks the MetaServer and its source:\n%s", out.String())
+	}
 	out.Reset()
 	if err := run(ctx, []string{"-socket", sock, "-json", "list", "meta"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var ml struct {
 		Misses  uint64
+		Servers []string          `json:"meta_servers"`
+		Source  string            `json:"meta_source"`
 		Entries []meta.CacheEntry `json:"entries"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &ml); err != nil {
 		t.Fatal(err)
 	}
-	if ml.Misses == 0 || !slices.ContainsFunc(ml.Entries, func(e meta.CacheEntry) bool { return e.Node == 2 && e.DCTNum != 0 && e.Version != 0 }) {
+	if ml.Misses == 0 || len(ml.Servers) != 1 || ml.Source != "embedded" || !slices.ContainsFunc(ml.Entries, func(e meta.CacheEntry) bool { return e.Node == 2 && e.DCTNum != 0 && e.Version != 0 }) {
 		t.Errorf("list meta -json: %s", out.String())
 	}
 

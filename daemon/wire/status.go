@@ -13,6 +13,11 @@ type Status struct {
 	Uptime  string           `json:"uptime"`
 	Runtime krcore.Stats     `json:"runtime"`
 	Meta    meta.ClientStats `json:"meta_cache"`
+	// MetaServers are the MetaServers the runtime reads from (meta.Info
+	// text), in the order it tries them; MetaSource says where their
+	// records come from (core.Runtime.MetaSource: "embedded" or the etcd).
+	MetaServers []string `json:"meta_servers"`
+	MetaSource  string   `json:"meta_source"`
 	// Pool counts the shared QPs in service by type: the DCT (none
 	// without DC), the DCIs and the RC QPs in their peers' pools.
 	Pool []PoolQPs `json:"pool"`
