@@ -105,7 +105,11 @@ func (s *Server) follow() {
 	pause := 10 * time.Millisecond
 	for s.ctx.Err() == nil {
 		s.stats.watches.Add(1)
+		began := time.Now()
 		s.cfg.Membership.Watch(s.ctx, s.feed.push)
+		if time.Since(began) > time.Second {
+			pause = 10 * time.Millisecond // the watch was healthy: this is a fresh break
+		}
 		if !sleepCtx(s.ctx, pause) {
 			return
 		}

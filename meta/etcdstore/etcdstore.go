@@ -275,8 +275,10 @@ func (l *lease) run(ctx context.Context, ttl time.Duration, put func(context.Con
 			}
 		}
 		for ctx.Err() == nil {
-			if !sleep(ctx, pause) {
+			select {
+			case <-ctx.Done():
 				return
+			case <-time.After(pause):
 			}
 			pause = min(2*pause, time.Second)
 			nid, err := l.s.grantPut(ctx, ttl, put)
@@ -313,16 +315,4 @@ func (l *lease) Close(ctx context.Context) error {
 		}
 	})
 	return err
-}
-
-// sleep waits d; false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -102,6 +102,18 @@ func startEtcd(t *testing.T, n int) []*member {
 	return ms
 }
 
+// leaderOf waits until one of ms leads and returns it.
+func leaderOf(ms []*member) *member {
+	for {
+		for _, m := range ms {
+			if m.leader() {
+				return m
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func endpoints(ms []*member) []string {
 	eps := make([]string, len(ms))
 	for i, m := range ms {
@@ -309,17 +321,8 @@ func TestEtcdFailover(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 
-	var leader *member
-	for leader == nil {
-		for _, m := range ms {
-			if m.leader() {
-				leader = m
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	killed := time.Now()
-	leader.kill()
+	leaderOf(ms).kill()
 	register(t, nodeStore, record(devs[2], 100), 2*time.Second)
 	waitFetch(t, c, 100, true, 10*time.Second)
 	t.Logf("a node joining as the etcd leader died was reachable %v after the kill (MetaServer watches: a %d, b %d)",

@@ -142,17 +142,8 @@ func TestRuntimesOnEtcd(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	var leader *member
-	for leader == nil {
-		for _, m := range ms {
-			if m.leader() {
-				leader = m
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	killed := time.Now()
-	leader.kill()
+	leaderOf(ms).kill()
 	rt4 := startRuntime(t, fab, eps, 4)
 	exportRegion(t, rt4, "node4---")
 	if got, err := connect(t, rt3, 4, 10*time.Second).read(); err != nil || got != "node4---" {
