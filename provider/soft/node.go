@@ -86,7 +86,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 		}
 		n.ln, n.addr = ln, ln.Addr().String()
 		n.wg.Add(1)
-		go n.acceptLoop()
+		go n.acceptEach(ln, n.serveConn)
 		n.listenShm()
 	case cfg.Name != "":
 		n.addr = "mem:" + cfg.Name

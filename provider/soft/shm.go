@@ -76,7 +76,7 @@ func (n *Node) listenShm() {
 	}
 	n.shmLn = ln
 	n.wg.Add(1)
-	go n.acceptShm()
+	go n.acceptEach(ln, func(c net.Conn) { n.serveShm(c.(*net.UnixConn)) })
 }
 
 // host identifies this kernel boot and user namespace.
@@ -296,29 +296,9 @@ func (n *Node) greetShm(conn *net.UnixConn) (*shmSeg, uint8, error) {
 	return seg, verdict, nil
 }
 
-func (n *Node) acceptShm() {
-	defer n.wg.Done()
-	for {
-		conn, err := n.shmLn.AcceptUnix()
-		if err != nil {
-			return // the listener closed with the node
-		}
-		n.linkMu.Lock()
-		if n.closed.Load() {
-			n.linkMu.Unlock()
-			conn.Close()
-			return
-		}
-		n.wg.Add(1)
-		n.linkMu.Unlock()
-		go n.serveShm(conn)
-	}
-}
-
 // serveShm takes a hello on an accepted connection and keeps the link if
 // it may.
 func (n *Node) serveShm(conn *net.UnixConn) {
-	defer n.wg.Done()
 	conn.SetDeadline(time.Now().Add(n.cfg.DialTimeout))
 	seg, peer, err := n.takeHello(conn)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -421,5 +422,34 @@ func TestShmLargeStreams(t *testing.T) {
 	}
 	if kind, _ := a.PeerLink(b.Addr()); kind != "shm" {
 		t.Fatalf("link %q, want shm", kind)
+	}
+}
+
+// TestCloseSilentHello: a node closes at once while a connector on its
+// TCP or shared-memory listener says nothing, instead of waiting out the
+// hello's deadline.
+func TestCloseSilentHello(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", DialTimeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := n.Addr()
+			if network == "unix" {
+				addr = "@krcore-soft/" + addr
+			}
+			c, err := net.Dial(network, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			time.Sleep(50 * time.Millisecond) // let the node accept it
+			start := time.Now()
+			n.Close()
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("Close took %v with a silent %s connector", d, network)
+			}
+		})
 	}
 }

@@ -328,10 +328,13 @@ func (n *Node) attach(l *tcpLink, conn net.Conn) {
 	n.readLoop(l, conn)
 }
 
-func (n *Node) acceptLoop() {
+// acceptEach serves every connection ln accepts, until ln closes. An
+// accepted connection stays in n.accepts while serve runs, so Close can
+// shut one that is still saying hello instead of waiting out its deadline.
+func (n *Node) acceptEach(ln net.Listener, serve func(net.Conn)) {
 	defer n.wg.Done()
 	for {
-		conn, err := n.ln.Accept()
+		conn, err := ln.Accept()
 		if err != nil {
 			return // the listener closed with the node
 		}
@@ -344,19 +347,19 @@ func (n *Node) acceptLoop() {
 		n.accepts[conn] = struct{}{}
 		n.wg.Add(1)
 		n.linkMu.Unlock()
-		go n.serveConn(conn)
+		go func() {
+			defer n.wg.Done()
+			serve(conn)
+			n.linkMu.Lock()
+			delete(n.accepts, conn)
+			n.linkMu.Unlock()
+		}()
 	}
 }
 
 // serveConn takes a hello on an accepted connection and, if this node
 // keeps it, reads the link.
 func (n *Node) serveConn(conn net.Conn) {
-	defer n.wg.Done()
-	defer func() {
-		n.linkMu.Lock()
-		delete(n.accepts, conn)
-		n.linkMu.Unlock()
-	}()
 	conn.SetDeadline(time.Now().Add(n.cfg.DialTimeout))
 	var f frame
 	var hdr [4 + headerLen]byte
