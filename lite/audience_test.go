@@ -8,6 +8,7 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 )
 
@@ -20,10 +21,10 @@ import (
 // a process of another node holding the LITE port, all get ErrNoRegion,
 // and a Memcpy leaves no loan behind; the mapper keeps reading.
 func TestGrantBoundToProcess(t *testing.T) {
-	c, sock := startDaemon(t, 3)
+	c, sock := testcluster.StartDaemon(t, 3)
 	for name, mk := range map[string]func() krcore.API{
 		"embedded": func() krcore.API { return core.Embed(c.Node(1)) },
-		"daemon":   func() krcore.API { return attach(t, sock) },
+		"daemon":   func() krcore.API { return testcluster.Attach(t, sock) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -112,8 +113,8 @@ func TestGrantBoundToProcess(t *testing.T) {
 // or the same runtime) finds none of its grants, though it knows their
 // names.
 func TestCloseUnmaps(t *testing.T) {
-	c, sock := startDaemon(t, 2)
-	for name, api := range map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": attach(t, sock)} {
+	c, sock := testcluster.StartDaemon(t, 2)
+	for name, api := range map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": testcluster.Attach(t, sock)} {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
 			master, mapper := open(t, core.Embed(c.Node(2))), open(t, api)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 )
 
@@ -13,7 +14,7 @@ import (
 // directory, are found by name from node 1 (embedded and through
 // krcored); a name is one master's; a freed name disappears.
 func TestDirectory(t *testing.T) {
-	others, finders := apisN(t, 3)
+	others, finders := testcluster.APIs(t, 3)
 	for name, api := range finders {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)

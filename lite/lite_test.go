@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 	"github.com/krcore/krcore/verbs"
 )
@@ -27,49 +22,8 @@ func ctxT(t testing.TB) context.Context {
 // apis starts a two-node cluster and returns node 2's embedded runtime
 // and node 1's runtime two ways: embedded, and through krcored.
 func apis(t testing.TB) (krcore.API, map[string]krcore.API) {
-	others, node1 := apisN(t, 2)
+	others, node1 := testcluster.APIs(t, 2)
 	return others[0], node1
-}
-
-// apisN starts a cluster of nodes nodes and returns the embedded runtimes
-// of nodes 2, 3, ... and node 1's runtime two ways: embedded, and through
-// krcored.
-func apisN(t testing.TB, nodes int) ([]krcore.API, map[string]krcore.API) {
-	c, sock := startDaemon(t, nodes)
-	var others []krcore.API
-	for id := krcore.NodeID(2); id <= krcore.NodeID(nodes); id++ {
-		others = append(others, core.Embed(c.Node(id)))
-	}
-	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": attach(t, sock)}
-}
-
-// startDaemon starts a cluster of nodes nodes and krcored on node 1, and
-// returns the cluster and krcored's socket.
-func startDaemon(t testing.TB, nodes int) (*cluster.Cluster, string) {
-	c, err := cluster.Start(ctxT(t), cluster.Config{Nodes: nodes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	sock := filepath.Join(t.TempDir(), "krcored.sock")
-	srv, err := daemon.New(c.Node(1), daemon.Config{Socket: sock, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	return c, sock
-}
-
-// attach is a new client of the krcored serving sock: another process.
-func attach(t testing.TB, sock string) krcore.API {
-	cl, err := client.Attach(ctxT(t), client.Options{Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
 }
 
 func open(t testing.TB, api krcore.API) *lite.Node {

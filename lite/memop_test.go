@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 )
 
@@ -197,7 +198,7 @@ func TestMemcpy(t *testing.T) {
 // (src at the same node, or READ from a third) against the same bytes
 // READ and WRITTEN through the caller, all in one run.
 func BenchmarkMemcpy1MiB(b *testing.B) {
-	others, callers := apisN(b, 3)
+	others, callers := testcluster.APIs(b, 3)
 	ctx := context.Background()
 	var masters [4]*lite.Node
 	for i, api := range others {
@@ -256,7 +257,7 @@ func BenchmarkMemcpy1MiB(b *testing.B) {
 // Memcpy on an LMR striped over three nodes, ranges crossing stripes, each
 // piece done by the node holding its dst bytes, checked against a model.
 func TestMemopsStriped(t *testing.T) {
-	others, mappers := apisN(t, 3)
+	others, mappers := testcluster.APIs(t, 3)
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 	"github.com/krcore/krcore/verbs"
 )
@@ -46,7 +47,7 @@ func versioned(w, v int) []byte {
 // range nobody writes reads the same throughout. Operations that met a
 // move were redone (Redone counts them).
 func TestMove(t *testing.T) {
-	others, mappers := apisN(t, 3)
+	others, mappers := testcluster.APIs(t, 3)
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			// The hammer's own bound: under -race on a loaded machine its
@@ -202,7 +203,7 @@ func TestMove(t *testing.T) {
 // leaves the caller's memory behind, and a move to a node that is not
 // there fails and leaves the LMR where it was, still usable.
 func TestMoveStriped(t *testing.T) {
-	others, mappers := apisN(t, 3)
+	others, mappers := testcluster.APIs(t, 3)
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 	"github.com/krcore/krcore/verbs"
 )
@@ -14,7 +15,7 @@ import (
 // node, which then Maps with them beyond what the LMR allows everyone;
 // without Share, or beyond its rights, the master refuses (ErrPerm).
 func TestShare(t *testing.T) {
-	others, sharers := apisN(t, 3)
+	others, sharers := testcluster.APIs(t, 3)
 	for name, api := range sharers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -60,7 +61,7 @@ func TestShare(t *testing.T) {
 // master (grants beyond the new rights are withdrawn) and frees it; a
 // mapping without Admin is refused both (ErrPerm).
 func TestAdmin(t *testing.T) {
-	others, admins := apisN(t, 3)
+	others, admins := testcluster.APIs(t, 3)
 	for name, api := range admins {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -114,7 +115,7 @@ func TestAdmin(t *testing.T) {
 // exported under a random name, which only the master and the mapper's
 // Node know.
 func TestGrantNameUnguessable(t *testing.T) {
-	others, mappers := apisN(t, 3)
+	others, mappers := testcluster.APIs(t, 3)
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)

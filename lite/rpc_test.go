@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 )
 
@@ -303,7 +304,7 @@ func TestRPCNodeClose(t *testing.T) {
 // and a server on one of the callers' nodes calls back meanwhile; every
 // reply matches its request.
 func TestRPCManyNodes(t *testing.T) {
-	others, node1 := apisN(t, 4)
+	others, node1 := testcluster.APIs(t, 4)
 	ctx := ctxT(t)
 	server := open(t, others[0])
 	echo(t, server, 1)

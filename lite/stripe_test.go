@@ -11,6 +11,7 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 	"github.com/krcore/krcore/verbs"
 )
@@ -21,7 +22,7 @@ import (
 // its stripe, which enforces the grant's rights; Free withdraws it
 // everywhere.
 func TestStriped(t *testing.T) {
-	others, mappers := apisN(t, 3)
+	others, mappers := testcluster.APIs(t, 3)
 	for name, api := range mappers {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -145,7 +146,7 @@ func ExampleNode_MallocOn() {
 // read lies on node 3: a striped Read costs one request too), the mapper
 // (node 1) embedded and through krcored.
 func BenchmarkRead8(b *testing.B) {
-	others, mappers := apisN(b, 3)
+	others, mappers := testcluster.APIs(b, 3)
 	ctx := context.Background()
 	open(b, others[1])
 	master := open(b, others[0])

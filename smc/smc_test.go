@@ -5,19 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/smc"
 )
 
@@ -30,26 +25,8 @@ func ctxT(t testing.TB) context.Context {
 // apis starts a two-node cluster and returns node 2's embedded runtime
 // and node 1's runtime two ways: embedded, and through krcored.
 func apis(t testing.TB) (krcore.API, map[string]krcore.API) {
-	ctx := ctxT(t)
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	sock := filepath.Join(t.TempDir(), "krcored.sock")
-	srv, err := daemon.New(c.Node(1), daemon.Config{Socket: sock, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	cl, err := client.Attach(ctx, client.Options{Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return core.Embed(c.Node(2)), map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": cl}
+	others, node1 := testcluster.APIs(t, 2)
+	return others[0], node1
 }
 
 func open(t testing.TB, api krcore.API, opts smc.NodeOptions) *smc.Node {
