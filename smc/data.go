@@ -37,8 +37,8 @@ type link struct {
 	token    uint32
 	rmb      buffer
 	stage    buffer
-	ring     []byte // rmb's bytes
-	q        krcore.VQ
+	ring     []byte       // rmb's bytes
+	q        *sharedQueue // to the peer's port
 	peer     krcore.Region
 	peerOff  uint64 // the peer's element in peer
 	psize    int    // the peer's element's size
@@ -363,19 +363,22 @@ func (c *Conn) run(n int) error {
 }
 
 func (c *Conn) push(ctx context.Context, n int) error {
-	if _, err := c.q.Push(ctx, true, c.reqs[:n]...); err != nil {
+	c.q.mu.Lock()
+	defer c.q.mu.Unlock()
+	q := c.q.q
+	if _, err := q.Push(ctx, true, c.reqs[:n]...); err != nil {
 		return err
 	}
 	for got := 0; got < n; {
 		out := c.outs[got:n]
-		k := c.q.Pop(out)
+		k := q.Pop(out)
 		for i := 0; k == 0 && i < spins; i++ {
 			runtime.Gosched()
-			k = c.q.Pop(out)
+			k = q.Pop(out)
 		}
 		if k == 0 {
 			var err error
-			if k, err = c.q.PopWait(ctx, out); err != nil {
+			if k, err = q.PopWait(ctx, out); err != nil {
 				return err
 			}
 		}

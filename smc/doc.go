@@ -85,10 +85,12 @@
 // that endpoint alone (an export with an audience: as SMC-R keeps an RMB
 // per link group, no other process can find the slab, let alone write to
 // it), and a Node remembers the peers' slabs it learned. So a later
-// connection between the same two endpoints adds a buffer and a token,
-// and a virtual queue on krcore's pooled QPs (which are the links), the
-// idle one a closed connection to the endpoint left when there is one: no
-// new QP, export or lookup until a slab is full.
+// connection between the same two endpoints adds a buffer and a token:
+// connections to one peer endpoint share up to four virtual queues on
+// krcore's pooled QPs (which are the links), a connection holding one from
+// a push to its completions, so there is no new queue, QP, export or
+// lookup until a slab is full, and a thousand connections through krcored
+// stay within its per-client bound on queues.
 //
 // # Not built yet
 //

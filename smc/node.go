@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -56,9 +57,9 @@ type Node struct {
 
 	mu        sync.Mutex
 	closed    bool
-	conns     map[uint32]*Conn                 // SMC connections by token
-	rmbs      map[krcore.Principal]*bufPool    // receive buffers, per peer endpoint
-	idle      map[krcore.Principal][]krcore.VQ // queues connected to a peer endpoint, unused
+	conns     map[uint32]*Conn                    // SMC connections by token
+	rmbs      map[krcore.Principal]*bufPool       // receive buffers, per peer endpoint
+	queues    map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
 	nextToken uint32
 	regions   map[regionKey]krcore.Region
 
@@ -144,7 +145,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	}
 	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}),
 		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
-		rmbs: map[krcore.Principal]*bufPool{}, idle: map[krcore.Principal][]krcore.VQ{}}
+		rmbs: map[krcore.Principal]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
 	n.stages = bufPool{api: api, size: size, access: verbs.AccessLocalWrite}
 	q, err := api.Queue()
 	if err != nil {
@@ -205,12 +206,12 @@ func (n *Node) Close() error {
 		c.Close()
 	}
 	n.mu.Lock()
-	idle := n.idle
-	n.idle = nil
+	queues := n.queues
+	n.queues = nil
 	n.mu.Unlock()
-	for _, qs := range idle {
-		for _, q := range qs {
-			q.Close()
+	for _, qs := range queues {
+		for _, s := range qs {
+			s.q.Close()
 		}
 	}
 	n.cancel()
@@ -320,20 +321,42 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 	return r, nil
 }
 
-// maxIdle bounds the idle queues a Node keeps per peer endpoint.
-const maxIdle = 64
+// queuesPerPeer bounds the queues a Node connects to one peer endpoint:
+// connections share them, so that many connections cost no queue each
+// (krcored bounds a client's queues) and a later connection none at all.
+const queuesPerPeer = 4
 
-// queue returns a queue connected to peer's port: an idle one a closed
-// connection left, or a new one. Through krcored a new queue and its
-// connect cost two round trips to the daemon; a later connection to the
-// same endpoint then costs none.
-func (n *Node) queue(ctx context.Context, peer krcore.Principal) (krcore.VQ, error) {
+// sharedQueue is a queue connected to a peer endpoint, used by several
+// connections at once: a connection holds mu from a push to its last
+// completion, so that completions (in push order) are never another's.
+type sharedQueue struct {
+	q      krcore.VQ
+	mu     sync.Mutex
+	users  int  // under Node.mu
+	broken bool // under Node.mu: a request failed on it; no new user
+}
+
+// queue returns a queue connected to peer's port: an unused one when
+// there is one, a new one while fewer than queuesPerPeer are connected,
+// else the least used. Through krcored a new queue and its connect cost
+// two round trips to the daemon.
+func (n *Node) queue(ctx context.Context, peer krcore.Principal) (*sharedQueue, error) {
 	n.mu.Lock()
-	if qs := n.idle[peer]; len(qs) > 0 {
-		q := qs[len(qs)-1]
-		n.idle[peer] = qs[:len(qs)-1]
+	if n.queues == nil {
 		n.mu.Unlock()
-		return q, nil
+		return nil, fmt.Errorf("smc: node closed: %w", krcore.ErrClosed)
+	}
+	var best *sharedQueue
+	qs := n.queues[peer]
+	for _, s := range qs {
+		if best == nil || s.users < best.users {
+			best = s
+		}
+	}
+	if best != nil && (best.users == 0 || len(qs) >= queuesPerPeer) {
+		best.users++
+		n.mu.Unlock()
+		return best, nil
 	}
 	n.mu.Unlock()
 	q, err := n.api.Queue()
@@ -344,21 +367,34 @@ func (n *Node) queue(ctx context.Context, peer krcore.Principal) (krcore.VQ, err
 		q.Close()
 		return nil, err
 	}
-	return q, nil
+	s := &sharedQueue{q: q, users: 1}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.queues == nil {
+		q.Close()
+		return nil, fmt.Errorf("smc: node closed: %w", krcore.ErrClosed)
+	}
+	n.queues[peer] = append(n.queues[peer], s)
+	return s, nil
 }
 
-// putQueue keeps a queue whose connection ended for the next one to peer,
-// unless its requests failed (it may be in error), it has requests
-// outstanding, the Node closed or enough are idle.
-func (n *Node) putQueue(peer krcore.Principal, q krcore.VQ, healthy bool) {
+// putQueue is a connection's end of using s: a queue on which a request
+// failed (it may be in error) is no longer handed out, and closes once
+// its last user is gone; a healthy one stays for later connections.
+func (n *Node) putQueue(peer krcore.Principal, s *sharedQueue, healthy bool) {
 	n.mu.Lock()
-	if healthy && q.Outstanding() == 0 && n.idle != nil && len(n.idle[peer]) < maxIdle {
-		n.idle[peer] = append(n.idle[peer], q)
-		n.mu.Unlock()
-		return
+	s.users--
+	if !healthy && !s.broken {
+		s.broken = true
+		if n.queues != nil {
+			n.queues[peer] = slices.DeleteFunc(n.queues[peer], func(x *sharedQueue) bool { return x == s })
+		}
 	}
+	shut := s.broken && s.users == 0
 	n.mu.Unlock()
-	q.Close()
+	if shut {
+		s.q.Close()
+	}
 }
 
 // rmbPool is the pool of receive buffers for connections with peer: its

@@ -161,6 +161,7 @@ type dBench struct {
 	stderr    io.Writer
 	poll      vqrun.Poll
 	role      string        // the server child's role; empty: childServer
+	tcpLink   bool          // every node (children too) reaches the others over the soft TCP link
 	serverOut *bufio.Reader // its stdout, after the MetaServer's line
 
 	devs   []verbs.Device
@@ -222,7 +223,7 @@ func (b *dBench) start() error {
 // node starts a soft node on loopback TCP (the daemon is another process)
 // and a runtime on it.
 func (b *dBench) node(ctx context.Context, id krcore.NodeID, metas []meta.Info) (*core.Runtime, error) {
-	dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+	dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", TCPOnly: b.tcpLink})
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +248,7 @@ func (b *dBench) startServer(ctx context.Context, metas []meta.Info) (meta.Info,
 	}
 	b.server = exec.Command(exe, args...)
 	b.server.Stderr = b.stderr
+	b.childEnv(b.server)
 	setChildAttrs(b.server)
 	out, err := b.server.StdoutPipe()
 	if err != nil {
@@ -293,6 +295,7 @@ func (b *dBench) startDaemon(ctx context.Context, info meta.Info) error {
 		}
 		b.child = exec.Command(exe, args...)
 		b.child.Stderr = b.stderr
+		b.childEnv(b.child)
 		setChildAttrs(b.child)
 		if err := b.child.Start(); err != nil {
 			return fmt.Errorf("start krcored: %w", err)
@@ -311,6 +314,13 @@ func (b *dBench) startDaemon(ctx context.Context, info meta.Info) error {
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():
 		}
+	}
+}
+
+// childEnv forces a child's soft nodes onto the TCP link when b's are.
+func (b *dBench) childEnv(cmd *exec.Cmd) {
+	if b.tcpLink {
+		cmd.Env = append(os.Environ(), soft.EnvLink+"=tcp")
 	}
 }
 

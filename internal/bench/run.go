@@ -31,8 +31,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := runLiteRole(ctx, args, stdout, stderr); ok {
 		return code
 	}
-	if len(args) > 0 && args[0] == "smc" {
-		return runSMCCmd(ctx, args[1:], stdout, stderr)
+	if code, ok := runSMCRole(ctx, args, stdout, stderr); ok {
+		return code
 	}
 	if len(args) > 0 && args[0] == "pingpong" {
 		return pingpong.Run(ctx, args[1:], stdout, stderr)

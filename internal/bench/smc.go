@@ -7,60 +7,97 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bench/interleave"
 	"github.com/krcore/krcore/internal/bench/report"
 	"github.com/krcore/krcore/internal/perf"
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/smc"
 )
 
-// krbench smc measures package smc's connections against Go TCP over
-// loopback between the same two endpoints, in one process, every ratio
-// from series run in rotating blocks of one run:
+// krbench smc measures package smc's connections against Go TCP between
+// the same two endpoints, every ratio from series run in rotating blocks
+// of one run:
 //
-//	krbench smc [-n N] [-msgs M] [-spin D] [-timeout D] [-json] [-check]
+//	krbench smc [-places inproc,cross,tcp] [-n N] [-msgs M] [-spin D] [-timeout D] [-json] [-check]
 //
-// The server is node 2 of a 2-node in-memory cluster (embedded), the
-// client node 1, embedded and through krcored (served in this process);
-// the TCP baseline is a plain net.Listener and net.Dial on 127.0.0.1.
+// Placements (-places):
+//
+//   - inproc: one process; the server is node 2 of a 2-node in-memory
+//     cluster (embedded), the client node 1, embedded and through krcored
+//     (served in the process).
+//   - cross (the issue's setting): the server is a child process (this
+//     binary's smc-server role, node 101, embedded); the client is this
+//     process, embedded (node 102) and through krcored (a child process,
+//     node 103), over the soft link between processes of one host
+//     (shared memory).
+//   - tcp: as cross, with every soft node on the soft RNIC's TCP link,
+//     as two hosts' would be.
+//
+// The TCP baseline is a plain net.Listener and net.Dial on 127.0.0.1
+// between the same two processes. Series (smc, smc_daemon, tcp):
 //
 //   - smc-rtt: an 8 B ping-pong (write 8 B, read the 8 B echo) on one
-//     connection. Target (issue 17, one host): SMC <= 0.3x TCP.
+//     connection. Target (issue 17): SMC <= 0.3x TCP on one host, <= 1.3x
+//     over the TCP link.
 //   - smc-stream: 64 KiB writes streamed to a sink that acknowledges the
-//     last byte; the median block's rate. Target: SMC >= 1.5x TCP.
+//     last byte; the median block's rate. Target: SMC >= 1.5x TCP on one
+//     host, >= 1/1.3x over the TCP link.
 //   - smc-connect: a Dial that returns a settled connection (closed
 //     untimed after), once the two Nodes already know each other's slabs:
 //     a TCP connect plus the CLC round trips. Target: SMC <= 2x TCP.
-//
-// Not measured yet: two processes, the soft RNIC's TCP wire, the first
-// connection to a node, many connections.
+//   - smc-connect-first: the first connection between two Nodes: a Dial
+//     from a Node opened just before (untimed), so both sides register
+//     and export a slab for the other and look the other's up. krcore's
+//     QPs between the two nodes are pooled already (they are the links).
+//     No target.
+//   - smc-many: 8 B round trips on 100 active connections at once while
+//     1,000 more stay open and idle (16 KiB buffers); every round trip's
+//     time. No target: the ratio is reported.
 
 // Names of the smc benchmark.
 const (
-	testSMCRTT      = "smc-rtt"
-	testSMCStream   = "smc-stream"
-	testSMCConnect  = "smc-connect"
-	seriesSMC       = "smc"
-	smcPingSize     = 8
-	smcStreamSize   = 64 << 10
-	smcBufferSize   = 256 << 10
-	targetSMCRTT    = 0.3
-	targetSMCStream = 1.5
+	testSMCRTT          = "smc-rtt"
+	testSMCStream       = "smc-stream"
+	testSMCConnect      = "smc-connect"
+	testSMCConnectFirst = "smc-connect-first"
+	testSMCMany         = "smc-many"
+	seriesSMC           = "smc"
+	smcPingSize         = 8
+	smcStreamSize       = 64 << 10
+	smcBufferSize       = 256 << 10
+	// smcSmallBuffer is the buffer of the Nodes of smc-many and
+	// smc-connect-first: many connections, little data each.
+	smcSmallBuffer   = 16 << 10
+	smcIdle          = 1000
+	smcActive        = 100
+	childSMCServer   = "smc-server"
+	targetSMCRTT     = 0.3
+	targetSMCStream  = 1.5
+	targetSMCTCPLink = 1.3 // over the TCP link: no worse than TCP by this
 	// A later connect is a TCP connect plus one CLC round trip and the
 	// confirm (issue 17).
 	targetSMCConnect = 2
 )
 
-// smcDeviation says where the run measures other than the issue asks.
-const smcDeviation = "one process over the soft RNIC's in-memory fabric, not two processes; TCP is loopback in the same process"
+// smcPlaces maps -places' names to placements.
+var smcPlaces = map[string]string{"inproc": placementInproc, "cross": placementCross, "tcp": placementCrossTCP}
 
 // smcConfig is krbench smc's command line.
 type smcConfig struct {
+	places        []string // placements, in order
 	n, msgs       int
 	spin, timeout time.Duration
 	json, check   bool
@@ -70,10 +107,11 @@ func parseSMC(args []string, stderr io.Writer) (*smcConfig, error) {
 	fs := flag.NewFlagSet("krbench smc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &smcConfig{}
+	places := fs.String("places", "inproc,cross,tcp", "placements to measure: inproc, cross (two processes, shared-memory link), tcp (two processes, soft TCP link)")
 	fs.IntVar(&c.n, "n", 5000, "round trips per latency series")
 	fs.IntVar(&c.msgs, "msgs", 4000, "64 KiB writes per stream series")
 	fs.DurationVar(&c.spin, "spin", 200*time.Microsecond, "how long krcored's pump polls before it sleeps")
-	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound on the whole run")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound on each placement's run")
 	fs.BoolVar(&c.json, "json", false, "one JSON document")
 	fs.BoolVar(&c.check, "check", false, "exit with status 3 when a target is missed")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +119,13 @@ func parseSMC(args []string, stderr io.Writer) (*smcConfig, error) {
 	}
 	if c.n < interleave.Blocks || c.msgs < interleave.Blocks || fs.NArg() > 0 {
 		return nil, fmt.Errorf("-n and -msgs >= %d, no arguments", interleave.Blocks)
+	}
+	for _, p := range strings.Split(*places, ",") {
+		place, ok := smcPlaces[p]
+		if !ok || slices.Contains(c.places, place) {
+			return nil, fmt.Errorf("-places: %q is not one of inproc, cross, tcp (each once)", p)
+		}
+		c.places = append(c.places, place)
 	}
 	return c, nil
 }
@@ -96,7 +141,11 @@ func runSMCCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	out := report.New(stdout, c.json, deriveSMCChecks)
-	err = runSMC(ctx, c, stderr, out)
+	for _, place := range c.places {
+		if err == nil {
+			err = runSMC(ctx, c, place, stderr, out)
+		}
+	}
 	if err == nil {
 		err = out.Finish(c.check)
 	}
@@ -111,108 +160,287 @@ func runSMCCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// smcServers is the bench's server side: SMC listeners on a Node with
+// large buffers and one with small ones, and a plain TCP listener, all
+// serving serveSMCBench.
+type smcServers struct {
+	smc, small, tcp string // addresses
+	close           func()
+}
+
+// startSMCServers serves the bench on api's Nodes and on TCP, on loopback.
+func startSMCServers(api krcore.API) (*smcServers, error) {
+	var closers []func() error
+	var servers sync.WaitGroup
+	s := &smcServers{close: func() {
+		for _, f := range slices.Backward(closers) {
+			f()
+		}
+		servers.Wait()
+	}}
+	serve := func(opts *smc.Options) (string, error) {
+		var ln net.Listener
+		var err error
+		if opts == nil {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		} else {
+			ln, err = smc.Listen("tcp", "127.0.0.1:0", opts)
+		}
+		if err != nil {
+			return "", err
+		}
+		closers = append(closers, ln.Close)
+		servers.Add(1)
+		go func() { defer servers.Done(); serveSMCBench(ln) }()
+		return ln.Addr().String(), nil
+	}
+	for _, l := range []struct {
+		addr *string
+		size int
+	}{{&s.smc, smcBufferSize}, {&s.small, smcSmallBuffer}, {&s.tcp, 0}} {
+		var opts *smc.Options
+		if l.size != 0 {
+			n, err := smc.Open(api, smc.NodeOptions{BufferSize: l.size})
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			closers = append(closers, n.Close)
+			opts = &smc.Options{Node: n}
+		}
+		var err error
+		if *l.addr, err = serve(opts); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// runSMCServer is the server process of the cross-process placements: a
+// soft node with the cluster's MetaServer and startSMCServers on it, until
+// SIGTERM. It prints the MetaServer's text on stdout, then the three
+// addresses on one line.
+func runSMCServer(ctx context.Context, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	b := &dBench{d: &dConfig{timeout: time.Minute}, ctx: ctx, log: slog.New(slog.DiscardHandler)}
+	defer func() {
+		for _, d := range b.devs {
+			d.Close()
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rt, err := b.node(sctx, dNodeServer, nil)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	s, err := startSMCServers(core.Embed(rt))
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	fmt.Fprintln(stdout, rt.MetaInfo().String())
+	fmt.Fprintln(stdout, s.smc, s.small, s.tcp)
+	<-ctx.Done()
+	return nil
+}
+
+// smcAPI is one client runtime: embedded or through krcored.
+type smcAPI struct {
+	label string
+	api   krcore.API
+}
+
 // smcSide is one client endpoint: a ping-pong connection and a stream
 // connection, over SMC or TCP.
 type smcSide struct {
 	label        string
 	ping, stream net.Conn
 	dial         func() (net.Conn, error) // a connection to the sink
+	// first opens a Node, dials with it and closes both, timing the dial
+	first func() (time.Duration, error)
+	many  []net.Conn // to the small server: the active ones first
+	nodes []*smc.Node
 }
 
-// runSMC sets up the cluster, the servers and the clients, and runs both
-// tables.
-func runSMC(ctx context.Context, c *smcConfig, stderr io.Writer, out *report.Output) error {
+func (s *smcSide) close() {
+	for _, c := range append([]net.Conn{s.ping, s.stream}, s.many...) {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for _, n := range s.nodes {
+		n.Close()
+	}
+}
+
+// runSMC measures one placement.
+func runSMC(ctx context.Context, c *smcConfig, place string, stderr io.Writer, out *report.Output) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{Logger: slogTo(stderr)}})
-	if err != nil {
-		return fmt.Errorf("in-process cluster: %w", err)
+	if place == placementInproc {
+		cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{Logger: slogTo(stderr)}})
+		if err != nil {
+			return fmt.Errorf("in-process cluster: %w", err)
+		}
+		defer cl.Close()
+		lb := &liteBench{c: &liteConfig{spin: c.spin, timeout: c.timeout}}
+		daemonAPI, stopDaemon, err := lb.serveDaemon(ctx, cl.Node(1))
+		if err != nil {
+			return err
+		}
+		defer stopDaemon()
+		srv, err := startSMCServers(core.Embed(cl.Node(2)))
+		if err != nil {
+			return err
+		}
+		defer srv.close()
+		return measureSMC(ctx, c, out, place, srv, []smcAPI{{seriesSMC, core.Embed(cl.Node(1))}, {seriesSMC + daemonSuffix, daemonAPI}},
+			"server node 2 (embedded), client node 1 embedded and through krcored (served in this process); in-memory fabric; TCP: loopback")
 	}
-	defer cl.Close()
-	lb := &liteBench{c: &liteConfig{spin: c.spin, timeout: c.timeout}}
-	daemonAPI, stopDaemon, err := lb.serveDaemon(ctx, cl.Node(1))
+	d := &dBench{d: &dConfig{timeout: c.timeout, spin: c.spin}, ctx: ctx, log: slogTo(stderr), stderr: stderr,
+		role: childSMCServer, tcpLink: place == placementCrossTCP}
+	defer func() { err = firstErr(err, d.close()) }()
+	info, err := d.startServer(ctx, nil)
 	if err != nil {
+		return fmt.Errorf("smc server process: %w", err)
+	}
+	if d.emb, err = d.node(ctx, dNodeEmbedded, []meta.Info{info}); err != nil {
 		return err
 	}
-	defer stopDaemon()
-	srvNode, err := smc.Open(core.Embed(cl.Node(2)), smc.NodeOptions{BufferSize: smcBufferSize})
-	if err != nil {
+	if err := d.startDaemon(ctx, info); err != nil {
 		return err
 	}
-	defer srvNode.Close()
-	var servers sync.WaitGroup
-	defer servers.Wait()
-	smcLn, err := smc.Listen("tcp", "127.0.0.1:0", &smc.Options{Node: srvNode})
+	line, err := d.serverOut.ReadString('\n')
+	srv := &smcServers{close: func() {}}
+	if err == nil {
+		if _, err = fmt.Sscan(line, &srv.smc, &srv.small, &srv.tcp); err != nil {
+			err = fmt.Errorf("%q: %w", line, err)
+		}
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("smc server process: its addresses: %w", err)
 	}
-	defer smcLn.Close()
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	link := "the soft link between processes of one host (shared memory)"
+	if d.tcpLink {
+		link = "the soft RNIC's TCP link over loopback"
 	}
-	defer tcpLn.Close()
-	for _, ln := range []net.Listener{smcLn, tcpLn} {
-		servers.Add(1)
-		go func() { defer servers.Done(); serveSMCBench(ln) }()
-	}
+	return measureSMC(ctx, c, out, place, srv, []smcAPI{{seriesSMC, core.Embed(d.emb)}, {seriesSMC + daemonSuffix, d.cl}}, fmt.Sprintf(
+		"server node %d: a child process (embedded); client node %d in this process, and krcored node %d: a child process; %s; TCP: loopback between the same processes",
+		dNodeServer, dNodeEmbedded, dNodeDaemon, link))
+}
+
+// measureSMC opens the clients' Nodes and connections to srv and runs
+// every table.
+func measureSMC(ctx context.Context, c *smcConfig, out *report.Output, place string, srv *smcServers, apis []smcAPI, nodes string) error {
 	var sides []*smcSide
 	defer func() {
 		for _, s := range sides {
-			s.ping.Close()
-			s.stream.Close()
+			s.close()
 		}
 	}()
-	for _, d := range []struct{ label, addr string }{
-		{seriesSMC, smcLn.Addr().String()}, {seriesSMC + daemonSuffix, smcLn.Addr().String()}, {seriesTCP, tcpLn.Addr().String()},
-	} {
-		opts := &smc.Options{}
-		switch d.label {
-		case seriesSMC:
-			n, err := smc.Open(core.Embed(cl.Node(1)), smc.NodeOptions{BufferSize: smcBufferSize})
-			if err != nil {
-				return err
-			}
-			defer n.Close()
-			opts.Node = n
-		case seriesSMC + daemonSuffix:
-			n, err := smc.Open(daemonAPI, smc.NodeOptions{BufferSize: smcBufferSize})
-			if err != nil {
-				return err
-			}
-			defer n.Close()
-			opts.Node = n
-		}
-		s := &smcSide{label: d.label, dial: func() (net.Conn, error) { return dialSMCBench(ctx, d.addr, opts, 's') }}
-		if s.ping, err = dialSMCBench(ctx, d.addr, opts, 'p'); err == nil {
-			s.stream, err = dialSMCBench(ctx, d.addr, opts, 's')
-			if err != nil {
-				s.ping.Close()
-			}
+	for _, a := range append(apis, smcAPI{label: seriesTCP}) {
+		s, err := openSMCSide(ctx, a, srv)
+		if s != nil {
+			sides = append(sides, s)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", d.label, err)
+			return fmt.Errorf("%s %s: %w", place, a.label, err)
 		}
-		if d.label != seriesTCP && !smc.ModeOf(s.ping).SMC {
-			s.ping.Close()
-			s.stream.Close()
-			return fmt.Errorf("%s: the connection fell back: %v", d.label, smc.ModeOf(s.ping))
+	}
+	b := &smcBench{c: c, out: out, place: place, sides: sides, nodes: nodes}
+	for _, f := range []func() error{b.rtt, b.stream, b.connect, b.connectFirst, b.many} {
+		if err := f(); err != nil {
+			return err
 		}
-		sides = append(sides, s)
 	}
-	nodes := "server node 2 (embedded), client node 1 embedded and through krcored (served in this process); in-memory fabric; TCP: loopback"
-	if err := smcRTT(c, out, sides, nodes); err != nil {
-		return err
+	return nil
+}
+
+// openSMCSide opens a's Nodes (none for TCP: a.api nil) and connects them
+// to srv: a ping-pong and a stream connection, and smcIdle+smcActive to
+// the small server.
+func openSMCSide(ctx context.Context, a smcAPI, srv *smcServers) (*smcSide, error) {
+	addr, small := srv.tcp, srv.tcp
+	var opts, smallOpts *smc.Options
+	s := &smcSide{label: a.label}
+	if a.api != nil {
+		addr, small = srv.smc, srv.small
+		for _, size := range []int{smcBufferSize, smcSmallBuffer} {
+			n, err := smc.Open(a.api, smc.NodeOptions{BufferSize: size})
+			if err != nil {
+				return s, err
+			}
+			s.nodes = append(s.nodes, n)
+		}
+		opts, smallOpts = &smc.Options{Node: s.nodes[0]}, &smc.Options{Node: s.nodes[1]}
 	}
-	if err := smcStream(c, out, sides, nodes); err != nil {
-		return err
+	s.dial = func() (net.Conn, error) { return dialSMCBench(ctx, addr, opts, 's') }
+	s.first = func() (time.Duration, error) {
+		if a.api == nil {
+			t0 := time.Now()
+			conn, err := dialSMCBench(ctx, small, nil, 's')
+			d := time.Since(t0)
+			if err == nil {
+				conn.Close()
+			}
+			return d, err
+		}
+		n, err := smc.Open(a.api, smc.NodeOptions{BufferSize: smcSmallBuffer})
+		if err != nil {
+			return 0, err
+		}
+		defer n.Close()
+		t0 := time.Now()
+		conn, err := dialSMCBench(ctx, small, &smc.Options{Node: n}, 's')
+		d := time.Since(t0)
+		if err == nil {
+			err = settled(a.label, conn)
+			conn.Close()
+		}
+		return d, err
 	}
-	return smcConnect(c, out, sides, nodes)
+	var err error
+	if s.ping, err = dialSMCBench(ctx, addr, opts, 'p'); err != nil {
+		return s, err
+	}
+	if s.stream, err = dialSMCBench(ctx, addr, opts, 's'); err != nil {
+		return s, err
+	}
+	for range smcIdle + smcActive {
+		conn, err := dialSMCBench(ctx, small, smallOpts, 'p')
+		if err != nil {
+			return s, fmt.Errorf("connection %d to the small server: %w", len(s.many), err)
+		}
+		s.many = append(s.many, conn)
+	}
+	if a.api != nil {
+		for _, conn := range append([]net.Conn{s.ping, s.stream}, s.many...) {
+			if err := settled(a.label, conn); err != nil {
+				return s, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// settled fails for a connection that fell back to TCP.
+func settled(label string, conn net.Conn) error {
+	if m := smc.ModeOf(conn); !m.SMC {
+		return fmt.Errorf("%s: the connection fell back: %v", label, m)
+	}
+	return nil
 }
 
 // dialSMCBench dials the bench server and names the connection's role in
-// its first byte: 'p' echoes, 's' sinks.
+// its first byte: 'p' echoes, 's' sinks. opts nil dials plain TCP.
 func dialSMCBench(ctx context.Context, addr string, opts *smc.Options, role byte) (net.Conn, error) {
+	if opts == nil {
+		opts = &smc.Options{}
+	}
 	conn, err := smc.DialContext(ctx, "tcp", addr, opts)
 	if err != nil {
 		return nil, err
@@ -273,35 +501,45 @@ func smcSink(conn net.Conn) {
 	}
 }
 
-// smcRTT is the smc-rtt table.
-func smcRTT(c *smcConfig, out *report.Output, sides []*smcSide, nodes string) error {
+// smcBench is one placement's tables.
+type smcBench struct {
+	c            *smcConfig
+	out          *report.Output
+	place, nodes string
+	sides        []*smcSide
+}
+
+// latency runs one latency series per side in rotating blocks of iters
+// in all, and adds their table.
+func (b *smcBench) latency(test, title string, size, iters int, run func(s *smcSide, w, n int) ([]time.Duration, error), info ...perf.Field) error {
 	var series []*interleave.Latency
-	for _, s := range sides {
-		series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
-			return smcPingPong(s.ping, w, n)
-		}})
+	for _, s := range b.sides {
+		series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) { return run(s, w, n) }})
 	}
-	if err := interleave.WarmLatency(max(c.n/10, 1), series...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCRTT, err)
+	if err := interleave.WarmLatency(max(iters/10, 1), series...); err != nil {
+		return fmt.Errorf("%s %s: %w", b.place, test, err)
 	}
 	blocks := make([]func() error, len(series))
 	for i, s := range series {
-		blocks[i] = s.Block(interleave.PerBlock(c.n))
+		blocks[i] = s.Block(interleave.PerBlock(iters))
 	}
 	if err := interleave.Rotate(blocks...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCRTT, err)
+		return fmt.Errorf("%s %s: %w", b.place, test, err)
 	}
 	rows := make([]perf.LatencyStats, len(series))
 	for i, s := range series {
-		rows[i] = perf.Latency(smcPingSize, s.Samples)
-		rows[i].Label = sides[i].label
+		rows[i] = perf.Latency(size, s.Samples)
+		rows[i].Label = b.sides[i].label
 	}
-	return out.Add(perf.Result{Title: "SMC vs TCP Ping-Pong Latency, 8 B (interleaved)", Test: testSMCRTT, Mode: perf.ModeLat,
-		Column: "series", Placement: placementInproc, Latency: rows, Info: []perf.Field{
-			{Key: "Series", Value: "smc: smc.Conn, RDMA WRITE_WITH_IMM each way; smc_daemon: its client through krcored; tcp: net.Conn over loopback"},
-			{Key: "Nodes", Value: nodes},
-			{Key: "Blocks", Value: fmt.Sprintf("%d per series, rotating order", interleave.Blocks)},
-			{Key: "Deviation", Value: smcDeviation}}})
+	return b.out.Add(perf.Result{Title: title, Test: test, Mode: perf.ModeLat, Column: "series", Placement: b.place, Latency: rows,
+		Info: append(info, perf.Field{Key: "Nodes", Value: b.nodes}, perf.Field{Key: "Blocks", Value: fmt.Sprintf("%d per series, rotating order", interleave.Blocks)})})
+}
+
+// rtt is the smc-rtt table.
+func (b *smcBench) rtt() error {
+	return b.latency(testSMCRTT, "SMC vs TCP Ping-Pong Latency, 8 B (interleaved)", smcPingSize, b.c.n,
+		func(s *smcSide, w, n int) ([]time.Duration, error) { return smcPingPong(s.ping, w, n) },
+		perf.Field{Key: "Series", Value: "smc: smc.Conn, RDMA WRITE_WITH_IMM each way; smc_daemon: its client through krcored; tcp: net.Conn over loopback"})
 }
 
 // smcPingPong times n round trips of 8 bytes after w untimed ones.
@@ -323,35 +561,34 @@ func smcPingPong(conn net.Conn, w, n int) ([]time.Duration, error) {
 	return samples, nil
 }
 
-// smcStream is the smc-stream table.
-func smcStream(c *smcConfig, out *report.Output, sides []*smcSide, nodes string) error {
+// stream is the smc-stream table.
+func (b *smcBench) stream() error {
 	var series []*interleave.Bandwidth
-	for _, s := range sides {
+	for _, s := range b.sides {
 		series = append(series, interleave.NewBandwidth(func(total int) ([]perf.Mark, error) {
 			return smcStreamRun(s.stream, total)
 		}))
 	}
-	if err := interleave.WarmBandwidth(c.msgs/10, series...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCStream, err)
+	if err := interleave.WarmBandwidth(b.c.msgs/10, series...); err != nil {
+		return fmt.Errorf("%s %s: %w", b.place, testSMCStream, err)
 	}
 	blocks := make([]func() error, len(series))
 	for i, s := range series {
-		blocks[i] = s.Block(interleave.PerBlock(c.msgs))
+		blocks[i] = s.Block(interleave.PerBlock(b.c.msgs))
 	}
 	if err := interleave.Rotate(blocks...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCStream, err)
+		return fmt.Errorf("%s %s: %w", b.place, testSMCStream, err)
 	}
 	rows := make([]perf.BandwidthStats, len(series))
 	for i, s := range series {
 		rows[i] = perf.MedianBlock(smcStreamSize, s.BlockMarks, 1)
-		rows[i].Label = sides[i].label
+		rows[i].Label = b.sides[i].label
 	}
-	return out.Add(perf.Result{Title: "SMC vs TCP Stream Bandwidth, 64 KiB writes (interleaved, median block)", Test: testSMCStream, Mode: perf.ModeBW,
-		Column: "series", Placement: placementInproc, Bandwidth: rows, Info: []perf.Field{
+	return b.out.Add(perf.Result{Title: "SMC vs TCP Stream Bandwidth, 64 KiB writes (interleaved, median block)", Test: testSMCStream, Mode: perf.ModeBW,
+		Column: "series", Placement: b.place, Bandwidth: rows, Info: []perf.Field{
 			{Key: "Series", Value: "as smc-rtt; a block ends when the sink acknowledges its last byte"},
 			{Key: "Buffers", Value: fmt.Sprintf("SMC receive and staging buffers of %d KiB", smcBufferSize>>10)},
-			{Key: "Nodes", Value: nodes},
-			{Key: "Deviation", Value: smcDeviation}}})
+			{Key: "Nodes", Value: b.nodes}}})
 }
 
 // smcStreamRun writes total messages of 64 KiB behind their count and waits for
@@ -379,11 +616,10 @@ func smcStreamRun(conn net.Conn, total int) ([]perf.Mark, error) {
 	return append(marks, perf.Mark{At: time.Since(t0), Msgs: total}), nil
 }
 
-// smcConnect is the smc-connect table: -n/10 connections per series.
-func smcConnect(c *smcConfig, out *report.Output, sides []*smcSide, nodes string) error {
-	var series []*interleave.Latency
-	for _, s := range sides {
-		series = append(series, &interleave.Latency{Run: func(w, n int) ([]time.Duration, error) {
+// connect is the smc-connect table: -n/10 connections per series.
+func (b *smcBench) connect() error {
+	return b.latency(testSMCConnect, "SMC vs TCP Connect, later connections (interleaved)", 0, max(b.c.n/10, interleave.Blocks),
+		func(s *smcSide, w, n int) ([]time.Duration, error) {
 			samples := make([]time.Duration, 0, n)
 			for i := range w + n {
 				t0 := time.Now()
@@ -392,70 +628,119 @@ func smcConnect(c *smcConfig, out *report.Output, sides []*smcSide, nodes string
 				if err != nil {
 					return nil, err
 				}
-				if s.label != seriesTCP && !smc.ModeOf(conn).SMC {
-					conn.Close()
-					return nil, fmt.Errorf("%s: the connection fell back: %v", s.label, smc.ModeOf(conn))
+				if s.label != seriesTCP {
+					err = settled(s.label, conn)
 				}
 				conn.Close()
+				if err != nil {
+					return nil, err
+				}
 				if i >= w {
 					samples = append(samples, d)
 				}
 			}
 			return samples, nil
-		}})
-	}
-	iters := max(c.n/10, interleave.Blocks)
-	if err := interleave.WarmLatency(interleave.Blocks, series...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCConnect, err)
-	}
-	blocks := make([]func() error, len(series))
-	for i, s := range series {
-		blocks[i] = s.Block(interleave.PerBlock(iters))
-	}
-	if err := interleave.Rotate(blocks...); err != nil {
-		return fmt.Errorf("%s: %w", testSMCConnect, err)
-	}
-	rows := make([]perf.LatencyStats, len(series))
-	for i, s := range series {
-		rows[i] = perf.Latency(0, s.Samples)
-		rows[i].Label = sides[i].label
-	}
-	return out.Add(perf.Result{Title: "SMC vs TCP Connect, later connections (interleaved)", Test: testSMCConnect, Mode: perf.ModeLat,
-		Column: "series", Placement: placementInproc, Latency: rows, Info: []perf.Field{
-			{Key: "Series", Value: "smc: smc.DialContext until the connection runs SMC (TCP connect, proposal, accept, confirm); tcp: net.Dial; each closed untimed"},
-			{Key: "Nodes", Value: nodes},
-			{Key: "Deviation", Value: smcDeviation}}})
+		},
+		perf.Field{Key: "Series", Value: "smc: smc.DialContext until the connection runs SMC (TCP connect, proposal, accept, confirm); tcp: net.Dial; each closed untimed"})
+}
+
+// connectFirst is the smc-connect-first table: -n/100 connections per
+// series, each from a Node of its own.
+func (b *smcBench) connectFirst() error {
+	return b.latency(testSMCConnectFirst, "SMC vs TCP Connect, first connection between two Nodes (interleaved)", 0, max(b.c.n/100, interleave.Blocks),
+		func(s *smcSide, w, n int) ([]time.Duration, error) {
+			samples := make([]time.Duration, 0, n)
+			for i := range w + n {
+				d, err := s.first()
+				if err != nil {
+					return nil, err
+				}
+				if i >= w {
+					samples = append(samples, d)
+				}
+			}
+			return samples, nil
+		},
+		perf.Field{Key: "Series", Value: fmt.Sprintf("smc: smc.DialContext from a Node opened just before, untimed (%d KiB buffers): both sides register and export a slab for the other and look it up; krcore's QPs between the nodes are pooled; tcp: net.Dial", smcSmallBuffer>>10)})
+}
+
+// many is the smc-many table: smcActive connections ping-pong at once,
+// -n round trips in all per series, with smcIdle more open.
+func (b *smcBench) many() error {
+	return b.latency(testSMCMany, fmt.Sprintf("SMC vs TCP Ping-Pong Latency, 8 B, %d active of %d open connections (interleaved)", smcActive, smcActive+smcIdle),
+		smcPingSize, max(b.c.n, smcActive*interleave.Blocks),
+		func(s *smcSide, w, n int) ([]time.Duration, error) {
+			per, wper := max(n/smcActive, 1), w/smcActive
+			if n == 0 {
+				per = 0
+			}
+			res := make([][]time.Duration, smcActive)
+			errs := make([]error, smcActive)
+			var wg sync.WaitGroup
+			for i, conn := range s.many[:smcActive] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res[i], errs[i] = smcPingPong(conn, wper, per)
+				}()
+			}
+			wg.Wait()
+			return slices.Concat(res...), errors.Join(errs...)
+		},
+		perf.Field{Key: "Series", Value: fmt.Sprintf("as smc-rtt, on %d connections at once (a goroutine each) while %d more stay open and idle; SMC buffers of %d KiB", smcActive, smcIdle, smcSmallBuffer>>10)})
 }
 
 // deriveSMCChecks makes krbench smc's ratios against TCP.
 func deriveSMCChecks(rep *perf.Report) []perf.Check {
 	var out []perf.Check
-	if r := rep.FindAt(placementInproc, testSMCRTT, perf.ModeLat); r != nil {
-		tcp := r.LabelRow(seriesTCP)
-		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
-			if s := r.LabelRow(seriesSMC + via.suffix); s != nil && tcp != nil {
-				out = append(out, perf.RatioOf(fmt.Sprintf("in-process %s: SMC 8B RTT t_typical / TCP loopback 8B RTT t_typical (interleaved)", via.name),
-					s.Typical, tcp.Typical).AtMost(targetSMCRTT))
-			}
+	for _, place := range []string{placementInproc, placementCross, placementCrossTCP} {
+		rtt, stream := targetSMCRTT, targetSMCStream
+		if place == placementCrossTCP {
+			rtt, stream = targetSMCTCPLink, 1/targetSMCTCPLink
 		}
-	}
-	if r := rep.FindAt(placementInproc, testSMCConnect, perf.ModeLat); r != nil {
-		tcp := r.LabelRow(seriesTCP)
 		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
-			if s := r.LabelRow(seriesSMC + via.suffix); s != nil && tcp != nil {
-				out = append(out, perf.RatioOf(fmt.Sprintf("in-process %s: SMC later connect t_typical / TCP connect t_typical (interleaved)", via.name),
-					s.Typical, tcp.Typical).AtMost(targetSMCConnect))
+			name := func(what string) string { return fmt.Sprintf("%s %s: %s", place, via.name, what) }
+			lat := func(test, what string, limit float64) {
+				if r := rep.FindAt(place, test, perf.ModeLat); r != nil {
+					if s, t := r.LabelRow(seriesSMC+via.suffix), r.LabelRow(seriesTCP); s != nil && t != nil {
+						c := perf.RatioOf(name(what), s.Typical, t.Typical)
+						if limit > 0 {
+							c = c.AtMost(limit)
+						}
+						out = append(out, c)
+					}
+				}
 			}
-		}
-	}
-	if r := rep.FindAt(placementInproc, testSMCStream, perf.ModeBW); r != nil {
-		tcp := r.BandwidthLabelRow(seriesTCP)
-		for _, via := range []struct{ suffix, name string }{{"", "embedded"}, {daemonSuffix, "through krcored"}} {
-			if s := r.BandwidthLabelRow(seriesSMC + via.suffix); s != nil && tcp != nil {
-				out = append(out, perf.RatioOf(fmt.Sprintf("in-process %s: SMC 64KiB stream BW / TCP loopback stream BW (median blocks, interleaved)", via.name),
-					s.AvgMBps, tcp.AvgMBps).AtLeast(targetSMCStream))
+			lat(testSMCRTT, "SMC 8B RTT t_typical / TCP loopback 8B RTT t_typical (interleaved)", rtt)
+			lat(testSMCConnect, "SMC later connect t_typical / TCP connect t_typical (interleaved)", targetSMCConnect)
+			lat(testSMCConnectFirst, "SMC first connect t_typical / TCP connect t_typical (interleaved)", 0)
+			lat(testSMCMany, fmt.Sprintf("SMC 8B RTT t_typical / TCP 8B RTT t_typical, %d active of %d open (interleaved)", smcActive, smcActive+smcIdle), 0)
+			if r := rep.FindAt(place, testSMCStream, perf.ModeBW); r != nil {
+				if s, t := r.BandwidthLabelRow(seriesSMC+via.suffix), r.BandwidthLabelRow(seriesTCP); s != nil && t != nil {
+					out = append(out, perf.RatioOf(name("SMC 64KiB stream BW / TCP loopback stream BW (median blocks, interleaved)"),
+						s.AvgMBps, t.AvgMBps).AtLeast(stream))
+				}
 			}
 		}
 	}
 	return out
+}
+
+// runSMCRole runs krbench smc or its server process when args name one;
+// ok is false otherwise.
+func runSMCRole(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "smc":
+		return runSMCCmd(ctx, args[1:], stdout, stderr), true
+	case childSMCServer:
+		if err := runSMCServer(ctx, stdout); err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stderr, "krbench %s: %v\n", args[0], err)
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
 }
