@@ -26,6 +26,12 @@
 #   KRCORE_VM_MEM      guest RAM (default 1G)
 #   KRCORE_VM_TIMEOUT  seconds before the VM is killed (default 900)
 #   KRCORE_VM_VERBOSE=1  stream the guest's kernel console to stderr
+#   KRCORE_VM_KERNEL_PKG  a Debian kernel package to boot instead of the
+#                      pinned one (.ci/smc-vm.sh: 6.12, for SMC-R on rxe)
+#   KRCORE_VM_EXTRA_MODS  more kernel modules to load at boot, with their
+#                      dependencies (.ci/smc-vm.sh: veth smc smc_diag)
+#   KRCORE_VM_EXTRA_BINS  more host programs to copy into the guest, with
+#                      their libraries (.ci/smc-vm.sh: tcpdump)
 #
 # Nothing is installed on the host but Debian packages (apt-get); the
 # kernel package is only downloaded and unpacked into the cache. The cache
@@ -79,7 +85,9 @@ fi
 # The package linux-image-amd64 points at today; pinned in the cache so a
 # later run does not fetch a new kernel behind the test's back (delete
 # $CACHE/kernel-pkg to move on).
-if [ -s "$CACHE/kernel-pkg" ]; then
+if [ -n "${KRCORE_VM_KERNEL_PKG:-}" ]; then
+  kpkg=$KRCORE_VM_KERNEL_PKG
+elif [ -s "$CACHE/kernel-pkg" ]; then
   kpkg=$(cat "$CACHE/kernel-pkg")
 else
   kdep() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
@@ -103,7 +111,7 @@ if [ ! -e "$KROOT/.done" ]; then
   # the uncompressed ELF: unpack the payload once, keep it when it is one.
   vmlinuz="$KROOT/boot/vmlinuz-$krel"
   for m in 'xz:\xFD7zXZ\x00' 'zstd:\x28\xB5\x2F\xFD'; do
-    off=$(LC_ALL=C grep -obUaP "${m#*:}" "$vmlinuz" | head -n1 | cut -d: -f1)
+    off=$(LC_ALL=C grep -obUaP "${m#*:}" "$vmlinuz" | head -n1 | cut -d: -f1 || true)
     [ -n "$off" ] || continue
     tail -c +$((off + 1)) "$vmlinuz" | "${m%%:*}" -dcq >"$KROOT/vmlinux" 2>/dev/null || true
     break
@@ -121,15 +129,16 @@ GUEST_BINS="/usr/bin/bash /usr/bin/dash /usr/bin/ip /usr/bin/rdma
   /usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
   /usr/bin/ib_read_lat /usr/bin/ib_write_lat /usr/bin/ib_send_lat /usr/bin/ib_read_bw
   /usr/bin/ib_write_bw /usr/bin/ib_send_bw /usr/bin/ib_atomic_lat
-  $ARCHLIB/libibverbs.so.1 $ARCHLIB/libgcc_s.so.1"
+  $ARCHLIB/libibverbs.so.1 $ARCHLIB/libgcc_s.so.1 ${KRCORE_VM_EXTRA_BINS:-}"
 # Kernel modules, dependencies first. rxe's CRC comes through the crypto
 # API, which would load crc32 with request_module(), and the guest has no
 # modprobe: name it. Built-in ones are skipped.
-GUEST_MODS="crc32_generic crc32_pclmul rdma_rxe ib_uverbs dummy virtio_pci 9pnet_virtio 9p"
+GUEST_MODS="crc32_generic crc32_pclmul rdma_rxe ib_uverbs dummy virtio_pci 9pnet_virtio 9p
+  ${KRCORE_VM_EXTRA_MODS:-}"
 
 INITRD="$CACHE/initramfs-$krel.cpio"
 stamp() {
-  echo "$kpkg"; cat "$SELF" "$(dirname "$SELF")/init" | md5sum
+  echo "$kpkg $GUEST_BINS $GUEST_MODS"; cat "$SELF" "$(dirname "$SELF")/init" | md5sum
   dpkg-query -W busybox-static rdma-core ibverbs-providers ibverbs-utils perftest iproute2 bash dash libc6
 }
 if [ ! -s "$INITRD" ] || [ "$(cat "$INITRD.stamp" 2>/dev/null)" != "$(stamp)" ]; then
@@ -196,7 +205,8 @@ printf 'VM_SHARE=%q\n' "$SHARE" >"$RUN/ov/etc/vm.env"
 # lacks (a cgo binary's libc is the host's, as is its libibverbs).
 find "$SHARE" -maxdepth 1 -type f -perm -u+x | while read -r f; do
   [ "$(head -c 4 "$f" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || continue
-  ldd "$f" 2>/dev/null | awk '/=> \//{print $3}' | while read -r lib; do
+  # A static program has none (ldd fails).
+  { ldd "$f" 2>/dev/null || true; } | awk '/=> \//{print $3}' | while read -r lib; do
     [ -e "$CACHE/root$lib" ] || [ -e "$RUN/ov$lib" ] && continue
     mkdir -p "$RUN/ov$(dirname "$lib")"; cp -L "$lib" "$RUN/ov$lib"
   done

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# smc-vm.sh: the Linux kernel's own SMC-R (AF_SMC) over soft-RoCE in the
+# throw-away VM of .ci/vm/run-vm.sh, as the outside peer issue 19's SMC-Rv2
+# work is proven against. Boots Debian's 6.12 kernel package (6.1's rdma_rxe
+# never reports its QP state to SMC, which then stalls and hangs on
+# teardown) with smc, smc_diag and veth, builds the project's C tool
+# (.ci/smc/ksmc.c: AF_SMC echo client/server, UEID, smc_diag reader) and
+# runs .ci/smc/guest.sh: the veth topology (rxeA/rxeB), a UEID, then
+# kernel-to-kernel SMC-R (smc_diag must say mode SMCR) beside plain TCP, a
+# plain TCP client against a kernel AF_SMC server (must fall back with
+# PEERNOSMC), no leftover AF_SMC sockets, and the Go tests named below.
+#
+#   .ci/smc-vm.sh
+#   KSMC_BYTES=65536 KSMC_PINGS=100 .ci/smc-vm.sh   # a shorter run
+#   KSMC_CAPTURE=/tmp/cap .ci/smc-vm.sh   # keep the first contact's pcap
+#
+# The first run downloads the 6.12 kernel package into the VM cache
+# (KRCORE_VM_CACHE) and builds an initramfs for it: about a minute more.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+. .ci/rdma-host.sh smc-vm
+if ! dpkg-query -W -f='${Status}' tcpdump 2>/dev/null | grep -q 'ok installed'; then
+  echo "== smc-vm: apt-get install tcpdump"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 tcpdump >/dev/null
+fi
+
+work=$(mktemp -d /tmp/krcore-smc-vm.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+echo "== gcc .ci/smc/ksmc.c"
+gcc -O2 -Wall -static -pthread -o "$work/ksmc" .ci/smc/ksmc.c
+cp .ci/smc/guest.sh "$work/"
+gotests=""
+for p in ./smc/synopt; do
+  [ -d "$p" ] || continue
+  name=$(basename "$p").test
+  echo "== go test -c $p"
+  CGO_ENABLED=0 go test -c -o "$work/$name" "$p"
+  gotests="$gotests $name"
+done
+
+echo "== running in the VM (kernel 6.12, rxeA/rxeB on a veth pair)"
+cd "$work"
+set +e
+KRCORE_VM_KERNEL_PKG=${KRCORE_VM_KERNEL_PKG:-linux-image-6.12.117+deb12-amd64} \
+KRCORE_VM_EXTRA_MODS="veth smc smc_diag" KRCORE_VM_EXTRA_BINS=/usr/bin/tcpdump \
+KRCORE_VM_TIMEOUT=${KRCORE_VM_TIMEOUT:-600} KRCORE_VM_SHARE="$work" \
+  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
+rc=$?
+set -e
+if [ -n "${KSMC_CAPTURE:-}" ]; then
+  mkdir -p "$KSMC_CAPTURE" && cp -f first.pcap "$KSMC_CAPTURE/" 2>/dev/null &&
+    echo "smc-vm: capture of the first contact in $KSMC_CAPTURE/first.pcap"
+fi
+echo "smc-vm: exit $rc, wall time $(( $(date +%s) - start ))s"
+exit $rc

@@ -1,0 +1,96 @@
+# guest.sh: the in-VM part of .ci/smc-vm.sh (run by bash in the guest, in
+# the directory holding ksmc and the Go test binaries). Builds the topology
+# under which the kernel's SMC-R runs over soft-RoCE, then runs the checks
+# and prints "check NAME ok|FAIL" lines; exits non-zero if any failed.
+set -u
+fail=0
+check() {  # check NAME CONDITION-STATUS
+  if [ "$2" = 0 ]; then echo "check $1 ok"; else echo "check $1 FAIL"; fail=1; fi
+}
+log() { echo "===== [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
+
+log "kernel $(uname -r)"
+[ -d /sys/module/smc ] && [ -d /sys/module/smc_diag ]; check smc-modules $?
+
+# Topology: a veth pair, both ends in the initial network namespace (rxe up
+# to 6.15 takes RoCE packets only there), rxeA on vethA 10.1.0.1 and rxeB
+# on vethB 10.1.0.2. Policy routing sends traffic between the two local
+# addresses across the pair instead of lo, so each side's RDMA device is
+# the one on its own address.
+ip link add vethA type veth peer name vethB
+ip addr add 10.1.0.1/24 dev vethA
+ip addr add 10.1.0.2/24 dev vethB
+ip link set vethA up
+ip link set vethB up
+for c in all default vethA vethB; do
+  echo 1 >/proc/sys/net/ipv4/conf/$c/accept_local
+  echo 0 >/proc/sys/net/ipv4/conf/$c/rp_filter
+done
+ip neigh replace 10.1.0.1 lladdr "$(cat /sys/class/net/vethA/address)" dev vethB nud permanent
+ip neigh replace 10.1.0.2 lladdr "$(cat /sys/class/net/vethB/address)" dev vethA nud permanent
+ip rule add pref 100 lookup local
+ip rule del pref 0 lookup local
+ip route add 10.1.0.1 dev vethB src 10.1.0.2 table 10
+ip route add 10.1.0.2 dev vethA src 10.1.0.1 table 11
+ip rule add pref 10 iif lo to 10.1.0.1 lookup 10
+ip rule add pref 11 iif lo to 10.1.0.2 lookup 11
+rdma link add rxeA type rxe netdev vethA && rdma link add rxeB type rxe netdev vethB
+check rxe-on-veth $?
+
+# rxe has RoCEv2 GIDs only, so only SMC-Rv2, which the kernel offers only
+# with a UEID; both ends share this host's table.
+./ksmc ueid-add KRCORE-SMC-CI; check ueid $?
+
+BYTES=${KSMC_BYTES:-1048576}
+PINGS=${KSMC_PINGS:-1000}
+port=5100
+pair() {  # pair NAME SERVER-FLAGS CLIENT-FLAGS: one echo connection
+  port=$((port + 1))
+  ./ksmc serve $2 -n 1 $port >srv.log 2>&1 &
+  local sp=$!
+  timeout 120 ./ksmc echo $3 10.1.0.1 $port "$BYTES" "$PINGS" >cli.log 2>&1
+  local rc=$?
+  timeout 10 sh -c "while kill -0 $sp 2>/dev/null; do sleep 0.1; done" || kill $sp 2>/dev/null
+  wait $sp 2>/dev/null
+  sed 's/^/  client: /' cli.log; sed 's/^/  server: /' srv.log
+  check "$1" $rc
+}
+
+log "kernel AF_SMC client -> kernel AF_SMC server (first contact: new link group)"
+# What the kernel puts on the wire (CLC on TCP, LLC/CDC in RoCEv2), kept
+# by the harness with KSMC_CAPTURE=DIR; vethA sees both directions.
+tcpdump -Z root -i vethA -s 400 -U -w first.pcap "udp port 4791 or tcp port $((port + 1))" 2>/dev/null &
+tp=$!
+sleep 1
+pair kernel-pair-first "" ""
+grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-first-mode-SMCR $?
+sleep 1; kill $tp 2>/dev/null; wait $tp 2>/dev/null
+for r in 1 2 3; do
+  log "run $r: kernel SMC-R pair (link group reused)"
+  pair kernel-pair-$r "" ""
+  grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-$r-mode-SMCR $?
+  log "run $r: TCP pair"
+  pair tcp-pair-$r -t -t
+done
+
+log "plain TCP client -> kernel AF_SMC server: falls back (PEERNOSMC on the server)"
+pair kernel-server-tcp-client "" -t
+grep -q 'diag server .*mode=TCP fallback=0x03010000' srv.log; check kernel-server-fallback-PEERNOSMC $?
+
+log "kernel AF_SMC client -> plain TCP server: falls back (no SMC option in the SYN-ACK)"
+pair kernel-client-tcp-server -t ""
+grep -q 'diag client .*mode=TCP fallback=0x03010000' cli.log; check kernel-client-fallback-PEERNOSMC $?
+
+log "leftover AF_SMC sockets (smc_diag): none expected"
+sleep 1
+./ksmc diag >diag.log; cat diag.log
+[ ! -s diag.log ]; check no-leftover-sockets $?
+
+for t in ${KSMC_GO_TESTS:-}; do
+  log "go: $t"
+  KRCORE_SMC_VM=1 KRCORE_SMC_KSMC="$PWD/ksmc" timeout 300 "./$t" -test.v -test.count=1 -test.run 'Kernel'
+  check "go-$t" $?
+done
+
+log "done"
+exit $fail
