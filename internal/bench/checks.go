@@ -112,7 +112,7 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 		if r := rep.FindAt(place, testPairRead, perf.ModeLat); r != nil {
 			t, rd := r.LabelRow(seriesTCP), r.LabelRow(testRead)
 			if t != nil && rd != nil {
-				c := perf.RatioOf(fmt.Sprintf("%sread %s t_typical / tcp %s RTT t_typical (interleaved)", prefix, sizeName(pairLatSize), sizeName(pairLatSize)), rd.Typical, t.Typical)
+				c := perf.RatioOf(fmt.Sprintf("%sread %s t_typical / tcp %s RTT t_typical (interleaved)", prefix, perf.SizeName(pairLatSize), perf.SizeName(pairLatSize)), rd.Typical, t.Typical)
 				out = append(out, lt.atMost(c, lt.read))
 				pairRead = true
 			}
@@ -120,12 +120,12 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 		if r := rep.FindAt(place, testPairWrite, perf.ModeBW); r != nil {
 			t, w := r.BandwidthLabelRow(seriesTCP), r.BandwidthLabelRow(testWrite)
 			if t != nil && w != nil {
-				c := perf.RatioOf(fmt.Sprintf("%swrite %s BW average / tcp %s stream BW average (interleaved)", prefix, sizeName(pairBWSize), sizeName(pairBWSize)), w.AvgMBps, t.AvgMBps)
+				c := perf.RatioOf(fmt.Sprintf("%swrite %s BW average / tcp %s stream BW average (interleaved)", prefix, perf.SizeName(pairBWSize), perf.SizeName(pairBWSize)), w.AvgMBps, t.AvgMBps)
 				out = append(out, lt.atLeast(c, lt.write))
 				pairWrite = true
 			}
 			if rd := r.BandwidthLabelRow(testRead); t != nil && rd != nil {
-				c := perf.RatioOf(fmt.Sprintf("%sread %s BW average / tcp %s stream BW average (interleaved)", prefix, sizeName(pairBWSize), sizeName(pairBWSize)), rd.AvgMBps, t.AvgMBps)
+				c := perf.RatioOf(fmt.Sprintf("%sread %s BW average / tcp %s stream BW average (interleaved)", prefix, perf.SizeName(pairBWSize), perf.SizeName(pairBWSize)), rd.AvgMBps, t.AvgMBps)
 				out = append(out, lt.atLeast(c, lt.rdBW))
 				pairReadBW = true
 			}
@@ -139,7 +139,7 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 					if base == nil {
 						continue
 					}
-					sz := sizeName(row.Bytes)
+					sz := perf.SizeName(row.Bytes)
 					name := fmt.Sprintf("%s%s %s t_typical / tcp %s RTT t_typical", prefix, test, sz, sz)
 					num := row.Typical
 					if test == testSend {
@@ -163,7 +163,7 @@ func deriveChecks(rep *perf.Report) []perf.Check {
 					if base == nil {
 						continue
 					}
-					sz := sizeName(row.Bytes)
+					sz := perf.SizeName(row.Bytes)
 					c := perf.RatioOf(fmt.Sprintf("%s%s %s BW average / tcp %s stream BW average", prefix, test, sz, sz), row.AvgMBps, base.AvgMBps)
 					if row.Bytes == pairBWSize {
 						if test == testWrite && !pairWrite {
@@ -327,17 +327,6 @@ func daemonConnectChecks(rep *perf.Report, place string, warm *perf.LatencyStats
 		}
 	}
 	return out
-}
-
-// sizeName writes a size as perftest users say it: 8B, 64KiB, 8MiB.
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
 }
 
 // newOutput is a run's report.Output, as cfg asks (-json), deriving every

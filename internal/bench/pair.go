@@ -146,7 +146,7 @@ func (c *client) pairBandwidth(withRead bool) (err error) {
 		stats[i].Label = labels[i]
 	}
 	return c.out.Add(perf.Result{
-		Title: title + sizeName(pairBWSize), Test: testPairWrite,
+		Title: title + perf.SizeName(pairBWSize), Test: testPairWrite,
 		Mode: perf.ModeBW, Column: "series", Placement: c.place,
 		Info: []perf.Field{
 			{Key: "Series", Value: "tcp: one Go TCP stream, until the receiver has it all; " + what},

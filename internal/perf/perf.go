@@ -29,6 +29,7 @@
 package perf
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -266,4 +267,15 @@ func (c Check) format(v float64) string {
 		return s + "x"
 	}
 	return s + " " + c.Unit
+}
+
+// SizeName writes a size as perftest users say it: 8B, 64KiB, 8MiB.
+func SizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
 }
