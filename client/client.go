@@ -374,3 +374,40 @@ func wrap(what string, err error) error {
 	}
 	return nil
 }
+
+// Report keeps body (JSON, at most wire.MaxReport bytes) at the daemon
+// under name, replacing the client's report of that name, until the
+// client detaches; an empty body withdraws it. Libraries that run in the
+// client's process tell krctl and the daemon's metrics about themselves
+// this way (package smc's Node reports its connections).
+func (c *Client) Report(ctx context.Context, name string, body []byte) error {
+	if len(body) > wire.MaxReport {
+		return fmt.Errorf("client: report %s: %d bytes, over %d: %w", name, len(body), wire.MaxReport, verbs.ErrLimit)
+	}
+	if _, err := c.call(ctx, wire.NewMsg(wire.OpReport, 0).Str(name).Str(string(body))); err != nil {
+		return fmt.Errorf("client: report %s: %w", name, err)
+	}
+	return nil
+}
+
+// Reports lists the attached clients' reports whose names start with
+// prefix (every client's, this one's included), by client and name.
+func (c *Client) Reports(ctx context.Context, prefix string) ([]wire.Report, error) {
+	var out []wire.Report
+	for {
+		r, err := c.call(ctx, wire.NewMsg(wire.OpReports, 0).Str(prefix).U32(uint32(len(out))))
+		if err != nil {
+			return nil, fmt.Errorf("client: reports: %w", err)
+		}
+		total, k := int(r.GetU32()), int(r.GetU32())
+		for range k {
+			out = append(out, wire.GetReport(r))
+		}
+		if err := r.Err(); err != nil {
+			return nil, fmt.Errorf("client: reports: %w", err)
+		}
+		if k == 0 || len(out) >= total {
+			return out, nil
+		}
+	}
+}

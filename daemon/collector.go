@@ -19,6 +19,7 @@ type collector struct {
 	poolQPs *prometheus.Desc
 	// request is by class over every client; clientRequest by attached client.
 	request, clientRequest *prometheus.Desc
+	smc                    *smcMetrics // the SMC Nodes' reports
 }
 
 // nodeMetric is one of the node's counters or gauges, read from a Status.
@@ -51,7 +52,7 @@ func newCollector(s *Server) *collector {
 	client := func(name string, typ prometheus.ValueType, help string, val func(*wire.ClientStatus) float64) clientMetric {
 		return clientMetric{desc(name, help, clientLabels...), typ, val}
 	}
-	return &collector{s: s,
+	return &collector{s: s, smc: newSMCMetrics(),
 		node: []nodeMetric{
 			node("vqs", gauge, "Virtual queues on the node (daemon and its own).", func(st *wire.Status) float64 { return float64(st.Runtime.VQs) }),
 			node("connects_total", counter, "VQ connects.", func(st *wire.Status) float64 { return float64(st.Runtime.Connects) }),
@@ -102,6 +103,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.poolQPs
 	ch <- c.request
 	ch <- c.clientRequest
+	c.smc.describe(ch)
 }
 
 // Collect reads the daemon's state and sends its metrics.
@@ -131,4 +133,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, cl := range byClient {
 		ch <- cl.lat.metric(c.clientRequest, strconv.FormatUint(cl.id, 10), cl.pid, cl.uid)
 	}
+	c.smc.collect(c.s, ch)
 }

@@ -48,6 +48,16 @@
 // client with its VQs. A status too large for one message loses meta cache
 // entries, then QP rows, and says how many.
 //
+// # Reports
+//
+// A client may keep small JSON reports at the daemon (OpReport, at most 16
+// of 48 KiB each), replaced by name and dropped when it detaches: what a
+// library running in its process over krcore tells krctl and /metrics
+// about itself, since the daemon cannot see it. Server.Reports lists them
+// (OpReports, krctl smc); package smc's Nodes report their connections and
+// counters under "smc/PORT", which the metrics collector exports as
+// krcored_smc_* series by client and port.
+//
 // # Metrics
 //
 // Server.MetricsHandler serves Prometheus metrics from the server's own

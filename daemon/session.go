@@ -40,7 +40,8 @@ type session struct {
 	mrBytes int64
 	regions map[uint64]krcore.Region
 	vqs     map[uint64]*vq
-	exports map[string]uint64 // name: the MR exported, whose Deregister withdraws it
+	exports map[string]uint64       // name: the MR exported, whose Deregister withdraws it
+	reports map[string]storedReport // by name (OpReport)
 
 	pump *pump // drives every VQ of the client
 
@@ -58,7 +59,8 @@ type session struct {
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 	ss := &session{s: s, id: s.ids.Add(1), conn: c, cred: cred, mrs: make(map[uint64]*memory),
-		regions: make(map[uint64]krcore.Region), vqs: make(map[uint64]*vq), exports: make(map[string]uint64)}
+		regions: make(map[uint64]krcore.Region), vqs: make(map[uint64]*vq), exports: make(map[string]uint64),
+		reports: make(map[string]storedReport)}
 	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
 	ss.pump = newPump(ss)
 	return ss
@@ -148,6 +150,10 @@ func (ss *session) handleOp(m *wire.Msg, r *wire.Msg) error {
 		return nil
 	case wire.OpStatus:
 		return ss.status(r)
+	case wire.OpReport:
+		return ss.report(m)
+	case wire.OpReports:
+		return ss.listReports(m, r)
 	default:
 		return fmt.Errorf("unknown op %d: %w", m.Op, verbs.ErrInvalid)
 	}

@@ -30,17 +30,22 @@ func (s *Server) Status() wire.Status {
 	if st.MetaEntries == nil {
 		st.MetaEntries = []meta.CacheEntry{}
 	}
-	s.mu.Lock()
-	ss := make([]*session, 0, len(s.sessions))
-	for _, x := range s.sessions {
-		ss = append(ss, x)
-	}
-	s.mu.Unlock()
-	for _, x := range ss {
+	for _, x := range s.sessionList() {
 		st.Clients = append(st.Clients, x.snapshot())
 	}
 	sort.Slice(st.Clients, func(i, j int) bool { return st.Clients[i].ID < st.Clients[j].ID })
 	return st
+}
+
+// sessionList is the attached clients' sessions, in no order.
+func (s *Server) sessionList() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := make([]*session, 0, len(s.sessions))
+	for _, x := range s.sessions {
+		ss = append(ss, x)
+	}
+	return ss
 }
 
 // qpStatuses is the runtime's shared QPs as the status document lists

@@ -342,6 +342,9 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		err = nil
 		close(c.done)
+		if c.node != nil {
+			c.node.untrack(c)
+		}
 		select {
 		case <-c.decided:
 		default:

@@ -92,15 +92,38 @@
 // lookup until a slab is full, and a thousand connections through krcored
 // stay within its per-client bound on queues.
 //
+// # Tools
+//
+// A Node lists its connections as Linux's smcss does (Node.Conns: state,
+// role, local and foreign address, mode SMC or TCP with the fallback
+// reason, tokens, receive buffer sizes, cursors as wrap:offset) and
+// counts as smcr-stats does (Node.Stats: connections on SMC, fallbacks by
+// reason, bytes, RDMA WRITEs, cursor messages); Node.Report is both, as
+// JSON-ready data. The connections live in application processes, which
+// the daemon cannot see into, so:
+//
+//   - Through krcored (an API with a Report method, client.Client), a
+//     Node reports to the daemon every NodeOptions.ReportEvery (1 s) while
+//     its report changes, under ReportName (one per Node, at most 40 KiB:
+//     the newest connections past it are counted, not listed), and
+//     withdraws it on Close; the daemon drops a process's reports when it
+//     detaches or dies. `krctl smc` (-json) lists every process's
+//     connections and counters from there, with each report's age, and
+//     krcored's /metrics carries the counters as krcored_smc_* by client
+//     and port. A view up to ReportEvery old, at the cost of one control
+//     call per Node per interval while anything changes.
+//   - Embedded, there is no daemon: Node.Report, Stats and Conns are the
+//     interface, to publish as the program likes (expvar.Publish of a
+//     func returning Node.Report, or a Prometheus collector).
+//
 // # Not built yet
 //
 // Urgent data (the flags are defined, never sent); io.ReaderFrom and
 // io.WriterTo fast paths; buffer sizes that adapt per connection and a
-// per-node bound (NodeOptions.BufferSize is fixed); krctl smc and
-// /metrics (Node.Stats has the counters). A slab serves every connection
-// with one peer endpoint, so that peer could write into its other
-// connections' buffers, as an RMB's rkey lets any connection of its link
-// group in SMC-R. A port's notifications beyond krcore's inbox bound
-// (4096 waiting) would be dropped; a connection has a few in flight at
-// most.
+// per-node bound (NodeOptions.BufferSize is fixed). A slab serves every
+// connection with one peer endpoint, so that peer could write into its
+// other connections' buffers, as an RMB's rkey lets any connection of
+// its link group in SMC-R. A port's notifications beyond krcore's inbox
+// bound (4096 waiting) would be dropped; a connection has a few in flight
+// at most.
 package smc

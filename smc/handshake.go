@@ -45,6 +45,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	c := newConn(tc, &l.opts, true)
+	if c.node != nil {
+		c.node.track(c)
+	}
 	go c.detect() // owned by c: Close ends it
 	return c, nil
 }
@@ -88,6 +91,9 @@ func DialContext(ctx context.Context, network, addr string, opts *Options) (net.
 		c.startSMC()
 	}
 	c.decide(m, true)
+	if c.node != nil {
+		c.node.track(c)
+	}
 	return c, nil
 }
 

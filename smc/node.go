@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -34,6 +35,12 @@ type NodeOptions struct {
 	// BufferSize is each connection's receive buffer and send staging
 	// buffer, in bytes; 0 is DefaultBufferSize.
 	BufferSize int
+	// ReportEvery is how often a Node through krcored (an API with a
+	// Report method, client.Client) reports its connections and counters
+	// to the daemon, for krctl smc and krcored's /metrics; 0 is
+	// DefaultReportEvery, negative never. An embedded runtime has no
+	// daemon: Node.Report, Stats and Conns give the same.
+	ReportEvery time.Duration
 }
 
 // Node is a process's SMC endpoint on a krcore runtime: the port its
@@ -49,7 +56,7 @@ type Node struct {
 	srv    krcore.VQ // bound to port; read only by serve
 	cancel context.CancelFunc
 	done   chan struct{}
-	wg     sync.WaitGroup // the connections' goroutines
+	wg     sync.WaitGroup // the connections' goroutines and report's
 
 	stages bufPool // send staging buffers, local only
 
@@ -57,7 +64,9 @@ type Node struct {
 
 	mu        sync.Mutex
 	closed    bool
-	conns     map[uint32]*Conn                    // SMC connections by token
+	conns     map[uint32]*Conn // SMC connections by token
+	all       map[*Conn]uint64 // every open connection: its serial (track)
+	serial    uint64
 	rmbs      map[krcore.Principal]*bufPool       // receive buffers, per peer endpoint
 	queues    map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
 	nextToken uint32
@@ -144,7 +153,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("smc: open: buffer size %d: %w", size, krcore.ErrInvalid)
 	}
 	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}),
-		conns: map[uint32]*Conn{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
+		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
 		rmbs: map[krcore.Principal]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
 	n.stages = bufPool{api: api, size: size, access: verbs.AccessLocalWrite}
 	q, err := api.Queue()
@@ -159,6 +168,14 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go n.serve(ctx)
+	if r, ok := api.(reporter); ok && opts.ReportEvery >= 0 {
+		every := opts.ReportEvery
+		if every == 0 {
+			every = DefaultReportEvery
+		}
+		n.wg.Add(1)
+		go n.report(ctx, r, every)
+	}
 	return n, nil
 }
 

@@ -2,6 +2,7 @@
 //
 //	krctl [-socket PATH] [-json] status
 //	krctl [-socket PATH] [-json] list clients|vqs|qps|meta|counters
+//	krctl [-socket PATH] [-json] smc
 //
 // Tables are in the style of smcss; -json prints the daemon's status
 // document (wire.Status) or the listed part of it.
@@ -41,6 +42,28 @@
 //
 // With -json it prints one object: the counters (as meta.ClientStats) and
 // "entries" ([]meta.CacheEntry).
+//
+// smc lists the SMC sockets (package smc) of every process attached to the
+// daemon, as Linux's smcss does, from the reports their Nodes send (see
+// smc's doc, "Tools"): state, role, addresses, mode with the fallback
+// reason, token, receive buffer sizes, cursors (wrap:offset; PROD and
+// CONS of the connection's receive buffer, SENT and PEER_CONS of the
+// peer's); then the counters per Node and in total, as smcr-stats does,
+// with each report's age; then the fallbacks by reason:
+//
+//	PID   PORT        STATE    ROLE    LOCAL            FOREIGN          MODE  REASON                     TOKEN       RMB   PEER_RMB  PROD    CONS    SENT  PEER_CONS
+//	8921  1397591074  PEERCLW  server  127.0.0.1:45051  127.0.0.1:58498  SMC   -                          3053750500  4096  4096      2:1808  2:1808  0:0   0:0
+//	8921  1397591074  ACTIVE   server  127.0.0.1:45051  127.0.0.1:58506  TCP   peer did not indicate SMC  -           -     -         0:0     0:0     0:0   0:0
+//
+//	PID    PORT        SMC  FALLBACKS  BYTES_SENT  BYTES_RECEIVED  RDMA_WRITES  CURSOR_MSGS  SLABS  LOOKUPS  DROPPED  AGE
+//	8921   1397591074  1    1          0           10000           0            8            1      1        0        8ms
+//	total  -           1    1          0           10000           0            8            1      1        0        -
+//
+//	FALLBACK_REASON            CODE        COUNT
+//	peer did not indicate SMC  0x03010000  1
+//
+// With -json it prints one object per Node: its client, pid, uid, the
+// report's age and the report (smc.Report).
 package main
 
 import (
@@ -62,7 +85,7 @@ import (
 )
 
 // errUsage reports a command line krctl does not understand.
-var errUsage = errors.New("usage: krctl [-socket PATH] [-json] status | list clients|vqs|qps|meta|counters")
+var errUsage = errors.New("usage: krctl [-socket PATH] [-json] status | smc | list clients|vqs|qps|meta|counters")
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -90,6 +113,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if *sock == "" {
 		return fmt.Errorf("-socket: empty path (leave the flag out for %s)", wire.DefaultSocket())
 	}
+	if what == "smc" {
+		return runSMC(ctx, *sock, *asJSON, w)
+	}
 	st, err := fetch(ctx, *sock)
 	if err != nil {
 		return err
@@ -104,11 +130,27 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	return tw.Flush()
 }
 
+// runSMC prints the SMC Nodes' connections and counters.
+func runSMC(ctx context.Context, sock string, asJSON bool, w io.Writer) error {
+	nodes, err := fetchSMC(ctx, sock)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(nodes)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	smcTables(tw, nodes)
+	return tw.Flush()
+}
+
 // subject is what the command line asks for: status or a list.
 func subject(args []string) (string, error) {
 	switch {
-	case len(args) == 1 && args[0] == "status":
-		return "status", nil
+	case len(args) == 1 && (args[0] == "status" || args[0] == "smc"):
+		return args[0], nil
 	case len(args) == 2 && args[0] == "list":
 		switch args[1] {
 		case "clients", "vqs", "qps", "meta", "counters":

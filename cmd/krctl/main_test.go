@@ -21,6 +21,31 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
+// startDaemon starts a two-node cluster, krcored on node 1 and a client
+// of it, all stopped by t.Cleanup.
+func startDaemon(t *testing.T, ctx context.Context) (*cluster.Cluster, *daemon.Server, string, *client.Client) {
+	t.Helper()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	sock := filepath.Join(t.TempDir(), "krcored.sock")
+	srv, err := daemon.New(c.Node(1), daemon.Config{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	cl, err := client.Attach(ctx, client.Options{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return c, srv, sock, cl
+}
+
 // TestKrctl runs status and every list, as tables and as JSON, against a
 // daemon with one client holding a VQ that READ node 2 and an MR: list qps
 // shows a row per shared QP, the VQ on one of them, and list meta node 2's
@@ -28,25 +53,7 @@ import (
 func TestKrctl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sock := filepath.Join(t.TempDir(), "krcored.sock")
-	srv, err := daemon.New(c.Node(1), daemon.Config{Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	defer func() { srv.Close(); <-done }()
-
-	cl, err := client.Attach(ctx, client.Options{Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, srv, sock, cl := startDaemon(t, ctx)
 	exp, _ := c.Node(2).RegMR(4096, verbs.AccessAll)
 	if err := c.Node(2).Export("t", exp, 0, 4096, verbs.AccessRemoteRead); err != nil {
 		t.Fatal(err)

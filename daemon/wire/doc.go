@@ -4,7 +4,8 @@
 //
 // It holds everything the two sides share, so client imports wire and never
 // daemon: the default socket (DefaultSocket), the status document OpStatus
-// carries (Status) and the counters OpStats carries (PutStats, GetStats).
+// carries (Status), the counters OpStats carries (PutStats, GetStats) and
+// the reports clients keep at the daemon (Report, OpReport, OpReports).
 //
 // # Control
 //

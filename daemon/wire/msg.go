@@ -33,6 +33,8 @@ const (
 	OpStatus                   // -; str JSON (Status)
 	OpBye                      // daemon to client, unasked: str reason
 	OpVQRegion                 // u64 vq, str name; as OpRegion, asking as the port the VQ is bound to
+	OpReport                   // str name, str JSON (empty: withdraw); - (see Report)
+	OpReports                  // str prefix, u32 skip; u32 total, u32 k, k of PutReport's entry
 )
 
 // HeaderLen is the length of a control message's header.
