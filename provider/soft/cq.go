@@ -31,13 +31,19 @@ type cq struct {
 	// link is the TCP link the CQ's QPs last used: a waiter reads it
 	// itself (see read.go). rlink is the link a waiter of this CQ is
 	// reading; rblocked is set while that waiter may block for a frame.
-	link     atomic.Pointer[tcpLink]
-	multi    atomic.Bool // the CQ's QPs have used links to several peers
-	rlink    atomic.Pointer[tcpLink]
-	rblocked atomic.Bool
-	unyield  atomic.Bool     // a waiter that gave up a link may take it back
-	rctx     context.Context // that waiter's context; it owns the field
-	readStop func() bool     // c.stopReading, made once
+	link  atomic.Pointer[tcpLink]
+	multi atomic.Bool // the CQ's QPs have used links to several peers
+	// shm is the shared-memory link the CQ's QPs last used: a waiter
+	// reads it itself (see shmrole.go).
+	shm atomic.Pointer[shmLink]
+	// shmSleeper is the link a waiter of c holding its read role sleeps
+	// on: wake interrupts it.
+	shmSleeper atomic.Pointer[shmLink]
+	rlink      atomic.Pointer[tcpLink]
+	rblocked   atomic.Bool
+	unyield    atomic.Bool     // a waiter that gave up a link may take it back
+	rctx       context.Context // that waiter's context; it owns the field
+	readStop   func() bool     // c.stopReading, made once
 
 	mu      sync.Mutex
 	head    int
@@ -113,10 +119,18 @@ func (c *cq) wake() {
 	if c.waiters > 0 {
 		c.ringBell()
 	}
+	c.interruptShm()
 	if c.rblocked.Load() {
 		if l := c.rlink.Load(); l != nil {
 			l.interrupt()
 		}
+	}
+}
+
+// interruptShm wakes a waiter of c sleeping on a shared-memory link.
+func (c *cq) interruptShm() {
+	if l := c.shmSleeper.Load(); l != nil {
+		l.wakeSelf()
 	}
 }
 
@@ -136,6 +150,26 @@ func (c *cq) setLink(l *tcpLink) {
 		}
 		c.link.Store(l)
 	}
+}
+
+// setShm notes the shared-memory link the CQ's QPs use now.
+func (c *cq) setShm(l *shmLink) {
+	if old := c.shm.Load(); old != l {
+		if old != nil && old.addr != l.addr {
+			c.multi.Store(true)
+		}
+		c.shm.Store(l)
+	}
+}
+
+// shmOnly returns the shared-memory link all of c's completions come on,
+// or nil if they may come on other links too.
+func (c *cq) shmOnly() *shmLink {
+	l := c.shm.Load()
+	if l == nil || c.multi.Load() || c.link.Load() != nil {
+		return nil
+	}
+	return l
 }
 
 // idlePoll counts an empty poll while some link is lent.
@@ -180,6 +214,11 @@ func (c *cq) pollLink(l *tcpLink) {
 var errCQOverrun = fmt.Errorf("soft: CQ overrun, completions were lost: %w", verbs.ErrCQOverrun)
 
 func (c *cq) Poll(wc []verbs.WC) (int, error) {
+	if c.ready.Load() == 0 {
+		if l := c.shmOnly(); l != nil {
+			c.pollShm(l)
+		}
+	}
 	if c.ready.Load() == 0 {
 		if c.node.lent.Load() > 0 {
 			c.idlePoll()
@@ -236,6 +275,8 @@ var errCQClosed = fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
 func (c *cq) stopped() bool { return c.flags.Load() != 0 || c.node.closed.Load() }
 
 func (c *cq) Wait(ctx context.Context) error {
+	if c.shmOnly() != nil {
+	}
 	if c.idle.Load() != 0 {
 		c.idle.Store(0)
 	}
@@ -246,6 +287,9 @@ func (c *cq) Wait(ctx context.Context) error {
 	if c.unyield.Load() {
 		c.unyield.Store(false)
 	}
+	// spun: this call read the shared-memory link for shmSpin and handed
+	// it back; it parks without asking for it again.
+	spun := false
 	for {
 		if c.ready.Load() > 0 {
 			return nil
@@ -256,7 +300,17 @@ func (c *cq) Wait(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var asked *tcpLink
+		if l := c.shmOnly(); l != nil && !spun {
+			switch l.claim(c) {
+			case claimTaken:
+				spun = !c.readShm(ctx, l)
+				continue
+			case claimAsked:
+				c.park(ctx, l, false)
+				continue
+			}
+		}
+		var asked roleAsker
 		blind := true // what c waits for may come on any link
 		if l := c.link.Load(); l != nil {
 			if yielded || c.rlink.Load() != nil {
@@ -340,6 +394,7 @@ func (c *cq) watch(ctx context.Context) {
 // interruptReader interrupts the waiter of c blocked reading a link, if any:
 // a context ended.
 func (c *cq) interruptReader() {
+	c.interruptShm()
 	if c.rblocked.Load() {
 		if l := c.rlink.Load(); l != nil {
 			l.interrupt()
@@ -347,11 +402,14 @@ func (c *cq) interruptReader() {
 	}
 }
 
+// roleAsker is a link whose read role a waiter may ask for.
+type roleAsker interface{ unwant(c *cq) }
+
 // park waits for the bell (or ctx); asked is a link whose role the caller
 // asked for. A blind waiter, which cannot tell which link its completions
 // come on, first gives every lent link back to its reader: nobody else may
 // be reading what it waits for.
-func (c *cq) park(ctx context.Context, asked *tcpLink, blind bool) {
+func (c *cq) park(ctx context.Context, asked roleAsker, blind bool) {
 	n := c.node
 	c.mu.Lock()
 	if c.n > 0 || c.stopped() {

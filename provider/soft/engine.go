@@ -66,6 +66,9 @@ func (q *qp) pump() {
 		if tcp {
 			q.scq.setLink(tl)
 			q.rcq.setLink(tl)
+		} else if sl, ok := lk.(*shmLink); ok {
+			q.scq.setShm(sl)
+			q.rcq.setShm(sl)
 		}
 		q.mu.Lock()
 		if q.typ == verbs.UD || q.typ == verbs.UC {
@@ -152,11 +155,19 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 }
 
 // holdOff reports whether the pump stops before its next request because
-// lk is a TCP link whose queue is draining (write.go); the drain pumps q
-// again. Only RC QPs and DCIs hold off: their pump writes batches.
+// lk's queue is draining (write.go, shmring.go); the drain pumps q again.
+// Only RC QPs and DCIs hold off: their pump writes batches.
 func (q *qp) holdOff(lk link) bool {
-	tl, ok := lk.(*tcpLink)
-	return ok && (q.typ == verbs.RC || q.typ == verbs.DCI) && tl.holdOff(q)
+	if q.typ != verbs.RC && q.typ != verbs.DCI {
+		return false
+	}
+	switch l := lk.(type) {
+	case *tcpLink:
+		return l.holdOff(q)
+	case *shmLink:
+		return l.holdOff(q)
+	}
+	return false
 }
 
 // route finds the link a request travels on; nil while none is up yet.
@@ -589,8 +600,11 @@ func (q *qp) receive(lk link, f *frame, r io.Reader, resp *frame) uint8 {
 		wc.Op = 0
 	}
 	q.rcq.push(cqe{wc: wc})
-	if tl, ok := lk.(*tcpLink); ok {
-		q.rcq.setLink(tl)
+	switch l := lk.(type) {
+	case *tcpLink:
+		q.rcq.setLink(l)
+	case *shmLink:
+		q.rcq.setShm(l)
 	}
 	if st != verbs.Success && q.typ != verbs.UD && q.typ != verbs.DCT {
 		q.failLocked(verbs.WRFlushErr, q.done, false)

@@ -29,6 +29,22 @@ func tcpNodes(t testing.TB) (*soft.Node, *soft.Node) {
 	return ns[0], ns[1]
 }
 
+// shmNodes makes two nodes of different fabrics, which reach each other
+// by a shared-memory link.
+func shmNodes(t testing.TB) (*soft.Node, *soft.Node) {
+	t.Helper()
+	var ns [2]*soft.Node
+	for i := range ns {
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		ns[i] = n
+	}
+	return ns[0], ns[1]
+}
+
 // post posts wrs or fails the test.
 func post(t testing.TB, q verbs.QP, wrs ...verbs.SendWR) {
 	t.Helper()
@@ -44,8 +60,13 @@ func read8(x, y *side, id uint64) verbs.SendWR {
 // TestTCPTargetServedWhileIdle: once a's application has waited on its CQ
 // (and so read the link itself) and gone quiet, neither waiting nor
 // polling, b's one-sided requests to a are still served, promptly.
-func TestTCPTargetServedWhileIdle(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPTargetServedWhileIdle(t *testing.T) { testTargetServedWhileIdle(t, tcpNodes) }
+
+// TestShmTargetServedWhileIdle is TestTCPTargetServedWhileIdle on the shared-memory link.
+func TestShmTargetServedWhileIdle(t *testing.T) { testTargetServedWhileIdle(t, shmNodes) }
+
+func testTargetServedWhileIdle(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096)
 	post(t, x.qp, read8(x, y, 1))
 	if wc := waitWC(t, x.cq); wc.Status != verbs.Success {
@@ -74,8 +95,13 @@ func TestTCPTargetServedWhileIdle(t *testing.T) {
 
 // TestTCPTargetServedWhileBusyPolling: an application that busy-polls its
 // CQ instead of waiting does not starve the requests its node serves.
-func TestTCPTargetServedWhileBusyPolling(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPTargetServedWhileBusyPolling(t *testing.T) { testTargetServedWhileBusyPolling(t, tcpNodes) }
+
+// TestShmTargetServedWhileBusyPolling is TestTCPTargetServedWhileBusyPolling on the shared-memory link.
+func TestShmTargetServedWhileBusyPolling(t *testing.T) { testTargetServedWhileBusyPolling(t, shmNodes) }
+
+func testTargetServedWhileBusyPolling(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096)
 	post(t, x.qp, read8(x, y, 1))
 	waitWC(t, x.cq)
@@ -105,8 +131,13 @@ func TestTCPTargetServedWhileBusyPolling(t *testing.T) {
 
 // TestTCPWaitEndsWithContext: a waiter blocked reading a link returns when
 // its context ends, by deadline or by cancel, and the link still works.
-func TestTCPWaitEndsWithContext(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPWaitEndsWithContext(t *testing.T) { testWaitEndsWithContext(t, tcpNodes) }
+
+// TestShmWaitEndsWithContext is TestTCPWaitEndsWithContext on the shared-memory link.
+func TestShmWaitEndsWithContext(t *testing.T) { testWaitEndsWithContext(t, shmNodes) }
+
+func testWaitEndsWithContext(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096)
 	post(t, x.qp, read8(x, y, 1))
 	waitWC(t, x.cq) // the CQ now knows its link; the next Wait reads it
@@ -186,8 +217,13 @@ func TestTCPWaitSeesCompletionFromElsewhere(t *testing.T) {
 // TestTCPManyWaitersOneLink: goroutines with their own QPs and CQs on one
 // link all wait at once; the read role passes between them and the link's
 // reader without a stall.
-func TestTCPManyWaitersOneLink(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPManyWaitersOneLink(t *testing.T) { testManyWaitersOneLink(t, tcpNodes) }
+
+// TestShmManyWaitersOneLink is TestTCPManyWaitersOneLink on the shared-memory link.
+func TestShmManyWaitersOneLink(t *testing.T) { testManyWaitersOneLink(t, shmNodes) }
+
+func testManyWaitersOneLink(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	const workers, ops = 4, 300
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -318,8 +354,13 @@ func TestTCPCoalescedAcks(t *testing.T) {
 
 // TestTCPCloseWhileWaiterReads: closing the node ends a Wait that is
 // reading one of its links.
-func TestTCPCloseWhileWaiterReads(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPCloseWhileWaiterReads(t *testing.T) { testCloseWhileWaiterReads(t, tcpNodes) }
+
+// TestShmCloseWhileWaiterReads is TestTCPCloseWhileWaiterReads on the shared-memory link.
+func TestShmCloseWhileWaiterReads(t *testing.T) { testCloseWhileWaiterReads(t, shmNodes) }
+
+func testCloseWhileWaiterReads(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096)
 	post(t, x.qp, read8(x, y, 1))
 	waitWC(t, x.cq)
@@ -341,8 +382,13 @@ func TestTCPCloseWhileWaiterReads(t *testing.T) {
 // one doing READs in a tight loop share a link. When the loop stops, a
 // message to the sleeper is read at once, not after the link's lend
 // timeout: the sleeper, which gave the link up to the loop, takes it back.
-func TestTCPSleeperNotStarved(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPSleeperNotStarved(t *testing.T) { testSleeperNotStarved(t, tcpNodes) }
+
+// TestShmSleeperNotStarved is TestTCPSleeperNotStarved on the shared-memory link.
+func TestShmSleeperNotStarved(t *testing.T) { testSleeperNotStarved(t, shmNodes) }
+
+func testSleeperNotStarved(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096) // the READ loop's pair
 	s, r := connectPair(t, a, b, 4096) // s sleeps for SENDs from r
 	const msgs = 15
@@ -404,8 +450,13 @@ func TestTCPSleeperNotStarved(t *testing.T) {
 // hold off while the link's queue drains and are pumped again by it.
 // Every request completes, in order, and every byte lands where its WRITE
 // put it.
-func TestTCPConcurrentStreams(t *testing.T) {
-	a, b := tcpNodes(t)
+func TestTCPConcurrentStreams(t *testing.T) { testConcurrentStreams(t, tcpNodes) }
+
+// TestShmConcurrentStreams is TestTCPConcurrentStreams on the shared-memory link.
+func TestShmConcurrentStreams(t *testing.T) { testConcurrentStreams(t, shmNodes) }
+
+func testConcurrentStreams(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
+	a, b := nodes(t)
 	const size, msg, n = 4 << 20, 64 << 10, 512
 	var pairs [2][2]*side
 	for i := range pairs {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -452,4 +453,41 @@ func TestCloseSilentHello(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkShmRead8 times an 8 B READ, posted and waited for, on a
+// shared-memory link between two nodes of this process (both sides'
+// schedulers are this process's: krbench demo measures across processes).
+func BenchmarkShmRead8(b *testing.B) {
+	cfg := soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second}
+	x0, err := soft.NewNode(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x0.Close()
+	y0, err := soft.NewNode(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer y0.Close()
+	x, y := connectPair(b, x0, y0, 4096)
+	post(b, x.qp, read8(x, y, 1))
+	waitWC(b, x.cq)
+	if kind, why := x0.PeerLink(y0.Addr()); kind != "shm" {
+		b.Fatalf("link %q, not shm: %v", kind, why)
+	}
+	lat := make([]time.Duration, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		post(b, x.qp, read8(x, y, uint64(i)))
+		if wc := waitWC(b, x.cq); wc.Status != verbs.Success {
+			b.Fatal(wc)
+		}
+		lat[i] = time.Since(start)
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*9/10].Nanoseconds()), "p90-ns")
 }

@@ -169,12 +169,24 @@ type shmLink struct {
 	queued   shmQueue // what did not fit in the out ring yet, in order
 	wake     [1]byte
 	pending  atomic.Bool // the queue is not empty
-	unmapped bool        // the segment is gone; guarded by wmu
+	held     []*qp       // QPs whose pumps held off while it is; guarded by wmu
+	nheld    atomic.Int32
+	unmapped bool // the segment is gone; guarded by wmu
 	rdHeader [4 + headerLen]byte
 	f        frame
 	left     uint32 // payload bytes of the frame being handled, unread
 	bell     [64]byte
 	busy     time.Time // when the reader last found work
+
+	// The read role (shmrole.go): who may consume the in ring and use
+	// the reader's fields above (rdHeader, f, left, bell, busy).
+	role    atomic.Int32  // shmRole*
+	roleSeq atomic.Uint32 // the background reader sleeps on it without the role
+	lentAt  atomic.Int64  // node.now() when the role was last lent
+	asked   atomic.Bool   // a waiter asked for the role since it was last lent
+	nwant   atomic.Int32  // len(wanters)
+	rmu     sync.Mutex
+	wanters []*cq // waiters parked asking for the role, rung when it is lent
 }
 
 func (l *shmLink) peer() string { return l.addr }
@@ -206,6 +218,7 @@ func (l *shmLink) send(f *frame) {
 	}
 	l.publishLocked()
 	l.wmu.Unlock()
+	l.pumpHeld()
 }
 
 // put appends p to the out ring or, once anything is queued, the queue.
@@ -236,6 +249,48 @@ func (l *shmLink) drainLocked() {
 		s.copyIn(l.out, t, c[:k])
 		s.tail(l.out).Store(t + k)
 		l.queued.pop(int(k))
+	}
+}
+
+// holdOff reports whether q's pump should stop before its next request
+// because output is queued for room in the out ring; if so, q is pumped
+// again once the queue has drained (pumpHeld). As on a TCP link (write.go),
+// requesters fetch requests only as fast as the ring takes them, so a
+// stream of large WRITEs or SENDs is copied from registered memory into
+// the ring, not into the queue first. q.mu is held.
+func (l *shmLink) holdOff(q *qp) bool {
+	if l.dead.Load() || !l.pending.Load() {
+		return false
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.queued.empty() || l.unmapped {
+		return false
+	}
+	if len(l.held) == 0 || l.held[len(l.held)-1] != q {
+		l.held = append(l.held, q)
+		l.nheld.Store(int32(len(l.held)))
+	}
+	return true
+}
+
+// pumpHeld pumps the QPs that held off, once the queue has drained or the
+// link died (their requests then time out).
+func (l *shmLink) pumpHeld() {
+	if l.nheld.Load() == 0 {
+		return
+	}
+	l.wmu.Lock()
+	if !l.queued.empty() && !l.dead.Load() {
+		l.wmu.Unlock()
+		return
+	}
+	held := l.held
+	l.held = nil
+	l.nheld.Store(0)
+	l.wmu.Unlock()
+	for _, q := range held {
+		q.pump()
 	}
 }
 
@@ -296,6 +351,8 @@ func (l *shmLink) publishLocked() {
 	}
 	if l.queued.empty() {
 		l.pending.Store(false)
+	} else if l.role.Load() == shmRoleLent {
+		l.kickReader() // nobody reads the link to move the queue on
 	}
 	l.ring(1 - l.side)
 }
@@ -358,8 +415,10 @@ func (l *shmLink) consume(p []byte) {
 
 // await waits until the in ring holds at least n bytes (at most the
 // ring's size), moving queued output meanwhile. It spins for shmSpin,
-// then sleeps on the doorbell. An error means the link failed.
-func (l *shmLink) await(n uint64) error {
+// then sleeps on the doorbell. If lend (the background reader, between
+// frames), it lends the read role to waiters that asked for it instead of
+// waiting, returning errLent. Any other error means the link failed.
+func (l *shmLink) await(n uint64, lend bool) error {
 	spun := time.Time{}
 	for {
 		if a := l.avail(); a >= n {
@@ -372,11 +431,16 @@ func (l *shmLink) await(n uint64) error {
 		if l.dead.Load() {
 			return errShmDead
 		}
+		if lend && l.asked.Load() {
+			l.lend()
+			return errLent
+		}
 		if l.pending.Load() {
 			l.wmu.Lock()
 			l.drainLocked()
 			l.publishLocked()
 			l.wmu.Unlock()
+			l.pumpHeld()
 			l.busy = time.Now()
 		}
 		if spun.IsZero() {
@@ -395,24 +459,15 @@ func (l *shmLink) await(n uint64) error {
 
 // sleep waits to be woken unless work came meanwhile.
 func (l *shmLink) sleep(n uint64) error {
-	me := l.seg.sleeping(l.side)
 	how := uint32(sleepSock)
 	if time.Since(l.busy) < shmIdle {
 		how = sleepFutex
 	}
-	me.Store(how)
-	if l.pending.Load() {
-		// The consumer clears the word when it rings, perhaps after
-		// publishLocked set it again: set, with this side asleep.
-		l.seg.want(l.out).Store(1)
-	}
-	if l.avail() >= n || l.pending.Load() && l.free() >= shmWakeRoom || l.dead.Load() {
-		me.CompareAndSwap(how, 0)
+	if !l.arm(how, n) {
 		return nil
 	}
 	if how == sleepFutex {
-		futexWait(me, how, shmIdle)
-		me.CompareAndSwap(how, 0)
+		l.futexSleep(shmIdle)
 		return nil
 	}
 	k, err := l.conn.Read(l.bell[:])
@@ -420,6 +475,44 @@ func (l *shmLink) sleep(n uint64) error {
 		return fmt.Errorf("%w: %w", errShmDead, err)
 	}
 	return nil
+}
+
+// arm marks this side's reader asleep (how) and reports whether it may
+// sleep: the in ring holds less than n bytes, queued output has no room to
+// move into, and the link lives. If not, the mark is taken back.
+func (l *shmLink) arm(how uint32, n uint64) bool {
+	me := l.seg.sleeping(l.side)
+	me.Swap(how)
+	if l.pending.Load() {
+		// The consumer clears the word when it rings, perhaps after
+		// publishLocked set it again: set, with this side asleep.
+		l.seg.want(l.out).Store(1)
+	}
+	if l.avail() >= n || l.pending.Load() && l.free() >= shmWakeRoom || l.dead.Load() {
+		me.CompareAndSwap(how, 0)
+		return false
+	}
+	return true
+}
+
+// futexSleep sleeps on this side's sleeping word, armed with sleepFutex,
+// for at most d.
+func (l *shmLink) futexSleep(d time.Duration) {
+	me := l.seg.sleeping(l.side)
+	futexWait(me, sleepFutex, d)
+	me.CompareAndSwap(sleepFutex, 0)
+}
+
+// wakeSelf wakes this side's reader if it sleeps on the futex, unless the
+// segment is gone.
+func (l *shmLink) wakeSelf() {
+	l.wmu.Lock() // the reader unmaps the segment under it
+	if !l.unmapped {
+		if w := l.seg.sleeping(l.side); w.CompareAndSwap(sleepFutex, 0) {
+			futexWake(w)
+		}
+	}
+	l.wmu.Unlock()
 }
 
 // Read reads the payload of the frame being handled, for its handler.
@@ -430,7 +523,7 @@ func (l *shmLink) Read(p []byte) (int, error) {
 	if uint32(len(p)) > l.left {
 		p = p[:l.left]
 	}
-	if err := l.await(1); err != nil {
+	if err := l.await(1, false); err != nil {
 		return 0, err
 	}
 	k := min(uint64(len(p)), l.avail())
@@ -439,27 +532,19 @@ func (l *shmLink) Read(p []byte) (int, error) {
 	return int(k), nil
 }
 
-// readLoop is the link's reader: it handles frames until the link fails,
-// then kills it and unmaps the segment.
+// readLoop is the link's background reader: it handles frames while it
+// holds the read role (shmrole.go) until the link fails, then kills it and
+// unmaps the segment.
 func (l *shmLink) readLoop() {
 	defer l.node.wg.Done()
 	defer l.finish()
-	var skip [4096]byte
-	for {
-		if l.await(uint64(len(l.rdHeader))) != nil {
+	for l.awaitRole() {
+		err := l.await(uint64(len(l.rdHeader)), true)
+		if err == errLent {
+			continue
+		}
+		if err != nil || !l.handle() {
 			return
-		}
-		l.consume(l.rdHeader[:])
-		f := &l.f
-		if decodeHeader(l.rdHeader[:], f) != nil || f.typ != frameRequest && f.typ != frameResponse {
-			return // a malformed frame ends the link
-		}
-		l.left = f.plen
-		l.node.receive(l, f, l)
-		for l.left > 0 {
-			if _, err := l.Read(skip[:min(len(skip), int(l.left))]); err != nil {
-				return
-			}
 		}
 	}
 }
@@ -479,17 +564,15 @@ func (l *shmLink) kill() {
 	// Wakes the reader: a read of a shut socket ends.
 	l.conn.CloseRead()
 	l.conn.CloseWrite()
-	l.wmu.Lock() // the reader unmaps the segment under it
-	if !l.unmapped {
-		if w := l.seg.sleeping(l.side); w.CompareAndSwap(sleepFutex, 0) {
-			futexWake(w)
-		}
-	}
-	l.wmu.Unlock()
+	l.wakeSelf()
+	l.kickReader() // it may sleep without the role
 }
 
-// finish kills the link and, once no sender writes the segment, unmaps it.
+// finish kills the link and, once no sender writes the segment and no
+// waiter reads it, unmaps it. The background reader holds the read role or
+// it is dead already: no waiter can take it any more.
 func (l *shmLink) finish() {
+	l.role.Store(shmRoleDead)
 	l.kill()
 	l.wmu.Lock()
 	l.queued = shmQueue{}
@@ -497,4 +580,5 @@ func (l *shmLink) finish() {
 	l.seg.blk.Close()
 	l.wmu.Unlock()
 	l.conn.Close()
+	l.pumpHeld()
 }

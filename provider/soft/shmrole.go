@@ -1,0 +1,327 @@
+//go:build linux
+
+package soft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"time"
+)
+
+// Who reads a shared-memory link.
+//
+// As on a TCP link (read.go), reading the in ring is a role that moves, so
+// that a response reaches the goroutine waiting for it without a hand-off:
+// when the link's reader goroutine (the background reader) reads a
+// response and pushes its completion, the waiter parked in CQ.Wait must be
+// woken, a goroutine hand-off and often a thread woken for an idle P, each
+// a scheduler decision that costs tens of microseconds on a loaded machine
+// of two cores, against a round trip on the ring of one or two.
+//
+// So a goroutine that waits on a CQ whose requests went out on the link
+// takes the role, if lent, and reads the ring itself, like a C program
+// blocking in recv: it handles every frame that is in the ring whole
+// (responses and the peer's requests alike), spinning for shmSpin after
+// the last one, then sleeping on the link's futex word as the background
+// reader would, so that the peer's next frame wakes this very thread. A
+// completion from elsewhere, the context's end, a closing CQ or node, or
+// the link's death wake it too. When it has its completion it leaves the
+// role lent: the application is usually back within microseconds, and
+// waking the background reader to read in between would cost what the
+// role saves. After shmIdle with nothing for it, or when another waiter
+// parks asking for the role, it hands the role back (to the asker, or to
+// the background reader) and parks. A lent link has no reader, so:
+//
+//   - the background reader, asleep on a private futex word while it does
+//     not hold the role, takes the role back once the link has stayed lent
+//     for shmLend/2 (a request from the peer may wait that long while the
+//     local application neither waits nor polls), and at once when the
+//     link dies or output is queued for room in the peer's ring;
+//   - a goroutine polling a CQ without waiting reads the CQ's lent link
+//     itself, without waiting for data;
+//   - a waiter that finds the role held asks for it and parks; the
+//     background reader lends it to those that asked once no whole frame
+//     header is left in the ring, and rings them.
+//
+// A waiter handles only frames wholly in the ring, so it never waits for
+// the peer in the middle of one; a frame larger than the ring streams
+// through it and is left to the background reader.
+
+// Read roles of a shared-memory link.
+const (
+	shmRoleBackground = iota // the link's reader goroutine reads
+	shmRoleLent              // nobody reads; a waiter or poller may take it
+	shmRoleWaiter            // a goroutine waiting on (or polling) a CQ reads
+	shmRoleDead              // the reader has unmapped the segment
+)
+
+// shmLend bounds how long a lent link stays unread: its background reader
+// wakes every shmLend/2 while it does not hold the role, and takes it back
+// if it has been lent that long.
+const shmLend = time.Millisecond
+
+// errLent ends a background reader's wait: it lent the role.
+var errLent = errors.New("soft: shm read role lent")
+
+// awaitRole waits until the background reader holds the read role: at
+// once if it does, when a waiter hands it back, or when the link has
+// stayed lent for shmLend/2, has output queued or died. It reports false
+// once the link is dead and nobody reads it.
+func (l *shmLink) awaitRole() bool {
+	for {
+		seq := l.roleSeq.Load()
+		switch l.role.Load() {
+		case shmRoleBackground:
+			return true
+		case shmRoleDead:
+			return false
+		case shmRoleLent:
+			idle := time.Duration(l.node.now() - l.lentAt.Load())
+			if (idle >= shmLend/2 || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
+				return true
+			}
+		}
+		futexWait(&l.roleSeq, seq, shmLend/2)
+	}
+}
+
+// kickReader wakes the background reader if it sleeps without the role.
+func (l *shmLink) kickReader() {
+	l.roleSeq.Add(1)
+	futexWake(&l.roleSeq)
+}
+
+// lend lends the role (the background reader holds it) to the waiters that
+// asked for it, and rings them.
+func (l *shmLink) lend() {
+	l.asked.Store(false)
+	l.lentAt.Store(l.node.now())
+	l.role.Swap(shmRoleLent)
+	l.ringWanters()
+}
+
+// ringWanters rings the CQs of the waiters parked asking for the role.
+func (l *shmLink) ringWanters() {
+	if l.nwant.Load() == 0 {
+		return
+	}
+	l.rmu.Lock()
+	for _, c := range l.wanters {
+		c.ringBell()
+	}
+	l.rmu.Unlock()
+}
+
+// take takes the role if it is lent.
+func (l *shmLink) take() bool {
+	return l.role.Load() == shmRoleLent && l.role.CompareAndSwap(shmRoleLent, shmRoleWaiter)
+}
+
+// claim is a waiter on c asking for the role: it takes it if lent, or
+// else asks to be rung when it is lent.
+func (l *shmLink) claim(c *cq) int {
+	if l.take() {
+		return claimTaken
+	}
+	if l.role.Load() == shmRoleDead || l.dead.Load() {
+		return claimNone
+	}
+	l.rmu.Lock()
+	l.wanters = append(l.wanters, c)
+	l.nwant.Add(1)
+	l.rmu.Unlock()
+	l.asked.Store(true)
+	// The holder may have lent the role before it saw the request.
+	if l.take() {
+		l.unwant(c)
+		return claimTaken
+	}
+	return claimAsked
+}
+
+// unwant withdraws c's request for the role.
+func (l *shmLink) unwant(c *cq) {
+	l.rmu.Lock()
+	for i, w := range l.wanters {
+		if w == c {
+			l.wanters = append(l.wanters[:i], l.wanters[i+1:]...)
+			l.nwant.Add(-1)
+			break
+		}
+	}
+	l.rmu.Unlock()
+}
+
+// keep ends the turn of a waiter or poller that found what it looked for:
+// the role stays lent, and the waiters that asked for it are rung. The
+// background reader is woken only if it must read: the link died or
+// output waits for room.
+func (l *shmLink) keep() {
+	l.asked.Store(false)
+	l.lentAt.Store(l.node.now())
+	l.role.Swap(shmRoleLent)
+	l.ringWanters()
+	if l.dead.Load() || l.pending.Load() {
+		l.kickReader()
+	}
+}
+
+// handBack ends the turn of a waiter that did not get what it waits for:
+// the role goes to those that asked for it, or else to the background
+// reader, which is woken.
+func (l *shmLink) handBack() {
+	if l.nwant.Load() > 0 && !l.dead.Load() {
+		l.keep()
+		return
+	}
+	l.role.Swap(shmRoleBackground)
+	l.kickReader()
+}
+
+// pollFrames handles every frame that is wholly in the in ring, for a
+// waiter or poller holding the role, and moves queued output. It returns
+// how many bytes the in ring must hold for the next frame to be whole, or
+// false if the link failed or the next frame is larger than the ring (the
+// background reader streams it).
+func (l *shmLink) pollFrames() (uint64, bool) {
+	if l.dead.Load() {
+		return 0, false
+	}
+	if l.pending.Load() {
+		l.wmu.Lock()
+		l.drainLocked()
+		l.publishLocked()
+		l.wmu.Unlock()
+		l.pumpHeld()
+	}
+	s := l.seg
+	for {
+		a := l.avail()
+		if a < uint64(len(l.rdHeader)) {
+			return uint64(len(l.rdHeader)), true
+		}
+		if a > shmRingSize {
+			l.kill()
+			return 0, false
+		}
+		var b [4]byte
+		s.copyOut(l.in, s.head(l.in).Load(), b[:])
+		size := 4 + uint64(binary.BigEndian.Uint32(b[:]))
+		if size > shmRingSize {
+			return 0, false // streams through the ring, or malformed: the reader sees
+		}
+		if a < size {
+			return size, true
+		}
+		if !l.handle() {
+			l.kill()
+			return 0, false
+		}
+	}
+}
+
+// handle reads and handles the frame whose header is in the ring; it
+// reports false if the frame is malformed or the link failed in its middle.
+func (l *shmLink) handle() bool {
+	l.busy = time.Now()
+	l.consume(l.rdHeader[:])
+	f := &l.f
+	if decodeHeader(l.rdHeader[:], f) != nil || f.typ != frameRequest && f.typ != frameResponse {
+		return false // a malformed frame ends the link
+	}
+	l.left = f.plen
+	l.node.receive(l, f, l)
+	return l.left == 0 || l.skipRest()
+}
+
+// skipRest reads what the frame's handler left of its payload.
+func (l *shmLink) skipRest() bool {
+	var skip [4096]byte
+	for l.left > 0 {
+		if _, err := l.Read(skip[:min(len(skip), int(l.left))]); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// readShm reads l, whose role the caller took, for a waiter of c, until c
+// has a completion (or an error to report) or ctx ends; then it keeps the
+// role lent and reports true. It spins for shmSpin after the last frame it
+// handled, then sleeps on the link's futex word, as the background reader
+// does (the peer's next frame wakes this very thread); after shmIdle with
+// nothing for c, it hands the role back and reports false.
+func (c *cq) readShm(ctx context.Context, l *shmLink) bool {
+	begin := l.node.now()
+	spin := begin
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		need, ok := l.pollFrames()
+		if !ok {
+			l.handBack()
+			return false
+		}
+		if c.ready.Load() > 0 || c.stopped() {
+			l.keep()
+			return true
+		}
+		if l.nwant.Load() > 0 {
+			// Another waiter parked asking for the role; it reads
+			// what this one waits for too.
+			l.handBack()
+			return false
+		}
+		if i%16 != 15 {
+			runtime.Gosched()
+			continue
+		}
+		select {
+		case <-done:
+			l.keep()
+			return true
+		default:
+		}
+		now := l.node.now()
+		switch {
+		case time.Duration(now-begin) >= shmIdle:
+			l.handBack()
+			return false
+		case time.Duration(now-spin) >= shmSpin:
+			c.sleepShm(ctx, l, need, shmIdle-time.Duration(now-begin))
+			spin = l.node.now()
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+// sleepShm sleeps, for a waiter of c holding l's role, on l's futex word
+// for at most d, unless the in ring holds need bytes: the peer's next
+// frame, a completion from elsewhere (push), ctx's end or the link's death
+// wakes it.
+func (c *cq) sleepShm(ctx context.Context, l *shmLink, need uint64, d time.Duration) {
+	c.watch(ctx)
+	c.shmSleeper.Swap(l)
+	if l.arm(sleepFutex, need) {
+		if c.ready.Load() == 0 && !c.stopped() && ctx.Err() == nil {
+			l.futexSleep(d)
+		} else {
+			l.seg.sleeping(l.side).CompareAndSwap(sleepFutex, 0)
+		}
+	}
+	c.shmSleeper.Store(nil)
+}
+
+// pollShm reads c's lent shared-memory link for a poller, without waiting.
+func (c *cq) pollShm(l *shmLink) {
+	if !l.take() {
+		return
+	}
+	if _, ok := l.pollFrames(); ok {
+		l.keep()
+	} else {
+		l.handBack()
+	}
+}
