@@ -64,6 +64,9 @@ func StartNode(ctx context.Context, id krcore.NodeID, metas []meta.Info) (*Node,
 	return &Node{Runtime: rt, dev: dev}, nil
 }
 
+// Device is the node's RNIC, for verbs objects beside the runtime's.
+func (n *Node) Device() *soft.Node { return n.dev }
+
 // Close stops the runtime and the RNIC.
 func (n *Node) Close() error {
 	return errors.Join(n.Runtime.Close(), n.dev.Close())
