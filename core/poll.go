@@ -41,11 +41,14 @@ type poller struct {
 	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
 	sctx    context.Context // the role's sleep context, see sleepOnCQ
 	scancel context.CancelFunc
-	wdone   <-chan struct{} // the context whose end cancels sctx, see watch
-	wstop   func() bool
-	role    atomic.Pointer[roleHolder]
-	wake    chan struct{}
-	failed  atomic.Bool // the CQ failed (device gone); logged once
+	// lastRole is the holder the last sleep on the CQ published, for
+	// the next to publish again; guarded by waitMu.
+	lastRole *roleHolder
+	wdone    <-chan struct{} // the context whose end cancels sctx, see watch
+	wstop    func() bool
+	role     atomic.Pointer[roleHolder]
+	wake     chan struct{}
+	failed   atomic.Bool // the CQ failed (device gone); logged once
 
 	spinScore atomic.Int32  // see spins
 	spinWaits atomic.Uint32 // waits that did not spin, for probing
@@ -342,8 +345,16 @@ func (pl *poller) passRole() {
 // roleHolder is the waiter sleeping on the completion queue; a dispatcher
 // that finishes its request cancels its sleep, because another poller may
 // have taken the completion that would have woken it.
+//
+// A holder is never changed once published but for taken, so the next
+// sleep of the same queue with the same sleep context publishes it again
+// (see sleepOnCQ) instead of allocating one per sleep: the runtime's own
+// waiter sleeps once per message that reaches a node nobody else waits
+// on. A displacer that found it in an earlier sleep and takes it now takes
+// the current sleep, which is the same waiter's.
 type roleHolder struct {
 	q      *Queue
+	ctx    context.Context // the sleep context cancel ends
 	cancel context.CancelFunc
 	taken  atomic.Bool // another waiter takes the role over (displace)
 }
@@ -362,7 +373,11 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (b
 		pl.stopWatch()
 	}
 	pl.watch(ctx)
-	r := &roleHolder{q: q, cancel: pl.scancel}
+	r := pl.lastRole
+	if r == nil || r.q != q || r.ctx != pl.sctx || r.taken.Load() {
+		r = &roleHolder{q: q, ctx: pl.sctx, cancel: pl.scancel}
+		pl.lastRole = r
+	}
 	pl.role.Swap(r) // a store no later load passes, even under the race detector (golang/go#58020)
 	defer pl.role.Store(nil)
 	if ready() { // finished before the role was published

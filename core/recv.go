@@ -21,12 +21,23 @@ type receiver struct {
 	mr   *MR
 	base int // offset of slot 0 in mr: huge-page aligned
 	slot int
-	// wr and sgl are repost's scratch (a provider copies what it is
-	// posted); guarded by the receive poller's lock, under which every
-	// receive completion is dispatched (onWC).
-	wr  [1]verbs.RecvWR
-	sgl [1]verbs.SGE
+	// spent are the slots whose messages were dispatched, waiting to be
+	// posted again together once there are batch of them (see release);
+	// wrs and sgl are that post's scratch (a provider copies what it is
+	// posted). All three are guarded by the receive poller's lock, under
+	// which every receive completion is dispatched (onWC).
+	spent []int
+	batch int
+	wrs   []verbs.RecvWR
+	sgl   []verbs.SGE
 }
+
+// repostBatch is how many dispatched slots are posted to the SRQ at once.
+// A post per message took the SRQ's lock and wrote its ring once per
+// message, lines the sender's side of the RNIC had just written taking the
+// slot; in one process they moved between the two cores on every message.
+// At most repostBatch-1 slots are out of the SRQ at a time.
+const repostBatch = 16
 
 // newReceiver registers the slots and posts every one. They are populated
 // first (offheap.Populate), on huge pages where the system has them: each
@@ -45,13 +56,16 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(mr.Bytes())))
 	base := int((offheap.HugePage - start%offheap.HugePage) % offheap.HugePage)
 	offheap.Populate(mr.Bytes()[base : base+size])
-	r := &receiver{rt: rt, mr: mr, base: base, slot: slot}
+	// Small SRQs (a test's few slots) keep most of their slots posted.
+	r := &receiver{rt: rt, mr: mr, base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
 	for i := 0; i < rt.cfg.RecvSlots; i++ {
-		if err := r.repost(i); err != nil {
-			rt.Deregister(mr)
-			return nil, err
-		}
+		r.spent = append(r.spent, i)
 	}
+	if err := r.repost(); err != nil {
+		rt.Deregister(mr)
+		return nil, err
+	}
+	r.spent, r.wrs, r.sgl = make([]int, 0, r.batch), nil, nil // the scratch of one batch from now on
 	return r, nil
 }
 
@@ -61,24 +75,41 @@ func (r *receiver) slotBytes(i, n int) []byte {
 	return r.mr.Bytes()[off : off+n]
 }
 
-func (r *receiver) repost(i int) error {
-	r.sgl[0] = sge(r.mr, r.mr.Range(r.base+i*r.slot, r.slot))
-	r.wr[0] = verbs.RecvWR{ID: recvBit | uint64(i), SGL: r.sgl[:]}
-	_, err := r.rt.srq.PostRecv(r.wr[:])
+// release returns slot i, whose message was dispatched, to the SRQ: with
+// the next ones, once batch of them wait.
+func (r *receiver) release(i int) {
+	r.spent = append(r.spent, i)
+	if len(r.spent) >= r.batch {
+		r.repost() // fails only when the SRQ is gone: the runtime is closing
+	}
+}
+
+// repost posts the spent slots to the SRQ.
+func (r *receiver) repost() error {
+	r.wrs, r.sgl = r.wrs[:0], r.sgl[:0]
+	for _, i := range r.spent {
+		r.sgl = append(r.sgl, sge(r.mr, r.mr.Range(r.base+i*r.slot, r.slot)))
+	}
+	for k, i := range r.spent {
+		r.wrs = append(r.wrs, verbs.RecvWR{ID: recvBit | uint64(i), SGL: r.sgl[k : k+1]})
+	}
+	r.spent = r.spent[:0]
+	_, err := r.rt.srq.PostRecv(r.wrs)
 	return err
 }
 
-// onWC dispatches a receive completion by its opcode. Only a SEND carries
+// onWC dispatches a receive completion by its opcode and releases its
+// slot. Only a SEND carries
 // a message: the runtime's own SENDs travel as SEND_WITH_IMM whose
 // immediate names the destination port, behind a header; a header marked
 // hdrWrite is the notification of a runtime's WRITE_WITH_IMM. A raw
 // WRITE_WITH_IMM (a runtime never posts one) consumes a slot too, but its
 // bytes went to the writer's target, not to the slot, which still holds
 // whatever an earlier SEND left there: it is counted and its slot
-// reposted, never read.
+// released, never read.
 func (r *receiver) onWC(wc *verbs.WC) {
 	i := int(wc.ID &^ recvBit)
-	defer r.repost(i)
+	defer r.release(i)
 	switch {
 	case wc.Status != verbs.Success:
 		return
