@@ -82,17 +82,29 @@ const clientTimeout = 5 * time.Minute
 // runClient is a client process's main, if this process is one: it runs
 // the job in clientEnv and exits.
 func runClient(started time.Time) {
-	text, ok := os.LookupEnv(clientEnv)
+	runRole(clientEnv, func(job *clientJob) error {
+		if err := job.run(started); err != nil {
+			return fmt.Errorf("client %d: %w", job.ID, err)
+		}
+		return nil
+	})
+}
+
+// runRole is this process's main if env holds its job (selfCommand): it
+// decodes the job, runs it and exits with the outcome. Otherwise it
+// returns.
+func runRole[J any](env string, run func(*J) error) {
+	text, ok := os.LookupEnv(env)
 	if !ok {
 		return
 	}
-	var job clientJob
+	var job J
 	err := json.Unmarshal([]byte(text), &job)
 	if err == nil {
-		err = job.run(started)
+		err = run(&job)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "race client %d: %v\n", job.ID, err)
+		fmt.Fprintln(os.Stderr, "race:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/internal/racekv"
 )
 
@@ -98,7 +98,7 @@ func runLin(ctx context.Context, s *site, cfg linConfig, dir string, out io.Writ
 	if err != nil {
 		return rep, err
 	}
-	defer own.Close()
+	defer own.close()
 	for k := range cfg.Keys {
 		if err := own.Put(ctx, linKey(run, k), []byte(initialValue)); err != nil {
 			return rep, err
@@ -212,19 +212,42 @@ func history(lines []string) (ops []porcupine.Operation, midPut bool, err error)
 	return ops, midPut, nil
 }
 
-// ownClient is a table client of the coordinator itself, through the
-// runtime of krcored's node.
-func (s *site) ownClient(ctx context.Context) (*racekv.Client, error) {
+// ownClient is a table client of the coordinator itself, attached to the
+// host's krcored.
+func (s *site) ownClient(ctx context.Context) (*attached, error) {
+	api, err := client.Attach(ctx, client.Options{Socket: s.socket})
+	if err != nil {
+		return nil, err
+	}
+	a := &attached{api: api}
 	var mems []racekv.Memory
 	for i := range s.mem {
-		m, err := racekv.DialVQ(ctx, core.Embed(s.daemon.Runtime), uint64(i+1), racekv.Name)
+		m, err := racekv.DialVQ(ctx, api, uint64(i+1), racekv.Name)
 		if err != nil {
 			for _, m := range mems {
 				m.Close()
 			}
+			api.Close()
 			return nil, err
 		}
 		mems = append(mems, m)
 	}
-	return racekv.Open(ctx, mems)
+	if a.Client, err = racekv.Open(ctx, mems); err != nil {
+		a.close()
+	}
+	return a, err
+}
+
+// attached is a table client through krcored.
+type attached struct {
+	*racekv.Client
+	api *client.Client
+}
+
+// close closes the table client and detaches.
+func (a *attached) close() {
+	if a.Client != nil {
+		a.Client.Close()
+	}
+	a.api.Close()
 }

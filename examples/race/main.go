@@ -6,18 +6,18 @@
 //
 //	go run ./examples/race [-workload A] [-base 4] [-spike 8] [-keys 100000] [-warm 2s] [-after 3s] [-out DIR]
 //
-// The coordinator (this process) runs the memory nodes and the compute
-// host's krcored. Base clients run a YCSB workload; then Spike new client
-// processes start at once. Each mode runs the same scenario against the
-// same table: raw (each client creates its own RNIC context and an RC QP
-// per memory node, exchanging endpoints with it over TCP), embedded (each
-// client runs its own krcore runtime and connects VQs through the
-// MetaServer) and daemon (each client attaches to krcored and connects
-// VQs through it). It reports each new client's time from process spawn
-// to its first completed lookup, lookup latency and throughput over time
-// (a CSV and a PNG in -out), then checks a recorded history of gets and
-// puts, with clients killed in the middle of puts, for linearizability
-// with porcupine.
+// The coordinator (this process) runs the memory nodes and starts the
+// compute host's krcored as a process of its own. Base clients run a
+// YCSB workload; then Spike new client processes start at once. Each
+// mode runs the same scenario against the same table: raw (each client
+// creates its own RNIC context and an RC QP per memory node, exchanging
+// endpoints with it over TCP), embedded (each client runs its own krcore
+// runtime and connects VQs through the MetaServer) and daemon (each
+// client attaches to krcored and connects VQs through it). It reports
+// each new client's time from process spawn to its first completed
+// lookup, lookup latency and throughput over time (a CSV and a PNG in
+// -out), then checks a recorded history of gets and puts, with clients
+// killed in the middle of puts, for linearizability with porcupine.
 package main
 
 import (
@@ -32,6 +32,7 @@ import (
 
 func main() {
 	runClient(time.Now()) // a client process: runs its job and exits
+	runKrcored()          // the host's krcored: serves, then exits
 	cfg := config{spike: spikeConfig{Bucket: 100 * time.Millisecond}, lin: linConfig{Timeout: time.Minute}}
 	modes := flag.String("modes", "raw,embedded,daemon", "client kinds, in order: raw, embedded, daemon")
 	flag.StringVar(&cfg.spike.Workload, "workload", "A", "YCSB workload: A (50% updates), B (5%), C (read only)")

@@ -17,6 +17,7 @@ import (
 
 func TestMain(m *testing.M) {
 	runClient(time.Now()) // a client process a test started
+	runKrcored()
 	os.Exit(m.Run())
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -17,22 +16,20 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/daemon"
 	"github.com/krcore/krcore/internal/liteapp"
 	"github.com/krcore/krcore/internal/racekv"
 	"github.com/krcore/krcore/meta"
 )
 
-// site is the coordinator's share of the cluster: the memory nodes
+// site is the cluster the clients come to: the coordinator's memory nodes
 // (nodes 1..K, node 1 with the MetaServer), each serving VQ and raw RC
-// clients, and the compute host's krcored (node K+1), which daemon
-// clients attach to. Clients are other processes.
+// clients, and the compute host's krcored (node K+1), a process of its
+// own, which daemon clients attach to. Clients are other processes.
 type site struct {
 	mem    []*liteapp.Node
 	tables []*racekv.Node
 	rcLns  []net.Listener
-	daemon *liteapp.Node
-	srv    *daemon.Server
+	daemon *krcoredProc
 	socket string
 	dir    string
 
@@ -43,9 +40,9 @@ type site struct {
 }
 
 // startSite starts memNodes memory nodes holding a table of keys keys with
-// values of value bytes, loads it, and starts krcored.
+// values of value bytes, loads it, and starts krcored's process.
 func startSite(ctx context.Context, memNodes, keys, value int, heap int) (_ *site, err error) {
-	s := &site{errs: make(chan error, memNodes+1)}
+	s := &site{errs: make(chan error, memNodes)}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -82,14 +79,11 @@ func startSite(ctx context.Context, memNodes, keys, value int, heap int) (_ *sit
 	if err := s.load(ctx, keys, value); err != nil {
 		return nil, err
 	}
-	if s.daemon, err = liteapp.StartNode(ctx, krcore.NodeID(memNodes+1), metas); err != nil {
-		return nil, err
-	}
 	s.socket = filepath.Join(s.dir, "krcored.sock")
-	if s.srv, err = daemon.New(s.daemon.Runtime, daemon.Config{Socket: s.socket, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	job := krcoredJob{Meta: metas[0].String(), ID: uint64(memNodes + 1), Socket: s.socket}
+	if s.daemon, err = startKrcored(ctx, job); err != nil {
 		return nil, err
 	}
-	s.wg.Go(func() { s.errs <- s.srv.Serve(srvCtx) })
 	s.nextID = krcore.NodeID(memNodes + 2)
 	return s, nil
 }
@@ -131,8 +125,8 @@ func (s *site) close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	if s.srv != nil {
-		errs = append(errs, s.srv.Close())
+	if s.daemon != nil {
+		errs = append(errs, s.daemon.stop())
 	}
 	for _, ln := range s.rcLns {
 		ln.Close()
@@ -145,9 +139,6 @@ func (s *site) close() error {
 	for _, t := range s.tables {
 		errs = append(errs, t.Close())
 	}
-	if s.daemon != nil {
-		errs = append(errs, s.daemon.Close())
-	}
 	for _, h := range s.mem {
 		errs = append(errs, h.Close())
 	}
@@ -155,6 +146,23 @@ func (s *site) close() error {
 		os.RemoveAll(s.dir)
 	}
 	return errors.Join(errs...)
+}
+
+// selfCommand is a command that runs this executable again with job, as
+// JSON, in the environment variable env: which role the process takes.
+func selfCommand(ctx context.Context, env string, job any) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	text, err := json.Marshal(job)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), env+"="+string(text))
+	cmd.Stderr = os.Stderr
+	return cmd, nil
 }
 
 // proc is a client process and the lines it reported.
@@ -174,18 +182,11 @@ type proc struct {
 // spawn starts a client process of this executable for job; killAt, if
 // not 0, is proc.killAt.
 func spawn(ctx context.Context, job clientJob, killAt int) (*proc, error) {
-	exe, err := os.Executable()
+	cmd, err := selfCommand(ctx, clientEnv, job)
 	if err != nil {
 		return nil, err
 	}
-	text, err := json.Marshal(job)
-	if err != nil {
-		return nil, err
-	}
-	p := &proc{job: job, boot: make(chan boot, 1), done: make(chan error, 1), killAt: killAt}
-	p.cmd = exec.CommandContext(ctx, exe)
-	p.cmd.Env = append(os.Environ(), clientEnv+"="+string(text))
-	p.cmd.Stderr = os.Stderr
+	p := &proc{job: job, cmd: cmd, boot: make(chan boot, 1), done: make(chan error, 1), killAt: killAt}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
