@@ -78,7 +78,11 @@
 // TCP connection ends without its close flag arriving within a second is
 // taken for dead: reads return what arrived, then an error matching
 // syscall.ECONNRESET, as do writes; an RDMA request that fails aborts the
-// connection the same way.
+// connection the same way, and so does the Node's runtime failing (the
+// krcored it runs through stops): every SMC connection of the Node
+// aborts at once, and later ones fall back to TCP (ReasonLink or
+// ReasonMem). Close the API only after the Node and its connections:
+// client.Client.Close unmaps the memory their buffers are in.
 //
 // Link reuse: connections take their buffers from slabs of 16 that a Node
 // registers and exports per peer endpoint (node and port) at a time, to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -213,10 +214,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
-	conns := make([]*Conn, 0, len(n.conns))
-	for _, c := range n.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Values(n.conns))
 	n.mu.Unlock()
 	for _, c := range conns {
 		c.fail(fmt.Errorf("smc: node closed: %w", errAborted))
@@ -250,12 +248,27 @@ func (n *Node) serve(ctx context.Context) {
 	for {
 		k, err := n.srv.PopMsgsWait(ctx, msgs[:])
 		if err != nil {
+			if ctx.Err() == nil { // not Close: the runtime failed (krcored gone)
+				n.abortAll(err)
+			}
 			return
 		}
 		for i := range msgs[:k] {
 			n.dispatch(&msgs[i])
 			msgs[i] = krcore.Message{}
 		}
+	}
+}
+
+// abortAll fails every SMC connection of the Node, whose port can no
+// longer hear their peers: a reader would otherwise wait for data that
+// cannot arrive. Their TCP connections stay for the application to close.
+func (n *Node) abortAll(cause error) {
+	n.mu.Lock()
+	conns := slices.Collect(maps.Values(n.conns))
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.fail(fmt.Errorf("smc: the Node's runtime failed (%v): %w", cause, errAborted))
 	}
 }
 

@@ -25,6 +25,14 @@ const setupTimeout = 20 * time.Second
 // returns the cluster and krcored's socket.
 func StartDaemon(t testing.TB, nodes int) (*cluster.Cluster, string) {
 	t.Helper()
+	c, _, sock := StartDaemonServer(t, nodes)
+	return c, sock
+}
+
+// StartDaemonServer is StartDaemon, with krcored's server, for a test that
+// stops it early (Close may be called again).
+func StartDaemonServer(t testing.TB, nodes int) (*cluster.Cluster, *daemon.Server, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Config{Nodes: nodes})
@@ -40,7 +48,7 @@ func StartDaemon(t testing.TB, nodes int) (*cluster.Cluster, string) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(context.Background()) }()
 	t.Cleanup(func() { srv.Close(); <-done })
-	return c, sock
+	return c, srv, sock
 }
 
 // Attach is a new client of the krcored serving sock: another process, as
