@@ -25,7 +25,9 @@ type Op struct {
 // Memory is one memory node's region as a client reaches it.
 type Memory interface {
 	// Do runs ops, posted together, and returns once all completed: the
-	// first failure, if any. It is not safe for concurrent use.
+	// first failure, if any. After a failure of the transport itself (not
+	// of an operation), requests may still be in flight: close the
+	// Memory. It is not safe for concurrent use.
 	Do(ctx context.Context, ops ...*Op) error
 	// Close releases what the client holds for the node.
 	Close() error

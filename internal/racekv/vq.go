@@ -60,7 +60,10 @@ func (v *VQ) Do(ctx context.Context, ops ...*Op) error {
 			Remote: v.region.At(op.Off), Compare: op.Compare, Swap: op.Swap})
 		at += n
 	}
-	if _, err := v.q.Push(ctx, true, v.reqs...); err != nil {
+	if n, err := v.q.Push(ctx, true, v.reqs...); err != nil || n < len(v.reqs) {
+		if err == nil {
+			err = fmt.Errorf("racekv: the queue took %d of %d requests: %w", n, len(v.reqs), krcore.ErrNoCredit)
+		}
 		return v.drain(ctx, err)
 	}
 	var failed error
