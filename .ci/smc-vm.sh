@@ -11,7 +11,7 @@
 # PEERNOSMC), no leftover AF_SMC sockets, and the Go tests named below.
 #
 #   .ci/smc-vm.sh
-#   KSMC_BYTES=65536 KSMC_PINGS=100 .ci/smc-vm.sh   # a shorter run
+#   KSMC_BYTES=65536 KSMC_PINGS=100 KSMC_RUNS=1 .ci/smc-vm.sh   # a shorter run
 #   KSMC_CAPTURE=/tmp/cap .ci/smc-vm.sh   # keep the first contact's pcap
 #
 # The first run downloads the 6.12 kernel package into the VM cache
@@ -34,7 +34,7 @@ echo "== gcc .ci/smc/ksmc.c"
 gcc -O2 -Wall -static -pthread -o "$work/ksmc" .ci/smc/ksmc.c
 cp .ci/smc/guest.sh "$work/"
 gotests=""
-for p in ./smc/synopt; do
+for p in ./smc/internal/smcopt; do
   [ -d "$p" ] || continue
   name=$(basename "$p").test
   echo "== go test -c $p"
@@ -48,7 +48,7 @@ set +e
 KRCORE_VM_KERNEL_PKG=${KRCORE_VM_KERNEL_PKG:-linux-image-6.12.117+deb12-amd64} \
 KRCORE_VM_EXTRA_MODS="veth smc smc_diag" KRCORE_VM_EXTRA_BINS=/usr/bin/tcpdump \
 KRCORE_VM_TIMEOUT=${KRCORE_VM_TIMEOUT:-600} KRCORE_VM_SHARE="$work" \
-  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
+  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_RUNS=${KSMC_RUNS:-3} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
 rc=$?
 set -e
 if [ -n "${KSMC_CAPTURE:-}" ]; then

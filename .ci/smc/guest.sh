@@ -65,7 +65,7 @@ sleep 1
 pair kernel-pair-first "" ""
 grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-first-mode-SMCR $?
 sleep 1; kill $tp 2>/dev/null; wait $tp 2>/dev/null
-for r in 1 2 3; do
+for r in $(seq 1 "${KSMC_RUNS:-3}"); do
   log "run $r: kernel SMC-R pair (link group reused)"
   pair kernel-pair-$r "" ""
   grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-$r-mode-SMCR $?
@@ -86,6 +86,8 @@ sleep 1
 ./ksmc diag >diag.log; cat diag.log
 [ ! -s diag.log ]; check no-leftover-sockets $?
 
+# The Go side's SMC option is a cgroup BPF program: cgroup v2 at its usual place.
+mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup
 for t in ${KSMC_GO_TESTS:-}; do
   log "go: $t"
   KRCORE_SMC_VM=1 KRCORE_SMC_KSMC="$PWD/ksmc" timeout 300 "./$t" -test.v -test.count=1 -test.run 'Kernel'
