@@ -8,11 +8,14 @@
 # runs .ci/smc/guest.sh: the veth topology (rxeA/rxeB), a UEID, then
 # kernel-to-kernel SMC-R (smc_diag must say mode SMCR) beside plain TCP, a
 # plain TCP client against a kernel AF_SMC server (must fall back with
-# PEERNOSMC), no leftover AF_SMC sockets, and the Go tests named below.
+# PEERNOSMC), no leftover AF_SMC sockets; then the Go side's tests against a
+# kernel AF_SMC client (smc/internal/smcopt: the SMC option, proposal,
+# decline; smc/internal/kernellink: accept, link, echo over SMC-R).
 #
 #   .ci/smc-vm.sh
 #   KSMC_BYTES=65536 KSMC_PINGS=100 KSMC_RUNS=1 .ci/smc-vm.sh   # a shorter run
 #   KSMC_CAPTURE=/tmp/cap .ci/smc-vm.sh   # keep the first contact's pcap
+#   KSMC_GO_ONLY=1 .ci/smc-vm.sh          # only the Go side's tests
 #
 # The first run downloads the 6.12 kernel package into the VM cache
 # (KRCORE_VM_CACHE) and builds an initramfs for it: about a minute more.
@@ -33,14 +36,13 @@ trap 'rm -rf "$work"' EXIT
 echo "== gcc .ci/smc/ksmc.c"
 gcc -O2 -Wall -static -pthread -o "$work/ksmc" .ci/smc/ksmc.c
 cp .ci/smc/guest.sh "$work/"
-gotests=""
-for p in ./smc/internal/smcopt; do
-  [ -d "$p" ] || continue
-  name=$(basename "$p").test
-  echo "== go test -c $p"
-  CGO_ENABLED=0 go test -c -o "$work/$name" "$p"
-  gotests="$gotests $name"
-done
+# The Go side's tests: smcopt's need no cgo; kernellink's drive rxe through
+# provider/ibverbs (-tags rdma, cgo and libibverbs, copied into the guest).
+echo "== go test -c ./smc/internal/smcopt; go test -c -tags rdma ./smc/internal/kernellink"
+CGO_ENABLED=0 go test -c -o "$work/smcopt.test" ./smc/internal/smcopt
+go vet -tags rdma ./smc/internal/kernellink
+go test -c -tags rdma -o "$work/kernellink.test" ./smc/internal/kernellink
+gotests="smcopt.test kernellink.test"
 
 echo "== running in the VM (kernel 6.12, rxeA/rxeB on a veth pair)"
 cd "$work"
@@ -48,7 +50,7 @@ set +e
 KRCORE_VM_KERNEL_PKG=${KRCORE_VM_KERNEL_PKG:-linux-image-6.12.117+deb12-amd64} \
 KRCORE_VM_EXTRA_MODS="veth smc smc_diag" KRCORE_VM_EXTRA_BINS=/usr/bin/tcpdump \
 KRCORE_VM_TIMEOUT=${KRCORE_VM_TIMEOUT:-600} KRCORE_VM_SHARE="$work" \
-  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_RUNS=${KSMC_RUNS:-3} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
+  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_RUNS=${KSMC_RUNS:-3} KSMC_GO_ONLY=${KSMC_GO_ONLY:-0} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
 rc=$?
 set -e
 if [ -n "${KSMC_CAPTURE:-}" ]; then

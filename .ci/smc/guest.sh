@@ -56,43 +56,62 @@ pair() {  # pair NAME SERVER-FLAGS CLIENT-FLAGS: one echo connection
   check "$1" $rc
 }
 
-log "kernel AF_SMC client -> kernel AF_SMC server (first contact: new link group)"
-# What the kernel puts on the wire (CLC on TCP, LLC/CDC in RoCEv2), kept
-# by the harness with KSMC_CAPTURE=DIR; vethA sees both directions.
-tcpdump -Z root -i vethA -s 400 -U -w first.pcap "udp port 4791 or tcp port $((port + 1))" 2>/dev/null &
-tp=$!
-sleep 1
-pair kernel-pair-first "" ""
-grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-first-mode-SMCR $?
-sleep 1; kill $tp 2>/dev/null; wait $tp 2>/dev/null
-for r in $(seq 1 "${KSMC_RUNS:-3}"); do
-  log "run $r: kernel SMC-R pair (link group reused)"
-  pair kernel-pair-$r "" ""
-  grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-$r-mode-SMCR $?
-  log "run $r: TCP pair"
-  pair tcp-pair-$r -t -t
-done
+kernel_pairs() {
+  log "kernel AF_SMC client -> kernel AF_SMC server (first contact: new link group)"
+  # What the kernel puts on the wire (CLC on TCP, LLC/CDC in RoCEv2), kept
+  # by the harness with KSMC_CAPTURE=DIR; vethA sees both directions.
+  tcpdump -Z root -i vethA -s 400 -U -w first.pcap "udp port 4791 or tcp port $((port + 1))" 2>/dev/null &
+  tp=$!
+  sleep 1
+  pair kernel-pair-first "" ""
+  grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-first-mode-SMCR $?
+  sleep 1; kill $tp 2>/dev/null; wait $tp 2>/dev/null
+  for r in $(seq 1 "${KSMC_RUNS:-3}"); do
+    log "run $r: kernel SMC-R pair (link group reused)"
+    pair kernel-pair-$r "" ""
+    grep -q 'diag client .*mode=SMCR' cli.log; check kernel-pair-$r-mode-SMCR $?
+    log "run $r: TCP pair"
+    pair tcp-pair-$r -t -t
+  done
 
-log "plain TCP client -> kernel AF_SMC server: falls back (PEERNOSMC on the server)"
-pair kernel-server-tcp-client "" -t
-grep -q 'diag server .*mode=TCP fallback=0x03010000' srv.log; check kernel-server-fallback-PEERNOSMC $?
+  log "plain TCP client -> kernel AF_SMC server: falls back (PEERNOSMC on the server)"
+  pair kernel-server-tcp-client "" -t
+  grep -q 'diag server .*mode=TCP fallback=0x03010000' srv.log; check kernel-server-fallback-PEERNOSMC $?
 
-log "kernel AF_SMC client -> plain TCP server: falls back (no SMC option in the SYN-ACK)"
-pair kernel-client-tcp-server -t ""
-grep -q 'diag client .*mode=TCP fallback=0x03010000' cli.log; check kernel-client-fallback-PEERNOSMC $?
+  log "kernel AF_SMC client -> plain TCP server: falls back (no SMC option in the SYN-ACK)"
+  pair kernel-client-tcp-server -t ""
+  grep -q 'diag client .*mode=TCP fallback=0x03010000' cli.log; check kernel-client-fallback-PEERNOSMC $?
 
-log "leftover AF_SMC sockets (smc_diag): none expected"
-sleep 1
-./ksmc diag >diag.log; cat diag.log
-[ ! -s diag.log ]; check no-leftover-sockets $?
+  log "leftover AF_SMC sockets (smc_diag): none expected"
+  sleep 1
+  ./ksmc diag >diag.log; cat diag.log
+  [ ! -s diag.log ]; check no-leftover-sockets $?
+}
+[ "${KSMC_GO_ONLY:-0}" = 1 ] || kernel_pairs
 
 # The Go side's SMC option is a cgroup BPF program: cgroup v2 at its usual place.
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup
+lgrs_before=$(./ksmc lgrs)
 for t in ${KSMC_GO_TESTS:-}; do
   log "go: $t"
   KRCORE_SMC_VM=1 KRCORE_SMC_KSMC="$PWD/ksmc" timeout 300 "./$t" -test.v -test.count=1 -test.run 'Kernel'
   check "go-$t" $?
 done
+
+log "after the Go tests: leftover AF_SMC sockets (none expected) and the kernel's link groups"
+sleep 1
+./ksmc diag >diag.log; cat diag.log
+[ ! -s diag.log ]; check no-leftover-sockets-after-go $?
+# The link groups the kernel made toward the Go side must be gone once the
+# Go side closed its links (DELETE_LINK): as many as before the Go tests.
+dmesg | grep -E 'smc: SMC-R lg .* (link added|link removed|state changed)' | tail -n 8
+for i in $(seq 1 15); do
+  now=$(./ksmc lgrs)
+  [ "$now" = "$lgrs_before" ] && break
+  sleep 1
+done
+echo "SMC-R link groups: before the Go tests $lgrs_before, after $now"
+[ -n "$now" ] && [ "$now" = "$lgrs_before" ]; check go-link-groups-freed $?
 
 log "done"
 exit $fail

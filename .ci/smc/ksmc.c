@@ -9,6 +9,7 @@
  *                               client: BYTES echoed and checked, then PINGS 8 B
  *                               round trips; prints the socket's smc_diag line
  *   ksmc diag                   every AF_SMC socket (smc_diag), one line each
+ *   ksmc lgrs                   how many SMC-R link groups the kernel holds
  *
  * Lines meant for the harness start with a keyword and carry key=value
  * fields: "diag ... mode=SMCR fallback=0x..." (smc_diag), "bulk bytes=
@@ -55,6 +56,7 @@ struct smc_diag_lgrinfo {
 	uint8_t role;
 };
 #define SMC_GENL_NAME "SMC_GEN_NETLINK"
+#define SMC_NETLINK_GET_LGR_SMCR 2
 #define SMC_NETLINK_ADD_UEID 10
 #define SMC_NLA_EID_TABLE_ENTRY 1
 #define SMC_MAX_EID_LEN 32
@@ -196,18 +198,27 @@ static void genl_init(struct genl_req *r, int type, int cmd)
 	r->g.version = 1;
 }
 
-static int ueid_add(const char *name)
+/* smc_family returns the id of SMC's generic netlink family on fd. */
+static int smc_family(int fd)
 {
-	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_GENERIC), family = -1;
-	if (fd < 0) die("genetlink socket");
 	struct genl_req r;
+	int family = -1;
 	genl_init(&r, GENL_ID_CTRL, CTRL_CMD_GETFAMILY);
 	add_attr(&r, CTRL_ATTR_FAMILY_NAME, SMC_GENL_NAME, sizeof(SMC_GENL_NAME));
 	int rc = genl_call(fd, &r, &family);
 	if (family < 0) {
 		fprintf(stderr, "ksmc: no %s family (rc %d): is smc.ko loaded?\n", SMC_GENL_NAME, rc);
-		return 1;
+		exit(1);
 	}
+	return family;
+}
+
+static int ueid_add(const char *name)
+{
+	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_GENERIC);
+	if (fd < 0) die("genetlink socket");
+	struct genl_req r;
+	int family = smc_family(fd);
 	/* The kernel takes the EID blank-padded to 32 characters. */
 	char eid[SMC_MAX_EID_LEN + 1];
 	memset(eid, ' ', SMC_MAX_EID_LEN);
@@ -215,13 +226,45 @@ static int ueid_add(const char *name)
 	memcpy(eid, name, strnlen(name, SMC_MAX_EID_LEN));
 	genl_init(&r, family, SMC_NETLINK_ADD_UEID);
 	add_attr(&r, SMC_NLA_EID_TABLE_ENTRY, eid, sizeof(eid));
-	rc = genl_call(fd, &r, NULL);
+	int rc = genl_call(fd, &r, NULL);
 	close(fd);
 	if (rc) {
 		fprintf(stderr, "ksmc: ueid-add %s: %s\n", name, strerror(-rc));
 		return 1;
 	}
 	printf("ueid added=\"%s\"\n", eid);
+	return 0;
+}
+
+/* lgrs prints how many SMC-R link groups the kernel has (one message per
+ * link group in the SMC_NETLINK_GET_LGR_SMCR dump). */
+static int lgrs(void)
+{
+	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_GENERIC), n = 0;
+	if (fd < 0) die("genetlink socket");
+	struct genl_req r;
+	genl_init(&r, smc_family(fd), SMC_NETLINK_GET_LGR_SMCR);
+	r.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	if (send(fd, &r, r.h.nlmsg_len, 0) < 0) die("genetlink send");
+	static char buf[1 << 16];
+	for (;;) {
+		int len = recv(fd, buf, sizeof(buf), 0);
+		if (len <= 0) die("genetlink recv");
+		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+			if (h->nlmsg_type == NLMSG_DONE) goto done;
+			if (h->nlmsg_type == NLMSG_ERROR && ((struct nlmsgerr *)NLMSG_DATA(h))->error == 0)
+				continue; /* the family lookup's late ACK */
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				fprintf(stderr, "ksmc: link group dump: %s\n",
+					strerror(-((struct nlmsgerr *)NLMSG_DATA(h))->error));
+				return 1;
+			}
+			n++;
+		}
+	}
+done:
+	close(fd);
+	printf("lgrs smcr=%d\n", n);
 	return 0;
 }
 
@@ -323,6 +366,7 @@ static void pingpong(int fd, int n)
 {
 	char b[8] = "ksmcping";
 	double t0 = 0;
+	if (n <= 0) return;
 	for (int i = -10; i < n; i++) { /* 10 rounds to warm up */
 		if (i == 0) t0 = now_ms();
 		if (write_all(fd, b, 8)) die("ping write");
@@ -332,7 +376,7 @@ static void pingpong(int fd, int n)
 			g += r;
 		}
 	}
-	if (n > 0) printf("pingpong n=%d rtt_us=%.1f\n", n, (now_ms() - t0) * 1e3 / n);
+	printf("pingpong n=%d rtt_us=%.1f\n", n, (now_ms() - t0) * 1e3 / n);
 }
 
 static int echo_client(int tcp, const char *ip, int port, size_t bytes, int pings)
@@ -377,7 +421,8 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "echo") && rest == 4)
 		return echo_client(tcp, argv[i], atoi(argv[i + 1]), strtoul(argv[i + 2], NULL, 0), atoi(argv[i + 3]));
 	if (!strcmp(cmd, "diag") && rest == 0) return diag(0, "all") < 0;
+	if (!strcmp(cmd, "lgrs") && rest == 0) return lgrs();
 usage:
-	fprintf(stderr, "usage: ksmc ueid-add NAME | serve [-t] [-n N] PORT | echo [-t] IP PORT BYTES PINGS | diag\n");
+	fprintf(stderr, "usage: ksmc ueid-add NAME | serve [-t] [-n N] PORT | echo [-t] IP PORT BYTES PINGS | diag | lgrs\n");
 	return 2;
 }
