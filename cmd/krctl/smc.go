@@ -20,11 +20,15 @@ type smcNode struct {
 	PID    int32         `json:"pid"`
 	UID    uint32        `json:"uid"`
 	Age    time.Duration `json:"age"` // since the Node reported
+	// Error says why the report could not be read (any client may keep
+	// a report under an smc name): the row stands for it, empty.
+	Error string `json:"error,omitempty"`
 	smc.Report
 }
 
-// fetchSMC reads the SMC Nodes' reports from the daemon; a report that
-// does not parse is an error naming its client.
+// fetchSMC reads the SMC Nodes' reports from the daemon; one that does
+// not parse is listed with its error, not fatal: another client's report
+// must not hide the rest.
 func fetchSMC(ctx context.Context, sock string) ([]smcNode, error) {
 	c, err := client.Attach(ctx, client.Options{Socket: sock})
 	if err != nil {
@@ -39,7 +43,7 @@ func fetchSMC(ctx context.Context, sock string) ([]smcNode, error) {
 	for _, r := range reps {
 		n := smcNode{Client: r.Client, PID: r.PID, UID: r.UID, Age: r.Age}
 		if err := json.Unmarshal(r.Body, &n.Report); err != nil {
-			return nil, fmt.Errorf("client %d's report %s: %w", r.Client, r.Name, err)
+			n.Report, n.Error = smc.Report{}, fmt.Sprintf("report %s: %v", r.Name, err)
 		}
 		nodes = append(nodes, n)
 	}
@@ -69,6 +73,11 @@ func smcTables(w io.Writer, nodes []smcNode) {
 	}
 	if omitted > 0 {
 		fmt.Fprintf(w, "(%d more connections left out: a Node's report did not fit a message)\n", omitted)
+	}
+	for _, n := range nodes {
+		if n.Error != "" {
+			fmt.Fprintf(w, "(client %d, pid %d: unreadable %s)\n", n.Client, n.PID, n.Error)
+		}
 	}
 	fmt.Fprintln(w, "\nPID\tPORT\tSMC\tFALLBACKS\tBYTES_SENT\tBYTES_RECEIVED\tRDMA_WRITES\tCURSOR_MSGS\tSLABS\tLOOKUPS\tDROPPED\tAGE")
 	var total smc.Stats

@@ -139,6 +139,18 @@ func TestSMC(t *testing.T) {
 		}
 	}
 
+	// A report under an smc name that is no smc.Report (any client may
+	// keep one) is listed as unreadable; the rest still show.
+	if err := cl.Report(ctx, "smc/bogus", []byte(`{"port":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-socket", sock, "smc"}, &out); err != nil || !strings.Contains(out.String(), "unreadable report smc/bogus") ||
+		!strings.Contains(out.String(), "PEERCLW") {
+		t.Errorf("with a bogus report: %v\n%s", err, out.String())
+	}
+	cl.Report(ctx, "smc/bogus", nil)
+
 	// Close withdraws the report.
 	server.Close()
 	out.Reset()
