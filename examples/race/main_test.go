@@ -42,13 +42,14 @@ func testSite(t *testing.T, keys int) (*site, context.Context) {
 	return s, ctx
 }
 
-// TestSpike: the scenario, small, in every mode: each spike client
+// TestSpike: the scenario, small, in every mode (the base client has 2.5 s
+// to start, for loaded machines and -race binaries): each spike client
 // reports its bootstrap, the clients make progress before and after the
 // spike, and the CSVs and the plot are written.
 func TestSpike(t *testing.T) {
 	s, ctx := testSite(t, 2000)
 	cfg := spikeConfig{Modes: []string{modeRaw, modeEmbedded, modeDaemon}, Base: 1, Spike: 2, Workload: "A", Keys: 2000, Value: 32,
-		Warm: 1500 * time.Millisecond, After: 1500 * time.Millisecond, Bucket: 100 * time.Millisecond, Rounds: 1}
+		Warm: 2500 * time.Millisecond, After: time.Second, Bucket: 100 * time.Millisecond, Rounds: 1}
 	dir := t.TempDir()
 	sums, err := runSpike(ctx, s, cfg, dir, io.Discard)
 	if err != nil {
@@ -89,7 +90,10 @@ func TestLinearizable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
-		if rep.Result != porcupine.Ok || rep.Killed != 2 || rep.KilledMidPut < 1 || rep.Ops < 150 {
+		// The coordinator's victim may, on a loaded machine, finish before
+		// the coordinator reads the line it waits for; the one that kills
+		// itself mid-put always dies there.
+		if rep.Result != porcupine.Ok || rep.Killed < 1 || rep.KilledMidPut < 1 || rep.Ops < 150 {
 			t.Errorf("%s: %+v", mode, rep)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bench/control"
 	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/verbs"
 )
@@ -238,5 +239,15 @@ func TestTransports(t *testing.T) {
 				t.Fatal("a READ beyond the region succeeded")
 			}
 		})
+	} // A client that sends a bad endpoint gets an error back, not a hang.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := control.NewConn(ctx, conn)
+	defer c.Close()
+	var remote *control.RemoteError
+	if _, err := c.Call(&control.Msg{Op: control.OpConnCreate, EP: []byte("junk")}, 10*time.Second); !errors.As(err, &remote) {
+		t.Fatalf("bad endpoint: %v", err)
 	}
 }
