@@ -239,7 +239,8 @@ func TestTransports(t *testing.T) {
 				t.Fatal("a READ beyond the region succeeded")
 			}
 		})
-	} // A client that sends a bad endpoint gets an error back, not a hang.
+	}
+	// A client that sends a bad endpoint gets an error back, not a hang.
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
