@@ -2,6 +2,8 @@ package smc_test
 
 import (
 	"context"
+	"encoding/json"
+	"expvar"
 	"fmt"
 	"io"
 	"time"
@@ -59,4 +61,28 @@ func Example() {
 	// Output:
 	// hello <nil> SMC
 	// hello <nil> TCP: no krcore runtime (0x03030000)
+}
+
+// An embedded program has no krcored to report to: it publishes its
+// Node's report itself, here under /debug/vars with expvar (krctl smc
+// shows the same for programs running through krcored).
+func ExampleNode_Report() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 1})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	node, err := smc.Open(core.Embed(c.Node(1)), smc.NodeOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Close()
+	expvar.Publish("smc", expvar.Func(func() any { return node.Report() }))
+
+	var rep smc.Report
+	json.Unmarshal([]byte(expvar.Get("smc").String()), &rep)
+	fmt.Println(rep.Port == node.Port(), len(rep.Conns), rep.Stats.SMC)
+	// Output: true 0 0
 }
