@@ -72,7 +72,8 @@ type Options struct {
 	// them): the same on every node of a LITE cluster; 0 is this node.
 	Directory krcore.NodeID
 	// CallTimeout bounds an RPC Call or a Send whose context has no
-	// deadline; 0 is DefaultCallTimeout.
+	// deadline: it ends within CallTimeout, after at least half of it
+	// (such calls share one deadline); 0 is DefaultCallTimeout.
 	CallTimeout time.Duration
 }
 
@@ -227,6 +228,7 @@ func (n *Node) Close() error {
 	n.stopSync()
 	n.stopOps()
 	n.releaseRPC()
+	n.stopBounds()
 	n.releasePieces()
 	n.release()
 	return errors.Join(errs...)

@@ -62,7 +62,7 @@ func (n *Node) Endpoint(name string) (*Endpoint, error) {
 // Send sends msg (at most MaxRPC bytes, less the name's length) to the
 // endpoint name at node and returns once the endpoint holds it. Without a
 // free slot in this node's ring at node, it waits; the deadline is ctx's,
-// or Options.CallTimeout when ctx has none.
+// or Options.CallTimeout (see Options) when ctx has none.
 func (n *Node) Send(ctx context.Context, node krcore.NodeID, name string, msg []byte) error {
 	if name == "" || len(name) > 255 {
 		return fmt.Errorf("lite: send to %q at node %d: %w", name, node, krcore.ErrInvalid)

@@ -31,11 +31,15 @@ func BenchmarkRPC(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(name+"/8B", func(b *testing.B) {
+			var d []time.Duration
 			for b.Loop() {
+				t0 := time.Now()
 				if _, err := caller.Call(ctx, 2, 1, req, resp); err != nil {
 					b.Fatal(err)
 				}
+				d = append(d, time.Since(t0))
 			}
+			reportMedian(b, d, "p50-ns") // the mean is at the mercy of a loaded machine's stalls
 		})
 		for _, callers := range []int{1, 8} {
 			b.Run(name+"/callers="+string(rune('0'+callers)), func(b *testing.B) {

@@ -73,7 +73,14 @@ type rpcState struct {
 
 	pool    vqPool
 	dropped atomic.Uint64 // notifications refused by validation
-	stop    chan struct{} // closed when Close begins: waiting calls fail
+
+	// bound is the context calls without a deadline share, boundPrev
+	// the cancel of the one before it (defaultBound); boundMu guards
+	// their renewal.
+	bound     atomic.Pointer[callBound]
+	boundMu   sync.Mutex
+	boundPrev context.CancelFunc
+	stop      chan struct{} // closed when Close begins: waiting calls fail
 
 	// draining: Close waits for wg; no goroutine joins it after.
 	draining bool
