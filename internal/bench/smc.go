@@ -110,7 +110,7 @@ func parseSMC(args []string, stderr io.Writer) (*smcConfig, error) {
 	places := fs.String("places", "inproc,cross,tcp", "placements to measure: inproc, cross (two processes, shared-memory link), tcp (two processes, soft TCP link)")
 	fs.IntVar(&c.n, "n", 5000, "round trips per latency series")
 	fs.IntVar(&c.msgs, "msgs", 4000, "64 KiB writes per stream series")
-	fs.DurationVar(&c.spin, "spin", 200*time.Microsecond, "how long krcored's pump polls before it sleeps")
+	fs.DurationVar(&c.spin, "spin", 0, "how long krcored's pump polls before it sleeps (0: krcored's default, the runtime's adaptive few microseconds)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound on each placement's run")
 	fs.BoolVar(&c.json, "json", false, "one JSON document")
 	fs.BoolVar(&c.check, "check", false, "exit with status 3 when a target is missed")
