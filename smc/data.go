@@ -65,6 +65,7 @@ type link struct {
 	peerBlocked, blockedSent           bool
 	peerDoneWriting, peerClosed        bool
 	wrShut, localClosed, tcpGone, live bool
+	lent                               bool  // WriteTo hands ring bytes to a writer: keep the buffer
 	err                                error // fatal: reads drain, then fail with it
 
 	rxSig, txSig, kick chan struct{} // capacity 1: wake the reader, writer, keeper
@@ -552,7 +553,7 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 		c.mu.Lock()
 		ack := c.peerClosed && !c.wrShut && c.err == nil
 		update := c.peerBlocked && c.err == nil && c.wantUpdate()
-		done := c.localClosed && (c.peerDoneWriting || c.err != nil)
+		done := c.localClosed && (c.peerDoneWriting || c.err != nil) && !c.lent
 		if c.localClosed && lingerC == nil {
 			lingerC = time.After(linger)
 		}

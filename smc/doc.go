@@ -122,12 +122,15 @@
 //
 // # Not built yet
 //
-// Urgent data (the flags are defined, never sent); io.ReaderFrom and
-// io.WriterTo fast paths; buffer sizes that adapt per connection and a
-// per-node bound (NodeOptions.BufferSize is fixed). A slab serves every
-// connection with one peer endpoint, so that peer could write into its
-// other connections' buffers, as an RMB's rkey lets any connection of
-// its link group in SMC-R. A port's notifications beyond krcore's inbox
-// bound (4096 waiting) would be dropped; a connection has a few in flight
-// at most.
+// Urgent data (the flags are defined, never sent); an io.ReaderFrom fast
+// path (reading the source straight into the staging buffer needs the
+// buffer kept while the source's Read blocks, which would hold
+// Node.Close; io.WriterTo is built: WriteTo hands the writer the receive
+// buffer's bytes); buffer sizes that adapt per connection and a per-node
+// bound (NodeOptions.BufferSize is fixed). A slab serves every connection
+// with one peer endpoint, so that peer could write into its other
+// connections' buffers, as an RMB's rkey lets any connection of its link
+// group in SMC-R. A port's notifications beyond krcore's inbox bound
+// (4096 waiting) would be dropped; a connection has a few in flight at
+// most.
 package smc

@@ -1,0 +1,96 @@
+package smc
+
+import (
+	"io"
+	"net"
+	"os"
+)
+
+// WriteTo writes what the connection reads to w until EOF or an error
+// (io.WriterTo, which io.Copy prefers): over SMC it hands w the bytes in
+// the receive buffer itself, a copy fewer than through io.Copy's buffer,
+// and returns the consumer cursor as Read does; over TCP it is the TCP
+// connection's, after the bytes read during detection.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.rdMu.Lock()
+	defer c.rdMu.Unlock()
+	if err := c.wait(c.rxReady, c.rd.wait()); err != nil {
+		return 0, c.opErr("read", err)
+	}
+	if c.hsErr != nil {
+		return 0, c.opErr("read", c.hsErr)
+	}
+	if c.mode.SMC {
+		n, err := c.writeToSMC(w)
+		return n, c.opErr("read", err)
+	}
+	if c.stripCLC {
+		c.stripCLC = false
+		c.stripLate()
+	}
+	var total int64
+	for len(c.pre) > 0 {
+		k, err := w.Write(c.pre)
+		c.pre = c.pre[k:]
+		total += int64(k)
+		if err != nil {
+			return total, err
+		}
+	}
+	n, err := c.tcp.WriteTo(w)
+	return total + n, err
+}
+
+// writeToSMC is WriteTo over SMC; rdMu held. The ring's bytes between the
+// consumer and producer cursors stay put until the cursor moves past
+// them, and lent keeps the buffer from being released while w has them.
+func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
+	var total int64
+	size := uint64(len(c.ring))
+	for {
+		c.mu.Lock()
+		if c.localClosed { // the ring may be another connection's by now
+			c.mu.Unlock()
+			return total, net.ErrClosed
+		}
+		if avail := c.prod - c.cons; avail > 0 {
+			off := c.cons % size
+			chunk := c.ring[off : off+min(avail, size-off)]
+			c.lent = true
+			c.mu.Unlock()
+			k, werr := w.Write(chunk)
+			c.mu.Lock()
+			c.lent = false
+			c.cons += uint64(k)
+			update := c.wantUpdate()
+			c.mu.Unlock()
+			signal(c.kick) // a Close meanwhile waits for lent
+			total += int64(k)
+			if update {
+				c.sendCDC(0, 0) // a failure shows on the next call
+			}
+			if werr != nil {
+				return total, werr
+			}
+			continue
+		}
+		err := c.err
+		if c.peerDoneWriting {
+			err = io.EOF
+		}
+		c.mu.Unlock()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		select {
+		case <-c.rxSig:
+		case <-c.rd.wait():
+			return total, os.ErrDeadlineExceeded
+		case <-c.done:
+			return total, net.ErrClosed
+		}
+	}
+}
