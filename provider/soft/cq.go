@@ -39,6 +39,7 @@ type cq struct {
 	// shmSleeper is the link a waiter of c holding its read role sleeps
 	// on: wake interrupts it.
 	shmSleeper atomic.Pointer[shmLink]
+	shmSlow    atomic.Bool // the last wait on it outlasted a spin
 	rlink      atomic.Pointer[tcpLink]
 	rblocked   atomic.Bool
 	unyield    atomic.Bool     // a waiter that gave up a link may take it back
@@ -290,6 +291,14 @@ func (c *cq) Wait(ctx context.Context) error {
 	// spun: this call read the shared-memory link for shmSpin and handed
 	// it back; it parks without asking for it again.
 	spun := false
+	// yieldedTo: this call gave the role of that link up to a waiter that
+	// asked; while it waits the link is taken back sooner (awaitRole).
+	var yieldedTo *shmLink
+	defer func() {
+		if yieldedTo != nil {
+			yieldedTo.yielders.Add(-1)
+		}
+	}()
 	for {
 		if c.ready.Load() > 0 {
 			return nil
@@ -303,7 +312,12 @@ func (c *cq) Wait(ctx context.Context) error {
 		if l := c.shmOnly(); l != nil && !spun {
 			switch l.claim(c) {
 			case claimTaken:
-				spun = !c.readShm(ctx, l)
+				got, yielded := c.readShm(ctx, l)
+				spun = !got
+				if yielded && yieldedTo == nil {
+					yieldedTo = l
+					l.yielders.Add(1)
+				}
 				continue
 			case claimAsked:
 				c.park(ctx, l, false)

@@ -130,6 +130,12 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			w.sentAt = 0
 			return nil, 0, false
 		}
+		if !w.wr.Op.IsAtomic() && q.windowFull(lk, w) {
+			q.windowHeld = true // a response that completes pumps q
+			w.sentAt = 0
+			return nil, 0, false
+		}
+		q.windowHeld = false
 		if st := q.build(w, out); st != verbs.Success {
 			out.release()
 			if q.done < idx {
@@ -168,6 +174,33 @@ func (q *qp) holdOff(lk link) bool {
 		return l.holdOff(q)
 	}
 	return false
+}
+
+// shmWindow bounds the bytes a QP has in flight on a shared-memory link in
+// each direction: READ responses to come, and WRITE and SEND payloads
+// sent, as an RNIC bounds outstanding READs (max_rd_atomic) and its send
+// window. Either must fit a ring: a READ responder's reader never waits
+// for room, so what does not fit the peer's ring would be copied into its
+// link's queue first; a requester's WRITEs past the ring would wait there
+// for a wake-up each time a quarter of it is read, rather than go as each
+// ACK comes back.
+const shmWindow = ShmRingSize - 64<<10
+
+// windowFull reports whether w would take q's bytes in flight on lk, in
+// w's direction, past shmWindow; with nothing in flight it never does.
+// q.mu is held.
+func (q *qp) windowFull(lk link, w *wqe) bool {
+	if _, ok := lk.(*shmLink); !ok || q.done == q.sent {
+		return false
+	}
+	read := w.wr.Op == verbs.OpRead
+	sum := w.wr.Len()
+	for i := q.done; i < q.sent && sum <= shmWindow; i++ {
+		if x := &q.sq[i%uint64(len(q.sq))]; (x.wr.Op == verbs.OpRead) == read && !x.wr.Op.IsAtomic() {
+			sum += x.wr.Len()
+		}
+	}
+	return sum > shmWindow
 }
 
 // route finds the link a request travels on; nil while none is up yet.
@@ -283,7 +316,9 @@ func (q *qp) onResponse(f *frame, r io.Reader) {
 	// requests to the current one are in flight (next); once they are all
 	// answered, it resumes here, unless a pump is running (the in-memory
 	// wire answers inside the pump's own send) and will go on by itself.
-	resume := q.typ == verbs.DCI && q.state == verbs.StateRTS && q.done == q.sent && q.sent < q.posted && !q.pumping
+	// So does a QP that stopped at its window (windowFull).
+	resume := q.state == verbs.StateRTS && q.sent < q.posted && !q.pumping &&
+		(q.typ == verbs.DCI && q.done == q.sent || q.windowHeld)
 	q.mu.Unlock()
 	if resume {
 		q.pump()

@@ -70,6 +70,7 @@ type qp struct {
 	sq                 []wqe
 	done, sent, posted uint64  // completed <= transmitted <= posted
 	pumping            bool    // a goroutine is transmitting the send queue
+	windowHeld         bool    // the pump stopped at its window (windowFull)
 	out                frame   // the request being transmitted (pump only)
 	more               []frame // requests batched behind out (pump only)
 	rnrTimerT          *time.Timer

@@ -177,16 +177,24 @@ type shmLink struct {
 	left     uint32 // payload bytes of the frame being handled, unread
 	bell     [64]byte
 	busy     time.Time // when the reader last found work
+	// slow: the last wait for a frame outlasted a spin. Spinning is
+	// adaptive, as a mutex's: on a machine of two cores shared with other
+	// work, a spinner that keeps missing takes the core its peer needs and
+	// ages its own claim on the scheduler, so waits that outlast shmSpin
+	// make the next wait sleep at once (the peer's frame wakes it); one
+	// that ends sooner turns spinning back on.
+	slow bool
 
 	// The read role (shmrole.go): who may consume the in ring and use
 	// the reader's fields above (rdHeader, f, left, bell, busy).
-	role    atomic.Int32  // shmRole*
-	roleSeq atomic.Uint32 // the background reader sleeps on it without the role
-	lentAt  atomic.Int64  // node.now() when the role was last lent
-	asked   atomic.Bool   // a waiter asked for the role since it was last lent
-	nwant   atomic.Int32  // len(wanters)
-	rmu     sync.Mutex
-	wanters []*cq // waiters parked asking for the role, rung when it is lent
+	role     atomic.Int32  // shmRole*
+	roleSeq  atomic.Uint32 // the background reader sleeps on it without the role
+	lentAt   atomic.Int64  // node.now() when the role was last lent
+	asked    atomic.Bool   // a waiter asked for the role since it was last lent
+	nwant    atomic.Int32  // len(wanters)
+	yielders atomic.Int32  // waiters that gave the role up to one that asked
+	rmu      sync.Mutex
+	wanters  []*cq // waiters parked asking for the role, rung when it is lent
 }
 
 func (l *shmLink) peer() string { return l.addr }
@@ -275,7 +283,8 @@ func (l *shmLink) holdOff(q *qp) bool {
 }
 
 // pumpHeld pumps the QPs that held off, once the queue has drained or the
-// link died (their requests then time out).
+// link died (their requests then time out). The caller holds no QP lock:
+// it is a sender, or a reader between frames.
 func (l *shmLink) pumpHeld() {
 	if l.nheld.Load() == 0 {
 		return
@@ -415,17 +424,21 @@ func (l *shmLink) consume(p []byte) {
 
 // await waits until the in ring holds at least n bytes (at most the
 // ring's size), moving queued output meanwhile. It spins for shmSpin,
-// then sleeps on the doorbell. If lend (the background reader, between
+// then sleeps on the doorbell; between frames (lend) it does not spin
+// while the peer is slow (see slow). If lend (the background reader, between
 // frames), it lends the read role to waiters that asked for it instead of
 // waiting, returning errLent. Any other error means the link failed.
 func (l *shmLink) await(n uint64, lend bool) error {
-	spun := time.Time{}
+	var from, spun time.Time // when the wait began, when the spin did
 	for {
 		if a := l.avail(); a >= n {
 			if a > shmRingSize {
 				return fmt.Errorf("%w: the peer's ring holds %d bytes", errShmDead, a)
 			}
 			l.busy = time.Now()
+			if lend {
+				l.slow = !from.IsZero() && l.busy.Sub(from) > shmSpin
+			}
 			return nil
 		}
 		if l.dead.Load() {
@@ -440,13 +453,20 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			l.drainLocked()
 			l.publishLocked()
 			l.wmu.Unlock()
-			l.pumpHeld()
 			l.busy = time.Now()
+		}
+		if lend {
+			// Not in the middle of a frame, whose handler may hold
+			// the QP lock a pump takes.
+			l.pumpHeld()
 		}
 		if spun.IsZero() {
 			spun = time.Now()
+			if from.IsZero() {
+				from = spun
+			}
 		}
-		if time.Since(spun) < shmSpin {
+		if time.Since(spun) < shmSpin && !(lend && l.slow) {
 			runtime.Gosched()
 			continue
 		}

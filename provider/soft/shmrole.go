@@ -37,7 +37,8 @@ import (
 //   - the background reader, asleep on a private futex word while it does
 //     not hold the role, takes the role back once the link has stayed lent
 //     for shmLend/2 (a request from the peer may wait that long while the
-//     local application neither waits nor polls), and at once when the
+//     local application neither waits nor polls), for yieldGrace while a
+//     waiter that yielded the role to another waits, and at once when the
 //     link dies or output is queued for room in the peer's ring;
 //   - a goroutine polling a CQ without waiting reads the CQ's lent link
 //     itself, without waiting for data;
@@ -79,12 +80,23 @@ func (l *shmLink) awaitRole() bool {
 			return false
 		case shmRoleLent:
 			idle := time.Duration(l.node.now() - l.lentAt.Load())
-			if (idle >= shmLend/2 || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
+			if (idle >= l.grace() || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
 				return true
 			}
 		}
-		futexWait(&l.roleSeq, seq, shmLend/2)
+		futexWait(&l.roleSeq, seq, l.grace())
 	}
+}
+
+// grace is how long the link may stay lent, unread, before the background
+// reader takes it back: shmLend/2, or yieldGrace while a waiter that gave
+// the role up to another waits (it waits for what comes on the link too,
+// and the other, once it has its completion, reads no more).
+func (l *shmLink) grace() time.Duration {
+	if l.yielders.Load() > 0 {
+		return yieldGrace
+	}
+	return shmLend / 2
 }
 
 // kickReader wakes the background reader if it sleeps without the role.
@@ -163,8 +175,8 @@ func (l *shmLink) keep() {
 	l.lentAt.Store(l.node.now())
 	l.role.Swap(shmRoleLent)
 	l.ringWanters()
-	if l.dead.Load() || l.pending.Load() {
-		l.kickReader()
+	if l.dead.Load() || l.pending.Load() || l.yielders.Load() > 0 {
+		l.kickReader() // it reads now, or times its grace from now
 	}
 }
 
@@ -249,46 +261,54 @@ func (l *shmLink) skipRest() bool {
 
 // readShm reads l, whose role the caller took, for a waiter of c, until c
 // has a completion (or an error to report) or ctx ends; then it keeps the
-// role lent and reports true. It spins for shmSpin after the last frame it
+// role lent and reports got. It spins for shmSpin after the last frame it
 // handled, then sleeps on the link's futex word, as the background reader
-// does (the peer's next frame wakes this very thread); after shmIdle with
-// nothing for c, it hands the role back and reports false.
-func (c *cq) readShm(ctx context.Context, l *shmLink) bool {
+// does (the peer's next frame wakes this very thread); if c's last wait
+// outlasted a spin it sleeps at once (see shmLink.slow). After shmIdle
+// with nothing for c, it hands the role back; it reports yielded if it
+// handed it to a waiter that asked for it.
+func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 	begin := l.node.now()
 	spin := begin
 	done := ctx.Done()
+	budget := shmSpin
+	if c.shmSlow.Load() {
+		budget = 0 // the last wait outlasted a spin (see shmLink.slow)
+	}
 	for i := 0; ; i++ {
 		need, ok := l.pollFrames()
 		if !ok {
 			l.handBack()
-			return false
+			return false, false
 		}
 		if c.ready.Load() > 0 || c.stopped() {
+			c.shmSlow.Store(time.Duration(l.node.now()-begin) > shmSpin)
 			l.keep()
-			return true
+			return true, false
 		}
 		if l.nwant.Load() > 0 {
 			// Another waiter parked asking for the role; it reads
 			// what this one waits for too.
 			l.handBack()
-			return false
+			return false, true
 		}
-		if i%16 != 15 {
+		if i%16 != 15 && budget > 0 {
 			runtime.Gosched()
 			continue
 		}
 		select {
 		case <-done:
 			l.keep()
-			return true
+			return true, false
 		default:
 		}
 		now := l.node.now()
 		switch {
 		case time.Duration(now-begin) >= shmIdle:
+			c.shmSlow.Store(true)
 			l.handBack()
-			return false
-		case time.Duration(now-spin) >= shmSpin:
+			return false, false
+		case time.Duration(now-spin) >= budget:
 			c.sleepShm(ctx, l, need, shmIdle-time.Duration(now-begin))
 			spin = l.node.now()
 		default:
