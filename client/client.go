@@ -336,7 +336,10 @@ func (c *Client) Status(ctx context.Context) ([]byte, error) {
 }
 
 // Close detaches: the daemon reclaims the client's VQs, MRs and exports.
-// Calls from now on, and those waiting, fail with krcore.ErrClosed.
+// Calls from now on, and those waiting, fail with krcore.ErrClosed. The
+// memory of RegMR's MRs is released but its addresses stay mapped to zero
+// pages (offheap.Block.Retire), so a slice of it still held reads zeros
+// and writes into nothing instead of faulting.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -362,8 +365,10 @@ func (c *Client) Close() error {
 		v.shutdown()
 		v.release()
 	}
+	// Retired, not unmapped: a layer above (an smc Conn's buffers) may
+	// still hold MR.Bytes slices as the client closes under it.
 	for _, b := range blocks {
-		b.Close()
+		b.Retire()
 	}
 	return nil
 }

@@ -119,3 +119,23 @@ func TestClientCloseWakesWaiters(t *testing.T) {
 		t.Errorf("second Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestCloseRetiresMRMemory: a slice of RegMR's memory still held when the
+// client closes (an smc connection's buffer) does not fault the process.
+func TestCloseRetiresMRMemory(t *testing.T) {
+	e := startEnv(t)
+	c := attach(t, e)
+	m, err := c.RegMR(3*4096, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := m.Bytes()
+	held[0] = 7
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held[0] != 0 {
+		t.Errorf("held slice after Close: %d, want the zero of released memory", held[0])
+	}
+	held[len(held)-1] = 1 // would be SIGSEGV had Close unmapped it
+}

@@ -160,3 +160,29 @@ func dcPair(t *testing.T, tcp bool) (a, b *core.Runtime) {
 	c := start(t, 2, core.Config{RCPeers: -1})
 	return c.Node(1), c.Node(2)
 }
+
+// TestCloseRetiresMRMemory: a slice of RegMR's memory that a layer above
+// still holds when the runtime closes under it does not fault the process:
+// it reads zeros and takes writes; Deregister afterwards says ErrClosed.
+func TestCloseRetiresMRMemory(t *testing.T) {
+	a, _ := dcPair(t, false)
+	m, err := a.RegMR(3*4096, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := m.Bytes()
+	held[0], held[len(held)-1] = 7, 7
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held[0] != 0 || held[len(held)-1] != 0 {
+		t.Errorf("held slice after Close: %d %d, want the zeros of released memory", held[0], held[len(held)-1])
+	}
+	held[1] = 1 // would be SIGSEGV had Close unmapped it
+	if m.Bytes() != nil {
+		t.Error("MR.Bytes after Close is not nil")
+	}
+	if err := a.Deregister(m); !errors.Is(err, krcore.ErrClosed) {
+		t.Errorf("Deregister after Close: %v, want ErrClosed", err)
+	}
+}

@@ -32,8 +32,11 @@ type MR struct {
 }
 
 // Bytes is the registered memory, or nil once Deregister or the runtime's
-// Close released it: the memory RegMR allocated is unmapped then, and a
-// slice of it would fault the process when touched.
+// Close released it. Deregister unmaps the memory RegMR allocated (a slice
+// of it still held would fault the process when touched); the runtime's
+// Close retires it (offheap.Block.Retire) instead: slices that a layer
+// above still holds when the runtime closes under it read zeros and write
+// into nothing, without faulting.
 func (m *MR) Bytes() []byte {
 	if m.freed.Load() {
 		return nil
@@ -76,14 +79,18 @@ func (m *MR) unuse() {
 }
 
 // release deregisters m from the device and frees the memory RegMR
-// allocated for it, once.
+// allocated for it, once: unmapped, or retired when the runtime closes.
 func (m *MR) release() error {
 	m.released.Do(func() {
 		m.freed.Store(true)
 		m.rt.forget(m)
 		m.relErr = m.mr.Close()
 		if m.blk != nil {
-			if err := m.blk.Close(); m.relErr == nil {
+			free := m.blk.Close
+			if m.rt.closedErr("release") != nil {
+				free = m.blk.Retire
+			}
+			if err := free(); m.relErr == nil {
 				m.relErr = err
 			}
 		}

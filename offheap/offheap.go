@@ -234,20 +234,51 @@ func (b *Block) FD() int { return b.fd }
 // Close unmaps the block (and closes its memfd). Any slice of it becomes
 // invalid: the caller must have deregistered it from every RNIC first.
 func (b *Block) Close() error {
+	if err := b.untrack(); err != nil {
+		return err
+	}
+	return b.finish(unix.Munmap(b.full))
+}
+
+// Retire releases the block as Close does, its pages and its memfd, but
+// leaves its addresses mapped to fresh private zero pages, never handed
+// out again, instead of unmapping them. It is for teardown of memory whose
+// slices a program may still hold when it cannot know that they are
+// dropped (an MR's Bytes when the runtime that allocated it closes): a late
+// access then reads zeros and writes harmlessly where after Close it would
+// kill the process with SIGSEGV. The cost is the address range alone (no
+// memory until a late write touches a page), so Retire is for teardown,
+// once per block, not for the churn of Deregister.
+func (b *Block) Retire() error {
+	if err := b.untrack(); err != nil {
+		return err
+	}
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(b.full)), uintptr(len(b.full)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	if err != nil { // the old mapping is still in place: unmap it after all
+		err = unix.Munmap(b.full)
+	}
+	return b.finish(err)
+}
+
+// untrack removes b from the live blocks, unless it is gone or pinned.
+func (b *Block) untrack() error {
 	liveMu.Lock()
+	defer liveMu.Unlock()
 	i := sort.Search(len(live), func(i int) bool { return live[i].base() >= b.base() })
 	if i == len(live) || live[i] != b {
-		liveMu.Unlock()
 		return ErrClosed
 	}
 	if pins := b.pins; pins > 0 {
-		liveMu.Unlock()
 		return fmt.Errorf("%w (%d registrations)", ErrPinned, pins)
 	}
 	live = append(live[:i], live[i+1:]...)
-	liveMu.Unlock()
+	return nil
+}
 
-	err := unix.Munmap(b.full)
+// finish closes b's memfd after its mapping went (unmapErr: how that went).
+func (b *Block) finish(unmapErr error) error {
+	err := unmapErr
 	if b.fd >= 0 {
 		if cerr := unix.Close(b.fd); err == nil {
 			err = cerr

@@ -104,3 +104,51 @@ func TestPopulate(t *testing.T) {
 		}
 	}
 }
+
+// A retired block's memory is released, yet a slice of it a program still
+// holds stays harmless: reads give zeros, writes land nowhere that matters,
+// and no registration or second release accepts it.
+func TestRetire(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		var b *offheap.Block
+		var err error
+		if shared {
+			b, err = offheap.AllocShared("retire", 3*os.Getpagesize()+5)
+		} else {
+			b, err = offheap.Alloc(3*os.Getpagesize() + 5)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := b.Bytes()
+		for i := range held {
+			held[i] = 0xA5
+		}
+		unpin, err := offheap.Pin(held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Retire(); !errors.Is(err, offheap.ErrPinned) {
+			t.Fatalf("Retire while pinned: %v, want ErrPinned", err)
+		}
+		unpin()
+		if err := b.Retire(); err != nil {
+			t.Fatalf("shared=%v: Retire: %v", shared, err)
+		}
+		for i, c := range held {
+			if c != 0 {
+				t.Fatalf("shared=%v: byte %d after Retire = %#x, want 0 (fresh zero page)", shared, i, c)
+			}
+		}
+		held[len(held)-1] = 1 // must not fault
+		if _, _, err := offheap.Find(held); !errors.Is(err, offheap.ErrNotOffHeap) {
+			t.Errorf("shared=%v: Find of a retired block: %v, want ErrNotOffHeap", shared, err)
+		}
+		if err := b.Retire(); !errors.Is(err, offheap.ErrClosed) {
+			t.Errorf("second Retire: %v, want ErrClosed", err)
+		}
+		if err := b.Close(); !errors.Is(err, offheap.ErrClosed) {
+			t.Errorf("Close after Retire: %v, want ErrClosed", err)
+		}
+	}
+}

@@ -81,8 +81,10 @@
 // connection the same way, and so does the Node's runtime failing (the
 // krcored it runs through stops): every SMC connection of the Node
 // aborts at once, and later ones fall back to TCP (ReasonLink or
-// ReasonMem). Close the API only after the Node and its connections:
-// client.Client.Close unmaps the memory their buffers are in.
+// ReasonMem). Close the API after the Node and its connections: their
+// buffers are in the API's memory, which its Close releases (the
+// addresses stay mapped to zero pages: a connection still open then reads
+// zeros or fails, and never faults the process).
 //
 // Link reuse: connections take their buffers from slabs of 16 that a Node
 // registers and exports per peer endpoint (node and port) at a time, to
