@@ -10,7 +10,8 @@
 # plain TCP client against a kernel AF_SMC server (must fall back with
 # PEERNOSMC), no leftover AF_SMC sockets; then the Go side's tests against a
 # kernel AF_SMC client (smc/internal/smcopt: the SMC option, proposal,
-# decline; smc/internal/kernellink: accept, link, echo over SMC-R).
+# decline; smc/internal/kernellink: a Go server and a Go client on rxe,
+# link setup and echo over SMC-R with the kernel on the other end).
 #
 #   .ci/smc-vm.sh
 #   KSMC_BYTES=65536 KSMC_PINGS=100 KSMC_RUNS=1 .ci/smc-vm.sh   # a shorter run

@@ -25,7 +25,7 @@ type stream struct {
 	blocked            bool // we told the peer we wait for room
 }
 
-func (l *Link) peerSize() int { return 16384 << l.Confirm.RMBESize }
+func (l *Link) peerSize() int { return 16384 << l.Peer.RMBESize }
 
 // Echo serves the connection as an echo server until the peer closes it:
 // each CDC message announcing bytes in our RMB is answered by RDMA WRITEs
@@ -34,27 +34,27 @@ func (l *Link) peerSize() int { return 16384 << l.Confirm.RMBESize }
 // data path does. It returns the bytes echoed; when the peer closed, the
 // error is ErrPeerClosed, after our own close CDC was sent.
 func (l *Link) Echo(ctx context.Context) (int64, error) {
-	var s stream
+	s := &l.s
 	for {
-		if n := l.echoable(&s); n > 0 {
-			if err := l.echo(ctx, &s, n); err != nil {
+		if n := l.echoable(s); n > 0 {
+			if err := l.echo(ctx, s, n); err != nil {
 				return int64(s.txProd), err
 			}
 			continue
 		}
 		if s.peerClosed && s.rxCons == s.rxProd {
-			err := l.sendCDC(ctx, &s, 0, smcr.CDCPeerConnClosed)
+			err := l.sendCDC(ctx, s, 0, smcr.CDCPeerConnClosed)
 			return int64(s.txProd), errors.Join(ErrPeerClosed, err)
 		}
 		if s.rxCons < s.rxProd && !s.blocked {
 			// The peer's RMB is full: say so, so that it returns its
 			// consumer cursor however little it read (the kernel's rule).
 			s.blocked = true
-			if err := l.sendCDC(ctx, &s, smcr.CDCWriteBlocked, 0); err != nil {
+			if err := l.sendCDC(ctx, s, smcr.CDCWriteBlocked, 0); err != nil {
 				return int64(s.txProd), err
 			}
 		}
-		if err := l.next(ctx, &s); err != nil {
+		if err := l.next(ctx, s); err != nil {
 			return int64(s.txProd), err
 		}
 	}
@@ -67,24 +67,33 @@ func (l *Link) echoable(s *stream) uint64 {
 	return min(s.rxProd-s.rxCons, room)
 }
 
-// echo writes n bytes from our RMB at the consumer cursor into the
-// peer's RMB at our producer cursor, split where either ring wraps, then
-// sends the CDC message that makes them visible.
+// echo writes n bytes from our RMB at the consumer cursor back to the
+// peer: they are consumed once the WRITEs are posted, since the CDC
+// message that frees them for the peer follows them on the send queue.
 func (l *Link) echo(ctx context.Context, s *stream, n uint64) error {
+	start := s.rxCons
+	s.rxCons += n
+	return l.write(ctx, s, l.rmb, start, n)
+}
+
+// write RDMA WRITEs n bytes of src, from offset start (taken modulo its
+// length: our RMB is a ring), into the peer's RMB at our producer cursor,
+// split where either ring wraps, then sends the CDC message that makes
+// them visible.
+func (l *Link) write(ctx context.Context, s *stream, src verbs.MR, start, n uint64) error {
 	var wrs []verbs.SendWR
 	for done := uint64(0); done < n; {
-		src := int((s.rxCons + done) % rmbSize)
+		from := int((start + done) % uint64(src.Len()))
 		dst := int((s.txProd + done) % uint64(l.peerSize()))
-		k := min(int(n-done), rmbSize-src, l.peerSize()-dst)
+		k := min(int(n-done), src.Len()-from, l.peerSize()-dst)
 		wrs = append(wrs, verbs.SendWR{ID: 2 << 32, Op: verbs.OpWrite,
-			SGL:        []verbs.SGE{verbs.SGEOf(l.rmb, src, k)},
-			RemoteAddr: l.Confirm.RMBAddr + uint64(dst), RKey: l.Confirm.RMBRkey})
+			SGL:        []verbs.SGE{verbs.SGEOf(src, from, k)},
+			RemoteAddr: l.Peer.RMBAddr + uint64(dst), RKey: l.Peer.RMBRkey})
 		done += uint64(k)
 	}
 	if _, err := l.qp.PostSend(wrs); err != nil {
 		return fmt.Errorf("kernellink: posting RDMA WRITEs: %w", err)
 	}
-	s.rxCons += n
 	s.txProd += n
 	s.blocked = false
 	return l.sendCDC(ctx, s, 0, 0)
@@ -93,7 +102,7 @@ func (l *Link) echo(ctx context.Context, s *stream, n uint64) error {
 // sendCDC sends our cursors and flags to the peer.
 func (l *Link) sendCDC(ctx context.Context, s *stream, prodFlags, connFlags uint8) error {
 	s.seq++
-	m := &smcr.CDC{Seq: s.seq, Token: l.Confirm.AlertToken,
+	m := &smcr.CDC{Seq: s.seq, Token: l.Peer.AlertToken,
 		Prod:      cursorOf(s.txProd, l.peerSize()),
 		Cons:      cursorOf(s.rxCons, rmbSize),
 		ProdFlags: prodFlags, ConnFlags: connFlags}

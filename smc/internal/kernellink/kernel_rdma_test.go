@@ -109,7 +109,7 @@ func kernelConnect(t *testing.T, port int, id byte, n, pings int) (func() error,
 		kill()
 		t.Fatal(err)
 	}
-	cf := link.Confirm
+	cf := link.Peer
 	t.Logf("kernel confirm: QPN %d PSN %#x rkey %#x RMB %#x size %d token %d GIDs %d; CONFIRM_LINK response %+v",
 		cf.QPN, cf.PSN, cf.RMBRkey, cf.RMBAddr, cf.RMBESize, cf.AlertToken, len(cf.GIDs), link.PeerLink)
 	return func() error {
@@ -128,4 +128,101 @@ func kernelConnect(t *testing.T, port int, id byte, n, pings int) (func() error,
 		}
 		return nil
 	}, link
+}
+
+// TestKernelServerDial: a Go client (10.1.0.2, rxeB) with the SMC option
+// in its SYN reaches a kernel AF_SMC echo server (ksmc serve, 10.1.0.1):
+// proposal, accept, confirm, CONFIRM_LINK; the kernel's socket is in mode
+// SMCR, and 1 MiB and 1,000 8-byte round trips come back byte-exact.
+func TestKernelServerDial(t *testing.T) {
+	if os.Getenv("KRCORE_SMC_VM") != "1" {
+		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	srv := exec.Command(os.Getenv("KRCORE_SMC_KSMC"), "serve", "-n", "1", "5205")
+	var out bytes.Buffer
+	srv.Stdout, srv.Stderr = &out, &out
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	defer func() {
+		srv.Process.Kill() // a no-op once it exited
+		<-done
+		t.Logf("kernel server:\n%s", out.String())
+	}()
+	a, err := smcopt.AnnounceDial("", 5205)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(10, 1, 0, 2)}}
+	d.SetMultipathTCP(false)
+	var c net.Conn
+	for i := 0; ; i++ { // the server may still be starting
+		if c, err = d.DialContext(ctx, "tcp", "10.1.0.1:5205"); err == nil || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dev, err := ibverbs.Open(ctx, "rxeB", 1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	ifc, err := net.InterfaceByName("vethB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	link, err := Dial(ctx, c, smcr.MakeEID("KRCORE-SMC-CI"), Config{Device: dev, MAC: ifc.HardwareAddr,
+		SystemID: [8]byte{'k', 'r', 'c', 'o', 'r', 'e', 1, 1}, Hostname: "krcore-go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	t.Logf("connect %.1f ms; kernel accept: QPN %d rkey %#x RMB %#x size %d token %d; CONFIRM_LINK request %+v",
+		float64(time.Since(start).Microseconds())/1e3, link.Peer.QPN, link.Peer.RMBRkey, link.Peer.RMBAddr,
+		link.Peer.RMBESize, link.Peer.AlertToken, link.PeerLink)
+	bulk := make([]byte, 1<<20)
+	for i := range bulk {
+		bulk[i] = byte(i*131 + 7)
+	}
+	start = time.Now()
+	for off := 0; off < len(bulk); off += 32 << 10 {
+		back, err := link.RoundTrip(ctx, bulk[off:off+32<<10])
+		if err != nil || !bytes.Equal(back, bulk[off:off+32<<10]) {
+			t.Fatalf("bulk at %d: %v (bytes equal: %v)", off, err, bytes.Equal(back, bulk[off:off+32<<10]))
+		}
+	}
+	t.Logf("bulk bytes=%d ms=%.1f (32 KiB round trips)", len(bulk), float64(time.Since(start).Microseconds())/1e3)
+	ping := []byte("krcoping")
+	for i := -10; i < 1000; i++ {
+		if i == 0 {
+			start = time.Now()
+		}
+		back, err := link.RoundTrip(ctx, ping)
+		if err != nil || !bytes.Equal(back, ping) {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+	}
+	t.Logf("pingpong n=1000 rtt_us=%.1f", float64(time.Since(start).Microseconds())/1000)
+	if err := link.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-done:
+		done <- err // for the deferred wait
+	case <-time.After(30 * time.Second):
+		t.Fatal("the kernel server did not end after our close")
+	}
+	if err != nil || !strings.Contains(out.String(), "mode=SMCR") || !strings.Contains(out.String(), "serve done echoed=1056656") {
+		t.Fatalf("kernel server %v; want mode SMCR and %d bytes echoed", err, len(bulk)+1010*8)
+	}
 }

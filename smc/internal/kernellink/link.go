@@ -1,17 +1,23 @@
-// Package kernellink is the Go server's end of an SMC-Rv2 link group
-// toward a Linux kernel AF_SMC client, on any verbs device (the ibverbs
-// provider on rxe or a RoCE NIC): it answers the kernel's CLC proposal
-// with an accept offering a new link group (first contact: an RC QP and a
-// receive buffer), reads the kernel's confirm, connects the QP to the
-// kernel's, and confirms the link with LLCv2 CONFIRM_LINK. One link
-// (max_links 1: the kernel then asks for no second one), one connection.
+// Package kernellink is the Go end of an SMC-Rv2 link group toward a
+// Linux kernel AF_SMC peer, on any verbs device (the ibverbs provider on
+// rxe or a RoCE NIC), as server or client:
 //
-// Echo then serves the connection's data path as an echo server: RDMA
-// WRITEs into the peer's buffer and CDC messages, as the kernel's own;
-// Close ends the link group with DELETE_LINK.
+//   - Accept answers the kernel client's CLC proposal with an accept
+//     offering a new link group (first contact: an RC QP and a receive
+//     buffer), reads its confirm, connects the QPs and confirms the link
+//     with LLCv2 CONFIRM_LINK; Echo then serves the connection as an echo
+//     server (RDMA WRITEs into the peer's buffer and CDC messages, as the
+//     kernel's own data path).
+//   - Dial sends the proposal to a kernel server, reads its accept,
+//     confirms with our QP and buffer and answers its CONFIRM_LINK;
+//     RoundTrip then writes bytes and reads their echo.
 //
-// Not built yet: a net.Conn, more connections on the link group,
-// ADD_LINK, an abnormal close, the client's side.
+// One link (max_links 1: the kernel then asks for no second one), one
+// connection; Shutdown and Echo's end exchange the close CDCs, and Close
+// ends the link group with DELETE_LINK.
+//
+// Not built yet: a net.Conn (concurrent reads and writes), more
+// connections on a link group, ADD_LINK, abnormal closes.
 package kernellink
 
 import (
@@ -55,9 +61,10 @@ const (
 // Link is one established link toward the kernel, with its connection's
 // buffers.
 type Link struct {
-	// Confirm is the kernel's CLC confirm: its QP, buffer and GIDs.
-	Confirm *smcr.AcceptConfirm
-	// PeerLink is the kernel's CONFIRM_LINK response.
+	// Peer is the kernel's CLC confirm (we serve) or accept (we dial):
+	// its QP, buffer and token.
+	Peer *smcr.AcceptConfirm
+	// PeerLink is the kernel's CONFIRM_LINK, response or request.
 	PeerLink *smcr.ConfirmLink
 
 	pd       verbs.PD
@@ -66,8 +73,9 @@ type Link struct {
 	mem      []*offheap.Block
 	mrs      []verbs.MR
 	rmb, llc verbs.MR
-	tx       verbs.MR
+	tx, out  verbs.MR   // small SENDs; a client's outgoing bytes
 	recvd    []verbs.WC // receive completions polled while awaiting a send's
+	s        stream     // the connection's cursors
 }
 
 // Accept runs the server's side of a first-contact SMC-Rv2 handshake on
@@ -100,7 +108,7 @@ func Accept(ctx context.Context, c net.Conn, p *smcr.Proposal, cfg Config) (*Lin
 	if _, err := c.Write(b); err != nil {
 		return nil, fmt.Errorf("kernellink: sending the accept: %w", err)
 	}
-	if l.Confirm, err = readConfirm(c); err != nil {
+	if l.Peer, err = readCLC(c, smcr.TypeConfirm); err != nil {
 		return nil, err
 	}
 	if err := l.connect(ctx); err != nil {
@@ -127,6 +135,9 @@ func (l *Link) setup(dev verbs.Device) error {
 		return err
 	}
 	if l.llc, err = l.region(llcRecvs*llcBufSize, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if l.out, err = l.region(rmbSize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	l.tx, err = l.region(4096, verbs.AccessLocalWrite)
@@ -165,32 +176,33 @@ func (l *Link) accept(p *smcr.Proposal, cfg Config) *smcr.AcceptConfirm {
 	return a
 }
 
-func readConfirm(c net.Conn) (*smcr.AcceptConfirm, error) {
+// readCLC reads the kernel's accept or confirm (want), or its decline.
+func readCLC(c net.Conn, want byte) (*smcr.AcceptConfirm, error) {
 	b, err := smcr.ReadCLC(c)
 	if err != nil {
-		return nil, fmt.Errorf("kernellink: waiting for the confirm: %w", err)
+		return nil, fmt.Errorf("kernellink: waiting for CLC type %d: %w", want, err)
 	}
 	if h, _ := smcr.ParseHeader(b); h.Type == smcr.TypeDecline {
 		d, err := smcr.DecodeDecline(b)
 		if err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("kernellink: the kernel declined our accept: %s", smcr.DeclineName(d.Diagnosis))
+		return nil, fmt.Errorf("kernellink: the kernel declined: %s", smcr.DeclineName(d.Diagnosis))
 	}
 	m, err := smcr.DecodeAcceptConfirm(b)
 	if err != nil {
 		return nil, err
 	}
-	if m.Type != smcr.TypeConfirm {
-		return nil, fmt.Errorf("kernellink: CLC type %d where a confirm belongs", m.Type)
+	if m.Type != want || m.Version < 2 || !m.FirstContact || m.FCE == nil {
+		return nil, fmt.Errorf("kernellink: CLC type %d version %d first contact %v where a first-contact v2 type %d belongs",
+			m.Type, m.Version, m.FirstContact, want)
 	}
 	return m, nil
 }
 
-// connect brings the QP up toward the kernel's and runs CONFIRM_LINK: the
-// server sends its request first, the client answers.
-func (l *Link) connect(ctx context.Context) error {
-	cf := l.Confirm
+// up connects the QP to the kernel's (l.Peer) and posts the receives.
+func (l *Link) up() error {
+	cf := l.Peer
 	remote := verbs.Endpoint{GID: verbs.GID(cf.GID), QPN: cf.QPN, PSN: cf.PSN}
 	if err := verbs.Connect(l.qp, remote, verbs.Path{MTU: mtuBytes}); err != nil {
 		return fmt.Errorf("kernellink: %w", err)
@@ -201,6 +213,15 @@ func (l *Link) connect(ctx context.Context) error {
 	}
 	if _, err := l.qp.PostRecv(rwr); err != nil {
 		return fmt.Errorf("kernellink: posting LLC receives: %w", err)
+	}
+	return nil
+}
+
+// connect brings the QP up toward the kernel's and runs CONFIRM_LINK as
+// the server: our request first, the kernel answers.
+func (l *Link) connect(ctx context.Context) error {
+	if err := l.up(); err != nil {
+		return err
 	}
 	ep := l.qp.Endpoint()
 	req := &smcr.ConfirmLink{Version: 2, Flags: smcr.LLCFlagNoRMBEEyeC, SenderGID: [16]byte(ep.GID),
@@ -325,6 +346,6 @@ func (l *Link) Close() error {
 	for _, b := range l.mem {
 		errs = append(errs, b.Close())
 	}
-	*l = Link{Confirm: l.Confirm, PeerLink: l.PeerLink}
+	*l = Link{Peer: l.Peer, PeerLink: l.PeerLink}
 	return errors.Join(errs...)
 }

@@ -22,12 +22,14 @@ import (
 // program's context, and the helpers it calls; the uapi fixes both.
 const (
 	offOp            = 0
+	offRemotePort    = 64 // network byte order, shifted into the high 16 bits (on little-endian)
 	offLocalPort     = 68 // host byte order
 	offCbFlags       = 84
 	offSkbTCPFlags   = 212
 	helperCbFlagsSet = 59  // bpf_sock_ops_cb_flags_set
 	helperStoreOpt   = 143 // bpf_store_hdr_opt
 	helperReserveOpt = 144 // bpf_reserve_hdr_opt
+	opActiveEstab    = 4   // BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB
 	opPassiveEstab   = 5   // BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB
 	tcpFlagSYN       = 0x02
 )
@@ -61,43 +63,54 @@ func sth(dst uint8, off int16, imm int32) insn {
 func jeq(dst uint8, imm int32, to string) insn {
 	return insn{code: 0x15, regs: dst, imm: imm, target: to}
 }
-func jne(dst uint8, imm int32, to string) insn {
-	return insn{code: 0x55, regs: dst, imm: imm, target: to}
+
+// jne32 compares the low 32 bits (BPF_JMP32): imm is not sign-extended
+// against a register a 32-bit load zero-extended.
+func jne32(dst uint8, imm int32, to string) insn {
+	return insn{code: 0x56, regs: dst, imm: imm, target: to}
 }
 func ja(to string) insn            { return insn{code: 0x05, target: to} }
 func call(helper int32) insn       { return insn{code: 0x85, imm: helper} }
 func exit() insn                   { return insn{code: 0x95} }
 func at(label string, i insn) insn { i.label = label; return i }
 
-// program is the sock_ops program for listeners on local port port: on
-// listen(2) it asks for the header-option callbacks; for each SYN-ACK it
-// reserves six bytes and writes Option; once a connection is established
-// it turns the callbacks off again, so the connection's other segments
-// cost nothing.
-func program(port uint16) []insn {
+// program is the sock_ops program for listeners on local port port
+// (dial false) or for connections to remote port port (dial true): on
+// listen(2), or on connect(2), it asks for the header-option callbacks;
+// for each SYN-ACK, or SYN, it reserves six bytes and writes Option; once
+// the connection is established it turns the callbacks off again, so its
+// other segments cost nothing.
+func program(port uint16, dial bool) []insn {
 	optLo := int32(binary.LittleEndian.Uint32(Option[0:4]))
 	optHi := int32(binary.LittleEndian.Uint16(Option[4:6]))
+	start, estab, off, want := int32(unix.BPF_SOCK_OPS_TCP_LISTEN_CB), int32(opPassiveEstab), int16(offLocalPort), int32(port)
+	if dial {
+		start, estab, off = unix.BPF_SOCK_OPS_TCP_CONNECT_CB, opActiveEstab, offRemotePort
+		want = int32(uint32(port>>8|port<<8) << 16) // the kernel loads skc_dport << 16
+	}
 	return []insn{
 		movx(r6, r1),
 		ldxw(r2, r6, offOp),
-		jeq(r2, unix.BPF_SOCK_OPS_TCP_LISTEN_CB, "listen"),
+		jeq(r2, start, "start"),
 		jeq(r2, unix.BPF_SOCK_OPS_HDR_OPT_LEN_CB, "reserve"),
 		jeq(r2, unix.BPF_SOCK_OPS_WRITE_HDR_OPT_CB, "write"),
-		jeq(r2, opPassiveEstab, "quiet"),
+		jeq(r2, estab, "quiet"),
 		ja("out"),
-		// listen(2) on our port: ask for the option callbacks.
-		at("listen", ldxw(r2, r6, offLocalPort)),
-		jne(r2, int32(port), "out"),
+		// listen(2) on our port, or connect(2) to it: ask for the option
+		// callbacks.
+		at("start", ldxw(r2, r6, off)),
+		jne32(r2, want, "out"),
 		ldxw(r2, r6, offCbFlags),
 		ork(r2, unix.BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG),
 		ja("setflags"),
-		// An accepted connection inherits the listener's flags: drop them.
+		// Established (an accepted connection inherits the listener's
+		// flags): drop them.
 		at("quiet", ldxw(r2, r6, offCbFlags)),
 		andk(r2, ^int32(unix.BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG)),
 		at("setflags", movx(r1, r6)),
 		call(helperCbFlagsSet),
 		ja("out"),
-		// Room for the option, in SYN-ACKs only.
+		// Room for the option, in SYNs and SYN-ACKs only.
 		at("reserve", ldxw(r2, r6, offSkbTCPFlags)),
 		andk(r2, tcpFlagSYN),
 		jeq(r2, 0, "out"),
@@ -196,8 +209,20 @@ type Announcer struct {
 // CAP_BPF and CAP_NET_ADMIN; without them the error matches
 // syscall.EPERM.
 func Announce(cgroup string, port uint16) (*Announcer, error) {
+	return attach(cgroup, port, false)
+}
+
+// AnnounceDial is Announce for the SYNs of TCP connections the processes
+// in cgroup open to remote port port (any address): a kernel AF_SMC
+// server sees an SMC client and waits for its proposal. Connections made
+// before AnnounceDial are not affected.
+func AnnounceDial(cgroup string, port uint16) (*Announcer, error) {
+	return attach(cgroup, port, true)
+}
+
+func attach(cgroup string, port uint16, dial bool) (*Announcer, error) {
 	if port == 0 {
-		return nil, errors.New("smcopt: Announce needs the listener's port")
+		return nil, errors.New("smcopt: the SMC option needs a port to match")
 	}
 	if cgroup == "" {
 		var err error
@@ -205,7 +230,7 @@ func Announce(cgroup string, port uint16) (*Announcer, error) {
 			return nil, err
 		}
 	}
-	code, err := assemble(program(port))
+	code, err := assemble(program(port, dial))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Package smcopt puts the SMC TCP option (kind 254, length 6, experiment
 // ID E2 D4 C3 D9: "SMCR" in EBCDIC) into the SYN-ACKs of a TCP listener
-// and reads it back from a peer's SYN, which is how the Linux kernel's
+// (Announce) or the SYNs of connections to a port (AnnounceDial), and
+// reads it back from a peer's SYN, which is how the Linux kernel's
 // AF_SMC detects an SMC peer before any byte: a kernel client whose SYN-ACK
 // lacks the option falls back to TCP (PEERNOSMC) and never sends its CLC
 // proposal.
@@ -11,11 +12,11 @@
 //   - A cgroup BPF sock_ops program with the TCP header option callbacks
 //     (Linux 5.10 and later): the kernel's own TCP stack keeps doing the
 //     handshake, retransmissions and everything after, and the program
-//     only reserves six bytes in the SYN-ACK and writes the option. It
-//     needs CAP_BPF and CAP_NET_ADMIN (root) once, to load and attach; the
-//     program is 24 instructions, assembled here and loaded with bpf(2)
-//     through golang.org/x/sys/unix, so the module needs no BPF library
-//     (cilium/ebpf would be the one for a larger program). It is attached
+//     only reserves six bytes in the SYN or SYN-ACK and writes the option.
+//     It needs CAP_BPF and CAP_NET_ADMIN (root) once, to load and attach;
+//     the program is about 40 instructions, assembled here and loaded
+//     with bpf(2) through golang.org/x/sys/unix, so the module needs no
+//     BPF library (cilium/ebpf would be the one for a larger program). It is attached
 //     through a BPF link, so it goes away when the Announcer is closed or
 //     its process dies.
 //   - A raw socket would have to build the SYN-ACK itself while the

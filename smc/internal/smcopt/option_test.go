@@ -48,7 +48,15 @@ func TestHasOption(t *testing.T) {
 }
 
 func TestAssemble(t *testing.T) {
-	p := program(5000)
+	for _, dial := range []bool{false, true} {
+		assembleChecked(t, program(5000, dial))
+	}
+	if _, err := assemble([]insn{ja("nowhere")}); err == nil {
+		t.Fatal("a jump to a missing label assembled")
+	}
+}
+
+func assembleChecked(t *testing.T, p []insn) {
 	b, err := assemble(p)
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +74,6 @@ func TestAssemble(t *testing.T) {
 		if off < 0 || i+1+off >= len(p) {
 			t.Fatalf("instruction %d jumps %d", i, off)
 		}
-	}
-	if _, err := assemble([]insn{ja("nowhere")}); err == nil {
-		t.Fatal("a jump to a missing label assembled")
 	}
 }
 
