@@ -206,19 +206,12 @@ func (c *Conn) readyRx() {
 func (c *Conn) Read(p []byte) (int, error) {
 	c.rdMu.Lock()
 	defer c.rdMu.Unlock()
-	if err := c.wait(c.rxReady, c.rd.wait()); err != nil {
+	if err := c.readable(); err != nil {
 		return 0, c.opErr("read", err)
-	}
-	if c.hsErr != nil {
-		return 0, c.opErr("read", c.hsErr)
 	}
 	if c.mode.SMC {
 		n, err := c.readSMC(p)
 		return n, c.opErr("read", err)
-	}
-	if c.stripCLC {
-		c.stripCLC = false
-		c.stripLate()
 	}
 	if len(c.pre) > 0 {
 		n := copy(p, c.pre)
@@ -226,6 +219,23 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.tcp.Read(p)
+}
+
+// readable waits until reads may go (the mode is known and the detection
+// let go of the TCP connection) and, over TCP, strips a late CLC answer
+// off the stream; rdMu held.
+func (c *Conn) readable() error {
+	if err := c.wait(c.rxReady, c.rd.wait()); err != nil {
+		return err
+	}
+	if c.hsErr != nil {
+		return c.hsErr
+	}
+	if !c.mode.SMC && c.stripCLC {
+		c.stripCLC = false
+		c.stripLate()
+	}
+	return nil
 }
 
 // Write writes p whole unless it fails; over SMC it blocks while the

@@ -14,19 +14,12 @@ import (
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	c.rdMu.Lock()
 	defer c.rdMu.Unlock()
-	if err := c.wait(c.rxReady, c.rd.wait()); err != nil {
+	if err := c.readable(); err != nil {
 		return 0, c.opErr("read", err)
-	}
-	if c.hsErr != nil {
-		return 0, c.opErr("read", c.hsErr)
 	}
 	if c.mode.SMC {
 		n, err := c.writeToSMC(w)
 		return n, c.opErr("read", err)
-	}
-	if c.stripCLC {
-		c.stripCLC = false
-		c.stripLate()
 	}
 	var total int64
 	for len(c.pre) > 0 {
