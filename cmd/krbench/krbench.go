@@ -148,12 +148,25 @@
 // shared machines drift by several times within seconds, the project's
 // targets are judged on extra runs that alternate blocks of TCP and
 // soft-fabric operations (the "Interleaved" tables), so numerator and
-// denominator see the same machine:
+// denominator see the same machine. On the TCP link (the demo's tcp-link
+// rows, as between hosts):
 //
 //	read 8B t_typical / tcp 8B RTT t_typical (interleaved)              <= 1.2x
 //	write 64KiB BW average / tcp 64KiB stream BW average (interleaved)  >= 0.8x
 //	read 64KiB BW average / tcp 64KiB stream BW average (interleaved)   >= 0.8x
 //	in-process read 8B t_typical                                        <  1 usec
+//
+// On the shared-memory link two processes of one host use (issue 16; the
+// demo's cross-process rows), enforced:
+//
+//	write 64KiB BW average / tcp 64KiB stream BW average (interleaved)  >= 2x
+//	read 64KiB BW average / tcp 64KiB stream BW average (interleaved)   >= 2x
+//
+// and soft, named when missed ("[issue 16 target ...: missed, not
+// enforced]"; MEASUREMENTS.md, "Same-host shared-memory link"):
+//
+//	read 8B t_typical / tcp 8B RTT t_typical (interleaved)              <= 0.1x
+//	send 8B ping-pong RTT / tcp 8B RTT t_typical                        <= 0.15x
 //
 // For a quick look on a fresh machine, from the module root:
 //

@@ -100,11 +100,13 @@
 //
 // # Reading a link
 //
-// Each TCP link has a reader goroutine, but a goroutine blocked in CQ.Wait
-// for a completion due on a link reads that link itself while it waits, so
-// a response wakes the goroutine that wants it instead of passing through
-// a second one (read.go explains the hand-over of this role). Requests from
-// the peer are served whichever goroutine reads.
+// Each TCP or shared-memory link has a reader goroutine, but a goroutine
+// blocked in CQ.Wait for a completion due on a link reads that link itself
+// while it waits, so a response wakes the goroutine that wants it instead
+// of passing through a second one (read.go and shmrole.go explain the
+// hand-over of this role). Requests from the peer are served whichever
+// goroutine reads. On a shared-memory link a QP keeps at most about one
+// ring of READ responses, and of WRITE and SEND payloads, in flight.
 package soft
 
 import (
