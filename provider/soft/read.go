@@ -3,6 +3,7 @@ package soft
 import (
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -227,14 +228,20 @@ func (l *tcpLink) take() bool {
 // unwant withdraws c's request for the role.
 func (l *tcpLink) unwant(c *cq) {
 	l.rmu.Lock()
-	for i, w := range l.wanters {
+	dropWanter(&l.wanters, &l.nwant, c)
+	l.rmu.Unlock()
+}
+
+// dropWanter removes c from the waiters asking for a link's role, *ws,
+// whose count is n; the caller holds the lock guarding them.
+func dropWanter(ws *[]*cq, n *atomic.Int32, c *cq) {
+	for i, w := range *ws {
 		if w == c {
-			l.wanters = append(l.wanters[:i], l.wanters[i+1:]...)
-			l.nwant.Add(-1)
-			break
+			*ws = append((*ws)[:i], (*ws)[i+1:]...)
+			n.Add(-1)
+			return
 		}
 	}
-	l.rmu.Unlock()
 }
 
 // keep ends the turn of a waiter that got what it waited for (or of a

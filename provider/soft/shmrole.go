@@ -156,13 +156,7 @@ func (l *shmLink) claim(c *cq) int {
 // unwant withdraws c's request for the role.
 func (l *shmLink) unwant(c *cq) {
 	l.rmu.Lock()
-	for i, w := range l.wanters {
-		if w == c {
-			l.wanters = append(l.wanters[:i], l.wanters[i+1:]...)
-			l.nwant.Add(-1)
-			break
-		}
-	}
+	dropWanter(&l.wanters, &l.nwant, c)
 	l.rmu.Unlock()
 }
 
