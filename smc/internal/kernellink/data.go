@@ -22,6 +22,7 @@ type stream struct {
 	txProd, txPeerCons uint64
 	seq                uint16
 	peerClosed         bool
+	peerAborted        bool // the peer aborted: its unread bytes are dropped
 	blocked            bool // we told the peer we wait for room
 }
 
@@ -32,10 +33,14 @@ func (l *Link) peerSize() int { return 16384 << l.Peer.RMBESize }
 // of those bytes into the peer's RMB (straight from ours) and a CDC
 // message with our producer and consumer cursors, as the kernel's own
 // data path does. It returns the bytes echoed; when the peer closed, the
-// error is ErrPeerClosed, after our own close CDC was sent.
+// error is ErrPeerClosed, after our own close CDC was sent (at once, with
+// nothing more sent, when the peer aborted).
 func (l *Link) Echo(ctx context.Context) (int64, error) {
 	s := &l.s
 	for {
+		if s.peerAborted {
+			return int64(s.txProd), fmt.Errorf("%w: aborted", ErrPeerClosed)
+		}
 		if n := l.echoable(s); n > 0 {
 			if err := l.echo(ctx, s, n); err != nil {
 				return int64(s.txProd), err
@@ -143,6 +148,7 @@ func (l *Link) next(ctx context.Context, s *stream) error {
 		if m.ConnFlags&(smcr.CDCPeerConnClosed|smcr.CDCPeerConnAbort|smcr.CDCPeerDoneWriting) != 0 {
 			s.peerClosed = true
 		}
+		s.peerAborted = s.peerAborted || m.ConnFlags&smcr.CDCPeerConnAbort != 0
 		return nil
 	}
 	msg, err := smcr.DecodeLLC(b)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,11 +52,63 @@ func TestKernelClientEcho(t *testing.T) {
 	}
 }
 
+// TestKernelClientKilled: the kernel client process is killed mid-echo;
+// Echo ends with ErrPeerClosed, and (guest.sh checks after the tests) the
+// kernel keeps no socket and, once we closed, no link group.
+func TestKernelClientKilled(t *testing.T) {
+	out, link, cmd := kernelConnectCmd(t, 5206, 3, 1<<20, 1000000)
+	defer t.Logf("kernel client:\n%s", out)
+	defer link.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := link.Echo(ctx); done <- err }()
+	for !strings.Contains(out.String(), "bulk bytes=") { // the bulk echo is over: pings run
+		select {
+		case err := <-done:
+			t.Fatalf("Echo ended before the kill: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err := <-done; !errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("Echo after the client's kill: %v, want ErrPeerClosed", err)
+	}
+}
+
 // kernelConnect starts `ksmc echo` toward port and answers its proposal
 // with an accept (first contact; id distinguishes our system ID, so each
 // test gets its own link group). The returned func waits for the client
 // and checks that its socket was in mode SMCR.
 func kernelConnect(t *testing.T, port int, id byte, n, pings int) (func() error, *Link) {
+	t.Helper()
+	out, link, cmd := kernelConnectCmd(t, port, id, n, pings)
+	return func() error { return waitSMCR(t, cmd, out) }, link
+}
+
+// syncBuffer is ksmc's output, written by exec's copying goroutine and
+// read by the test as it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// kernelConnectCmd is kernelConnect returning the running client and its
+// output instead of a wait.
+func kernelConnectCmd(t *testing.T, port int, id byte, n, pings int) (*syncBuffer, *Link, *exec.Cmd) {
 	t.Helper()
 	if os.Getenv("KRCORE_SMC_VM") != "1" {
 		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
@@ -73,8 +126,8 @@ func kernelConnect(t *testing.T, port int, id byte, n, pings int) (func() error,
 	}
 	defer l.Close()
 	cmd := exec.Command(os.Getenv("KRCORE_SMC_KSMC"), "echo", "10.1.0.1", fmt.Sprint(port), fmt.Sprint(n), fmt.Sprint(pings))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,22 +165,26 @@ func kernelConnect(t *testing.T, port int, id byte, n, pings int) (func() error,
 	cf := link.Peer
 	t.Logf("kernel confirm: QPN %d PSN %#x rkey %#x RMB %#x size %d token %d GIDs %d; CONFIRM_LINK response %+v",
 		cf.QPN, cf.PSN, cf.RMBRkey, cf.RMBAddr, cf.RMBESize, cf.AlertToken, len(cf.GIDs), link.PeerLink)
-	return func() error {
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(240 * time.Second):
-			cmd.Process.Kill()
-			err = <-done
-		}
-		t.Logf("kernel client:\n%s", out.String())
-		if err != nil || !strings.Contains(out.String(), "mode=SMCR") {
-			return fmt.Errorf("kernel client: %v; want its socket in mode SMCR", err)
-		}
-		return nil
-	}, link
+	return out, link, cmd
+}
+
+// waitSMCR waits for the client and checks that its socket was in mode
+// SMCR.
+func waitSMCR(t *testing.T, cmd *exec.Cmd, out *syncBuffer) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(240 * time.Second):
+		cmd.Process.Kill()
+		err = <-done
+	}
+	t.Logf("kernel client:\n%s", out.String())
+	if err != nil || !strings.Contains(out.String(), "mode=SMCR") {
+		return fmt.Errorf("kernel client: %v; want its socket in mode SMCR", err)
+	}
+	return nil
 }
 
 // TestKernelServerDial: a Go client (10.1.0.2, rxeB) with the SMC option
