@@ -65,6 +65,10 @@ type Mode struct {
 	// Peer is the peer's reason when it declined (Reason is
 	// ReasonPeerDeclined).
 	Peer Reason
+	// Err is the error behind Reason when this side's own step failed
+	// (its queue, the peer's buffer, a CLC exchange); nil when the peer
+	// declined (its error stays with it) or nothing failed.
+	Err error
 }
 
 // String says "SMC" or "TCP" with the reason.
@@ -76,6 +80,8 @@ func (m Mode) String() string {
 		return "SMC"
 	case m.Reason == ReasonPeerDeclined:
 		return fmt.Sprintf("TCP: %v: %v", m.Reason, m.Peer)
+	case m.Err != nil:
+		return fmt.Sprintf("TCP: %v: %v", m.Reason, m.Err)
 	}
 	return fmt.Sprintf("TCP: %v", m.Reason)
 }

@@ -25,7 +25,9 @@
 // offering its buffer, once it reached the server's, or declines. Any
 // failure up to the confirm (no Node, a decline, the peer's node or
 // buffer unreachable, no memory, a timeout) falls back to TCP, recorded on
-// the connection: ModeOf says SMC, or TCP and why. No application byte
+// the connection: ModeOf says SMC, or TCP and why (the reason code, and
+// in Mode.Err the error of this side's step that failed; a decline
+// carries only the peer's code, its error stays there). No application byte
 // travels before the choice, so none is lost or duplicated by it. After
 // the confirm the client may write at once, so a server that then cannot
 // find the client's buffer, or a client that neither confirms nor

@@ -3,11 +3,13 @@ package smc_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/smc"
@@ -172,11 +174,16 @@ func TestUnreachable(t *testing.T) {
 	go echoOnce(t, s)
 	c.Write([]byte("hi\n"))
 	expect(t, bufio.NewReader(c), "echo hi\n")
-	if m := smc.ModeOf(c); m.SMC || m.Reason != smc.ReasonLink {
+	m := smc.ModeOf(c)
+	if m.SMC || m.Reason != smc.ReasonLink {
 		t.Fatalf("client mode %v, want TCP: %v", m, smc.ReasonLink)
 	}
-	if m := settled(t, s); m.Reason != smc.ReasonPeerDeclined || m.Peer != smc.ReasonLink {
-		t.Fatalf("server mode %v, want declined: %v", m, smc.ReasonLink)
+	// The side that failed keeps its error; the peer learns the reason alone.
+	if !errors.Is(m.Err, krcore.ErrUnreachable) || !strings.Contains(m.String(), m.Err.Error()) {
+		t.Fatalf("client mode %v: its error %v, want one wrapping %v, in the mode's string", m, m.Err, krcore.ErrUnreachable)
+	}
+	if m := settled(t, s); m.Reason != smc.ReasonPeerDeclined || m.Peer != smc.ReasonLink || m.Err != nil {
+		t.Fatalf("server mode %v (error %v), want declined: %v", m, m.Err, smc.ReasonLink)
 	}
 }
 

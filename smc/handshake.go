@@ -107,7 +107,7 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	}
 	if r, err := c.setupQueue(); err != nil {
 		c.releaseLocal()
-		return Mode{Reason: r}
+		return Mode{Reason: r, Err: err}
 	}
 	hctx, cancel := c.bound(ctx)
 	defer cancel()
@@ -130,12 +130,12 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	if err != nil {
 		c.decline(r)
 		c.releaseLocal()
-		return Mode{Reason: r}
+		return Mode{Reason: r, Err: err}
 	}
 	if _, err := c.tcp.Write(c.offer(clcConfirm).encode()); err != nil {
 		c.releaseLocal()
 		c.hsErr = fmt.Errorf("smc: handshake: send confirm (%v): %w", err, errAborted)
-		return Mode{Reason: ReasonSync}
+		return Mode{Reason: ReasonSync, Err: err}
 	}
 	return Mode{SMC: true}
 }
@@ -150,13 +150,13 @@ func (c *Conn) unanswered(err error) Mode {
 		return Mode{Reason: ReasonPeerNoSMC}
 	case errors.Is(err, errVersion):
 		c.decline(ReasonVersion)
-		return Mode{Reason: ReasonVersion}
+		return Mode{Reason: ReasonVersion, Err: err}
 	case errors.As(err, &ne) && ne.Timeout():
 		c.decline(ReasonTimeout)
 		c.stripCLC = true
-		return Mode{Reason: ReasonTimeout}
+		return Mode{Reason: ReasonTimeout, Err: err}
 	}
-	return Mode{Reason: ReasonPeerNoSMC} // the read fails again for the application
+	return Mode{Reason: ReasonPeerNoSMC, Err: err} // the read fails again for the application
 }
 
 // bound limits the handshake to HandshakeTimeout within ctx, on the TCP
@@ -213,7 +213,7 @@ func (c *Conn) detect() {
 		c.readyRx()
 	case errors.Is(err, errVersion):
 		c.decline(ReasonVersion)
-		c.decide(Mode{Reason: ReasonVersion}, true)
+		c.decide(Mode{Reason: ReasonVersion, Err: err}, true)
 	case err != nil:
 		c.pre = raw
 		c.decide(Mode{Reason: ReasonPeerNoSMC}, true)
@@ -250,7 +250,7 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	if err != nil {
 		c.decline(r)
 		c.releaseLocal()
-		return Mode{Reason: r}
+		return Mode{Reason: r, Err: err}
 	}
 	m, err := c.exchange(c.offer(clcAccept), clcConfirm, clcDecline)
 	switch {
@@ -258,7 +258,7 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 		c.releaseLocal()
 		c.pre = nil
 		c.hsErr = fmt.Errorf("smc: handshake: no confirm from the client (%v): %w", err, errAborted)
-		return Mode{Reason: ReasonSync}
+		return Mode{Reason: ReasonSync, Err: err}
 	case m.typ == clcDecline:
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
@@ -267,7 +267,7 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 		c.releaseLocal()
 		c.tcp.Close()
 		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer (%v): %w", err, errAborted)
-		return Mode{Reason: r}
+		return Mode{Reason: r, Err: err}
 	}
 	return Mode{SMC: true}
 }

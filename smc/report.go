@@ -52,6 +52,8 @@ type ConnInfo struct {
 	Mode       string `json:"mode"`
 	Reason     Reason `json:"reason,omitempty"`
 	PeerReason Reason `json:"peer_reason,omitempty"`
+	// Error is the error behind Reason (Mode.Err), if one failed here.
+	Error string `json:"error,omitempty"`
 	// The SMC side, zero over TCP: the tokens naming the connection at
 	// each end, the peer's node, the receive buffer sizes (RMB: this
 	// side's, which the peer writes; PeerRMB: the peer's, which this side
@@ -167,6 +169,9 @@ func (c *Conn) info() ConnInfo {
 		return ci
 	case !m.SMC:
 		ci.Mode = "TCP"
+		if m.Err != nil {
+			ci.Error = m.Err.Error()
+		}
 		if c.hsErr != nil {
 			ci.State = "ABORTED"
 		}

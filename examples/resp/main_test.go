@@ -86,9 +86,42 @@ func startServer(t *testing.T, node *smc.Node) (*store, net.Listener) {
 		t.Fatal(err)
 	}
 	s := newStore()
-	go s.serve(ln)
+	al := &acceptLog{Listener: ln}
+	go s.serve(al)
 	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { al.report(t) })
 	return s, ln
+}
+
+// acceptLog keeps the connections a listener accepted, so that a failed
+// test prints how the server's side of each ran (a client told "peer
+// declined" learns only the reason, the error stays here).
+type acceptLog struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *acceptLog) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// report logs each accepted connection's mode if t failed.
+func (l *acceptLog) report(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		t.Logf("the server's connection from %v: %v", c.RemoteAddr(), smc.ModeOf(c))
+	}
 }
 
 func dial(t *testing.T, ctx context.Context, addr string, node *smc.Node) (*respClient, net.Conn) {
