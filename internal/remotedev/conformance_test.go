@@ -19,11 +19,16 @@ const retryTimeout = 200 * time.Millisecond
 // its node: its peer then hears nothing more, as when a host dies.
 const killLinkControl = "kill-link"
 
-func init() { childServers["soft"] = softChild }
+func init() {
+	childServers["soft"] = func() (*remotedev.Server, func(), error) { return softChild(retryTimeout) }
+	childServers["soft-default"] = func() (*remotedev.Server, func(), error) { return softChild(0) }
+}
 
-// softChild serves a TCP soft node, and closes it on killLinkControl.
-func softChild() (*remotedev.Server, func(), error) {
-	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: retryTimeout})
+// softChild serves a TCP soft node whose requests wait retry for their
+// responses (0: soft.DefaultRetryTimeout), and closes it on
+// killLinkControl.
+func softChild(retry time.Duration) (*remotedev.Server, func(), error) {
+	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: retry})
 	if err != nil {
 		return nil, nil, err
 	}

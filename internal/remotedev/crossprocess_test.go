@@ -19,10 +19,13 @@ type side struct {
 }
 
 // rcPair connects an RC QP on a local soft node to one on a soft node in a
-// child process.
+// child process. The child's requests wait the default retry budget: 200
+// ms (the local node's, which link-death tests count on) is less than a
+// process may go unscheduled on a loaded 2-core machine, and a live but
+// starved peer would then fail them with RETRY_EXC_ERR.
 func rcPair(t *testing.T, size int) (local, proxied *side, ch *remotedev.Child) {
 	t.Helper()
-	ch = startChild(t, "soft", remotedev.Options{})
+	ch = startChild(t, "soft-default", remotedev.Options{})
 	local, proxied = newSide(t, localNode(t), size), newSide(t, ch.Client, size)
 	if err := verbs.Connect(local.qp, proxied.qp.Endpoint(), verbs.Path{}); err != nil {
 		t.Fatalf("connect local: %v", err)
