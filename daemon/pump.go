@@ -205,7 +205,15 @@ func (p *pump) waitsOnFabric() bool {
 }
 
 // spinRounds polls for up to p.spin before the pump sleeps, and reports
-// whether it found work.
+// whether it found work. It polls without yielding (runtime.Gosched):
+// a goroutine that yields in a loop keeps every P of the process busy
+// (each yield wakes an idle P to look for work), so none idles into the
+// network poller and Go polls file descriptors only from sysmon, every
+// few milliseconds. Every fd wake-up in krcored (the client's bell, the
+// soft link's sockets) then waited for the spin to end
+// (TestSpinLetsNetpollRun). A spin that holds its P leaves the others to
+// idle in the poller; other goroutines run there, and on this P when the
+// spin ends, within p.spin.
 func (p *pump) spinRounds() bool {
 	if p.spin <= 0 || p.waitsOnFabric() {
 		return false
@@ -215,7 +223,6 @@ func (p *pump) spinRounds() bool {
 		if p.round() {
 			return true
 		}
-		runtime.Gosched()
 	}
 	return false
 }
