@@ -100,7 +100,11 @@ func (c *Conn) setupRMB(peer krcore.Principal) (Reason, error) {
 	if err != nil {
 		return ReasonRegRMB, err
 	}
+	// Under mu, as onData reads the ring: the peer's first WRITE follows
+	// the accept over TCP, an order the race detector cannot see.
+	c.mu.Lock()
 	c.rmb, c.ring = b, b.bytes(c.node.bufSize)
+	c.mu.Unlock()
 	return ReasonNone, nil
 }
 

@@ -42,15 +42,22 @@ func (m *member) kill() {
 
 func (m *member) leader() bool { return m.e.Server.Leader() == m.e.Server.MemberID() }
 
-// freeURL is a loopback URL on a port that was free a moment ago.
-func freeURL(t *testing.T) url.URL {
+// freeURLs are n loopback URLs on distinct ports that were free a moment
+// ago: every listener stays open until all are picked, so that the kernel
+// cannot hand out one port twice (a port closed at once can come back at
+// the next pick, and etcd refuses a cluster with a duplicate URL).
+func freeURLs(t *testing.T, n int) []url.URL {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	urls := make([]url.URL, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		urls[i] = url.URL{Scheme: "http", Host: l.Addr().String()}
 	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
+	return urls
 }
 
 // startEtcd starts an n-member etcd cluster on loopback (random ports,
@@ -58,9 +65,9 @@ func freeURL(t *testing.T) url.URL {
 // short so that a lost leader is replaced within a second.
 func startEtcd(t *testing.T, n int) []*member {
 	t.Helper()
-	peers, clients, initial := make([]url.URL, n), make([]url.URL, n), make([]string, n)
+	urls := freeURLs(t, 2*n)
+	peers, clients, initial := urls[:n], urls[n:], make([]string, n)
 	for i := range n {
-		peers[i], clients[i] = freeURL(t), freeURL(t)
 		initial[i] = fmt.Sprintf("m%d=%s", i, peers[i].String())
 	}
 	ms := make([]*member, n)
