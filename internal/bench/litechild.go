@@ -12,15 +12,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
 )
 
-// runLiteServer is krbench lite's master process: a soft node with the
-// cluster's MetaServer, the master's LMR and the plain region beside it
-// and echo servers (liteMaster), until SIGTERM. It prints the
-// MetaServer's text and the net/rpc echo's address on stdout once it
-// serves.
+// runLiteServer is krbench lite's master process: the master's LMR and
+// the plain region beside it and echo servers (liteMaster) on a server
+// node (serveNode); its line is the net/rpc echo's address.
 func runLiteServer(ctx context.Context, stdout io.Writer) error {
+	return serveNode(ctx, stdout, func(ctx context.Context, api krcore.API, dev verbs.Device) (string, func(), error) {
+		release, rpcAddr, err := liteMaster(ctx, api, dev)
+		return rpcAddr, release, err
+	})
+}
+
+// serveNode is the body of a server child process: a soft node with the
+// cluster's MetaServer, on which start sets up the child's services (ctx
+// bounds the setup), until SIGTERM. It prints the MetaServer's text, then
+// start's line, on stdout once they serve.
+func serveNode(ctx context.Context, stdout io.Writer, start func(ctx context.Context, api krcore.API, dev verbs.Device) (line string, release func(), err error)) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	b := &dBench{d: &dConfig{timeout: time.Minute}, ctx: ctx, log: slog.New(slog.DiscardHandler)}
@@ -36,13 +47,13 @@ func runLiteServer(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer rt.Close()
-	release, rpcAddr, err := liteMaster(sctx, core.Embed(rt), b.devs[0])
+	line, release, err := start(sctx, core.Embed(rt), b.devs[0])
 	if err != nil {
 		return err
 	}
 	defer release()
 	fmt.Fprintln(stdout, rt.MetaInfo().String())
-	fmt.Fprintln(stdout, rpcAddr)
+	fmt.Fprintln(stdout, line)
 	<-ctx.Done()
 	return nil
 }

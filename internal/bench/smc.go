@@ -7,14 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/krcore/krcore"
@@ -25,6 +21,7 @@ import (
 	"github.com/krcore/krcore/internal/perf"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/smc"
+	"github.com/krcore/krcore/verbs"
 )
 
 // krbench smc measures package smc's connections against Go TCP between
@@ -217,35 +214,17 @@ func startSMCServers(api krcore.API) (*smcServers, error) {
 	return s, nil
 }
 
-// runSMCServer is the server process of the cross-process placements: a
-// soft node with the cluster's MetaServer and startSMCServers on it, until
-// SIGTERM. It prints the MetaServer's text on stdout, then the three
-// addresses on one line.
+// runSMCServer is the server process of the cross-process placements:
+// startSMCServers on a server node (serveNode); its line is the three
+// addresses.
 func runSMCServer(ctx context.Context, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	b := &dBench{d: &dConfig{timeout: time.Minute}, ctx: ctx, log: slog.New(slog.DiscardHandler)}
-	defer func() {
-		for _, d := range b.devs {
-			d.Close()
+	return serveNode(ctx, stdout, func(_ context.Context, api krcore.API, _ verbs.Device) (string, func(), error) {
+		s, err := startSMCServers(api)
+		if err != nil {
+			return "", nil, err
 		}
-	}()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rt, err := b.node(sctx, dNodeServer, nil)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	s, err := startSMCServers(core.Embed(rt))
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	fmt.Fprintln(stdout, rt.MetaInfo().String())
-	fmt.Fprintln(stdout, s.smc, s.small, s.tcp)
-	<-ctx.Done()
-	return nil
+		return strings.Join([]string{s.smc, s.small, s.tcp}, " "), s.close, nil
+	})
 }
 
 // smcAPI is one client runtime: embedded or through krcored.
