@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/krcore/krcore/smc/internal/smcr"
 )
@@ -17,50 +16,28 @@ import (
 // accept, our confirm with our QP and buffer, then the kernel's
 // CONFIRM_LINK answered.
 func Dial(ctx context.Context, c net.Conn, eid smcr.EID, cfg Config) (*Link, error) {
-	l := &Link{}
-	ok := false
-	defer func() {
-		if !ok {
-			l.Close()
+	return open(ctx, c, cfg, func(l *Link) error {
+		ep := l.qp.Endpoint()
+		// The kernel's own v2-only proposal leaves the system ID zero, and a
+		// kernel server then reuses any link group it has with a zero-ID peer
+		// at our GID (another kernel client's): ours makes it a new one.
+		p := &smcr.Proposal{Version: 2, TypeV1: smcr.SMCTypeN, TypeV2: smcr.SMCTypeR, PeerID: cfg.SystemID,
+			V2: &smcr.V2Extension{Release: 1, RoCEGID: [16]byte(ep.GID), MaxConns: 255, MaxLinks: 1, EIDs: []smcr.EID{eid}}}
+		if err := writeCLC(c, p, "proposal"); err != nil {
+			return err
 		}
-	}()
-	if err := l.setup(cfg.Device); err != nil {
-		return nil, err
-	}
-	if dl, has := ctx.Deadline(); has {
-		c.SetDeadline(dl)
-		defer c.SetDeadline(time.Time{})
-	}
-	ep := l.qp.Endpoint()
-	// The kernel's own v2-only proposal leaves the system ID zero, and a
-	// kernel server then reuses any link group it has with a zero-ID peer
-	// at our GID (another kernel client's): ours makes it a new one.
-	p := &smcr.Proposal{Version: 2, TypeV1: smcr.SMCTypeN, TypeV2: smcr.SMCTypeR, PeerID: cfg.SystemID,
-		V2: &smcr.V2Extension{Release: 1, RoCEGID: [16]byte(ep.GID), MaxConns: 255, MaxLinks: 1, EIDs: []smcr.EID{eid}}}
-	b, err := p.Append(nil)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("kernellink: sending the proposal: %w", err)
-	}
-	if l.Peer, err = readCLC(c, smcr.TypeAccept); err != nil {
-		return nil, err
-	}
-	if err := l.up(); err != nil {
-		return nil, err
-	}
-	if b, err = l.confirm(cfg).Append(nil); err != nil {
-		return nil, err
-	}
-	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("kernellink: sending the confirm: %w", err)
-	}
-	if err := l.answerConfirmLink(ctx, cfg); err != nil {
-		return nil, err
-	}
-	ok = true
-	return l, nil
+		var err error
+		if l.Peer, err = readCLC(c, smcr.TypeAccept); err != nil {
+			return err
+		}
+		if err := l.up(); err != nil {
+			return err
+		}
+		if err := writeCLC(c, l.confirm(cfg), "confirm"); err != nil {
+			return err
+		}
+		return l.answerConfirmLink(ctx, cfg)
+	})
 }
 
 // confirm is the client's confirm for the kernel's accept (l.Peer): our

@@ -86,36 +86,47 @@ func Accept(ctx context.Context, c net.Conn, p *smcr.Proposal, cfg Config) (*Lin
 	if p.V2 == nil || p.TypeV2 != smcr.SMCTypeR && p.TypeV2 != smcr.SMCTypeB || len(p.V2.EIDs) == 0 {
 		return nil, errors.New("kernellink: the proposal offers no SMC-Rv2 with a user EID")
 	}
-	l := &Link{}
-	ok := false
-	defer func() {
-		if !ok {
-			l.Close()
+	return open(ctx, c, cfg, func(l *Link) error {
+		if err := writeCLC(c, l.accept(p, cfg), "accept"); err != nil {
+			return err
 		}
-	}()
+		var err error
+		if l.Peer, err = readCLC(c, smcr.TypeConfirm); err != nil {
+			return err
+		}
+		return l.connect(ctx)
+	})
+}
+
+// open makes a link on cfg.Device and runs handshake over c on it, under
+// ctx's deadline; a link whose handshake fails is closed.
+func open(ctx context.Context, c net.Conn, cfg Config, handshake func(l *Link) error) (*Link, error) {
+	l := &Link{}
 	if err := l.setup(cfg.Device); err != nil {
+		l.Close()
 		return nil, err
 	}
 	if dl, has := ctx.Deadline(); has {
 		c.SetDeadline(dl)
 		defer c.SetDeadline(time.Time{})
 	}
-	acc := l.accept(p, cfg)
-	b, err := acc.Append(nil)
-	if err != nil {
+	if err := handshake(l); err != nil {
+		l.Close()
 		return nil, err
+	}
+	return l, nil
+}
+
+// writeCLC sends one CLC message (what names it in an error) on c.
+func writeCLC(c net.Conn, m interface{ Append([]byte) ([]byte, error) }, what string) error {
+	b, err := m.Append(nil)
+	if err != nil {
+		return err
 	}
 	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("kernellink: sending the accept: %w", err)
+		return fmt.Errorf("kernellink: sending the %s: %w", what, err)
 	}
-	if l.Peer, err = readCLC(c, smcr.TypeConfirm); err != nil {
-		return nil, err
-	}
-	if err := l.connect(ctx); err != nil {
-		return nil, err
-	}
-	ok = true
-	return l, nil
+	return nil
 }
 
 func (l *Link) setup(dev verbs.Device) error {
