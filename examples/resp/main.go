@@ -36,11 +36,20 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "resp:", err)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "resp:", err)
 		os.Exit(1)
 	}
 }
+
+// errUsage marks a bad command line (exit status 2, as flag's own).
+var errUsage = errors.New("usage")
 
 // run serves until ctx ends; it prints the address it listens on first.
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -49,10 +58,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	sock := fs.String("socket", "", "krcored's socket: serve SMC clients over krcore (empty: TCP only)")
 	plain := fs.Bool("plain", false, "serve on net.Listen, not an smc listener (a baseline)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if *plain && *sock != "" {
-		return errors.New("-plain and -socket: choose one")
+		return fmt.Errorf("%w: -plain and -socket: choose one", errUsage)
 	}
 	opts := &smc.Options{}
 	if *sock != "" {
