@@ -87,9 +87,13 @@ func (c *Conn) setupQueue() (Reason, error) {
 	if c.stage, err = n.stages.get(); err != nil {
 		return ReasonMem, err
 	}
-	if c.token, err = n.register(c); err != nil {
+	tok, err := n.register(c)
+	if err != nil {
 		return ReasonInternal, err
 	}
+	c.mu.Lock() // Node.Conns reads the token under mu
+	c.token = tok
+	c.mu.Unlock()
 	return ReasonNone, nil
 }
 
@@ -186,7 +190,9 @@ func (c *Conn) releaseLocal() {
 	if c.rmb.s != nil {
 		c.rmb.s.pool.put(c.rmb)
 	}
+	c.mu.Lock() // Node.Conns reads the token under mu
 	c.token, c.q, c.stage, c.rmb = 0, nil, buffer{}, buffer{}
+	c.mu.Unlock()
 }
 
 // readSMC copies what the peer wrote into the ring, waiting for at least
