@@ -952,16 +952,19 @@ func TestHostileQuietClose(t *testing.T) {
 func TestHostileConfig(t *testing.T) {
 	c := start(t, 1, core.Config{})
 	cases := map[string]core.Config{
-		"Credits MaxInt":         {Credits: math.MaxInt},
-		"Credits MaxInt/4":       {Credits: math.MaxInt / 4},
-		"Credits 1<<40":          {Credits: 1 << 40},
-		"Depth MaxInt":           {Depth: math.MaxInt},
-		"DCIs 1<<30":             {DCIs: 1 << 30},
-		"MaxMessage MaxInt":      {MaxMessage: math.MaxInt},
-		"RecvSlots MaxInt":       {RecvSlots: math.MaxInt},
-		"RecvSlots x MaxMessage": {RecvSlots: 1 << 20, MaxMessage: 1 << 30},
-		"RCPerPeer MaxInt":       {RCPerPeer: math.MaxInt, RCPeers: 2},
-		"RCPeers MaxInt":         {RCPeers: math.MaxInt},
+		"Credits MaxInt":          {Credits: math.MaxInt},
+		"Credits MaxInt/4":        {Credits: math.MaxInt / 4},
+		"Credits 1<<40":           {Credits: 1 << 40},
+		"Depth MaxInt":            {Depth: math.MaxInt},
+		"DCIs 1<<30":              {DCIs: 1 << 30},
+		"MaxMessage MaxInt":       {MaxMessage: math.MaxInt},
+		"RecvSlots MaxInt":        {RecvSlots: math.MaxInt},
+		"RecvSlots x MaxMessage":  {RecvSlots: 1 << 20, MaxMessage: 1 << 30},
+		"RCPerPeer MaxInt":        {RCPerPeer: math.MaxInt, RCPeers: 2},
+		"RCPeers MaxInt":          {RCPeers: math.MaxInt},
+		"MetaSlots MaxInt":        {MetaSlots: math.MaxInt},
+		"MetaBuckets negative":    {MetaBuckets: -1},
+		"MetaBuckets beside Meta": {MetaBuckets: 64},
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {

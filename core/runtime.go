@@ -34,6 +34,12 @@ type Config struct {
 	// Meta's servers must then mirror the same store. Nil: the runtime
 	// registers with the MetaServers themselves.
 	Membership meta.Membership
+	// MetaBuckets and MetaSlots size the embedded MetaServer's table
+	// (meta.ServerConfig's Buckets and Slots; 0: meta's defaults, 1,024 x
+	// 4, which fills around a thousand nodes; meta.TableFor sizes one for
+	// a cluster). Out of meta.CheckTable's bounds, or set beside Meta
+	// (no server is embedded then), they are refused.
+	MetaBuckets, MetaSlots int
 	// DCIs is the size of the DC initiator pool; default one per core.
 	DCIs int
 	// Depth is each physical QP's send queue depth, at least 2; default
@@ -84,6 +90,9 @@ func (c *Config) defaults() error {
 			*v = d
 		}
 	}
+	if err := c.checkMetaTable(); err != nil {
+		return err
+	}
 	c.RCOnly = c.RCOnly || !c.Device.Attr().DCSupported
 	if c.RCOnly && c.RCPeers < 0 {
 		return fmt.Errorf("core: RC-only mode (no DC) needs the RC pool, but RCPeers is %d: %w", c.RCPeers, verbs.ErrInvalid)
@@ -113,6 +122,19 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// checkMetaTable refuses an embedded MetaServer's table meta cannot build,
+// and a table size with no embedded server to take it.
+func (c *Config) checkMetaTable() error {
+	if err := meta.CheckTable(c.MetaBuckets, c.MetaSlots); err != nil {
+		return fmt.Errorf("core: config MetaBuckets, MetaSlots: %w: %w", err, verbs.ErrInvalid)
+	}
+	if len(c.Meta) > 0 && (c.MetaBuckets != 0 || c.MetaSlots != 0) {
+		return fmt.Errorf("core: config MetaBuckets, MetaSlots (%d x %d) size the embedded MetaServer, but Meta lists %d servers and none is embedded: %w",
+			c.MetaBuckets, c.MetaSlots, len(c.Meta), verbs.ErrInvalid)
 	}
 	return nil
 }
@@ -305,7 +327,7 @@ func (rt *Runtime) joinMeta(ctx context.Context) error {
 	infos := rt.cfg.Meta
 	srvCfg, cliCfg := rt.routes.metaConfig()
 	if len(infos) == 0 {
-		srvCfg.Membership = rt.cfg.Membership
+		srvCfg.Membership, srvCfg.Buckets, srvCfg.Slots = rt.cfg.Membership, rt.cfg.MetaBuckets, rt.cfg.MetaSlots
 		srv, err := meta.NewServer(rt.dev, srvCfg)
 		if err != nil {
 			return fmt.Errorf("embedded MetaServer: %w", err)

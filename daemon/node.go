@@ -45,6 +45,9 @@ type NodeConfig struct {
 	Node krcore.NodeID
 	// Meta lists the MetaServers the runtime joins; none embeds one.
 	Meta []meta.Info
+	// MetaBuckets and MetaSlots size the embedded MetaServer's table (see
+	// core.Config); 0: meta's defaults.
+	MetaBuckets, MetaSlots int
 	// Membership, if set, is where the node registers (see
 	// core.Config.Membership); the caller closes it after the Node.
 	Membership meta.Membership
@@ -69,7 +72,8 @@ func Start(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := core.New(ctx, core.Config{Device: dev, Node: nc.Node, Meta: nc.Meta, Membership: nc.Membership, Logger: nc.Logger})
+	rt, err := core.New(ctx, core.Config{Device: dev, Node: nc.Node, Meta: nc.Meta, Membership: nc.Membership,
+		MetaBuckets: nc.MetaBuckets, MetaSlots: nc.MetaSlots, Logger: nc.Logger})
 	if err != nil {
 		dev.Close()
 		return nil, err

@@ -237,8 +237,34 @@ func TestBadInput(t *testing.T) {
 	if _, err := NewClient(nodes[1], nil, ClientConfig{}); err == nil {
 		t.Error("NewClient without servers succeeded")
 	}
-	if _, err := NewServer(nodes[0], ServerConfig{Slots: MaxSlots + 1}); !errors.Is(err, ErrBadGeometry) {
-		t.Errorf("server with %d slots: %v", MaxSlots+1, err)
+	for _, g := range [][2]int{{0, MaxSlots + 1}, {0, -1}, {-1, 0}, {MaxBuckets + 1, 0}} {
+		_, err := NewServer(nodes[0], ServerConfig{Buckets: g[0], Slots: g[1]})
+		if !errors.Is(err, ErrBadGeometry) || !strings.Contains(err.Error(), fmt.Sprintf("%d buckets x %d slots", g[0], g[1])) {
+			t.Errorf("server with %d buckets x %d slots: %v", g[0], g[1], err)
+		}
+	}
+}
+
+// TestTableSize: TableFor sizes a table for a cluster, and a server
+// serves the table its config sizes, holding the cluster it was sized for.
+func TestTableSize(t *testing.T) {
+	for _, c := range []struct{ nodes, buckets int }{{1, 2}, {1000, 2048}, {10000, 32768}, {MaxBuckets, MaxBuckets}} {
+		if b, s := TableFor(c.nodes); b != c.buckets || s != 8 || CheckTable(b, s) != nil {
+			t.Errorf("TableFor(%d) = %d x %d, want %d x 8", c.nodes, b, s, c.buckets)
+		}
+	}
+	nodes := memNodes(t, 2)
+	ctx := testCtx(t)
+	b, s := TableFor(300)
+	srv := startServer(t, nodes[0], ServerConfig{Buckets: b, Slots: s})
+	c := startClient(t, nodes[1], []Info{srv.Info()}, fastClient)
+	for i := uint64(1); i <= 300; i++ {
+		if err := c.Register(ctx, recordOf(nodes[1], i), 0); err != nil {
+			t.Fatalf("node %d in a table for 300: %v", i, err)
+		}
+	}
+	if g, err := c.conns[0].geometry(ctx); err != nil || int(g.buckets) != b || int(g.slots) != s {
+		t.Fatalf("served geometry %+v (%v), want %d x %d", g, err, b, s)
 	}
 }
 

@@ -17,7 +17,10 @@ import (
 
 // ServerConfig configures a MetaServer. The zero value is usable.
 type ServerConfig struct {
-	// Buckets is the number of table buckets; default 1024.
+	// Buckets is the number of table buckets (1..MaxBuckets); default
+	// 1024. The table holds Buckets*Slots records at most, and a record
+	// whose bucket is full is refused (ErrTableFull) or, mirrored, not
+	// served: size it for the cluster (TableFor).
 	Buckets int
 	// Slots is the number of records per bucket (1..MaxSlots); default 4.
 	// A lookup READs Slots*SlotSize bytes.
@@ -77,11 +80,14 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 			*v = d
 		}
 	}
-	if c.Buckets <= 0 {
-		c.Buckets = 1024
+	if err := CheckTable(c.Buckets, c.Slots); err != nil {
+		return c, fmt.Errorf("meta: server config: %w", err)
 	}
-	if c.Slots <= 0 {
-		c.Slots = 4
+	if c.Buckets == 0 {
+		c.Buckets = DefaultBuckets
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
 	}
 	if c.RecvDepth <= 0 {
 		c.RecvDepth = 256
@@ -100,9 +106,9 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	for c.DCKey == 0 {
 		c.DCKey = randUint64()
 	}
-	if c.Slots > MaxSlots || c.MinLease > c.MaxLease || c.Lease < c.MinLease || c.Lease > c.MaxLease {
-		return c, fmt.Errorf("meta: server config: %d slots (max %d), leases min %v default %v max %v: %w",
-			c.Slots, MaxSlots, c.MinLease, c.Lease, c.MaxLease, ErrBadGeometry)
+	if c.MinLease > c.MaxLease || c.Lease < c.MinLease || c.Lease > c.MaxLease {
+		return c, fmt.Errorf("meta: server config: leases min %v default %v max %v: %w",
+			c.MinLease, c.Lease, c.MaxLease, ErrBadGeometry)
 	}
 	return c, nil
 }

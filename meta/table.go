@@ -13,14 +13,48 @@ type table struct {
 	version uint64   // the last version written, table-wide so versions never repeat
 }
 
+// Table sizes: a server's defaults and the bound on its buckets.
+const (
+	DefaultBuckets = 1024
+	DefaultSlots   = 4
+	// MaxBuckets bounds ServerConfig.Buckets: with MaxSlots slots it is a
+	// 2 GiB table, room for millions of nodes; a larger number is more
+	// likely a mistake than a cluster.
+	MaxBuckets = 1 << 20
+)
+
+// CheckTable reports why a table of buckets x slots cannot be built (an
+// error wrapping ErrBadGeometry), or nil. 0 stands for the default of
+// either (DefaultBuckets, DefaultSlots).
+func CheckTable(buckets, slots int) error {
+	if buckets < 0 || buckets > MaxBuckets || slots < 0 || slots > MaxSlots {
+		return fmt.Errorf("table of %d buckets x %d slots: want 1..%d buckets and 1..%d slots (0: the default, %d x %d): %w",
+			buckets, slots, MaxBuckets, MaxSlots, DefaultBuckets, DefaultSlots, ErrBadGeometry)
+	}
+	return nil
+}
+
+// TableFor is a table for a cluster of up to nodes nodes: 8 slots (a
+// 1 KiB READ) in the power of two of buckets at least 2*nodes (at most
+// MaxBuckets). A bucket then holds a Poisson number of records of mean at
+// most 1/2, so that one of nine (full: ErrTableFull) is a chance in 3e8
+// per bucket; at a mean of 2 (nodes/2 buckets) a run of 3,000 nodes met one.
+func TableFor(nodes int) (buckets, slots int) {
+	buckets = 1
+	for buckets < 2*nodes && buckets < MaxBuckets {
+		buckets *= 2
+	}
+	return buckets, 8
+}
+
 // tableBytes is the memory a table of the given geometry needs.
 func tableBytes(buckets, slots int) int { return buckets * slots * SlotSize }
 
 // newTable lays an empty table over mem, writing every slot as an intact
 // empty slot so a client never sees a CRC mismatch in unused memory.
 func newTable(mem []byte, buckets, slots int) (*table, error) {
-	if buckets <= 0 || slots <= 0 || slots > MaxSlots {
-		return nil, fmt.Errorf("meta: table of %d buckets x %d slots: need buckets > 0 and 1..%d slots: %w", buckets, slots, MaxSlots, ErrBadGeometry)
+	if buckets <= 0 || buckets > MaxBuckets || slots <= 0 || slots > MaxSlots {
+		return nil, fmt.Errorf("meta: table of %d buckets x %d slots: need 1..%d buckets and 1..%d slots: %w", buckets, slots, MaxBuckets, MaxSlots, ErrBadGeometry)
 	}
 	if len(mem) < tableBytes(buckets, slots) {
 		return nil, fmt.Errorf("meta: table of %d buckets x %d slots needs %d bytes, have %d: %w", buckets, slots, tableBytes(buckets, slots), len(mem), ErrBadGeometry)

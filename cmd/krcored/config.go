@@ -31,6 +31,8 @@ type config struct {
 	IBPort   int      `json:"ib_port"`
 	GIDIdx   int      `json:"gid_idx"`
 	Meta     metaList `json:"meta"`
+	MetaBkts int      `json:"meta_buckets"`
+	MetaSlts int      `json:"meta_slots"`
 	Etcd     string   `json:"etcd"`
 	EtcdPfx  string   `json:"etcd_prefix"`
 	Metrics  string   `json:"metrics"`
@@ -102,6 +104,8 @@ func flags(cfg *config) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.IBPort, "ib-port", cfg.IBPort, "ibverbs: device port")
 	fs.IntVar(&cfg.GIDIdx, "gid-idx", cfg.GIDIdx, "ibverbs: GID table `index` (-1: a RoCE v2 IPv4-mapped GID if there is one)")
 	fs.Var(&metaFlag{list: &cfg.Meta}, "meta", "a remote MetaServer (\"addr=HOST:PORT qpn=N qkey=N\"); repeat it for several, which the runtime fails over between; none embeds one")
+	fs.IntVar(&cfg.MetaBkts, "meta-buckets", cfg.MetaBkts, fmt.Sprintf("the embedded MetaServer's table buckets, 1 to %d (0: %d); for N nodes a power of two of at least 2N, with -meta-slots 8", meta.MaxBuckets, meta.DefaultBuckets))
+	fs.IntVar(&cfg.MetaSlts, "meta-slots", cfg.MetaSlts, fmt.Sprintf("records per bucket of the embedded MetaServer's table, 1 to %d (0: %d); a lookup READs 128 B per slot", meta.MaxSlots, meta.DefaultSlots))
 	fs.StringVar(&cfg.Etcd, "etcd", cfg.Etcd, "etcd client `endpoints`, comma-separated: the node registers there and the MetaServers (embedded or -meta) mirror it (empty: no etcd, the MetaServers keep the records)")
 	fs.StringVar(&cfg.EtcdPfx, "etcd-prefix", cfg.EtcdPfx, "etcd key prefix of this krcore cluster (default /krcore/)")
 	fs.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "HTTP address serving Prometheus metrics at /metrics (empty: off)")
@@ -292,7 +296,7 @@ func (cfg *config) node() (daemon.NodeConfig, error) {
 	if err != nil {
 		return daemon.NodeConfig{}, err
 	}
-	return daemon.NodeConfig{Config: cfg.Config, Node: cfg.Node, Meta: infos, Device: daemon.DeviceConfig{
+	return daemon.NodeConfig{Config: cfg.Config, Node: cfg.Node, Meta: infos, MetaBuckets: cfg.MetaBkts, MetaSlots: cfg.MetaSlts, Device: daemon.DeviceConfig{
 		Provider: cfg.Provider, Listen: cfg.Listen, IBDev: cfg.IBDev, IBPort: cfg.IBPort, GIDIdx: cfg.GIDIdx}}, nil
 }
 
@@ -350,6 +354,9 @@ func (cfg *config) check() error {
 	if _, err := cfg.Meta.infos(); err != nil {
 		return err
 	}
+	if err := cfg.checkMetaTable(); err != nil {
+		return err
+	}
 	if cfg.Pprof && cfg.Metrics == "" {
 		return errors.New("pprof (-pprof) serves on the metrics address: set metrics (-metrics) too")
 	}
@@ -381,6 +388,18 @@ func (cfg *config) checkRanges() error {
 	}
 	if cfg.IBPort > 255 {
 		return fmt.Errorf("ib_port (-ib-port) %d: ports are numbered 1 to 255", cfg.IBPort)
+	}
+	return nil
+}
+
+// checkMetaTable checks the embedded MetaServer's table size, which only
+// a daemon that embeds one (no -meta) takes.
+func (cfg *config) checkMetaTable() error {
+	if err := meta.CheckTable(cfg.MetaBkts, cfg.MetaSlts); err != nil {
+		return fmt.Errorf("meta_buckets (-meta-buckets) %d, meta_slots (-meta-slots) %d: %w", cfg.MetaBkts, cfg.MetaSlts, err)
+	}
+	if len(cfg.Meta) > 0 && (cfg.MetaBkts != 0 || cfg.MetaSlts != 0) {
+		return errors.New("meta_buckets (-meta-buckets) and meta_slots (-meta-slots) size the embedded MetaServer: with meta (-meta) none is embedded")
 	}
 	return nil
 }

@@ -4,7 +4,8 @@
 //
 //	krcored [-config FILE] [-socket PATH] [-group NAME] [-node N] [-listen ADDR]
 //	        [-provider soft|ibverbs] [-ib-dev NAME] [-ib-port N] [-gid-idx N]
-//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-etcd ENDPOINTS [-etcd-prefix P]]
+//	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-meta-buckets N] [-meta-slots N]
+//	        [-etcd ENDPOINTS [-etcd-prefix P]]
 //	        [-metrics ADDR [-pprof]] [-log-level info]
 //	        [-spin D] [-share-quantum D] [-call-timeout D] [-client-credits N]
 //	        [-max-vqs N] [-max-mr-bytes N]
@@ -29,6 +30,10 @@
 // Without -meta the daemon embeds the MetaServer and logs its address for
 // other nodes' -meta. -meta may be repeated: the runtime registers with
 // every MetaServer listed and a Connect fails over between them.
+// -meta-buckets and -meta-slots size the embedded MetaServer's table
+// (default 1,024 x 4, which fills around a thousand nodes; for N nodes a
+// power of two of at least 2N buckets of 8 slots, as meta.TableFor picks):
+// buckets 1 to 1,048,576, slots 1 to 16; refused beside -meta.
 //
 // -etcd ENDPOINTS (comma-separated) keeps the cluster's membership in etcd
 // (package meta/etcdstore): the node registers its record there under a
@@ -41,7 +46,7 @@
 //
 // The config file is one JSON object with the flags' names as keys, dashes
 // written as underscores ("socket", "group", "node", "listen", "provider",
-// "ib_dev", "ib_port", "gid_idx", "meta", "etcd", "etcd_prefix", "metrics", "pprof", "log_level", "spin",
+// "ib_dev", "ib_port", "gid_idx", "meta", "meta_buckets", "meta_slots", "etcd", "etcd_prefix", "metrics", "pprof", "log_level", "spin",
 // "share_quantum", "call_timeout", "client_credits", "max_vqs",
 // "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
 // given on the command line override it. "meta" is a list of MetaServers

@@ -233,6 +233,10 @@ func TestConfigRefused(t *testing.T) {
 		{file: `{"pprof": true}`, want: []string{"pprof (-pprof)"}},
 		{file: `{"pprof": "yes", "metrics": "127.0.0.1:0"}`, want: []string{"pprof"}},
 		{args: []string{"-meta", "addr=127.0.0.1:1 qpn=x", "-listen", "127.0.0.1:0"}, want: []string{"-meta", "qpn=x"}},
+		{args: []string{"-meta-buckets", "-1"}, want: []string{"meta_buckets (-meta-buckets) -1", "1..1048576 buckets"}},
+		{file: `{"meta_slots": 17}`, want: []string{"meta_slots (-meta-slots) 17", "1..16 slots"}},
+		{file: `{"meta_buckets": 2097152}`, want: []string{"meta_buckets", "2097152"}},
+		{args: []string{"-meta-buckets", "4096", "-meta", "addr=127.0.0.1:1 qpn=5 qkey=1", "-listen", "127.0.0.1:0"}, want: []string{"-meta-buckets", "none is embedded"}},
 		// a good file does not save a bad flag, nor a good flag a bad file
 		{file: `{"client_credits": 8}`, args: []string{"-client-credits", "-8"}, want: []string{"client_credits", "-8"}},
 		{file: `{"client_credits": -8}`, args: []string{"-max-vqs", "8"}, want: []string{"client_credits", "-8"}},
@@ -279,6 +283,26 @@ func TestConfigDurations(t *testing.T) {
 	cfg, err = parse(nil)
 	if err != nil || cfg.ClientCredits != 256 || cfg.MaxVQs != 64 || cfg.MaxMRBytes != 1<<30 || cfg.CallTimeout != 5*time.Second {
 		t.Errorf("defaults %+v %v: want 256 credits, 64 VQs, 1 GiB, 5s", cfg, err)
+	}
+}
+
+// TestConfigMetaTable sizes the embedded MetaServer's table from the file
+// and the flags, a flag winning; 0 keeps meta's defaults.
+func TestConfigMetaTable(t *testing.T) {
+	conf := writeConfig(t, `{"meta_buckets": 32768, "meta_slots": 8}`)
+	cfg, err := parse([]string{"-config", conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := cfg.node(); err != nil || nc.MetaBuckets != 32768 || nc.MetaSlots != 8 {
+		t.Errorf("file: %+v %v: want a table of 32768 x 8", nc, err)
+	}
+	cfg, err = parse([]string{"-config", conf, "-meta-buckets", "1024"})
+	if nc, _ := cfg.node(); err != nil || nc.MetaBuckets != 1024 || nc.MetaSlots != 8 {
+		t.Errorf("flag over file: %+v %v: want 1024 x 8", nc, err)
+	}
+	if cfg, err = parse(nil); err != nil || cfg.MetaBkts != 0 || cfg.MetaSlts != 0 {
+		t.Errorf("defaults: %+v %v: want 0 x 0 (meta's)", cfg, err)
 	}
 }
 

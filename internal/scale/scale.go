@@ -35,8 +35,10 @@
 // # Settings that differ from a deployment's, and why
 //
 // etcd runs without fsync and every lease is 10 minutes (keep-alives stay
-// out of the measurement); the MetaServer's table has at least 2 buckets
-// per node, 8 slots each (serverConfig); the runtimes have small queues
+// out of the measurement); the MetaServers' tables have at least 2 buckets
+// per node, 8 slots each (meta.TableFor: the stages' through
+// meta.ServerConfig, the host's embedded one through core.Config's
+// MetaBuckets and MetaSlots); the runtimes have small queues
 // and run their pool policy every second (runtimeConfig); the soft RNICs
 // wait 30 s for a response; a connect that fails is retried twice, its
 // time counted whole (Stage.Retried says how many were); in RC-only mode
@@ -217,8 +219,7 @@ type cluster struct {
 	mode     string
 	fabric   *soft.Fabric
 	store    *etcdstore.Store
-	boot     *meta.Server // serves the host
-	host     *node
+	host     *node // embeds the bootstrap MetaServer (core.Config.MetaBuckets)
 	template meta.Record
 	nextID   atomic.Uint64
 	mu       sync.Mutex
@@ -263,36 +264,33 @@ func (c *cluster) close() {
 	if c.host != nil {
 		c.host.close()
 	}
-	if c.boot != nil {
-		c.boot.Close()
-	}
 	c.store.Close() // the stand-ins' leases lapse with the run's etcd
 }
 
-// serverConfig is a MetaServer's for n records: a power of two of
-// buckets, at least 2n, of 8 slots (a 1 KiB READ). A bucket holds a
-// Poisson number of records, here of mean at most 1/2, so that one of 9
-// (full: the record is not served, Stage.Unplaced) is a chance in 10^8
-// per bucket; at n/2 buckets (mean up to 2) a run of 3,000 nodes met one.
+// serverConfig is a MetaServer's for n records, its table sized by
+// meta.TableFor (a record whose bucket is full is not served:
+// Stage.Unplaced).
 func (c *cluster) serverConfig(n int) meta.ServerConfig {
-	b := 1
-	for b < 2*n {
-		b *= 2
-	}
-	return meta.ServerConfig{Buckets: b, Slots: 8, Membership: c.store, NoDC: c.mode == ModeRC, MaxReaders: 4 * (c.cfg.Sample + c.cfg.Join)}
+	b, s := meta.TableFor(n)
+	return meta.ServerConfig{Buckets: b, Slots: s, Membership: c.store, NoDC: c.mode == ModeRC, MaxReaders: 4 * (c.cfg.Sample + c.cfg.Join)}
 }
 
-// runtimeConfig is a full node's: small queues and receive buffers (the
+// runtimeConfig is a full node's: an embedded MetaServer (metas empty)
+// with a table for the largest N and the join (meta.TableFor); small queues and receive buffers (the
 // run sends no messages), room for an RC QP to every peer in RC-only mode
 // (so that none is evicted while measured), and the pool policy run every
 // second instead of every 10 ms at the same hot-peer rate: a node of a
 // real cluster wakes 100 times a second on a CPU of its own, but 200
 // runtimes in one process on 2 shared cores would wake 20,000 times.
 func (c *cluster) runtimeConfig(dev *soft.Node, id uint64, metas []meta.Info) core.Config {
-	return core.Config{Device: dev, Node: krcore.NodeID(id), Meta: metas, Membership: c.store, Lease: lease,
+	cfg := core.Config{Device: dev, Node: krcore.NodeID(id), Meta: metas, Membership: c.store, Lease: lease,
 		DCIs: 2, RecvSlots: 64, MaxMessage: 1024, Depth: 64, Credits: 32,
 		RCOnly: c.mode == ModeRC, RCPeers: 4 * c.cfg.Peers, HotWindow: time.Second, HotOps: 100 * 4096,
 		Logger: slog.New(slog.DiscardHandler)}
+	if len(metas) == 0 {
+		cfg.MetaBuckets, cfg.MetaSlots = meta.TableFor(c.cfg.Sizes[len(c.cfg.Sizes)-1] + c.cfg.Join)
+	}
+	return cfg
 }
 
 // retryTimeout is every device's: a request's response may wait this
@@ -306,7 +304,8 @@ func (c *cluster) device(name string) (*soft.Node, error) {
 	return c.fabric.NewNode(soft.Config{Name: "scale-" + c.mode + "-" + name, RetryTimeout: retryTimeout})
 }
 
-// startNode starts a full runtime reading metas.
+// startNode starts a full runtime reading metas (none: embedding a
+// MetaServer).
 func (c *cluster) startNode(ctx context.Context, metas []meta.Info) (*node, error) {
 	id := c.nextID.Add(1)
 	dev, err := c.device(fmt.Sprintf("%d", id))
@@ -321,22 +320,16 @@ func (c *cluster) startNode(ctx context.Context, metas []meta.Info) (*node, erro
 	return &node{dev: dev, rt: rt}, nil
 }
 
-// startHost starts the bootstrap MetaServer and the host runtime, and
-// takes the host's record as the stand-ins' template.
+// startHost starts the host runtime, whose embedded MetaServer mirrors
+// the store with a table sized (core.Config.MetaBuckets, MetaSlots) for the
+// largest N, and takes the host's record as the stand-ins' template.
 func (c *cluster) startHost(ctx context.Context) error {
-	dev, err := c.device("boot")
-	if err != nil {
-		return err
-	}
-	if c.boot, err = meta.NewServer(dev, c.serverConfig(c.cfg.Sizes[len(c.cfg.Sizes)-1]+c.cfg.Join)); err != nil {
-		dev.Close()
-		return err
-	}
-	if c.host, err = c.startNode(ctx, []meta.Info{c.boot.Info()}); err != nil {
+	var err error
+	if c.host, err = c.startNode(ctx, nil); err != nil {
 		return err
 	}
 	c.live = 1
-	obs, err := c.observer(c.boot.Info())
+	obs, err := c.observer(c.host.rt.MetaInfo())
 	if err != nil {
 		return err
 	}
@@ -421,7 +414,7 @@ func (c *cluster) stage(ctx context.Context, n int) (Stage, error) {
 	if err != nil {
 		return st, err
 	}
-	defer srv.Close()
+	defer srv.close()
 	st.Rebuild, st.Buckets, st.Slots = rebuild, scfg.Buckets, scfg.Slots
 	st.TableBytes, st.ReadBytes = scfg.Buckets*scfg.Slots*meta.SlotSize, scfg.Slots*meta.SlotSize
 	metas := []meta.Info{srv.Info()}
@@ -450,14 +443,26 @@ func (c *cluster) stage(ctx context.Context, n int) (Stage, error) {
 	if st.Read, err = c.reads(ctx, srv.Info(), c.cfg.Reads); err != nil {
 		return st, err
 	}
-	err = c.storm(ctx, &st, srv, metas, sample)
+	err = c.storm(ctx, &st, srv.Server, metas, sample)
 	st.Unplaced = srv.Stats().Unplaced
 	return st, err
 }
 
+// mirrorServer is a stage's MetaServer on a device of its own.
+type mirrorServer struct {
+	*meta.Server
+	dev *soft.Node
+}
+
+// close stops the server, then its device.
+func (m *mirrorServer) close() {
+	m.Close()
+	m.dev.Close()
+}
+
 // mirror starts a MetaServer of scfg on a device of its own and waits
 // until its table holds want records.
-func (c *cluster) mirror(ctx context.Context, scfg meta.ServerConfig, want int) (*meta.Server, time.Duration, error) {
+func (c *cluster) mirror(ctx context.Context, scfg meta.ServerConfig, want int) (*mirrorServer, time.Duration, error) {
 	dev, err := c.device(fmt.Sprintf("meta-%d", c.nextID.Add(1)))
 	if err != nil {
 		return nil, 0, err
@@ -468,11 +473,12 @@ func (c *cluster) mirror(ctx context.Context, scfg meta.ServerConfig, want int) 
 		dev.Close()
 		return nil, 0, err
 	}
+	m := &mirrorServer{Server: srv, dev: dev}
 	if err := waitRecords(ctx, srv, want); err != nil {
-		srv.Close()
+		m.close()
 		return nil, 0, err
 	}
-	return srv, time.Since(t0), nil
+	return m, time.Since(t0), nil
 }
 
 // mirrorBound bounds the wait for a MetaServer to hold the records etcd
