@@ -24,9 +24,13 @@ type ClientConfig struct {
 	// Attempts is how often a UD request is sent before ErrNoReply;
 	// default 6.
 	Attempts int
-	// TornRetries is how often a torn bucket is read again before
-	// ErrTorn; default 16.
-	TornRetries int
+	// TornWait bounds how long a torn bucket is read again before
+	// ErrTorn; default ReadTimeout. A bucket reads torn while the server
+	// rewrites a slot of it, and stays torn for as long as the server's
+	// writer is off the CPU mid-copy: on a loaded machine, milliseconds.
+	// The first few READs again go at once, then they pause, doubling
+	// from 10us to 1ms, so the writer can run.
+	TornWait time.Duration
 	// MaxInflight bounds concurrent READs per server; default 16.
 	MaxInflight int
 	// OnRenewError, if set, is called from the renewal goroutine when a
@@ -47,8 +51,8 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.Attempts <= 0 {
 		c.Attempts = 6
 	}
-	if c.TornRetries <= 0 {
-		c.TornRetries = 16
+	if c.TornWait <= 0 {
+		c.TornWait = c.ReadTimeout
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 16

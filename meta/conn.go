@@ -297,11 +297,13 @@ func (sc *conn) geometry(ctx context.Context) (*geometry, error) {
 }
 
 // fetch reads node's bucket (one READ) and scans it, reading again while
-// the bucket comes back torn. A geometry that proves stale (the server
-// restarted at the same address: unknown rkey or DCT) is refreshed once,
-// and an RC reader that stopped answering is reconnected once.
+// the bucket comes back torn (tornPause). A geometry that proves stale
+// (the server restarted at the same address: unknown rkey or DCT) is
+// refreshed once, and an RC reader that stopped answering is reconnected
+// once.
 func (sc *conn) fetch(ctx context.Context, node uint64) (Record, error) {
 	refreshed, reconnected := false, false
+	var tornSince time.Time
 	for torn := 0; ; {
 		geo, err := sc.geometry(ctx)
 		if err != nil {
@@ -311,8 +313,14 @@ func (sc *conn) fetch(ctx context.Context, node uint64) (Record, error) {
 		switch {
 		case errors.Is(err, errTorn):
 			sc.c.stats.torn.Add(1)
-			if torn++; torn > sc.c.cfg.TornRetries {
-				return Record{}, fmt.Errorf("READ at %s: %w (%d reads)", sc.info.Addr, ErrTorn, torn)
+			if torn++; torn == 1 {
+				tornSince = time.Now()
+			}
+			if d := time.Since(tornSince); d > sc.c.cfg.TornWait {
+				return Record{}, fmt.Errorf("READ at %s: %w (%d reads in %v)", sc.info.Addr, ErrTorn, torn, d.Round(time.Microsecond))
+			}
+			if p := tornPause(torn); p > 0 && !sleepCtx(ctx, p) {
+				return Record{}, fmt.Errorf("READ at %s: bucket torn (%d reads): %w", sc.info.Addr, torn, ctx.Err())
 			}
 		case !refreshed && (errors.Is(err, verbs.RemAccessErr) || errors.Is(err, verbs.RemInvReqErr)):
 			refreshed = true
@@ -325,6 +333,19 @@ func (sc *conn) fetch(ctx context.Context, node uint64) (Record, error) {
 			return rec, err
 		}
 	}
+}
+
+// tornPause is the wait before READing a torn bucket again, after torn
+// torn READs. A writer on the CPU finishes a slot in nanoseconds, so the
+// first READs again go at once; a slot still torn after them has a writer
+// off the CPU, which a reader spinning on a core would keep off it, so
+// the pauses double from 10us up to 1ms.
+func tornPause(torn int) time.Duration {
+	const immediate = 4
+	if torn <= immediate {
+		return 0
+	}
+	return min(10*time.Microsecond<<min(torn-immediate-1, 7), time.Millisecond)
 }
 
 // readBucket READs node's bucket and scans it in the landing buffer.

@@ -51,8 +51,14 @@
 // may still copy a slot while the server rewrites it: it then holds parts
 // of two versions, and the CRC no longer matches. The client checks the CRC
 // of the slot holding its node (or, if none holds it, of every slot, since
-// a torn slot may have been the node's) and READs the bucket again,
-// ClientConfig.TornRetries times before failing with ErrTorn. Versions
+// a torn slot may have been the node's) and READs the bucket again. A slot
+// stays torn for as long as the writer is off the CPU in the middle of its
+// copy, which on a loaded machine is milliseconds, not the nanoseconds of
+// the copy: so the client READs again at once a few times, then pausing
+// (doubling from 10us to 1ms) so the writer can run, until the slot is
+// whole or ClientConfig.TornWait (default the READ timeout) has passed,
+// when it fails with ErrTorn. A budget of READs back to back would not do:
+// 17 of them take tens of microseconds and failed joins under load. Versions
 // never repeat on a server, so Record.Version tells a refetched record from
 // a cached one. A record is updated in place and never moves while it
 // lives, so a lookup concurrent with a renewal always finds it.

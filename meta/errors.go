@@ -17,8 +17,9 @@ var (
 	// ErrBadRecord: a record or argument is invalid (node 0, address too
 	// long, negative lease).
 	ErrBadRecord = errors.New("meta: invalid record")
-	// ErrTorn: every READ of a bucket within the retry budget raced a
-	// server update; the server is rewriting that bucket continuously.
+	// ErrTorn: a bucket read torn on every READ for
+	// ClientConfig.TornWait: the server rewrote it all that time, its
+	// writer stalled longer mid-write, or the slot is corrupt.
 	ErrTorn = errors.New("meta: bucket read torn on every retry")
 	// ErrNoReply: a server did not answer a request within its attempts.
 	ErrNoReply = errors.New("meta: no reply from server")

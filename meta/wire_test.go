@@ -236,7 +236,7 @@ func TestTornReadRace(t *testing.T) {
 	nodes := memNodes(t, 2)
 	ctx := testCtx(t)
 	srv := startServer(t, nodes[0], ServerConfig{})
-	c := startClient(t, nodes[1], []Info{srv.Info()}, ClientConfig{TornRetries: 1000})
+	c := startClient(t, nodes[1], []Info{srv.Info()}, ClientConfig{})
 	a := recordOf(nodes[1], 9)
 	if err := c.Register(ctx, a, 0); err != nil {
 		t.Fatal(err)
@@ -282,21 +282,22 @@ func TestTornReadRace(t *testing.T) {
 	t.Logf("3000 fetches, %d torn READs detected and retried", c.Stats().TornReads)
 }
 
-// TestTornForever: a slot that never reads intact fails with ErrTorn after
-// the configured retries.
+// TestTornForever: a slot that never reads intact fails with ErrTorn once
+// TornWait has passed, not at once and not never.
 func TestTornForever(t *testing.T) {
 	nodes := memNodes(t, 2)
 	ctx := testCtx(t)
 	srv := startServer(t, nodes[0], ServerConfig{})
-	c := startClient(t, nodes[1], []Info{srv.Info()}, ClientConfig{TornRetries: 3})
+	c := startClient(t, nodes[1], []Info{srv.Info()}, ClientConfig{TornWait: 50 * time.Millisecond})
 	if err := c.Register(ctx, recordOf(nodes[1], 4), 0); err != nil {
 		t.Fatal(err)
 	}
 	slot := tableSlotOf(t, srv, 4)
 	slot[offDCKey] ^= 1
+	t0 := time.Now()
 	_, err := c.Fetch(ctx, 4)
-	if !errors.Is(err, ErrTorn) || c.Stats().TornReads != 4 {
-		t.Fatalf("Fetch of a corrupt slot: %v after %d torn READs", err, c.Stats().TornReads)
+	if took := time.Since(t0); !errors.Is(err, ErrTorn) || took < 50*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("Fetch of a corrupt slot: %v after %v and %d torn READs, want ErrTorn after about 50ms", err, took, c.Stats().TornReads)
 	}
 	t.Log(err)
 	slot[offDCKey] ^= 1
