@@ -255,12 +255,12 @@ func TestTableSize(t *testing.T) {
 	}
 	nodes := memNodes(t, 2)
 	ctx := testCtx(t)
-	b, s := TableFor(300)
+	b, s := TableFor(100)
 	srv := startServer(t, nodes[0], ServerConfig{Buckets: b, Slots: s})
-	c := startClient(t, nodes[1], []Info{srv.Info()}, fastClient)
-	for i := uint64(1); i <= 300; i++ {
+	c := startClient(t, nodes[1], []Info{srv.Info()}, ClientConfig{})
+	for i := uint64(1); i <= 100; i++ {
 		if err := c.Register(ctx, recordOf(nodes[1], i), 0); err != nil {
-			t.Fatalf("node %d in a table for 300: %v", i, err)
+			t.Fatalf("node %d in a table for 100: %v", i, err)
 		}
 	}
 	if g, err := c.conns[0].geometry(ctx); err != nil || int(g.buckets) != b || int(g.slots) != s {
