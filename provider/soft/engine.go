@@ -118,6 +118,13 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			}
 			return nil, 0, false
 		}
+		if sl, ok := lk.(*shmLink); ok && q.typ == verbs.RC && q.done == idx {
+			if k, ok := sl.inPlace(q, w); ok {
+				q.sent++
+				q.complete(w, idx, verbs.Success, k)
+				continue
+			}
+		}
 		if q.holdOff(lk) {
 			// The transport timer starts when the request goes out, as
 			// on an RNIC; until then it bounds how long the link's
@@ -136,6 +143,10 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			return nil, 0, false
 		}
 		q.windowHeld = false
+		// PSNs number what goes on the wire, in order: a request
+		// carried out in place (shmplace.go) takes none, so the
+		// responder's expected PSN stays in step.
+		w.psn = q.nextPSN
 		if st := q.build(w, out); st != verbs.Success {
 			out.release()
 			if q.done < idx {
@@ -152,6 +163,7 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			out.flags |= flagDCConnect
 		}
 		q.sent++
+		q.nextPSN = (w.psn + 1) & psnMask
 		if q.done == idx {
 			q.armDeadline()
 		}
@@ -437,6 +449,7 @@ func (q *qp) backOff(w *wqe, idx uint64, delay time.Duration) {
 		q.sq[i%uint64(len(q.sq))].sentAt = 0
 	}
 	q.sent = idx
+	q.nextPSN = w.psn      // resent from the NAKed request's PSN
 	q.halt = verbs.Success // a request that failed its local check is checked again when resent
 	q.rnrWait = true
 	q.deadline.Store(0)

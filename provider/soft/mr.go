@@ -13,6 +13,7 @@ import (
 // pd is a protection domain.
 type pd struct {
 	node   *Node
+	id     uint64       // names it in the node's export table (shmplace.go)
 	refs   atomic.Int32 // MRs, QPs, SRQs and AHs made from it
 	closed atomic.Bool
 }
@@ -22,7 +23,7 @@ func (n *Node) AllocPD() (verbs.PD, error) {
 	if err := n.reserve(&n.counts.pd, n.attr.MaxPD, "PD"); err != nil {
 		return nil, err
 	}
-	p := &pd{node: n}
+	p := &pd{node: n, id: pdSeq.Add(1)}
 	if err := track(n, n.pds, p); err != nil {
 		n.release(&n.counts.pd)
 		return nil, err
@@ -64,6 +65,9 @@ type mr struct {
 	unpin  func()
 	users  atomic.Int32
 	dead   atomic.Bool
+	// exported: listed in the node's export table (shmplace.go); set by
+	// RegMR, cleared by Close.
+	exported bool
 }
 
 // RegMR registers off-heap memory.
@@ -102,6 +106,7 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	}
 	n.mrs[m.key] = m
 	n.mrMu.Unlock()
+	n.exportMR(m)
 	if n.closed.Load() { // the node closed meanwhile: destroyAll may have missed m
 		m.Close()
 		return nil, errNodeClosed
@@ -122,6 +127,7 @@ func (m *mr) Close() error {
 		return fmt.Errorf("soft: deregister MR %#x: %w", m.key, verbs.ErrClosed)
 	}
 	n := m.pd.node
+	n.unexportMR(m)
 	n.mrMu.Lock()
 	delete(n.mrs, m.key)
 	n.mrMu.Unlock()

@@ -53,7 +53,9 @@ type Node struct {
 	accepts map[net.Conn]struct{}
 	shm     map[string]*shmLink // by peer address, guarded by linkMu (shm.go)
 	shmLn   *net.UnixListener
-	shmWhy  error // why the node has no shared-memory listener
+	shmWhy  error         // why the node has no shared-memory listener
+	exports *exports      // what peers may access in place (shmplace.go); nil if none
+	placed  atomic.Uint64 // requests carried out in place
 }
 
 func newNode(fab *Fabric, cfg Config) (*Node, error) {
@@ -175,6 +177,9 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.destroyAll()
+	if n.exports != nil {
+		n.exports.blk.Close()
+	}
 	return nil
 }
 
@@ -240,12 +245,15 @@ func untrack[K comparable](n *Node, set map[K]struct{}, k K) {
 // Stats counts a node's live objects, for leak checks.
 type Stats struct {
 	PDs, CQs, MRs, QPs, SRQs, Links int
+	// InPlace counts the node's requests carried out in place over
+	// shared-memory links (shmplace.go), since it started.
+	InPlace uint64
 }
 
 // Stats reports the node's live objects.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	s := Stats{PDs: n.counts.pd, CQs: n.counts.cq, MRs: n.counts.mr, QPs: n.counts.qp, SRQs: n.counts.srq}
+	s := Stats{PDs: n.counts.pd, CQs: n.counts.cq, MRs: n.counts.mr, QPs: n.counts.qp, SRQs: n.counts.srq, InPlace: n.placed.Load()}
 	n.mu.Unlock()
 	n.linkMu.Lock()
 	s.Links = len(n.tcp)

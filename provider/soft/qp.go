@@ -62,7 +62,7 @@ type qp struct {
 	timeout  time.Duration // how long a request may wait for its response
 	rnrRetry int
 	rnrLeft  int
-	nextPSN  uint32               // PSN of the next request posted
+	nextPSN  uint32               // PSN of the next request transmitted (next)
 	rqPSN    uint32               // PSN the responder expects next
 	gen      uint32               // this incarnation's generation, new at every RTR->RTS
 	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
@@ -85,6 +85,9 @@ type qp struct {
 	rq          []rwqe
 	rqHead, rqN int
 	destroyed   bool
+	// exported is the QP's entry in the node's export table as last
+	// written (shmplace.go); all zero if none.
+	exported [placeWords]uint64
 }
 
 // CreateQP creates a QP in RESET.
@@ -199,6 +202,7 @@ func (q *qp) Close() error {
 	q.destroyed = true
 	q.state = verbs.StateErr
 	q.resetQueues()
+	q.syncExport()
 	q.mu.Unlock()
 	n := q.node
 	n.qpMu.Lock()
@@ -300,6 +304,7 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 		return fmt.Errorf("soft: modify %s QP %d %s->SQD: no send queue drain: %w", q.typ, q.num, q.state, verbs.ErrUnsupported)
 	}
 	q.state = a.State
+	q.syncExport()
 	return nil
 }
 
@@ -423,8 +428,6 @@ func (q *qp) enqueue(wr *verbs.SendWR) error {
 	w.signaled = q.sigAll || wr.Flags&verbs.Signaled != 0
 	w.sentAt = 0
 	w.dest = dest
-	w.psn = q.nextPSN
-	q.nextPSN = (q.nextPSN + 1) & psnMask
 	q.posted++
 	return nil
 }
@@ -502,6 +505,7 @@ func (q *qp) pushSend(w *wqe, idx uint64, st verbs.Status, byteLen uint32) bool 
 	}
 	if !q.scq.push(cqe{wc: wc, q: q, sqIdx: q.retireTag(idx)}) {
 		q.state = verbs.StateErr
+		q.syncExport()
 		return false
 	}
 	return true
@@ -550,6 +554,7 @@ func (q *qp) failLocked(st verbs.Status, idx uint64, culprit bool) {
 	}
 	q.done, q.sent = q.posted, q.posted
 	q.flushRecvs()
+	q.syncExport()
 }
 
 // flushRecvs completes every posted receive with WR_FLUSH_ERR; q.mu held.

@@ -75,6 +75,7 @@ func (n *Node) listenShm() {
 		return
 	}
 	n.shmLn = ln
+	n.exports = newExports()
 	n.wg.Add(1)
 	go n.acceptEach(ln, func(c net.Conn) { n.serveShm(c.(*net.UnixConn)) })
 }
@@ -385,6 +386,8 @@ func (l *shmLink) attach(conn *net.UnixConn, seg *shmSeg, side int) {
 	l.in, l.out = 1-side, side
 	l.why = nil
 	l.up = true
+	l.watchPeer()
+	l.publishExports()
 	l.node.wg.Add(1)
 	go l.readLoop()
 }

@@ -34,6 +34,9 @@ import (
 //	line 2+4d  ring d's head (consumer's)
 //	line 3+4d  ring d's wantSpace: its producer has frames queued for room
 //	line 9+s   side s's sleeping: side s's reader waits on its doorbell
+//	line 11+s  side s's export table: descriptor+1, inode, size (shmplace.go)
+//	line 13+s  side s's in-place copies running in the other's memory
+//	line 15    closing: a side is finishing the link, no copy may start
 //
 // A reader with nothing to do spins for shmSpin, then sleeps: on a futex
 // on its sleeping word (1) while the link was busy within shmIdle, a wake
@@ -195,6 +198,15 @@ type shmLink struct {
 	yielders atomic.Int32  // waiters that gave the role up to one that asked
 	rmu      sync.Mutex
 	wanters  []*cq // waiters parked asking for the role, rung when it is lent
+
+	// In-place access (shmplace.go). segMu is read-held by whoever uses
+	// the segment's in-place words or the mappings of the peer's memory,
+	// and held by finish to drop them (segGone).
+	segMu   sync.RWMutex
+	segGone bool
+	place   placer
+	pid     int // the peer process, from the socket
+	pidfd   int // -1 if none
 }
 
 func (l *shmLink) peer() string { return l.addr }
@@ -594,6 +606,7 @@ func (l *shmLink) kill() {
 func (l *shmLink) finish() {
 	l.role.Store(shmRoleDead)
 	l.kill()
+	l.closePlace()
 	l.wmu.Lock()
 	l.queued = shmQueue{}
 	l.unmapped = true

@@ -98,6 +98,17 @@
 // peer that cannot be reached this way is reached over TCP, and
 // Node.PeerLink says why.
 //
+// On a shared-memory link an RC READ or WRITE whose target MR lies in a
+// sealed memfd (offheap.AllocShared memory) is carried out in place: the
+// requester copies between its SGEs and the responder's memory itself,
+// once, as DMA, after checking key, bounds, rights, PD and the responder
+// QP's state in a table only the responder writes (and peers map
+// read-only); deregistration and QP teardown fence such copies, and a
+// request goes in place only when nothing earlier on its QP is still
+// outstanding. Atomics, SENDs and WRITE_WITH_IMM take the ring.
+// shmplace.go states the trust model (same user: the peer maps the
+// responder's whole memfd) and what a peer killed mid-copy can leave.
+//
 // # Reading a link
 //
 // Each TCP or shared-memory link has a reader goroutine, but a goroutine

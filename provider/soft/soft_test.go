@@ -38,7 +38,9 @@ func newSide(t testing.TB, dev verbs.Device, size int) *side {
 	must(err)
 	s.qp, err = s.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
 	must(err)
-	blk, err := offheap.Alloc(size)
+	// memfd memory: on a shared-memory link, READs and WRITEs to it go
+	// in place (shmplace.go).
+	blk, err := offheap.AllocShared("soft-test", size)
 	must(err)
 	s.mr, err = s.pd.RegMR(blk.Bytes(), verbs.AccessAll)
 	must(err)

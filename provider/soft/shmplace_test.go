@@ -1,0 +1,169 @@
+package soft_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/offheap"
+	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
+)
+
+// shmPair connects RC QPs on two nodes that reach each other over the
+// shared-memory link, both with memfd MRs of size bytes.
+func shmPair(t *testing.T, size int) (*soft.Node, *soft.Node, *side, *side) {
+	t.Helper()
+	a, b := listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
+	x, y := connectPair(t, a, b, size)
+	return a, b, x, y
+}
+
+// run posts wr on s's QP and waits for its completion.
+func run(t *testing.T, s *side, wr verbs.SendWR) verbs.WC {
+	t.Helper()
+	wr.Flags |= verbs.Signaled
+	post(t, s.qp, wr)
+	return waitWC(t, s.cq)
+}
+
+// TestShmInPlace: READs and WRITEs between memfd MRs on a shared-memory
+// link are carried out in place, moving the right bytes (across SGEs, at
+// offsets), while requests the responder would refuse go through the
+// ring and fail as they do there, and atomics stay on the ring.
+func TestShmInPlace(t *testing.T) {
+	a, _, x, y := shmPair(t, 1<<16)
+	for i := range y.mr.Bytes() {
+		y.mr.Bytes()[i] = byte(i * 7)
+	}
+	before := a.Stats().InPlace
+	rd := verbs.SendWR{Op: verbs.OpRead, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 100, 300), verbs.SGEOf(x.mr, 5000, 700)}, RemoteAddr: y.mr.Addr() + 1000, RKey: y.mr.RKey()}
+	if wc := run(t, x, rd); wc.Status != verbs.Success || wc.ByteLen != 1000 {
+		t.Fatalf("READ: %+v", wc)
+	}
+	got := append(append([]byte(nil), x.mr.Bytes()[100:400]...), x.mr.Bytes()[5000:5700]...)
+	if !bytes.Equal(got, y.mr.Bytes()[1000:2000]) {
+		t.Fatal("READ in place landed the wrong bytes")
+	}
+	copy(x.mr.Bytes()[:4096], bytes.Repeat([]byte{0x5c}, 4096))
+	wr := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 4096)}, RemoteAddr: y.mr.Addr() + 8192, RKey: y.mr.RKey()}
+	if wc := run(t, x, wr); wc.Status != verbs.Success {
+		t.Fatalf("WRITE: %+v", wc)
+	}
+	if !bytes.Equal(y.mr.Bytes()[8192:8192+4096], x.mr.Bytes()[:4096]) || y.mr.Bytes()[8192+4096] != byte((8192+4096)*7%256) {
+		t.Fatal("WRITE in place wrote the wrong bytes")
+	}
+	if n := a.Stats().InPlace - before; n != 2 {
+		t.Fatalf("%d requests in place, want 2", n)
+	}
+	faa := verbs.SendWR{Op: verbs.OpFetchAdd, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey(), CompareAdd: 1}
+	if wc := run(t, x, faa); wc.Status != verbs.Success {
+		t.Fatalf("FETCH_ADD: %+v", wc)
+	}
+	if n := a.Stats().InPlace - before; n != 2 {
+		t.Fatal("an atomic went in place")
+	}
+	// Out of bounds: the ring's responder refuses it, and the QP errors.
+	bad := rd
+	bad.RemoteAddr = y.mr.Addr() + uint64(y.mr.Len()) - 10
+	if wc := run(t, x, bad); wc.Status != verbs.RemAccessErr {
+		t.Fatalf("READ past the MR: %v, want REM_ACCESS_ERR", wc.Status)
+	}
+	if n := a.Stats().InPlace - before; n != 2 {
+		t.Fatal("a request past the MR went in place")
+	}
+}
+
+// TestShmInPlaceDeregFence: once the responder's Deregister returns, no
+// in-place WRITE touches the memory, though the requester keeps writing
+// as fast as it can: its later WRITEs fail with REM_ACCESS_ERR through the
+// ring, as an RNIC's do once the key is invalid.
+func TestShmInPlaceDeregFence(t *testing.T) {
+	const size = 1 << 20
+	for round := range 5 {
+		a, _, x, y := shmPair(t, 2*size)
+		blk, err := offheap.AllocShared("soft-test-target", size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := y.pd.RegMR(blk.Bytes(), verbs.AccessAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two sources of different bytes, written in turn: a WRITE still
+		// copying after Deregister changes what it finds.
+		for i := range x.mr.Bytes() {
+			x.mr.Bytes()[i] = byte(1 + i/size)
+		}
+		before := a.Stats().InPlace
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		failed := make(chan verbs.Status, 1)
+		go func() {
+			defer cancel()
+			var wc [1]verbs.WC
+			for i := 0; ; i++ {
+				wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, i%2*size, size)}, RemoteAddr: target.Addr(), RKey: target.RKey()}
+				if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					failed <- verbs.Status(254)
+					return
+				}
+				for {
+					k, err := x.cq.Poll(wc[:])
+					if err != nil || k == 0 && x.cq.Wait(ctx) != nil {
+						failed <- verbs.Status(253)
+						return
+					}
+					if k == 1 {
+						break
+					}
+				}
+				if wc[0].Status != verbs.Success {
+					failed <- wc[0].Status
+					return
+				}
+			}
+		}()
+		for a.Stats().InPlace-before < uint64(20+round*7) {
+			time.Sleep(50 * time.Microsecond)
+		}
+		if err := target.Close(); err != nil {
+			t.Fatal(err)
+		}
+		snap := bytes.Clone(blk.Bytes())
+		st := <-failed
+		if st != verbs.RemAccessErr {
+			t.Fatalf("round %d: the WRITE after Deregister completed %v, want REM_ACCESS_ERR", round, st)
+		}
+		if !bytes.Equal(snap, blk.Bytes()) {
+			t.Fatalf("round %d: the memory changed after Deregister returned", round)
+		}
+		if err := blk.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShmInPlaceQPFence: a responder QP moved to ERR stops in-place access
+// through it once Modify returns: the requester's next READ goes through
+// the ring and, unanswered, fails with RETRY_EXC_ERR.
+func TestShmInPlaceQPFence(t *testing.T) {
+	a, _, x, y := shmPair(t, 4096)
+	rd := verbs.SendWR{Op: verbs.OpRead, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 8)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+	if wc := run(t, x, rd); wc.Status != verbs.Success {
+		t.Fatalf("READ: %+v", wc)
+	}
+	before := a.Stats().InPlace
+	if before == 0 {
+		t.Fatal("READ did not go in place")
+	}
+	if err := y.qp.Modify(verbs.QPAttr{State: verbs.StateErr}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := run(t, x, rd); wc.Status != verbs.RetryExcErr {
+		t.Fatalf("READ to a QP in ERR: %v, want RETRY_EXC_ERR", wc.Status)
+	}
+	if a.Stats().InPlace != before {
+		t.Fatal("a READ to a QP in ERR went in place")
+	}
+}
