@@ -183,7 +183,7 @@ func (c *client) runTest(test, mode string) (err error) {
 	if len(sizes) == 0 {
 		return nil
 	}
-	r, err := c.openRun(test, mode, slices.Max(sizes), cfg.inlineMax())
+	r, err := c.openRunMem(test, mode, slices.Max(sizes), cfg.inlineMax(), true)
 	if err != nil {
 		return err
 	}
@@ -229,11 +229,15 @@ func firstErr(err, later error) error {
 }
 
 // info is the preamble of an RDMA table.
+// serverMR says where the perftest-style tests' target memory lies.
+const serverMR = "a memfd (offheap.AllocShared): the shm link READs and WRITEs it in place"
+
 func (c *client) info(test, mode string) []perf.Field {
 	cfg := c.cfg
 	f := []perf.Field{
 		{Key: "Transport", Value: c.transport},
 		{Key: "Fabric", Value: c.fabricIn},
+		{Key: "Server MR", Value: serverMR},
 	}
 	if mode == modeLat {
 		how := "post to completion, one request at a time"

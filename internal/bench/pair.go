@@ -54,7 +54,7 @@ func (c *client) openPair(test, mode string, size int) (rc *rawClient, r *rdmaRu
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if r, err = c.openRun(test, mode, size, c.cfg.inlineMax()); err != nil {
+	if r, err = c.openRunMem(test, mode, size, c.cfg.inlineMax(), true); err != nil {
 		rawDone()
 		return nil, nil, nil, err
 	}
@@ -92,6 +92,7 @@ func (c *client) pairLatency() (err error) {
 			{Key: "Series", Value: "tcp: full round trip of a Go TCP ping-pong; read: RDMA READ post to completion"},
 			{Key: "Blocks", Value: fmt.Sprintf("%d of %d per series, alternating (ABBA)", interleave.Blocks, per)},
 			{Key: "Fabric", Value: c.fabricIn},
+			{Key: "Server MR", Value: serverMR},
 			{Key: "CQ polling", Value: c.polling()},
 		},
 		Latency: []perf.LatencyStats{t, l},
@@ -154,6 +155,7 @@ func (c *client) pairBandwidth(withRead bool) (err error) {
 			{Key: "TX depth", Value: strconv.Itoa(cfg.txDepth)},
 			{Key: "CQ moderation", Value: strconv.Itoa(cfg.cqMod)},
 			{Key: "Fabric", Value: c.fabricIn},
+			{Key: "Server MR", Value: serverMR},
 		},
 		Bandwidth: stats,
 	})

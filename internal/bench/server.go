@@ -207,7 +207,7 @@ func (s *session) handle(m *control.Msg) (*control.Msg, error) {
 		}
 		// The server sends only in the SEND tests (echoes), and receives
 		// only there; its QP is otherwise a pure responder.
-		sh := rawqp.Shape{SendDepth: m.TxDepth, RecvDepth: 1, Inline: m.Inline}
+		sh := rawqp.Shape{SendDepth: m.TxDepth, RecvDepth: 1, Inline: m.Inline, Shared: m.Shared}
 		if m.Test == testSend {
 			sh.RecvDepth = m.RxDepth
 		}

@@ -13,7 +13,8 @@ import (
 // setup creates this side's endpoint for a test, inline payloads up to
 // inline bytes, has the server create its own, and connects both: the
 // out-of-band exchange perftest does. It returns the server's MR.
-func (c *client) setup(test, mode string, size, inline int) (_ *rawqp.Endpoint, _ control.MR, err error) {
+// shared puts the server's MR in a memfd (in place on the shm link).
+func (c *client) setup(test, mode string, size, inline int, shared bool) (_ *rawqp.Endpoint, _ control.MR, err error) {
 	cfg := c.cfg
 	fail := func(err error) (*rawqp.Endpoint, control.MR, error) {
 		return nil, control.MR{}, fmt.Errorf("%s %s setup: %w", test, mode, err)
@@ -36,7 +37,7 @@ func (c *client) setup(test, mode string, size, inline int) (_ *rawqp.Endpoint, 
 		return fail(err)
 	}
 	rep, err := c.ctl.Call(&control.Msg{Op: control.OpSetup, Test: test, Mode: mode, MaxSize: size,
-		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.Inline, EP: b}, cfg.timeout)
+		TxDepth: cfg.txDepth, RxDepth: cfg.rxDepth, Inline: ep.Inline, Shared: shared, EP: b}, cfg.timeout)
 	if err != nil {
 		return fail(err)
 	}
@@ -74,9 +75,18 @@ type rdmaRun struct {
 	p  *rawqp.Poller
 }
 
-// openRun is setup plus the poller the client's placement calls for.
+// openRun is setup plus the poller the client's placement calls for. The
+// server's MR is private memory, as a KRCore runtime's is, so that a raw
+// QP compared with a VQ takes the same path.
 func (c *client) openRun(test, mode string, size, inline int) (*rdmaRun, error) {
-	ep, mr, err := c.setup(test, mode, size, inline)
+	return c.openRunMem(test, mode, size, inline, false)
+}
+
+// openRunMem is openRun with the server's MR in a memfd if shared: what
+// the perftest-style tests use, so that on the shared-memory link their
+// READs and WRITEs go in place.
+func (c *client) openRunMem(test, mode string, size, inline int, shared bool) (*rdmaRun, error) {
+	ep, mr, err := c.setup(test, mode, size, inline, shared)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,8 @@ type Msg struct {
 	TxDepth int    `json:"tx_depth,omitempty"`
 	RxDepth int    `json:"rx_depth,omitempty"`
 	Inline  int    `json:"inline,omitempty"`
-	EP      []byte `json:"ep,omitempty"` // verbs.Endpoint.MarshalBinary
+	Shared  bool   `json:"shared,omitempty"` // setup: the server's MR in a memfd (rawqp.Shape.Shared)
+	EP      []byte `json:"ep,omitempty"`     // verbs.Endpoint.MarshalBinary
 	MR      *MR    `json:"mr,omitempty"`
 
 	Size  int `json:"size,omitempty"`

@@ -37,14 +37,28 @@ type Endpoint struct {
 // Shape sizes an Endpoint's queues.
 type Shape struct {
 	SendDepth, RecvDepth, Inline int
+	// Shared maps the endpoint's own buffer from a memfd
+	// (offheap.AllocShared): a soft RNIC's shared-memory link then reads
+	// and writes it in place when a peer targets it.
+	Shared bool
 }
 
 // AllocBuf maps an off-heap buffer of at least size bytes (and at least 8,
 // for atomics), rounded up to whole pages: the memory is mapped by the page
 // anyway, and a test may use all of it.
-func AllocBuf(size int) (*offheap.Block, error) {
+func AllocBuf(size int) (*offheap.Block, error) { return allocBuf(size, false) }
+
+// allocBuf is AllocBuf, from a memfd if shared.
+func allocBuf(size int, shared bool) (*offheap.Block, error) {
 	page := os.Getpagesize()
-	b, err := offheap.Alloc((max(size, 8) + page - 1) / page * page)
+	size = (max(size, 8) + page - 1) / page * page
+	var b *offheap.Block
+	var err error
+	if shared {
+		b, err = offheap.AllocShared("krbench-mr", size)
+	} else {
+		b, err = offheap.Alloc(size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("allocate %d B buffer: %w", size, err)
 	}
@@ -61,7 +75,7 @@ func NewEndpoint(dev verbs.Device, buf *offheap.Block, size int, sh Shape) (_ *E
 		}
 	}()
 	if e.buf == nil {
-		if e.buf, err = AllocBuf(size); err != nil {
+		if e.buf, err = allocBuf(size, sh.Shared); err != nil {
 			return nil, err
 		}
 		e.ownBuf = true
