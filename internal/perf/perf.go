@@ -262,7 +262,11 @@ func (c Check) Below(limit float64) Check {
 
 // format renders v in the check's unit: "0.95x", "0.42 usec".
 func (c Check) format(v float64) string {
-	s := strconv.FormatFloat(v, 'f', 2, 64)
+	digits := 2
+	if v != 0 && math.Abs(v) < 0.1 {
+		digits = 4 // a small ratio keeps its first figures: 0.0081x, not 0.01x
+	}
+	s := strconv.FormatFloat(v, 'f', digits, 64)
 	if c.Unit == "x" || c.Unit == "" {
 		return s + "x"
 	}

@@ -16,7 +16,15 @@ import (
 func shmPair(t *testing.T, size int) (*soft.Node, *soft.Node, *side, *side) {
 	t.Helper()
 	a, b := listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
-	x, y := connectPair(t, a, b, size)
+	x, y := newSide(t, a, size), newSide(t, b, size)
+	// Long enough for a MiB through the ring on a loaded machine.
+	p := verbs.Path{Timeout: time.Second, RetryCount: 1}
+	if err := verbs.Connect(x.qp, y.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Connect(y.qp, x.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
 	return a, b, x, y
 }
 
