@@ -67,7 +67,8 @@ func PushRaw(ctx context.Context, q *Queue, r krcore.Request) error {
 			return err
 		}
 	}
-	if x, ok := q.accept(&r); ok {
+	var x rec
+	if q.accept(&r, &x) {
 		x.notify = false
 		q.postLocked([]rec{x})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
@@ -111,4 +112,64 @@ func TestDeregisterPostedRecv(t *testing.T) {
 	if got[0].Buf != nil || !bytes.Equal(got[0].Data, []byte("hello")) {
 		t.Errorf("message: %+v", got[0])
 	}
+}
+
+// TestDeregisterIdleQueues: an MR whose requests all finished is
+// deregistered at once, whatever queues used it (idle, closed, or busy on
+// another MR since), and refused to them afterwards; the queues carry on
+// with their other MRs.
+func TestDeregisterIdleQueues(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{RCPeers: -1})
+		a, b := c.Node(1), c.Node(2)
+		newExporter(t, b)
+		pub, err := a.Region(ctx(t), 2, "pub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func(q *core.Queue, mr krcore.MR) verbs.Status {
+			t.Helper()
+			if _, err := q.Push(ctx(t), true, krcore.Request{ID: 7, Op: verbs.OpRead, Local: mr.Range(0, 8), Remote: pub.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+			return pop1(t, q).Status
+		}
+		idle, moved, closed := mustQueue(t, a, 2), mustQueue(t, a, 2), mustQueue(t, a, 2)
+		for round := 0; round < 3; round++ {
+			mr, _ := a.RegMR(64, verbs.AccessAll)
+			other, _ := a.RegMR(64, verbs.AccessAll)
+			for _, q := range []*core.Queue{idle, moved, closed} {
+				if st := read(q, mr); st != verbs.Success {
+					t.Fatalf("round %d: read: %s", round, st)
+				}
+			}
+			if st := read(moved, other); st != verbs.Success {
+				t.Fatalf("round %d: read into another MR: %s", round, st)
+			}
+			if round == 2 {
+				closed.Close()
+			}
+			start := time.Now()
+			if err := a.Deregister(mr); err != nil {
+				t.Fatalf("round %d: deregister: %v", round, err)
+			}
+			if n := core.MRUses(mr); n != 0 {
+				t.Fatalf("round %d: deregister returned with %d uses", round, n)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("round %d: deregister of an MR no request uses took %v", round, d)
+			}
+			if st := read(idle, mr); st != verbs.LocProtErr {
+				t.Errorf("round %d: read into the deregistered MR: %s, want LOC_PROT_ERR", round, st)
+			}
+			for _, q := range []*core.Queue{idle, moved} {
+				if st := read(q, other); st != verbs.Success {
+					t.Fatalf("round %d: read into a live MR after a deregistration: %s", round, st)
+				}
+			}
+			if err := a.Deregister(other); err != nil {
+				t.Fatalf("round %d: deregister the other MR: %v", round, err)
+			}
+		}
+	}, modeDC, modeNoDC)
 }

@@ -54,6 +54,7 @@ func (rt *Runtime) manage() {
 
 // loads samples every peer's requests since the last window.
 func (rt *Runtime) loads() ([]peerLoad, map[krcore.NodeID]*peer) {
+	rt.flushOps()
 	rt.mu.Lock()
 	peers := make([]*peer, 0, len(rt.peers))
 	for _, p := range rt.peers {
@@ -78,6 +79,14 @@ func (rt *Runtime) loads() ([]peerLoad, map[krcore.NodeID]*peer) {
 		byNode[p.node] = p
 	}
 	return loads, byNode
+}
+
+// flushOps adds to every peer's count the requests its QPs posted and
+// have not added yet (see pqp.countOp), before the counts are sampled.
+func (rt *Runtime) flushOps() {
+	for _, pq := range *rt.byQPN.Load() {
+		pq.flushOps()
+	}
 }
 
 // untilStop returns a context that ends when the runtime stops, or when

@@ -32,7 +32,7 @@ type peer struct {
 	node krcore.NodeID
 	tgt  atomic.Pointer[target]
 	rcl  atomic.Pointer[[]*pqp] // RC QPs VQs may use
-	ops  atomic.Uint64          // requests pushed, for hotness
+	ops  atomic.Uint64          // requests posted, for hotness (see pqp.countOp)
 	// dead is set while the peer is known dead (see markDead); probeNow
 	// wakes its probe.
 	dead     atomic.Pointer[deathNote]
@@ -48,8 +48,6 @@ type peer struct {
 	pending  chan struct{}
 	reserved bool // guarded by the runtime's poolMu
 }
-
-func (p *peer) touch() { p.ops.Add(1) }
 
 func (p *peer) target() *target { return p.tgt.Load() }
 

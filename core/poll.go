@@ -71,17 +71,16 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 // VQ it belongs to. Whoever calls it does the work; if another goroutine is
 // already polling it returns at once.
 func (pl *poller) poll() int {
-	n, _ := pl.pollFor(nil, nil)
+	n, _ := pl.pollFor(nil)
 	return n
 }
 
-// pollFor is poll that hands back, in mine (up to its capacity), the
-// outcomes of self's requests instead of finishing them: a caller that
-// pops self's completions next finishes them under the same lock of
-// self's mutex (finishAll).
-func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
+// pollFor is poll that finishes self's outcomes last, under a lock of
+// self.mu that it leaves held (locked) for the caller, who pops them
+// next: one lock of self's mutex for both, however many there are.
+func (pl *poller) pollFor(self *Queue) (n int, locked bool) {
 	if !pl.mu.TryLock() {
-		return 0, mine
+		return 0, false
 	}
 	defer pl.mu.Unlock()
 	rt := pl.rt
@@ -92,7 +91,7 @@ func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
 		if !rt.stopped() && !pl.failed.Swap(true) {
 			rt.log.Error("completion queue failed", "err", err)
 		}
-		return 0, mine
+		return 0, false
 	}
 	m := rt.byQPN.Load()
 	fin := pl.fin[:0]
@@ -106,21 +105,37 @@ func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
 			fin = p.complete(wc, fin)
 		}
 	}
-	for rest := fin; len(rest) > 0; {
-		q, k := rest[0].q, 1
-		for k < len(rest) && rest[k].q == q {
-			k++
-		}
-		if q == self && len(mine)+k <= cap(mine) {
-			mine = append(mine, rest[:k]...)
+	mine := false
+	eachRun(fin, func(q *Queue, run []finished) {
+		if q == self {
+			mine = true
 		} else {
-			q.finishRun(rest[:k])
+			q.finishRun(run)
 		}
-		rest = rest[k:]
+	})
+	if mine {
+		self.mu.Lock()
+		eachRun(fin, func(q *Queue, run []finished) {
+			if q == self {
+				q.finishRunLocked(run)
+			}
+		})
 	}
 	clear(fin)
 	pl.fin = fin[:0]
 	return n, mine
+}
+
+// eachRun calls f for each run of outcomes of one queue in fs, in order.
+func eachRun(fs []finished, f func(q *Queue, run []finished)) {
+	for len(fs) > 0 {
+		q, k := fs[0].q, 1
+		for k < len(fs) && fs[k].q == q {
+			k++
+		}
+		f(q, fs[:k])
+		fs = fs[k:]
+	}
 }
 
 // pqpOf is the QP numbered qpn in m (the runtime's byQPN), remembering the

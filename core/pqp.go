@@ -99,6 +99,12 @@ type pqp struct {
 	localDrained, remoteDrained bool
 	wrs                         []verbs.SendWR // scratch for posting
 	sges                        []verbs.SGE    // scratch SGEs, two per record at most
+	// opsPeer's requests posted here and not yet added to its count
+	// (peer.ops): counted under mu, which posting holds anyway, and added
+	// with one atomic when the QP posts for another peer or the pool
+	// manager samples the loads (flushOps), instead of one per request.
+	opsPeer *peer
+	opsN    uint64
 }
 
 func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
@@ -178,6 +184,7 @@ func (p *pqp) postRecs(rs []rec) int {
 		r := &p.recs[seq%uint64(p.depth)]
 		*r = rs[i]
 		p.n++
+		p.countOp(r.target.peer)
 		p.wrs = p.appendWRs(p.wrs, r, seq, i == k-1)
 	}
 	p.used = used
@@ -188,6 +195,30 @@ func (p *pqp) postRecs(rs []rec) int {
 		p.rt.log.Debug("post refused", "qpn", p.qp.Num(), "err", err)
 	}
 	return k
+}
+
+// countOp counts a request posted for peer; p.mu held.
+func (p *pqp) countOp(peer *peer) {
+	if peer != p.opsPeer {
+		p.flushOpsLocked()
+		p.opsPeer = peer
+	}
+	p.opsN++
+}
+
+// flushOps adds the requests counted and not yet added to their peer's
+// count, so that a sample of peer.ops sees every request posted before.
+func (p *pqp) flushOps() {
+	p.mu.Lock()
+	p.flushOpsLocked()
+	p.mu.Unlock()
+}
+
+func (p *pqp) flushOpsLocked() {
+	if p.opsN > 0 {
+		p.opsPeer.ops.Add(p.opsN)
+		p.opsN = 0
+	}
 }
 
 // appendWRs appends the work requests for record r at physical sequence

@@ -18,9 +18,11 @@ type entry struct {
 	done     bool
 	status   verbs.Status
 	n        uint32
-	// mr is the local MR the request uses, held (MR.use) until it
-	// finishes so that Deregister leaves its memory to it.
-	mr *MR
+	// mr is the local MR the request uses, held until it finishes so
+	// that Deregister leaves its memory to it: by the queue's hold if
+	// held (see Queue.hold), else by a use of its own (MR.use).
+	mr   *MR
+	held bool
 }
 
 // Queue is a virtual queue: to its user it behaves like one private RC QP
@@ -58,6 +60,13 @@ type Queue struct {
 	// reconnecting: RC-only mode, the peer lost its RC QPs and a goroutine
 	// is getting one for the held requests.
 	reconnecting bool
+	// hold is an MR the queue keeps one use of (MR.use) for its requests,
+	// holdRefs how many of its entries rely on it: a run of requests on
+	// one MR then costs no atomic add and drop each. The use stays while
+	// the queue is idle, until the MR is deregistered (dropIdleHold) or
+	// the queue closes.
+	hold     *MR
+	holdRefs int
 }
 
 // completionDepth is how many credits' worth of completions a VQ holds
@@ -179,8 +188,9 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 				return i, err
 			}
 		}
-		if r, ok := q.accept(&reqs[i]); ok {
-			batch = append(batch, r)
+		batch = append(batch, rec{})
+		if !q.accept(&reqs[i], &batch[len(batch)-1]) {
+			batch = batch[:len(batch)-1]
 		}
 	}
 	q.postLocked(batch)
@@ -243,8 +253,9 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 }
 
 // accept checks a request, takes a credit and records an entry for it. It
-// returns the record to post unless the request was refused.
-func (q *Queue) accept(r *krcore.Request) (rec, bool) {
+// fills in x the record to post and reports true, unless the request was
+// refused.
+func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 	seq := q.seq + uint64(q.n)
 	q.ents[(q.head+q.n)%len(q.ents)] = e
@@ -259,20 +270,24 @@ func (q *Queue) accept(r *krcore.Request) (rec, bool) {
 	if ref == nil && q.peer.dead.Load() != nil {
 		ref = deadRefusal
 	}
-	if ref == nil && r.Local.Len > 0 && !m.use() {
-		ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
+	held := false
+	if ref == nil && r.Local.Len > 0 {
+		var ok bool
+		if held, ok = q.holdMR(m); !ok {
+			ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
+		}
 	}
 	if ref != nil {
 		q.rt.count(&q.rt.stats.refusals)
 		q.credits++
 		q.finishLocked(seq, ref.status, 0)
-		return rec{}, false
+		return false
 	}
-	q.peer.touch()
-	x := rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
+	*x = rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = sge(m, r.Local), true
-		q.ents[(q.head+q.n-1)%len(q.ents)].mr = m // released as it finishes
+		ent := &q.ents[(q.head+q.n-1)%len(q.ents)]
+		ent.mr, ent.held = m, held // released as it finishes
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
@@ -282,7 +297,7 @@ func (q *Queue) accept(r *krcore.Request) (rec, bool) {
 	if r.Op == verbs.OpWriteImm {
 		x.dstPort, x.notify = q.dstPort, true
 	}
-	return x, true
+	return true
 }
 
 // postLocked sends records to the queue's route, switching routes only when
@@ -366,9 +381,58 @@ func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 	e := &q.ents[(q.head+i)%len(q.ents)]
 	if m := e.mr; m != nil && !e.done {
 		e.mr = nil
-		m.unuse()
+		q.releaseMR(m, e.held)
 	}
 	e.done, e.status, e.n = true, st, n
+}
+
+// holdMR holds m, live, for a request: by the queue's hold if m is its MR
+// or it has none in use (held true), else by a use of its own. It fails
+// once m is deregistered; q.mu held.
+func (q *Queue) holdMR(m *MR) (held, ok bool) {
+	if m == q.hold {
+		if !m.live() {
+			q.dropIdleHold(m)
+			return false, false
+		}
+		q.holdRefs++
+		return true, true
+	}
+	if !m.use() {
+		return false, false
+	}
+	if q.holdRefs > 0 {
+		return false, true // the hold serves other requests: m's use is the request's
+	}
+	if q.hold != nil {
+		q.hold.unuse()
+	}
+	q.hold, q.holdRefs = m, 1
+	return true, true
+}
+
+// releaseMR releases a finished request's hold of m; q.mu held. The
+// queue's hold goes with the last request relying on it once m is
+// deregistered or the queue closed.
+func (q *Queue) releaseMR(m *MR, held bool) {
+	if !held {
+		m.unuse()
+		return
+	}
+	if q.holdRefs--; q.holdRefs == 0 && (q.closed || !m.live()) {
+		q.hold = nil
+		m.unuse()
+	}
+}
+
+// dropIdleHold drops the queue's hold of m if no request relies on it;
+// q.mu held. Deregister calls it for every queue, so an idle queue does
+// not keep a deregistered MR.
+func (q *Queue) dropIdleHold(m *MR) {
+	if q.hold == m && m != nil && q.holdRefs == 0 {
+		q.hold = nil
+		m.unuse()
+	}
 }
 
 // flushLocked fails records that are not in flight with WR_FLUSH_ERR,
@@ -404,11 +468,10 @@ func (q *Queue) pop() entry {
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []krcore.Completion) int {
-	var buf [8]finished
-	_, mine := q.rt.sends.pollFor(q, buf[:0])
-	q.mu.Lock()
+	if _, locked := q.rt.sends.pollFor(q); !locked {
+		q.mu.Lock()
+	}
 	defer q.mu.Unlock()
-	q.finishRunLocked(mine)
 	return q.popLocked(out)
 }
 
@@ -464,6 +527,7 @@ func (q *Queue) Close() error {
 	q.closed = true
 	q.shut.Swap(true) // a store no later load passes, even under the race detector, before kick reads waiters
 	q.dropBufs(nil)
+	q.dropIdleHold(q.hold)
 	q.mu.Unlock()
 	q.Unbind()
 	rt := q.rt

@@ -82,6 +82,7 @@ func (rt *Runtime) unreserve(p *peer) {
 // holders samples the peers holding (or reserving) RC QPs for makeRoom,
 // self being the peer that needs a place; poolMu held.
 func (rt *Runtime) holders(self *peer) ([]*peer, []holder) {
+	rt.flushOps()
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	var peers []*peer

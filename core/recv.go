@@ -378,9 +378,10 @@ func (q *Queue) dropBufs(m *MR) {
 	q.msgs.bufs.truncate(len(kept))
 }
 
-// dropRecvBufs forgets every queue's posted receive buffers in m, which is
-// being deregistered: messages never land in it again.
-func (rt *Runtime) dropRecvBufs(m *MR) {
+// dropUses drops every queue's uses of m, which is being deregistered:
+// its posted receive buffers in m (messages never land in it again) and
+// its hold of m if no request relies on it (see Queue.hold).
+func (rt *Runtime) dropUses(m *MR) {
 	rt.mu.RLock()
 	qs := make([]*Queue, 0, len(rt.queues))
 	for _, q := range rt.queues {
@@ -390,6 +391,7 @@ func (rt *Runtime) dropRecvBufs(m *MR) {
 	for _, q := range qs {
 		q.mu.Lock()
 		q.dropBufs(m)
+		q.dropIdleHold(m)
 		q.mu.Unlock()
 	}
 }

@@ -466,7 +466,7 @@ func (rt *Runtime) Deregister(h krcore.MR) error {
 		return fmt.Errorf("core: deregister: %w", krcore.ErrClosed)
 	}
 	rt.unexportMR(m)
-	rt.dropRecvBufs(m)
+	rt.dropUses(m)
 	if err := rt.drain(m); err != nil {
 		m.deferred.Store(true)
 		if m.uses.Load() == 0 { // the last use went as we gave up
