@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,15 @@ import (
 const SpinFor = 10 * time.Microsecond
 
 // Bell is an eventfd one side writes to wake the other.
-type Bell struct{ f *os.File }
+type Bell struct {
+	f *os.File
+	// mu and sleeps order a Sleep's reset of the read deadline against
+	// the deadline its context's end sets: that runs on a goroutine of its
+	// own (context.AfterFunc) and may come after Sleep returned, when it
+	// must not cut the next Sleep short.
+	mu     sync.Mutex
+	sleeps uint64
+}
 
 // NewBell makes an eventfd.
 func NewBell() (*Bell, error) {
@@ -76,13 +85,24 @@ func (b *Bell) Ring() {
 
 // Sleep blocks until the bell rings, ctx ends or the bell closes.
 func (b *Bell) Sleep(ctx context.Context) error {
-	if err := b.f.SetReadDeadline(time.Time{}); err != nil {
+	b.mu.Lock()
+	b.sleeps++
+	this := b.sleeps
+	err := b.f.SetReadDeadline(time.Time{})
+	b.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { b.f.SetReadDeadline(time.Now()) })
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.sleeps == this {
+			b.f.SetReadDeadline(time.Now())
+		}
+	})
 	defer stop()
 	var buf [8]byte
-	_, err := b.f.Read(buf[:])
+	_, err = b.f.Read(buf[:])
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
