@@ -153,3 +153,26 @@ func TestProviderFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestParseLite: -places and -tests pick what krbench lite runs; a name
+// not among them, or one given twice, is a usage error.
+func TestParseLite(t *testing.T) {
+	c, err := parseLite([]string{"-places", "cross", "-tests", "rpc,lock"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.places) != 1 || c.places[0] != placementCross || len(c.tests) != 2 || !c.tests["rpc"] || !c.tests["lock"] {
+		t.Errorf("places %q tests %v", c.places, c.tests)
+	}
+	if c, err = parseLite(nil, io.Discard); err != nil || len(c.places) != 2 || len(c.tests) != len(liteTests) {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+	for _, args := range [][]string{
+		{"-places", "tcp"}, {"-places", "cross,cross"}, {"-places", ""},
+		{"-tests", "rpc,nosuch"}, {"-tests", "read,read"},
+	} {
+		if _, err := parseLite(args, io.Discard); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/rpc"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 // built from, embedded and through krcored, in one process and across
 // processes, every ratio from series run in rotating blocks of one run:
 //
-//	krbench lite [-n N] [-spin D] [-timeout D] [-json] [-check]
+//	krbench lite [-places inproc,cross] [-tests read,rpc,memcpy,barrier,lock] [-n N] [-spin D] [-timeout D] [-json] [-check]
 //
 // In one process the master is node 2 of a 3-node in-memory cluster, the
 // embedded mapper node 1 and krcored (served in this process) node 3.
@@ -89,8 +90,13 @@ const (
 // liteDeviation says where the run measures other than the issue asks.
 const liteDeviation = "through krcored, a lite RPC (rpc_daemon) is compared with a VQ SEND round trip (vq_send_daemon), not a raw QP's: krcored's RNIC is another process's"
 
+// liteTests are the names -tests takes, in the order they run.
+var liteTests = []string{"read", "rpc", "memcpy", "barrier", "lock"}
+
 // liteConfig is krbench lite's command line.
 type liteConfig struct {
+	places        []string        // placements, in order
+	tests         map[string]bool // of liteTests
 	n             int
 	spin, timeout time.Duration
 	json, check   bool
@@ -100,7 +106,9 @@ type liteConfig struct {
 func parseLite(args []string, stderr io.Writer) (*liteConfig, error) {
 	fs := flag.NewFlagSet("krbench lite", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := &liteConfig{}
+	c := &liteConfig{tests: map[string]bool{}}
+	places := fs.String("places", "inproc,cross", "placements to measure: inproc (one process), cross (child processes, the soft link between them)")
+	tests := fs.String("tests", strings.Join(liteTests, ","), "tests to run: read, rpc, memcpy, barrier, lock (lock: across processes only)")
 	fs.IntVar(&c.n, "n", 2000, "iterations per latency series")
 	fs.DurationVar(&c.spin, "spin", 200*time.Microsecond, "how long krcored's pump polls before it sleeps")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on every wait")
@@ -113,6 +121,19 @@ func parseLite(args []string, stderr io.Writer) (*liteConfig, error) {
 	}
 	if c.n < interleave.Blocks || fs.NArg() > 0 {
 		return nil, fmt.Errorf("-n >= %d, no arguments", interleave.Blocks)
+	}
+	for _, p := range strings.Split(*places, ",") {
+		place, ok := smcPlaces[p]
+		if !ok || p == "tcp" || slices.Contains(c.places, place) {
+			return nil, fmt.Errorf("-places: %q is not one of inproc, cross (each once)", p)
+		}
+		c.places = append(c.places, place)
+	}
+	for _, t := range strings.Split(*tests, ",") {
+		if !slices.Contains(liteTests, t) || c.tests[t] {
+			return nil, fmt.Errorf("-tests: %q is not one of %s (each once)", t, strings.Join(liteTests, ", "))
+		}
+		c.tests[t] = true
 	}
 	return c, nil
 }
@@ -134,9 +155,13 @@ func runLiteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	b := &liteBench{c: c, ctx: ctx, stderr: stderr, out: report.New(stdout, c.json, deriveLiteChecks)}
-	err = b.inproc()
-	if err == nil {
-		err = b.cross()
+	for _, place := range c.places {
+		if err == nil && place == placementInproc {
+			err = b.inproc()
+		}
+		if err == nil && place == placementCross {
+			err = b.cross()
+		}
 	}
 	if err == nil {
 		err = b.out.Finish(c.check)
@@ -365,19 +390,31 @@ func (b *liteBench) measure(ctx context.Context, place string, master krcore.Nod
 	}
 	dl := rawqp.NewDeadline(b.ctx, b.c.timeout)
 	defer dl.Close()
-	if err := b.reads(dl, place, sides, nodes); err != nil {
-		return err
+	t := b.c.tests
+	if t["read"] {
+		if err := b.reads(dl, place, sides, nodes); err != nil {
+			return err
+		}
 	}
-	if err := b.rpcs(dl, place, master, sides, nodes); err != nil {
-		return err
+	if t["rpc"] {
+		if err := b.rpcs(dl, place, master, sides, nodes); err != nil {
+			return err
+		}
 	}
-	if err := b.copies(dl, place, sides, nodes); err != nil {
-		return err
+	if t["memcpy"] {
+		if err := b.copies(dl, place, sides, nodes); err != nil {
+			return err
+		}
 	}
-	bctx, cancel := context.WithTimeout(b.ctx, b.c.timeout)
-	defer cancel()
-	if err := b.barriers(bctx, place, master, sides); err != nil || more == nil {
-		return err
+	if t["barrier"] {
+		bctx, cancel := context.WithTimeout(b.ctx, b.c.timeout)
+		defer cancel()
+		if err := b.barriers(bctx, place, master, sides); err != nil {
+			return err
+		}
+	}
+	if !t["lock"] || more == nil {
+		return nil
 	}
 	return more()
 }
