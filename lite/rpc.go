@@ -93,9 +93,11 @@ func (s *Service) Recv(ctx context.Context) (*Call, error) {
 }
 
 // Reply answers call with resp, WRITE_WITH_IMMed straight into the
-// caller's reply slot, and waits for the WRITE to complete. A resp larger
-// than call.Limit is ErrTooLarge, and the caller's Call fails with it too.
-// Each call takes one Reply.
+// caller's reply slot. It returns once the WRITE is posted, without
+// waiting for the caller's node to acknowledge it (the next reply on the
+// same queue reaps that); a reply that never lands ends the caller's Call
+// at its deadline. A resp larger than call.Limit is ErrTooLarge, and the
+// caller's Call fails with it too. Each call takes one Reply.
 func (s *Service) Reply(ctx context.Context, call *Call, resp []byte) error {
 	if call == nil || !s.q.release(call) {
 		err := fmt.Errorf("not a call this service holds: %w", krcore.ErrInvalid)
@@ -238,7 +240,6 @@ func (n *Node) credit(ctx context.Context, s *session) (uint8, error) {
 
 // callSlot makes a call in slot of session s.
 func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
-	r := &n.rpc
 	limit := min(len(resp), MaxRPC)
 	p := &pending{woken: make(chan struct{}), limit: limit}
 	s.mu.Lock()
@@ -249,33 +250,49 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 	var hdr [rpcHdr]byte
 	putHdr(hdr[:], id, limit, kind, uint8(len(name)))
 	v := imm{kind: immRequest, slot: slot, epoch: s.epoch, gen: p.gen}
-	posted, err := n.writeImm(ctx, s.node, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
+	e, err := n.postImm(ctx, s.node, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
 	if err != nil {
-		if !posted {
-			s.release(slot)
-		} else {
-			n.abandon(s, slot, p)
+		s.release(slot)
+		return 0, err
+	}
+	if err := n.awaitReply(ctx, s, p, e); err != nil {
+		if !n.abandon(s, slot, p) {
+			return s.take(slot, p, resp) // the reply came: take it
 		}
 		if wcFatal(err) {
 			n.teardown(s, err)
 		}
 		return 0, err
 	}
-	if !spin(func() bool { return p.state.Load() != waiting }) {
-		select {
-		case <-p.woken:
-		case <-s.dead:
-			return 0, fmt.Errorf("its session ended: %w", s.cause())
-		case <-r.stop:
-			return 0, errClosedNode
-		case <-ctx.Done():
-			if !n.abandon(s, slot, p) {
-				break // the reply came: take it
-			}
-			return 0, ctx.Err()
-		}
-	}
 	return s.take(slot, p, resp)
+}
+
+// awaitReply waits for p's reply and reaps the WRITE of its request on e:
+// it polls both a few times, then waits for the WRITE's completion (so
+// that a WRITE that fails ends the call at once) and then for the reply.
+// A reply that comes first needs no wait for the WRITE's acknowledgement:
+// e goes back to the pool owing it. On error e is retired or back in the
+// pool.
+func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled) error {
+	pool := &n.rpc.pool
+	if _, err := e.await(ctx, func() bool { return p.state.Load() != waiting }); err != nil {
+		pool.retire(e) // in error, or the WRITE may still be in flight
+		return err
+	}
+	pool.put(s.node, e)
+	if p.state.Load() != waiting {
+		return nil
+	}
+	select {
+	case <-p.woken:
+		return nil
+	case <-s.dead:
+		return fmt.Errorf("its session ended: %w", s.cause())
+	case <-n.rpc.stop:
+		return errClosedNode
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // take copies the reply in slot into resp and frees the slot.
@@ -352,8 +369,17 @@ func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) erro
 		return err
 	}
 	v := imm{kind: kind, slot: c.slot, epoch: c.ring.epoch, gen: c.gen}
-	_, err = n.writeImm(ctx, c.ring.caller, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
-	return err
+	e, err := n.postImm(ctx, c.ring.caller, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
+	if err != nil {
+		return err
+	}
+	pool := &n.rpc.pool
+	if _, err := e.poll(); err != nil {
+		pool.retire(e)
+		return err
+	}
+	pool.put(c.ring.caller, e)
+	return nil
 }
 
 // replyErrAsync answers c with an error on a goroutine of the Node: serve

@@ -345,26 +345,53 @@ type vqPool struct {
 type pooled struct {
 	q   krcore.VQ
 	buf krcore.MR
-	// req and out are writeImm's request and completion, held by whoever
+	// req and out are postImm's request and completion, held by whoever
 	// took the queue: fields, so that the VQ calls allocate nothing.
 	req [1]krcore.Request
 	out [1]krcore.Completion
+	// owed: the request posted last has not been popped (postImm, reap).
+	owed bool
 }
 
-// get returns a queue connected to node's LITE port.
+// get returns a queue connected to node's LITE port, with no completion
+// owed: the idle queue used last (its completion likelier in), or a new one.
 func (p *vqPool) get(ctx context.Context, node krcore.NodeID) (*pooled, error) {
+	for {
+		e, err := p.idle1(node)
+		switch {
+		case err != nil:
+			return nil, err
+		case e == nil:
+			return p.dial(ctx, node)
+		case !e.owed:
+			return e, nil
+		}
+		if err := p.reap(ctx, e); err == nil {
+			return e, nil
+		} else if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// idle1 takes the idle queue to node put last, if any.
+func (p *vqPool) idle1(node krcore.NodeID) (*pooled, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
 		return nil, krcore.ErrClosed
 	}
-	if l := p.idle[node]; len(l) > 0 {
-		e := l[len(l)-1]
-		p.idle[node] = l[:len(l)-1]
-		p.mu.Unlock()
-		return e, nil
+	l := p.idle[node]
+	if len(l) == 0 {
+		return nil, nil
 	}
-	p.mu.Unlock()
+	e := l[len(l)-1]
+	p.idle[node] = l[:len(l)-1]
+	return e, nil
+}
+
+// dial makes a queue connected to node's LITE port.
+func (p *vqPool) dial(ctx context.Context, node krcore.NodeID) (*pooled, error) {
 	q, err := p.api.Queue()
 	if err != nil {
 		return nil, err
@@ -391,7 +418,8 @@ func (p *vqPool) get(ctx context.Context, node krcore.NodeID) (*pooled, error) {
 	return e, nil
 }
 
-// put gives back a queue with nothing outstanding.
+// put gives back a queue with nothing outstanding but, if owed, its last
+// request (get reaps it).
 func (p *vqPool) put(node krcore.NodeID, e *pooled) {
 	p.mu.Lock()
 	if !p.closed {
@@ -428,14 +456,16 @@ func (p *vqPool) close() {
 	}
 }
 
-// writeImm WRITE_WITH_IMMs hdr, name and body to off of region at node,
-// and waits for its completion. posted says whether the WRITE may have
-// reached node.
-func (n *Node) writeImm(ctx context.Context, node krcore.NodeID, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (posted bool, err error) {
+// postImm WRITE_WITH_IMMs hdr, name and body to off of region at node
+// from a queue of the pool, which it returns with the WRITE's completion
+// owed: whoever waits for the WRITE's effect (a reply) reaps it after, or
+// gives the queue back owing it (put), so that nobody waits for an
+// acknowledgement it does not need. On error nothing was posted.
+func (n *Node) postImm(ctx context.Context, node krcore.NodeID, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (*pooled, error) {
 	p := &n.rpc.pool
 	e, err := p.get(ctx, node)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	b := e.buf.Bytes()
 	k := copy(b, hdr)
@@ -444,24 +474,45 @@ func (n *Node) writeImm(ctx context.Context, node krcore.NodeID, region krcore.R
 	e.req[0] = krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: e.buf.Range(0, k), Remote: region.At(uint64(off)), Imm: v.encode()}
 	if _, err := e.q.Push(ctx, true, e.req[:]...); err != nil {
 		p.retire(e)
+		return nil, err
+	}
+	e.owed = true
+	return e, nil
+}
+
+// poll pops e's owed completion if it is there, and reports whether it
+// was; err is its error status.
+func (e *pooled) poll() (done bool, err error) {
+	if e.q.Pop(e.out[:]) == 0 {
+		return false, nil
+	}
+	e.owed = false
+	return true, e.out[0].Err()
+}
+
+// reap waits for e's owed completion; on any error e is retired (a failed
+// request may leave the queue in error, an unfinished one may still read
+// its staging buffer).
+func (p *vqPool) reap(ctx context.Context, e *pooled) error {
+	_, err := e.await(ctx, func() bool { return false })
+	if err != nil {
+		p.retire(e)
+	}
+	return err
+}
+
+// await waits for e's owed completion, unless other, polled beside it
+// while it spins, reports true first. done says whether the completion
+// came; err is its error status, or the wait's.
+func (e *pooled) await(ctx context.Context, other func() bool) (done bool, err error) {
+	if spin(func() bool { done, err = e.poll(); return done || other() }) {
+		return done, err
+	}
+	if _, err = e.q.PopWait(ctx, e.out[:]); err != nil {
 		return false, err
 	}
-	out := e.out[:]
-	if k := e.q.Pop(out); k == 0 {
-		spin(func() bool { k = e.q.Pop(out); return k > 0 })
-		if k == 0 {
-			if _, err := e.q.PopWait(ctx, out); err != nil {
-				p.retire(e) // the WRITE may still be in flight
-				return true, err
-			}
-		}
-	}
-	if err := out[0].Err(); err != nil {
-		p.retire(e) // a failed request may leave the queue in error
-		return true, err
-	}
-	p.put(node, e)
-	return true, nil
+	e.owed = false
+	return true, e.out[0].Err()
 }
 
 // spin polls ready a few times, yielding the processor between polls
