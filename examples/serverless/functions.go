@@ -36,6 +36,7 @@ const (
 type report struct {
 	Main     int64  `json:"main"`     // wall clock at main, ns since the epoch
 	Connect  int64  `json:"connect"`  // attach or start a runtime, open the RNIC, QPs, exchange, Connect, Region, listen, dial
+	Attach   int64  `json:"attach"`   // of Connect: attach to krcored or start a runtime (openAPI)
 	Register int64  `json:"register"` // register memory, export it
 	Produce  int64  `json:"produce"`  // producer: write the state
 	Transfer int64  `json:"transfer"` // consumer: move the state
@@ -124,6 +125,7 @@ func produce(ctx context.Context, a fnArgs) error {
 	case modeDaemon, modeEmbedded:
 		var api krcore.API
 		if api, release, err = openAPI(ctx, a); err == nil {
+			r.Attach = int64(time.Since(clock.last))
 			clock.lap(&r.Connect)
 			err = exportState(api, a, &r, clock)
 		}
@@ -208,6 +210,7 @@ func readKrcore(ctx context.Context, a fnArgs, r *report) (_ []byte, release fun
 	if err != nil {
 		return nil, nil, err
 	}
+	r.Attach = int64(time.Since(clock.last))
 	q, err := api.Queue()
 	if err != nil {
 		closeAPI()

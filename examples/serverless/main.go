@@ -59,6 +59,7 @@ type config struct {
 // invocation is one run of the chain, as the runner saw it.
 type invocation struct {
 	e2e, start, connect, register, transfer time.Duration
+	attach                                  time.Duration // of connect: attaching to krcored or starting a runtime
 }
 
 // other is what the phases leave of the end-to-end time: the producer
@@ -191,6 +192,7 @@ func (r *runner) invoke(ctx context.Context, mode string, size int) (invocation,
 		e2e:      end.Sub(t0),
 		start:    time.Duration(pr.Main-t0.UnixNano()) + time.Duration(cr.Main-t1.UnixNano()),
 		connect:  time.Duration(pr.Connect + cr.Connect),
+		attach:   time.Duration(pr.Attach + cr.Attach),
 		register: time.Duration(pr.Register + cr.Register),
 		transfer: time.Duration(cr.Transfer),
 	}, nil
@@ -286,11 +288,11 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 // printTable writes the medians' table.
 func printTable(out io.Writer, cfg config, results []result) {
 	fmt.Fprintf(out, "serverless: a chain of 2 function processes, %d invocations per mode and size (medians by end-to-end time; every state checked)\n", cfg.runs)
-	fmt.Fprintf(out, "%-9s %6s %10s %10s %10s %10s %10s %10s %8s\n", "mode", "state", "e2e", "start", "connect", "register", "transfer", "other", "connect%")
+	fmt.Fprintf(out, "%-9s %6s %10s %10s %10s %10s %10s %10s %10s %8s\n", "mode", "state", "e2e", "start", "connect", "(attach)", "register", "transfer", "other", "connect%")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/1e6) }
 	for _, res := range results {
 		v := res.median()
-		fmt.Fprintf(out, "%-9s %6s %10s %10s %10s %10s %10s %10s %7.2f%%\n", res.mode, perf.SizeName(res.size),
-			ms(v.e2e), ms(v.start), ms(v.connect), ms(v.register), ms(v.transfer), ms(v.other()), 100*v.connectShare())
+		fmt.Fprintf(out, "%-9s %6s %10s %10s %10s %10s %10s %10s %10s %7.2f%%\n", res.mode, perf.SizeName(res.size),
+			ms(v.e2e), ms(v.start), ms(v.connect), ms(v.attach), ms(v.register), ms(v.transfer), ms(v.other()), 100*v.connectShare())
 	}
 }
