@@ -41,8 +41,8 @@
 // MetaBuckets and MetaSlots); the runtimes have small queues
 // and run their pool policy every second (runtimeConfig); the soft RNICs
 // wait 30 s for a response; a connect that fails is retried twice, its
-// time counted whole (Stage.Retried says how many were); in RC-only mode
-// 8 nodes connect at a time. Each is there because 200 runtimes, etcd and
+// time counted whole (Stage.Retried says how many were); 8 nodes connect
+// at a time (maxConnectors). Each is there because 200 runtimes, etcd and
 // the MetaServer share one process on 2 cores shared with other work.
 package scale
 
@@ -542,19 +542,16 @@ func (c *cluster) startTimed(ctx context.Context, k, par int, metas []meta.Info)
 	return out, took, failed
 }
 
-// rcConnectors is how many nodes connect at once in RC-only mode: every
-// RC connect is a handshake with the peer's runtime over UD, and 128
-// nodes' 12,800 handshakes at once on 2 shared cores outlast the control
-// calls' retries.
-const rcConnectors = 8
+// maxConnectors is how many nodes connect at once. In RC-only mode every
+// connect is a handshake with the peer's runtime over UD, and 128 nodes'
+// 12,800 handshakes at once on 2 shared cores outlast the control calls'
+// retries. In DC mode a connect is one MetaServer READ of microseconds:
+// with 128 nodes at once its time was mostly the wait for a core behind
+// the other 127, and the p99 swung 0.04-0.9x between runs with the load.
+const maxConnectors = 8
 
-// connectors is how many of k nodes connect at once: all in DC mode.
-func (c *cluster) connectors(k int) int {
-	if c.mode == ModeRC {
-		return min(k, rcConnectors)
-	}
-	return k
-}
+// connectors is how many of k nodes connect at once.
+func (c *cluster) connectors(k int) int { return min(k, maxConnectors) }
 
 // retire closes full runtimes, which withdraws their records.
 func (c *cluster) retire(nodes []*node) {
