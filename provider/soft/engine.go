@@ -485,9 +485,15 @@ func (n *Node) serve(lk link, f *frame, r io.Reader) {
 		q.mu.Unlock()
 	}
 	if reply {
-		if tl, ok := lk.(*tcpLink); ok && resp.syn == synAck && ackOnly(f.op) && (q.typ == verbs.RC || q.typ == verbs.DCT) {
+		lazy := resp.syn == synAck && ackOnly(f.op) && (q.typ == verbs.RC || q.typ == verbs.DCT)
+		tl, tcp := lk.(*tcpLink)
+		sl, shm := lk.(*shmLink)
+		switch {
+		case lazy && tcp:
 			tl.sendAck(resp)
-		} else {
+		case lazy && shm:
+			sl.sendAck(resp)
+		default:
 			lk.send(resp)
 		}
 	}

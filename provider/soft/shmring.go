@@ -37,6 +37,7 @@ import (
 //	line 11+s  side s's export table: descriptor+1, inode, size (shmplace.go)
 //	line 13+s  side s's in-place copies running in the other's memory
 //	line 15    closing: a side is finishing the link, no copy may start
+//	line 16+s  when side s's reader was last rung awake (answeredIn)
 //
 // A reader with nothing to do spins for shmSpin, then sleeps: on a futex
 // on its sleeping word (1) while the link was busy within shmIdle, a wake
@@ -73,6 +74,22 @@ const (
 // trip on the link is a few microseconds), short enough not to hold a
 // core on a machine of two.
 const shmSpin = 20 * time.Microsecond
+
+// shmYieldPolls is how many polls a spinning reader makes between yields
+// to the scheduler. A yield (runtime.Gosched) wakes an idle P's thread
+// (wakep), which then spins looking for work itself: yielding at every
+// poll kept a second thread spinning beside the reader, two spinners in
+// one process on a machine of two cores, and took the core the peer
+// process needed to answer. A rare yield still lets a goroutine queued
+// behind the reader on its P run within a few microseconds.
+const shmYieldPolls = 256
+
+// spinYield yields to the scheduler once every shmYieldPolls polls.
+func spinYield(polls int) {
+	if polls%shmYieldPolls == shmYieldPolls-1 {
+		runtime.Gosched()
+	}
+}
 
 // shmWakeRoom is the room a consumer makes before it wakes a producer
 // waiting for room: waking it for every few bytes freed would move a
@@ -172,6 +189,7 @@ type shmLink struct {
 	queued   shmQueue // what did not fit in the out ring yet, in order
 	wake     [1]byte
 	pending  atomic.Bool // the queue is not empty
+	unrung   atomic.Bool // sendAck left the peer asleep (flushWake)
 	held     []*qp       // QPs whose pumps held off while it is; guarded by wmu
 	nheld    atomic.Int32
 	unmapped bool // the segment is gone; guarded by wmu
@@ -185,7 +203,11 @@ type shmLink struct {
 	// work, a spinner that keeps missing takes the core its peer needs and
 	// ages its own claim on the scheduler, so waits that outlast shmSpin
 	// make the next wait sleep at once (the peer's frame wakes it); one
-	// that ends sooner turns spinning back on.
+	// the peer answered sooner turns spinning back on. A wait that slept
+	// is judged by when the peer rang (answeredIn), not when this side
+	// woke: else one idle spell (a TCP block of an interleaved benchmark)
+	// kept every later wait asleep, each outlasting a spin by its own
+	// wake-up.
 	slow bool
 
 	// The read role (shmrole.go): who may consume the in ring and use
@@ -220,7 +242,20 @@ func (l *shmLink) free() uint64 {
 // send copies a frame into the out ring, queueing what does not fit: a
 // sender never waits for the peer (see write.go for why the link's reader,
 // which sends too, must not).
-func (l *shmLink) send(f *frame) {
+func (l *shmLink) send(f *frame) { l.sendFrame(f, false) }
+
+// sendAck sends a plain ACK of an RC or DC WRITE or SEND without waking
+// the peer's reader if it sleeps: the ACK is in the ring at once (a
+// spinning peer sees it), and the wake-up waits for whatever this side
+// sends next (the application's reply to the SEND, in the same wake-up)
+// or for this side's reader to find the ring empty (flushWake). As on a
+// TCP link (sendAck there), the peer then wakes once per reply, not once
+// for the ACK and again for the reply: on a loaded machine of two cores
+// each wake-up costs tens of microseconds.
+func (l *shmLink) sendAck(f *frame) { l.sendFrame(f, true) }
+
+// sendFrame is send, leaving the peer asleep if lazy.
+func (l *shmLink) sendFrame(f *frame, lazy bool) {
 	if l.dead.Load() {
 		return
 	}
@@ -236,9 +271,22 @@ func (l *shmLink) send(f *frame) {
 	for _, s := range f.segs {
 		l.put(s)
 	}
-	l.publishLocked()
+	if lazy && l.queued.empty() {
+		if l.seg.sleeping(1-l.side).Load() != 0 {
+			l.unrung.Store(true)
+		}
+	} else {
+		l.publishLocked()
+	}
 	l.wmu.Unlock()
 	l.pumpHeld()
+}
+
+// flushWake wakes the peer's reader for ACKs sendAck left unrung.
+func (l *shmLink) flushWake() {
+	if l.unrung.Load() && l.unrung.Swap(false) {
+		l.ring(1 - l.side)
+	}
 }
 
 // put appends p to the out ring or, once anything is queued, the queue.
@@ -375,6 +423,7 @@ func (l *shmLink) publishLocked() {
 	} else if l.role.Load() == shmRoleLent {
 		l.kickReader() // nobody reads the link to move the queue on
 	}
+	l.unrung.Store(false)
 	l.ring(1 - l.side)
 }
 
@@ -384,12 +433,37 @@ func (l *shmLink) ring(side int) {
 	if w.Load() == 0 {
 		return
 	}
-	switch w.Swap(0) {
+	how := w.Swap(0)
+	if how != 0 {
+		l.seg.rungAt(side).Store(time.Now().UnixNano())
+	}
+	switch how {
 	case sleepFutex:
 		futexWake(w)
 	case sleepSock:
 		l.rc.Write(l.writeBell)
 	}
+}
+
+// rungAt is when side's reader was last rung awake (wall-clock
+// nanoseconds, which both processes read alike), control page line 16+side.
+func (s *shmSeg) rungAt(side int) *atomic.Int64 {
+	return (*atomic.Int64)(unsafe.Pointer(s.line(16 + side)))
+}
+
+// answeredIn is how long the peer took to send what ended a wait that
+// began at from and ended at end. A wait that slept ended only once this
+// side's reader woke, which on a loaded machine of two cores takes tens
+// of microseconds more; the peer's stamp of when it rang says when the
+// answer came, so that an answer a spin would have caught turns spinning
+// back on (see slow) instead of keeping every later wait asleep.
+func (l *shmLink) answeredIn(from, end time.Time, slept bool) time.Duration {
+	if slept {
+		if r := time.Unix(0, l.seg.rungAt(l.side).Load()); !r.Before(from) && r.Before(end) {
+			return r.Sub(from)
+		}
+	}
+	return end.Sub(from)
 }
 
 // Futex operations (linux/futex.h), process-shared.
@@ -442,6 +516,7 @@ func (l *shmLink) consume(p []byte) {
 // waiting, returning errLent. Any other error means the link failed.
 func (l *shmLink) await(n uint64, lend bool) error {
 	var from, spun time.Time // when the wait began, when the spin did
+	slept, polls := false, 0
 	for {
 		if a := l.avail(); a >= n {
 			if a > shmRingSize {
@@ -449,13 +524,14 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			}
 			l.busy = time.Now()
 			if lend {
-				l.slow = !from.IsZero() && l.busy.Sub(from) > shmSpin
+				l.slow = !from.IsZero() && l.answeredIn(from, l.busy, slept) > shmSpin
 			}
 			return nil
 		}
 		if l.dead.Load() {
 			return errShmDead
 		}
+		l.flushWake() // about to wait: ACKs go now
 		if lend && l.asked.Load() {
 			l.lend()
 			return errLent
@@ -479,12 +555,14 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			}
 		}
 		if time.Since(spun) < shmSpin && !(lend && l.slow) {
-			runtime.Gosched()
+			polls++
+			spinYield(polls)
 			continue
 		}
 		if err := l.sleep(n); err != nil {
 			return err
 		}
+		slept = true
 		spun = time.Time{}
 	}
 }

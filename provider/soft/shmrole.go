@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"runtime"
 	"time"
 )
 
@@ -79,6 +78,9 @@ func (l *shmLink) awaitRole() bool {
 		case shmRoleDead:
 			return false
 		case shmRoleLent:
+			// A waiter that kept the role to answer may not: its
+			// ACKs wait at most until here.
+			l.flushWake()
 			idle := time.Duration(l.node.now() - l.lentAt.Load())
 			if (idle >= l.grace() || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
 				return true
@@ -178,6 +180,7 @@ func (l *shmLink) keep() {
 // the role goes to those that asked for it, or else to the background
 // reader, which is woken.
 func (l *shmLink) handBack() {
+	l.flushWake()
 	if l.nwant.Load() > 0 && !l.dead.Load() {
 		l.keep()
 		return
@@ -263,6 +266,8 @@ func (l *shmLink) skipRest() bool {
 // handed it to a waiter that asked for it.
 func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 	begin := l.node.now()
+	beginAt := time.Now() // wall clock too, for answeredIn
+	slept := false
 	spin := begin
 	done := ctx.Done()
 	budget := shmSpin
@@ -276,7 +281,7 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 			return false, false
 		}
 		if c.ready.Load() > 0 || c.stopped() {
-			c.shmSlow.Store(time.Duration(l.node.now()-begin) > shmSpin)
+			c.shmSlow.Store(l.answeredIn(beginAt, time.Now(), slept) > shmSpin)
 			l.keep()
 			return true, false
 		}
@@ -286,12 +291,16 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 			l.handBack()
 			return false, true
 		}
+		// About to wait for the peer: ACKs of what was handled go now.
+		// With a completion they stay coalesced: the application is
+		// about to answer, and its reply carries them (sendAck).
+		l.flushWake()
 		if i%16 != 15 && budget > 0 {
-			runtime.Gosched()
 			continue
 		}
 		select {
 		case <-done:
+			l.flushWake()
 			l.keep()
 			return true, false
 		default:
@@ -304,9 +313,10 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 			return false, false
 		case time.Duration(now-spin) >= budget:
 			c.sleepShm(ctx, l, need, shmIdle-time.Duration(now-begin))
+			slept = true
 			spin = l.node.now()
 		default:
-			runtime.Gosched()
+			spinYield(i)
 		}
 	}
 }
@@ -334,6 +344,7 @@ func (c *cq) pollShm(l *shmLink) {
 		return
 	}
 	if _, ok := l.pollFrames(); ok {
+		l.flushWake() // as a TCP link's poller does (pollLink)
 		l.keep()
 	} else {
 		l.handBack()

@@ -105,7 +105,10 @@
 // QP's state in a table only the responder writes (and peers map
 // read-only); deregistration and QP teardown fence such copies, and a
 // request goes in place only when nothing earlier on its QP is still
-// outstanding. Atomics, SENDs and WRITE_WITH_IMM take the ring.
+// outstanding. Atomics, SENDs and WRITE_WITH_IMM take the ring. A plain
+// ACK is put in the ring at once but wakes a sleeping peer only with what
+// the responder sends next (the reply to a SEND) or once its reader finds
+// the ring empty, so a SEND ping-pong wakes each side once per message.
 // shmplace.go states the trust model (same user: the peer maps the
 // responder's whole memfd) and what a peer killed mid-copy can leave.
 //
