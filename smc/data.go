@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -27,12 +26,20 @@ const (
 	// linger bounds how long a closed connection keeps its receive buffer
 	// for a peer that has not said it writes no more.
 	linger = 10 * time.Second
-	spins  = 8 // polls of a completion before sleeping
+)
+
+// A connection's CDC messages are sent from slots behind the data in its
+// staging buffer, one per message in flight.
+const (
+	cdcSlot    = 64
+	cdcSlots   = 4
+	stageExtra = cdcSlot * cdcSlots
 )
 
 // link is a connection's SMC state: its receive buffer (the RMB element
-// its peer WRITEs into), its staging buffer, its queue to the peer and the
-// cursors of both directions.
+// its peer WRITEs into), its staging buffer (a ring of the Node's buffer
+// size that WRITEs are sent from, then the CDC slots), its queue to the
+// peer and the cursors of both directions.
 type link struct {
 	token    uint32
 	rmb      buffer
@@ -45,8 +52,6 @@ type link struct {
 	pToken   uint32
 	peerNode krcore.NodeID
 	peerAt   krcore.Principal // the peer's endpoint, q's destination
-	reqs     [2]krcore.Request
-	outs     [2]krcore.Completion
 
 	// mu guards the cursors and flags below; the staging buffer and q are
 	// used under qmu (held by whoever posts), and released says, under
@@ -59,7 +64,10 @@ type link struct {
 	cons      uint64 // bytes the application read
 	confirmed uint64 // cons as last sent to the peer
 	sent      uint64 // bytes written into the peer's ring
+	freed     uint64 // bytes whose WRITEs completed: sent-freed hold the staging ring
 	peerCons  uint64 // the peer's consumer cursor: sent-peerCons is in flight
+	cdcSent   uint64 // CDC messages pushed
+	cdcDone   uint64 // and completed: cdcSent-cdcDone hold CDC slots
 	seq       uint16
 
 	peerBlocked, blockedSent           bool
@@ -300,8 +308,8 @@ func (c *Conn) writeSMC(p []byte) (int, error) {
 			}
 			continue
 		}
-		k := min(len(p), free, len(c.stage.bytes(c.node.bufSize)))
-		if err := c.post(p[:k]); err != nil {
+		k, err := c.post(p[:min(len(p), free)])
+		if err != nil {
 			return total, err
 		}
 		p, total = p[k:], total+k
@@ -324,83 +332,67 @@ func (c *Conn) txErr() error {
 	return nil
 }
 
-// post stages p and WRITEs it at the producer cursor of the peer's ring,
-// in two pieces when it wraps, each a WRITE_WITH_IMM whose notification
-// (immediate: the peer's token; length: the bytes) moves the peer's
-// producer cursor once the bytes are in place.
-func (c *Conn) post(p []byte) error {
+// post stages the start of p and WRITEs it at the producer cursor of the
+// peer's ring with a WRITE_WITH_IMM, whose notification (immediate: the
+// peer's token; length: the bytes) moves the peer's producer cursor once
+// the bytes are in place. It takes what fits before either ring wraps,
+// and returns how much. It does not wait for the WRITE to complete (see
+// sharedQueue), only for staging room while earlier WRITEs hold it all.
+func (c *Conn) post(p []byte) (int, error) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.released {
-		return net.ErrClosed
+		return 0, net.ErrClosed
 	}
-	stage := c.stage.bytes(c.node.bufSize)
-	copy(stage, p)
+	size := c.node.bufSize
 	c.mu.Lock()
-	off := int(c.sent % uint64(c.psize))
+	off, soff := int(c.sent%uint64(c.psize)), int(c.sent%uint64(size))
 	c.mu.Unlock()
-	first := min(len(p), c.psize-off)
-	c.reqs[0] = krcore.Request{ID: 1, Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off, first),
-		Remote: c.peer.At(c.peerOff + uint64(off)), Imm: c.pToken}
-	nreq := 1
-	if first < len(p) {
-		c.reqs[1] = krcore.Request{ID: 2, Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off+first, len(p)-first),
-			Remote: c.peer.At(c.peerOff), Imm: c.pToken}
-		nreq = 2
+	k := min(len(p), c.psize-off, size-soff)
+	if err := c.settle(func() bool { return c.sent-c.freed <= uint64(size-k) }); err != nil {
+		return 0, err
 	}
+	copy(c.stage.bytes(size)[soff:], p[:k])
+	r := krcore.Request{Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off+soff, k),
+		Remote: c.peer.At(c.peerOff + uint64(off)), Imm: c.pToken}
 	// The cursor moves before the push: the peer may read the bytes and
 	// return its consumer cursor before the completion comes back here.
 	// A failed push aborts the connection, so no write follows it.
 	c.mu.Lock()
-	c.sent += uint64(len(p))
+	c.sent += uint64(k)
 	c.blockedSent = false
 	c.mu.Unlock()
-	c.node.stats.sent.Add(uint64(len(p)))
-	c.node.stats.writes.Add(uint64(nreq))
-	return c.run(nreq)
+	c.node.stats.sent.Add(uint64(k))
+	c.node.stats.writes.Add(1)
+	if err := c.q.push(r, owed{c: c, n: k}); err != nil {
+		return 0, c.abort(err)
+	}
+	return k, nil
 }
 
-// run pushes the first n of c.reqs and waits for their completions; qmu
-// held. A failure aborts the connection: the peer is gone, or its buffer.
-func (c *Conn) run(n int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	err := c.push(ctx, n)
-	if err != nil {
-		err = fmt.Errorf("smc: RDMA to node %d: %w: %w", c.peerNode, errAborted, err)
-		c.fail(err)
+// settle waits until ok (run with c.mu held) reports true, popping the
+// completions of the connection's queue; qmu held. A wait that fails
+// aborts the connection.
+func (c *Conn) settle(ok func() bool) error {
+	c.mu.Lock()
+	done := ok()
+	c.mu.Unlock()
+	if done {
+		return nil
 	}
-	return err
-}
-
-func (c *Conn) push(ctx context.Context, n int) error {
-	c.q.mu.Lock()
-	defer c.q.mu.Unlock()
-	q := c.q.q
-	if _, err := q.Push(ctx, true, c.reqs[:n]...); err != nil {
-		return err
-	}
-	for got := 0; got < n; {
-		out := c.outs[got:n]
-		k := q.Pop(out)
-		for i := 0; k == 0 && i < spins; i++ {
-			runtime.Gosched()
-			k = q.Pop(out)
-		}
-		if k == 0 {
-			var err error
-			if k, err = q.PopWait(ctx, out); err != nil {
-				return err
-			}
-		}
-		for i := range out[:k] {
-			if err := out[i].Err(); err != nil {
-				return err
-			}
-		}
-		got += k
+	if err := c.q.settle(c, ok); err != nil {
+		return c.abort(err)
 	}
 	return nil
+}
+
+// abort fails the connection with err, an RDMA request's failure, and
+// returns the connection's error.
+func (c *Conn) abort(err error) error {
+	c.fail(fmt.Errorf("smc: RDMA to node %d: %w: %w", c.peerNode, errAborted, err))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // sendCDC sends a CDC message with the cursors and the given flags, and
@@ -417,16 +409,26 @@ func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 		c.mu.Unlock()
 		return err
 	}
+	c.mu.Unlock()
+	if err := c.settle(func() bool { return c.cdcSent-c.cdcDone < cdcSlots }); err != nil {
+		return err
+	}
+	c.mu.Lock()
 	c.seq++
 	m := cdcMsg{seq: c.seq, token: c.pToken, prod: toCursor(c.sent, c.psize), cons: toCursor(c.cons, len(c.ring)),
 		prodFlags: prodFlags, connFlags: connFlags}
 	c.confirmed = c.cons
 	c.peerBlocked = false
+	slot := c.node.bufSize + int(c.cdcSent%cdcSlots)*cdcSlot
+	c.cdcSent++
 	c.mu.Unlock()
-	b := m.encode(c.stage.bytes(c.node.bufSize))
-	c.reqs[0] = krcore.Request{ID: 1, Op: verbs.OpSend, Local: c.stage.s.mr.Range(c.stage.off, len(b))}
+	b := m.encode(c.stage.bytes(c.node.bufSize + stageExtra)[slot:])
+	r := krcore.Request{Op: verbs.OpSend, Local: c.stage.s.mr.Range(c.stage.off+slot, len(b))}
 	c.node.stats.cdcs.Add(1)
-	return c.run(1)
+	if err := c.q.push(r, owed{c: c, cdc: true}); err != nil {
+		return c.abort(err)
+	}
+	return nil
 }
 
 // onData is the peer's WRITE_WITH_IMM notification: n more bytes are in
@@ -587,6 +589,9 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	// The staging buffer goes back to the pool: no request may still
+	// read it.
+	c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone })
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
 	c.releaseLocal()

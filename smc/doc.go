@@ -75,7 +75,11 @@
 // rule (as Linux applies it) says: once more than a tenth of the buffer
 // was read since the last update, and the writer has at most half the
 // buffer free or said it is blocked. A writer waits while the peer's
-// buffer is full. CloseWrite and Close send the done-writing and closed
+// buffer is full, and not for its WRITEs to complete: it stages bytes in
+// a ring of the buffer's size and waits for completions only when that
+// ring is full of WRITEs in flight, as TCP's write returns once the
+// kernel holds the bytes (a completion that reports a failure aborts the
+// connection; the next read or write sees it). CloseWrite and Close send the done-writing and closed
 // flags after every byte; the peer reads them all, then EOF. A peer whose
 // TCP connection ends without its close flag arriving within a second is
 // taken for dead: reads return what arrived, then an error matching

@@ -89,7 +89,7 @@ func TestSMC(t *testing.T) {
 			t.Fatalf("%v: %s", err, out.String())
 		}
 		if len(nodes) == 1 && len(nodes[0].Conns) == 2 && nodes[0].Conns[0].State == "PEERCLW" &&
-			nodes[0].Stats.BytesReceived == want.BytesReceived {
+			nodes[0].Stats.BytesReceived == want.BytesReceived && nodes[0].Stats.Fallbacks[smc.ReasonPeerNoSMC] == 1 {
 			break
 		}
 		if ctx.Err() != nil {

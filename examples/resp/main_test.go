@@ -156,8 +156,12 @@ func workload(cl *respClient, seed string, rounds int) (map[string]uint64, error
 			return sent, err
 		}
 		for i := r * 10; i < r*10+10; i++ {
-			if rp, err := cl.recv(); err != nil || rp.String() != `"OK"` {
-				return sent, fmt.Errorf("SET %d: %v, %v", i, rp, err)
+			rp, err := cl.recv()
+			if err != nil { // a write may succeed on a dead connection, as on TCP: the read fails
+				return sent, fmt.Errorf("SET %d: %w", i, err)
+			}
+			if rp.String() != `"OK"` {
+				return sent, fmt.Errorf("SET %d: %v", i, rp)
 			}
 		}
 		sent["SET"] += 10

@@ -1,0 +1,215 @@
+package smc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/krcore/krcore"
+)
+
+// sharedQueue is a queue connected to a peer endpoint, used by several
+// connections at once. A connection does not wait for its requests to
+// complete: a WRITE's completion only frees its staging bytes, and a
+// failed one aborts the connection, so waiting for it would add a round
+// trip on the link (and the wake-up of the goroutine waiting) to every
+// Write. Whoever pushes or waits pops every completion that came, in push
+// order, and credits each to the connection owed it (owed), which waits
+// only when it needs the staging bytes or CDC slot a request still holds;
+// the Node's reaper pops them too while requests are in flight, because
+// an embedded runtime moves a queue's later requests (one held while the
+// queue changes routes) only when someone polls its completions.
+type sharedQueue struct {
+	q krcore.VQ
+
+	mu     sync.Mutex // held to push to q or pop from it
+	owed   []owed     // the requests in flight, in push order
+	nextID uint64
+	outs   [16]krcore.Completion
+
+	users  int  // under Node.mu
+	broken bool // under Node.mu: a request failed on it; no new user
+}
+
+// owed is a request in flight and the connection its completion frees.
+type owed struct {
+	id  uint64
+	c   *Conn
+	n   int  // staging bytes of a WRITE
+	cdc bool // a CDC message's slot
+}
+
+// errQueueIdle is a wait for a completion on a queue with nothing in
+// flight: a connection's accounting went wrong.
+var errQueueIdle = errors.New("smc: waiting for a completion with no request in flight")
+
+// push pushes r for c, which the completion frees as o says, first
+// popping what completed; with no credit left it waits (within opTimeout)
+// for completions. A request the queue refused is completed at once.
+func (s *sharedQueue) push(r krcore.Request, o owed) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reap()
+	s.nextID++
+	r.ID, o.id = s.nextID, s.nextID
+	var ctx context.Context
+	for {
+		_, err := s.q.Push(context.Background(), false, r)
+		if err == nil {
+			s.owed = append(s.owed, o)
+			signal(o.c.node.reapKick)
+			return nil
+		}
+		if errors.Is(err, krcore.ErrNoCredit) && len(s.owed) > 0 {
+			if ctx == nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(context.Background(), opTimeout)
+				defer cancel()
+			}
+			if err = s.waitOne(ctx); err == nil {
+				continue
+			}
+		}
+		o.c.completed(o, err)
+		return err
+	}
+}
+
+// settle pops completions, waiting for them (within opTimeout), until ok
+// reports true; ok runs with c.mu held.
+func (s *sharedQueue) settle(c *Conn, ok func() bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ctx context.Context
+	for {
+		s.reap()
+		c.mu.Lock()
+		done := ok()
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		if len(s.owed) == 0 {
+			return errQueueIdle
+		}
+		if ctx == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+		}
+		if err := s.waitOne(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// reapEvery is how often a Node's reaper pops the completions of its
+// queues while requests are in flight: it bounds how long an embedded
+// runtime may hold a request that waits for earlier ones to be polled
+// (see sharedQueue); pushes and waits pop them at once.
+const reapEvery = time.Millisecond
+
+// reaper pops the completions of the Node's queues every reapEvery while
+// any has requests in flight, and sleeps on reapKick when none has, until
+// ctx ends.
+func (n *Node) reaper(ctx context.Context) {
+	defer n.wg.Done()
+	t := time.NewTimer(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.reapKick:
+		}
+		for busy := true; busy; {
+			t.Reset(reapEvery)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			busy = n.reapAll()
+		}
+	}
+}
+
+// reapAll pops what completed on every queue not in use now, and reports
+// whether any still has requests in flight.
+func (n *Node) reapAll() bool {
+	n.mu.Lock()
+	var qs []*sharedQueue
+	for _, peer := range n.queues {
+		qs = append(qs, peer...)
+	}
+	n.mu.Unlock()
+	busy := false
+	for _, s := range qs {
+		if !s.mu.TryLock() {
+			busy = true // its holder pops
+			continue
+		}
+		s.reap()
+		busy = busy || len(s.owed) > 0
+		s.mu.Unlock()
+	}
+	return busy
+}
+
+// reap pops what completed, without waiting; s.mu held.
+func (s *sharedQueue) reap() {
+	for len(s.owed) > 0 {
+		k := s.q.Pop(s.outs[:])
+		s.credit(k)
+		if k < len(s.outs) {
+			return
+		}
+	}
+}
+
+// waitOne waits for at least one completion and credits what came; s.mu
+// held.
+func (s *sharedQueue) waitOne(ctx context.Context) error {
+	k, err := s.q.PopWait(ctx, s.outs[:])
+	if err != nil {
+		return err
+	}
+	s.credit(k)
+	return nil
+}
+
+// credit hands the first k of s.outs to the connections owed them, which
+// come in push order; s.mu held.
+func (s *sharedQueue) credit(k int) {
+	for i := range s.outs[:k] {
+		out := &s.outs[i]
+		for len(s.owed) > 0 && s.owed[0].id != out.ID {
+			s.owed = s.owed[1:] // cannot happen: each request completes once, in order
+		}
+		if len(s.owed) == 0 {
+			return
+		}
+		o := s.owed[0]
+		s.owed[0] = owed{}
+		s.owed = s.owed[1:]
+		o.c.completed(o, out.Err())
+	}
+}
+
+// completed frees what a request of c held; a failure aborts c: the peer
+// is gone, or its buffer.
+func (c *Conn) completed(o owed, err error) {
+	c.mu.Lock()
+	if o.cdc {
+		c.cdcDone++
+	} else {
+		c.freed += uint64(o.n)
+	}
+	node := c.peerNode
+	c.mu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("smc: RDMA to node %d: %w: %w", node, errAborted, err))
+	}
+}
