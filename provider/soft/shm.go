@@ -398,17 +398,22 @@ func (n *Node) closeShm(listener bool) {
 	if listener && n.shmLn != nil {
 		n.shmLn.Close()
 	}
+	for _, l := range n.upShm() {
+		l.kill()
+	}
+}
+
+// upShm returns the node's shared-memory links that are up now.
+func (n *Node) upShm() []*shmLink {
 	n.linkMu.Lock()
+	defer n.linkMu.Unlock()
 	var links []*shmLink
 	for _, l := range n.shm {
 		if l.up {
 			links = append(links, l)
 		}
 	}
-	n.linkMu.Unlock()
-	for _, l := range links {
-		l.kill()
-	}
+	return links
 }
 
 // PeerLink reports how the node reaches the node at addr now: "mem" (the

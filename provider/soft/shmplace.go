@@ -230,15 +230,7 @@ func (q *qp) syncExport() {
 // fencePlace waits until no peer's in-place copy that may have seen an
 // entry before it was cleared is still running.
 func (n *Node) fencePlace() {
-	n.linkMu.Lock()
-	links := make([]*shmLink, 0, len(n.shm))
-	for _, l := range n.shm {
-		if l.up {
-			links = append(links, l)
-		}
-	}
-	n.linkMu.Unlock()
-	for _, l := range links {
+	for _, l := range n.upShm() {
 		l.fencePeer()
 	}
 }
