@@ -10,8 +10,9 @@
 # plain TCP client against a kernel AF_SMC server (must fall back with
 # PEERNOSMC), no leftover AF_SMC sockets; then the Go side's tests against a
 # kernel AF_SMC client (smc/internal/smcopt: the SMC option, proposal,
-# decline; smc/internal/kernellink: a Go server and a Go client on rxe,
-# link setup and echo over SMC-R with the kernel on the other end).
+# decline; smc's kernel wire mode (Options.RDMA, -tags rdma): a Go
+# listener and a Go dialer on rxe against the kernel, echo, link group
+# reuse, ADD_LINK declined, fallbacks and close paths).
 #
 #   .ci/smc-vm.sh
 #   KSMC_BYTES=65536 KSMC_PINGS=100 KSMC_RUNS=1 .ci/smc-vm.sh   # a shorter run
@@ -37,13 +38,14 @@ trap 'rm -rf "$work"' EXIT
 echo "== gcc .ci/smc/ksmc.c"
 gcc -O2 -Wall -static -pthread -o "$work/ksmc" .ci/smc/ksmc.c
 cp .ci/smc/guest.sh "$work/"
-# The Go side's tests: smcopt's need no cgo; kernellink's drive rxe through
-# provider/ibverbs (-tags rdma, cgo and libibverbs, copied into the guest).
-echo "== go test -c ./smc/internal/smcopt; go test -c -tags rdma ./smc/internal/kernellink"
+# The Go side's tests: smcopt's need no cgo; smc's kernel wire mode drives
+# rxe through provider/ibverbs (-tags rdma, cgo and libibverbs, copied
+# into the guest).
+echo "== go test -c ./smc/internal/smcopt; go test -c -tags rdma ./smc"
 CGO_ENABLED=0 go test -c -o "$work/smcopt.test" ./smc/internal/smcopt
-go vet -tags rdma ./smc/internal/kernellink
-go test -c -tags rdma -o "$work/kernellink.test" ./smc/internal/kernellink
-gotests="smcopt.test kernellink.test"
+go vet -tags rdma ./smc/...
+go test -c -tags rdma -o "$work/smc.test" ./smc
+gotests="smcopt.test smc.test"
 
 echo "== running in the VM (kernel 6.12, rxeA/rxeB on a veth pair)"
 cd "$work"

@@ -30,6 +30,10 @@ type Options struct {
 	// HandshakeTimeout bounds the CLC exchange; past it the connection
 	// falls back to TCP (ReasonTimeout). 0 is DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// RDMA, when set, is the kernel wire mode: SMC-Rv2 toward Linux
+	// kernel AF_SMC peers on an RDMA device (OpenRDMA), with the SMC
+	// option in the TCP handshake; Node is then unused.
+	RDMA *RDMA
 	// DetectWait is how long an accepted connection's first Write waits
 	// for the client's first bytes when none came yet (see the package
 	// doc); 0 is DefaultDetectWait, negative is no wait.
@@ -89,8 +93,13 @@ func (m Mode) String() string {
 // ModeOf reports how c carries its bytes: a connection this package did
 // not make is TCP with ReasonNoRuntime.
 func ModeOf(c net.Conn) Mode {
-	if sc, ok := c.(*Conn); ok {
+	switch sc := c.(type) {
+	case *Conn:
 		return sc.Mode()
+	case *rdmaConn:
+		return Mode{SMC: true}
+	case *tcpConn:
+		return sc.mode
 	}
 	return Mode{Reason: ReasonNoRuntime}
 }

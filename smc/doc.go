@@ -2,9 +2,11 @@
 // net.Listener that carry a TCP application's bytes with RDMA WRITEs when
 // both ends can, and over their TCP connection when not. Changing
 // net.Listen and net.Dial to Listen and Dial (with Options naming the
-// process's Node) is the whole port of a program. It uses only the root
-// vocabulary package (krcore.API), so it runs on an embedded runtime
-// (core.Embed) and through krcored (client.Attach) alike.
+// process's Node) is the whole port of a program. Between krcore peers it
+// uses only the root vocabulary package (krcore.API), so it runs on an
+// embedded runtime (core.Embed) and through krcored (client.Attach)
+// alike; toward Linux kernel AF_SMC peers it speaks SMC-Rv2 on an RDMA
+// device (the kernel wire mode, below).
 //
 // # Connections
 //
@@ -103,6 +105,30 @@
 // a push to its completions, so there is no new queue, QP, export or
 // lookup until a slab is full, and a thousand connections through krcored
 // stay within its per-client bound on queues.
+//
+// # Kernel wire mode: SMC-Rv2 with Linux's AF_SMC
+//
+// With Options.RDMA (OpenRDMA: an ibverbs device, port and GID, the
+// network interface under it and a UEID), Listen and Dial speak SMC-Rv2
+// as the Linux kernel does, to kernel AF_SMC peers, over real RDMA (rxe or
+// a RoCE NIC): CLC v2 proposal, accept and confirm with first-contact
+// extensions on the TCP connection, link groups of one RC QP confirmed
+// with LLCv2 CONFIRM_LINK, RMBs written with RDMA WRITEs and CDC messages
+// for the cursors and close flags. Later connections to the same kernel
+// peer reuse its link group (no first contact; the kernel confirms each
+// new buffer's rkey with CONFIRM_RKEY, answered); an ADD_LINK request is
+// declined as the kernel's own client declines one (no alternate path),
+// so a group keeps one link; a group without connections lingers
+// (RDMAConfig.Linger), then ends with DELETE_LINK so the kernel frees its
+// side. The SMC TCP option goes into the listener's SYN-ACKs and the
+// dialer's SYNs through a cgroup BPF program (root once, per port): a
+// client whose SYN lacks it, or that does not propose, is served over TCP
+// (ReasonPeerNoSMC); a proposal without the UEID is declined. It needs a
+// build with -tags rdma (cgo, libibverbs): without it OpenRDMA fails with
+// an error wrapping ibverbs.ErrNotBuilt. Dial in this mode proposes at
+// once, so it dials SMC servers only. Not built: a second link (and so
+// failover), urgent data, the Go process dying mid-connection (no
+// DELETE_LINK is sent: the kernel finds the link dead at its TEST_LINK).
 //
 // # Tools
 //

@@ -16,6 +16,7 @@ import (
 type Listener struct {
 	tcp  *net.TCPListener
 	opts Options
+	rdma *rdmaListener // the kernel wire mode's (Options.RDMA)
 }
 
 // Listen listens on the TCP address addr (network "tcp", "tcp4" or
@@ -23,6 +24,9 @@ type Listener struct {
 func Listen(network, addr string, opts *Options) (*Listener, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if opts.RDMA != nil {
+		return listenRDMA(addr, opts)
 	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -40,6 +44,9 @@ func Listen(network, addr string, opts *Options) (*Listener, error) {
 // is settled by its client's first bytes, in the background (see the
 // package doc); its first Read or Write waits for that.
 func (l *Listener) Accept() (net.Conn, error) {
+	if l.rdma != nil {
+		return l.rdma.accept()
+	}
 	tc, err := l.tcp.AcceptTCP()
 	if err != nil {
 		return nil, err
@@ -53,7 +60,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 }
 
 // Close stops listening; accepted connections stay open.
-func (l *Listener) Close() error { return l.tcp.Close() }
+func (l *Listener) Close() error {
+	err := l.tcp.Close()
+	if l.rdma != nil {
+		l.rdma.close()
+	}
+	return err
+}
 
 // Addr is the listening address.
 func (l *Listener) Addr() net.Addr { return l.tcp.Addr() }
@@ -70,6 +83,9 @@ func Dial(network, addr string, opts *Options) (net.Conn, error) {
 func DialContext(ctx context.Context, network, addr string, opts *Options) (net.Conn, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if opts.RDMA != nil {
+		return dialRDMA(ctx, network, addr, opts)
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)

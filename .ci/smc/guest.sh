@@ -94,7 +94,7 @@ mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup
 lgrs_before=$(./ksmc lgrs)
 for t in ${KSMC_GO_TESTS:-}; do
   log "go: $t"
-  KRCORE_SMC_VM=1 KRCORE_SMC_KSMC="$PWD/ksmc" timeout 300 "./$t" -test.v -test.count=1 -test.run 'Kernel'
+  KRCORE_SMC_VM=1 KRCORE_SMC_KSMC="$PWD/ksmc" timeout 300 "./$t" -test.v -test.count=1 -test.timeout 240s -test.run 'Kernel'
   check "go-$t" $?
 done
 

@@ -4,7 +4,9 @@
  *   gcc -O2 -static -pthread -o ksmc ksmc.c
  *
  *   ksmc ueid-add NAME          add a user EID (SMC-Rv2 is offered only with one)
- *   ksmc serve [-t] [-n N] PORT echo server, AF_SMC (AF_INET with -t), N connections
+ *   ksmc serve [-t] [-p] [-n N] PORT
+ *                               echo server, AF_SMC (AF_INET with -t), N connections,
+ *                               one at a time (each in its own process with -p)
  *   ksmc echo [-t] IP PORT BYTES PINGS
  *                               client: BYTES echoed and checked, then PINGS 8 B
  *                               round trips; prints the socket's smc_diag line
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/genetlink.h>
@@ -294,26 +297,45 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-static int serve(int tcp, int conns, int port)
+static void echo_conn(int c, int tcp)
+{
+	static char b[1 << 16];
+	no_delay(c);
+	if (!tcp) diag_fd(c, "server");
+	long long total = 0;
+	ssize_t n;
+	while ((n = read(c, b, sizeof(b))) > 0 && write_all(c, b, n) == 0) total += n;
+	printf("serve done echoed=%lld\n", total);
+	close(c);
+}
+
+static int serve(int tcp, int par, int conns, int port)
 {
 	int l = stream_socket(tcp), one = 1;
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
 	if (bind(l, (void *)&a, sizeof(a)) || listen(l, 16)) die("bind/listen");
 	printf("serve listening port=%d family=%s\n", port, tcp ? "AF_INET" : "AF_SMC");
-	static char b[1 << 16];
+	int kids = 0;
 	for (int i = 0; conns <= 0 || i < conns; i++) {
 		int c = accept(l, NULL, NULL);
 		if (c < 0) die("accept");
-		no_delay(c);
-		if (!tcp) diag_fd(c, "server");
-		long long total = 0;
-		ssize_t n;
-		while ((n = read(c, b, sizeof(b))) > 0 && write_all(c, b, n) == 0) total += n;
-		printf("serve done echoed=%lld\n", total);
+		if (!par) {
+			echo_conn(c, tcp);
+			continue;
+		}
+		pid_t pid = fork();
+		if (pid < 0) die("fork");
+		if (pid == 0) {
+			close(l);
+			echo_conn(c, tcp);
+			exit(0);
+		}
 		close(c);
+		kids++;
 	}
 	close(l);
+	while (kids-- > 0) wait(NULL);
 	return 0;
 }
 
@@ -408,21 +430,22 @@ static int echo_client(int tcp, const char *ip, int port, size_t bytes, int ping
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int tcp = 0, conns = 0, i = 2;
+	int tcp = 0, par = 0, conns = 0, i = 2;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "-t")) tcp = 1;
+		else if (!strcmp(argv[i], "-p")) par = 1;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc) conns = atoi(argv[++i]);
 		else goto usage;
 	}
 	const char *cmd = argc > 1 ? argv[1] : "";
 	int rest = argc - i;
 	if (!strcmp(cmd, "ueid-add") && rest == 1) return ueid_add(argv[i]);
-	if (!strcmp(cmd, "serve") && rest == 1) return serve(tcp, conns, atoi(argv[i]));
+	if (!strcmp(cmd, "serve") && rest == 1) return serve(tcp, par, conns, atoi(argv[i]));
 	if (!strcmp(cmd, "echo") && rest == 4)
 		return echo_client(tcp, argv[i], atoi(argv[i + 1]), strtoul(argv[i + 2], NULL, 0), atoi(argv[i + 3]));
 	if (!strcmp(cmd, "diag") && rest == 0) return diag(0, "all") < 0;
 	if (!strcmp(cmd, "lgrs") && rest == 0) return lgrs();
 usage:
-	fprintf(stderr, "usage: ksmc ueid-add NAME | serve [-t] [-n N] PORT | echo [-t] IP PORT BYTES PINGS | diag | lgrs\n");
+	fprintf(stderr, "usage: ksmc ueid-add NAME | serve [-t] [-p] [-n N] PORT | echo [-t] IP PORT BYTES PINGS | diag | lgrs\n");
 	return 2;
 }

@@ -1,0 +1,403 @@
+//go:build rdma
+
+package smc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/smc"
+)
+
+// The tests run only in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1), beside the
+// kernel's AF_SMC: rxeA on vethA 10.1.0.1, rxeB on vethB 10.1.0.2, a UEID
+// both ends share, and ksmc (KRCORE_SMC_KSMC), the project's AF_SMC echo
+// client and server, which prints smc_diag's view of its sockets.
+
+const ueid = "KRCORE-SMC-CI"
+
+// openRDMA opens the kernel wire mode on side "A" (rxeA, 10.1.0.1) or
+// "B" (rxeB, 10.1.0.2).
+func openRDMA(t *testing.T, side string) *smc.RDMA {
+	t.Helper()
+	if os.Getenv("KRCORE_SMC_VM") != "1" {
+		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
+	}
+	r, err := smc.OpenRDMA(context.Background(), smc.RDMAConfig{Device: "rxe" + side, Port: 1, GIDIndex: -1,
+		Interface: "veth" + side, EID: ueid, Linger: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return r
+}
+
+// syncBuffer is a command's output, written by exec's copying goroutine
+// and read by the test as it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// ksmc is a running ksmc command.
+type ksmc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// startKsmc runs ksmc with args; the test's end kills it if it still runs.
+func startKsmc(t *testing.T, args ...string) *ksmc {
+	t.Helper()
+	k := &ksmc{cmd: exec.Command(os.Getenv("KRCORE_SMC_KSMC"), args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	k.cmd.Stdout, k.cmd.Stderr = k.out, k.out
+	if err := k.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { k.done <- k.cmd.Wait() }()
+	t.Cleanup(func() {
+		k.cmd.Process.Kill() // a no-op once it exited
+		err := <-k.done
+		k.done <- err
+		t.Logf("ksmc %s: %v\n%s", strings.Join(args, " "), err, k.out.String())
+	})
+	return k
+}
+
+var errRunning = errors.New("ksmc still running")
+
+// wait waits at most d for ksmc's end (errRunning if it did not).
+func (k *ksmc) wait(d time.Duration) error {
+	select {
+	case err := <-k.done:
+		k.done <- err
+		return err
+	case <-time.After(d):
+		return errRunning
+	}
+}
+
+// echoServer serves ln as an echo server: each connection's bytes back
+// until its EOF, then Close; each connection's mode and end go to the
+// returned channel.
+func echoServer(t *testing.T, ln *smc.Listener) <-chan string {
+	t.Helper()
+	res := make(chan string, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := io.Copy(c, c)
+				res <- fmt.Sprintf("mode %v echoed %d: %v; close: %v", smc.ModeOf(c), n, err, c.Close())
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return res
+}
+
+func listenKernel(t *testing.T, addr string, opts *smc.Options) *smc.Listener {
+	t.Helper()
+	ln, err := smc.Listen("tcp", addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// expectIn checks that s holds every one of want.
+func expectIn(t *testing.T, what, s string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("%s: no %q in:\n%s", what, w, s)
+		}
+	}
+}
+
+// result waits for one connection's end on an echo server.
+func result(t *testing.T, res <-chan string) string {
+	t.Helper()
+	select {
+	case r := <-res:
+		t.Log(r)
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatal("the Go server's connection did not end")
+		return ""
+	}
+}
+
+// TestKernelClientEcho: a kernel AF_SMC client reaches a Go listener in
+// the kernel wire mode: smc_diag says SMCR (no fallback), 1 MiB comes back
+// byte-exact (ksmc checks), then 1,000 8-byte ping-pongs; the client
+// closes first, the Go side reads EOF and closes; the link group goes
+// after the linger.
+func TestKernelClientEcho(t *testing.T) {
+	r := openRDMA(t, "A")
+	res := echoServer(t, listenKernel(t, "10.1.0.1:5204", &smc.Options{RDMA: r}))
+	k := startKsmc(t, "echo", "10.1.0.1", "5204", "1048576", "1000")
+	if err := k.wait(240 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectIn(t, "kernel client", k.out.String(), "mode=SMCR", "bulk bytes=1048576", "corrupt=0", "pingpong n=1000")
+	expectIn(t, "Go server", result(t, res), "mode SMC echoed 1056656: <nil>; close: <nil>")
+	waitGroups(t, r, 0)
+}
+
+// waitGroups waits until r has n link groups up.
+func waitGroups(t *testing.T, r *smc.RDMA, n int) {
+	t.Helper()
+	for i := 0; r.LinkGroups() != n; i++ {
+		if i == 100 {
+			t.Fatalf("%d link groups up, want %d", r.LinkGroups(), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestKernelClientGroupReuse: three kernel clients at once, then a
+// fourth, all on one link group (the Go server accepts the later ones
+// without first contact, and the kernel client finds its group by our
+// system ID, GID and QP, confirming each new buffer's rkey with
+// CONFIRM_RKEY), each in mode SMCR and echoed byte-exact.
+func TestKernelClientGroupReuse(t *testing.T) {
+	r := openRDMA(t, "A")
+	res := echoServer(t, listenKernel(t, "10.1.0.1:5207", &smc.Options{RDMA: r}))
+	var ks []*ksmc
+	for range 3 {
+		ks = append(ks, startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "200"))
+	}
+	ks = append(ks, nil)
+	for i, k := range ks {
+		if k == nil { // the fourth, once the others ended: within the linger
+			ks[i] = startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "200")
+			k = ks[i]
+		}
+		if err := k.wait(120 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		expectIn(t, fmt.Sprintf("kernel client %d", i), k.out.String(), "mode=SMCR", "corrupt=0", "pingpong n=200")
+		expectIn(t, "Go server", result(t, res), "mode SMC echoed 263824: <nil>")
+		if n := r.LinkGroups(); n != 1 {
+			t.Errorf("after client %d: %d link groups, want 1", i, n)
+		}
+	}
+	waitGroups(t, r, 0)
+}
+
+// TestKernelClientKilled: the kernel client process is killed mid-echo;
+// the Go side's connection ends (it reads EOF or a reset, no hang), and
+// once it closed, its link group goes (guest.sh checks that the kernel
+// keeps no socket and no link group afterwards).
+func TestKernelClientKilled(t *testing.T) {
+	r := openRDMA(t, "A")
+	res := echoServer(t, listenKernel(t, "10.1.0.1:5206", &smc.Options{RDMA: r}))
+	k := startKsmc(t, "echo", "10.1.0.1", "5206", "1048576", "1000000")
+	for !strings.Contains(k.out.String(), "bulk bytes=") { // the bulk echo is over: pings run
+		if k.wait(50*time.Millisecond) != errRunning {
+			t.Fatalf("ksmc ended before the kill")
+		}
+	}
+	k.cmd.Process.Kill()
+	k.wait(10 * time.Second)
+	expectIn(t, "Go server", result(t, res), "mode SMC")
+	waitGroups(t, r, 0)
+}
+
+// TestKernelServerDial: a Go client in the kernel wire mode reaches a
+// kernel AF_SMC echo server: 1 MiB and 1,000 8-byte round trips come back
+// byte-exact, then the Go side closes first; three more connections at
+// once reuse the link group (the kernel's accept without first contact),
+// each shutting down writing and reading to EOF. The proposal offers
+// max_links 2, so the kernel sends ADD_LINK (it has rxeB as a second
+// device), which the Go side declines as a kernel client would: the
+// connections go on over the one link.
+func TestKernelServerDial(t *testing.T) {
+	r := openRDMA(t, "B")
+	srv := startKsmc(t, "serve", "-p", "-n", "4", "5205")
+	opts := &smc.Options{RDMA: r}
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	var c net.Conn
+	var err error
+	for i := 0; ; i++ { // the server may still be starting
+		start := time.Now()
+		if c, err = smc.DialContext(ctx, "tcp", "10.1.0.1:5205", opts); err == nil || i == 50 {
+			t.Logf("connect %.1f ms", float64(time.Since(start).Microseconds())/1e3)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := smc.ModeOf(c); !m.SMC {
+		t.Fatalf("mode %v, want SMC", m)
+	}
+	bulk := make([]byte, 1<<20)
+	for i := range bulk {
+		bulk[i] = byte(i*131 + 7)
+	}
+	start := time.Now()
+	if err := echoCheck(c, bulk); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bulk bytes=%d ms=%.1f", len(bulk), float64(time.Since(start).Microseconds())/1e3)
+	ping, back := []byte("krcoping"), make([]byte, 8)
+	var inWrite time.Duration
+	for i := -10; i < 1000; i++ {
+		if i == 0 {
+			start, inWrite = time.Now(), 0
+		}
+		w := time.Now()
+		if _, err := c.Write(ping); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+		inWrite += time.Since(w)
+		if _, err := io.ReadFull(c, back); err != nil || !bytes.Equal(back, ping) {
+			t.Fatalf("ping %d: %v (%q)", i, err, back)
+		}
+	}
+	t.Logf("pingpong n=1000 rtt_us=%.1f (in Write %.1f us)", float64(time.Since(start).Microseconds())/1000,
+		float64(inWrite.Microseconds())/1000)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- dialEcho(ctx, opts, bulk[:64<<10], i)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if err := srv.wait(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(srv.out.String(), "mode=SMCR"); n != 4 {
+		t.Errorf("%d kernel server sockets in mode SMCR, want 4", n)
+	}
+	expectIn(t, "kernel server", srv.out.String(), "serve done echoed=1056656", "serve done echoed=65536")
+	if n := r.AddLinksDeclined(); n != 1 {
+		t.Errorf("%d ADD_LINK requests declined, want the kernel server's one", n)
+	}
+	waitGroups(t, r, 0)
+}
+
+// dialEcho is one of the concurrent connections: it must reuse the
+// group the first made, echo b, shut down writing and read EOF.
+func dialEcho(ctx context.Context, opts *smc.Options, b []byte, i int) error {
+	c, err := smc.DialContext(ctx, "tcp", "10.1.0.1:5205", opts)
+	if err != nil {
+		return fmt.Errorf("conn %d: %w", i, err)
+	}
+	defer c.Close()
+	if m := smc.ModeOf(c); !m.SMC {
+		return fmt.Errorf("conn %d: mode %v, want SMC", i, m)
+	}
+	if n := opts.RDMA.LinkGroups(); n != 1 {
+		return fmt.Errorf("conn %d: %d link groups, want 1 (reused)", i, n)
+	}
+	if err := echoCheck(c, b); err != nil {
+		return fmt.Errorf("conn %d: %w", i, err)
+	}
+	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		return fmt.Errorf("conn %d: %w", i, err)
+	}
+	if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
+		return fmt.Errorf("conn %d: after CloseWrite: %d bytes, %v; want EOF", i, len(rest), err)
+	}
+	return nil
+}
+
+// echoCheck writes b (from another goroutine, as a large b does not fit
+// the buffers of both directions) and reads its echo back, byte-exact.
+func echoCheck(c net.Conn, b []byte) error {
+	werr := make(chan error, 1)
+	go func() { _, err := c.Write(b); werr <- err }()
+	back := make([]byte, len(b))
+	_, rerr := io.ReadFull(c, back)
+	if err := errors.Join(<-werr, rerr); err != nil {
+		return err
+	}
+	if !bytes.Equal(back, b) {
+		return errors.New("the echo differs from what was written")
+	}
+	return nil
+}
+
+// TestKernelClientOptionOff: against a Go listener without the kernel
+// wire mode (no SMC option in its SYN-ACK) the kernel client falls back
+// (PEERNOSMC) and its bytes still come back.
+func TestKernelClientOptionOff(t *testing.T) {
+	if os.Getenv("KRCORE_SMC_VM") != "1" {
+		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
+	}
+	res := echoServer(t, listenKernel(t, "10.1.0.1:5208", nil))
+	k := startKsmc(t, "echo", "10.1.0.1", "5208", "1048576", "1000")
+	if err := k.wait(120 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectIn(t, "kernel client", k.out.String(), "mode=TCP fallback=0x03010000", "corrupt=0", "pingpong n=1000")
+	expectIn(t, "Go server", result(t, res), "TCP", "echoed 1056656: <nil>")
+}
+
+// TestKernelPlainTCPClient: a plain TCP client (no SMC option in its
+// SYN) against a Go listener in the kernel wire mode runs over TCP
+// (PEERNOSMC), its bytes echoed.
+func TestKernelPlainTCPClient(t *testing.T) {
+	r := openRDMA(t, "A")
+	res := echoServer(t, listenKernel(t, "10.1.0.1:5209", &smc.Options{RDMA: r}))
+	k := startKsmc(t, "echo", "-t", "10.1.0.1", "5209", "1048576", "1000")
+	if err := k.wait(120 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expectIn(t, "TCP client", k.out.String(), "corrupt=0", "pingpong n=1000")
+	expectIn(t, "Go server", result(t, res), "TCP: peer did not indicate SMC (0x03010000)", "echoed 1056656: <nil>")
+	if n := r.LinkGroups(); n != 0 {
+		t.Errorf("%d link groups after a TCP client, want 0", n)
+	}
+}
