@@ -200,19 +200,19 @@ func TestKernelClientGroupReuse(t *testing.T) {
 	res := echoServer(t, listenKernel(t, "10.1.0.1:5207", &smc.Options{RDMA: r}))
 	var ks []*ksmc
 	for range 3 {
-		ks = append(ks, startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "200"))
+		ks = append(ks, startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "100"))
 	}
 	ks = append(ks, nil)
 	for i, k := range ks {
 		if k == nil { // the fourth, once the others ended: within the linger
-			ks[i] = startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "200")
+			ks[i] = startKsmc(t, "echo", "10.1.0.1", "5207", "262144", "100")
 			k = ks[i]
 		}
 		if err := k.wait(120 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		expectIn(t, fmt.Sprintf("kernel client %d", i), k.out.String(), "mode=SMCR", "corrupt=0", "pingpong n=200")
-		expectIn(t, "Go server", result(t, res), "mode SMC echoed 263824: <nil>")
+		expectIn(t, fmt.Sprintf("kernel client %d", i), k.out.String(), "mode=SMCR", "corrupt=0", "pingpong n=100")
+		expectIn(t, "Go server", result(t, res), "mode SMC echoed 263024: <nil>")
 		if n := r.LinkGroups(); n != 1 {
 			t.Errorf("after client %d: %d link groups, want 1", i, n)
 		}
