@@ -82,7 +82,12 @@
 //     callee). A call is one WRITE_WITH_IMM of the request into a free
 //     slot, whose immediate names the slot, the ring and the call; the
 //     callee's serving goroutine queues it for the service; the reply is
-//     one WRITE_WITH_IMM into the caller's reply slot. Slots are credits:
+//     one WRITE_WITH_IMM into the caller's reply slot. Neither side waits
+//     for an acknowledgement it does not need: Reply returns once its
+//     WRITE is posted, a caller whose reply came first does not wait for
+//     its request's, and the pooled queue's next use reaps the completion
+//     (a caller still waits for it, and fails at once on its error, while
+//     the reply has not come). Slots are credits:
 //     a caller without one waits. Notifications that do not check out
 //     (sender, ring, slot, length, call) are dropped. A ring is exported
 //     to the calling Node's principal alone, a reply area to the callee's,
