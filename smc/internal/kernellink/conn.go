@@ -211,36 +211,22 @@ func (c *Conn) room() int {
 // writeSome writes as much of p as there is room for, after waiting for
 // some: a copy into the send buffer, WRITEs to the same offsets of the
 // peer's RMB (two where the ring wraps), and the CDC message behind them.
+// The wait holds no sender lock: a reader must be able to return our
+// consumer cursor meanwhile, or two peers writing into each other's full
+// buffers would wait for each other.
 func (c *Conn) writeSome(p []byte, cancel <-chan struct{}) (int, error) {
+	if err := c.awaitRoom(cancel); err != nil {
+		return 0, err
+	}
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
 	c.mu.Lock()
-	for c.room() == 0 {
-		if err := c.writeErr(); err != nil {
-			c.mu.Unlock()
-			return 0, err
-		}
-		if !c.weWait {
-			// Say we wait, so the peer returns its cursor however little
-			// it read (the kernel's rule).
-			c.weWait = true
-			if err := c.sendCDCLocked(smcr.CDCWriteBlocked, 0); err != nil {
-				c.mu.Unlock()
-				return 0, err
-			}
-			continue
-		}
-		if err := c.await(cancel); err != nil {
-			c.mu.Unlock()
-			return 0, err
-		}
-	}
+	defer c.mu.Unlock()
 	if err := c.writeErr(); err != nil {
-		c.mu.Unlock()
 		return 0, err
 	}
 	size := c.peerSize()
-	n := min(len(p), c.room())
+	n := min(len(p), c.room()) // 0 when another writer took the room: Write waits again
 	var wrs []verbs.SendWR
 	for done := 0; done < n; {
 		off := int((c.txProd + uint64(done)) % uint64(size))
@@ -249,14 +235,44 @@ func (c *Conn) writeSome(p []byte, cancel <-chan struct{}) (int, error) {
 			RemoteAddr: c.Peer.RMBAddr + uint64(off), RKey: c.Peer.RMBRkey})
 		done += k
 	}
+	if n == 0 {
+		return 0, nil
+	}
 	c.txProd += uint64(n)
 	c.weWait = false
-	err := c.sendCDCLocked(0, 0, wrs...)
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.sendCDCLocked(0, 0, wrs...); err != nil {
 		return 0, err
 	}
 	return n, nil
+}
+
+// awaitRoom waits until the peer's RMB has room, telling the peer once
+// that we wait, so that it returns its cursor however little it read
+// (the kernel's rule).
+func (c *Conn) awaitRoom(cancel <-chan struct{}) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.room() == 0 {
+		if err := c.writeErr(); err != nil {
+			return err
+		}
+		if c.weWait {
+			if err := c.await(cancel); err != nil {
+				return err
+			}
+			continue
+		}
+		c.weWait = true
+		c.mu.Unlock()
+		c.txMu.Lock()
+		c.mu.Lock()
+		err := c.sendCDCLocked(smcr.CDCWriteBlocked, 0)
+		c.txMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return c.writeErr()
 }
 
 // sendCDCLocked sends our cursors and flags after the WRITEs wrs; c.mu
