@@ -609,6 +609,12 @@ func (l *shmLink) arm(how uint32, n uint64) bool {
 // for at most d.
 func (l *shmLink) futexSleep(d time.Duration) {
 	me := l.seg.sleeping(l.side)
+	// The wait is a blocking system call that keeps this goroutine's P,
+	// and with it the goroutines it just readied (the waiter whose
+	// completion or message it read) until Go's sysmon takes the P back:
+	// tens to hundreds of microseconds. Let them run first; a ring
+	// meanwhile clears the word and the wait returns at once.
+	runtime.Gosched()
 	futexWait(me, sleepFutex, d)
 	me.CompareAndSwap(sleepFutex, 0)
 }
