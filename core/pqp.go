@@ -82,10 +82,14 @@ type pqp struct {
 	// a new one each time it makes the DCI ready again).
 	sqPSN uint32
 	depth int
-	hdr   *MR // depth header slots (hdrSlot bytes) for two-sided messages
+	// mask maps a physical sequence number to its slot in recs and hdr,
+	// whose size is depth rounded up to a power of two (ringSize): a
+	// mask, not a division, on the path of every request.
+	mask uint64
+	hdr  *MR // a header slot (hdrSlot bytes) per slot, for two-sided messages
 
 	mu          sync.Mutex
-	recs        []rec // in flight, ring of depth
+	recs        []rec // in flight, a ring indexed by slot
 	base        uint64
 	n           int
 	used        int    // send queue entries the n records take (rec.wrs)
@@ -108,13 +112,26 @@ type pqp struct {
 }
 
 func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
-	hdr, err := rt.RegMR(depth*hdrSlot, verbs.AccessLocalWrite)
+	ring := ringSize(depth)
+	hdr, err := rt.RegMR(ring*hdrSlot, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}
-	return &pqp{rt: rt, qp: qp, rc: rc, sqPSN: qp.Endpoint().PSN, depth: depth, hdr: hdr, recs: make([]rec, depth),
+	return &pqp{rt: rt, qp: qp, rc: rc, sqPSN: qp.Endpoint().PSN, depth: depth, mask: uint64(ring - 1), hdr: hdr, recs: make([]rec, ring),
 		wrs: make([]verbs.SendWR, 0, depth), sges: make([]verbs.SGE, 0, 2*depth)}, nil
 }
+
+// ringSize is the power of two a QP of depth requests keeps its records in.
+func ringSize(depth int) int {
+	n := 1
+	for n < depth {
+		n <<= 1
+	}
+	return n
+}
+
+// slot is the index in recs (and hdr) of physical sequence number seq.
+func (p *pqp) slot(seq uint64) int { return int(seq & p.mask) }
 
 // post queues records and posts what fits in the send queue. It returns
 // the records it could not take because the QP is gone for good; the
@@ -181,7 +198,7 @@ func (p *pqp) postRecs(rs []rec) int {
 	for i := 0; i < k; i++ {
 		seq := p.next
 		p.next++
-		r := &p.recs[seq%uint64(p.depth)]
+		r := &p.recs[p.slot(seq)]
 		*r = rs[i]
 		p.n++
 		p.countOp(r.target.peer)
@@ -281,7 +298,7 @@ func (p *pqp) localSGL(r *rec) []verbs.SGE {
 // header fills the header slot of sequence seq for r's message or
 // notification and returns its SGE.
 func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
-	slot := int(seq%uint64(p.depth)) * hdrSlot
+	slot := p.slot(seq) * hdrSlot
 	h := p.hdr.Bytes()[slot : slot+hdrSlot]
 	le := binary.LittleEndian
 	le.PutUint64(h, p.rt.node)
@@ -353,7 +370,7 @@ func (p *pqp) seqOf(id uint64) (uint64, bool) {
 // some opcodes (mlx5: READ and atomics), and an unsignaled request
 // retired by a later completion has no completion of its own.
 func (p *pqp) retire(out []finished) []finished {
-	r := &p.recs[p.base%uint64(p.depth)]
+	r := &p.recs[p.slot(p.base)]
 	out = append(out, finished{q: r.q, seq: r.seq, status: verbs.Success, n: r.local.Length})
 	p.used -= r.wrs()
 	*r = rec{}
@@ -367,10 +384,10 @@ func (p *pqp) retire(out []finished) []finished {
 // leave the ring (so their flush completions are ignored as stale) and a
 // recovery goroutine decides their fate and repairs the QP.
 func (p *pqp) failLocked(st verbs.Status, out []finished) []finished {
-	culprit := p.recs[p.base%uint64(p.depth)]
+	culprit := p.recs[p.slot(p.base)]
 	rest := make([]rec, 0, p.n-1)
 	for i := 1; i < p.n; i++ {
-		rest = append(rest, p.recs[(p.base+uint64(i))%uint64(p.depth)])
+		rest = append(rest, p.recs[p.slot(p.base+uint64(i))])
 	}
 	clear(p.recs)
 	p.base, p.n, p.used = p.next, 0, 0

@@ -258,7 +258,7 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 	seq := q.seq + uint64(q.n)
-	q.ents[(q.head+q.n)%len(q.ents)] = e
+	q.ents[q.slot(q.n)] = e
 	q.n++
 	q.credits--
 	// Resolved once: every check and the post use these records.
@@ -286,7 +286,7 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	*x = rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = sge(m, r.Local), true
-		ent := &q.ents[(q.head+q.n-1)%len(q.ents)]
+		ent := &q.ents[q.slot(q.n-1)]
 		ent.mr, ent.held = m, held // released as it finishes
 	}
 	if r.Op.IsSend() {
@@ -378,7 +378,7 @@ func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 	if i < 0 || i >= q.n {
 		return
 	}
-	e := &q.ents[(q.head+i)%len(q.ents)]
+	e := &q.ents[q.slot(i)]
 	if m := e.mr; m != nil && !e.done {
 		e.mr = nil
 		q.releaseMR(m, e.held)
@@ -456,9 +456,19 @@ func (q *Queue) reap() {
 	}
 }
 
+// slot is the index in ents of the i-th entry from the head (0 <= i <
+// len(ents)): a compare, not a division, on the path of every request.
+func (q *Queue) slot(i int) int {
+	j := q.head + i
+	if j >= len(q.ents) {
+		j -= len(q.ents)
+	}
+	return j
+}
+
 func (q *Queue) pop() entry {
 	e := q.ents[q.head]
-	q.head = (q.head + 1) % len(q.ents)
+	q.head = q.slot(1)
 	q.n--
 	q.seq++
 	return e

@@ -135,8 +135,8 @@ func (p *pqp) destroy() {
 	lost := p.backlog
 	p.backlog = nil
 	for ; p.n > 0; p.n-- {
-		lost = append(lost, p.recs[p.base%uint64(p.depth)])
-		p.recs[p.base%uint64(p.depth)] = rec{}
+		lost = append(lost, p.recs[p.slot(p.base)])
+		p.recs[p.slot(p.base)] = rec{}
 		p.base++
 	}
 	p.used = 0

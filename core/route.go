@@ -25,10 +25,10 @@ import (
 // always maps to the same QP of a kind, so its requests stay in order.
 func pickQP(vq uint32, rcs, dcis []*pqp) *pqp {
 	if len(rcs) > 0 {
-		return rcs[int(vq)%len(rcs)]
+		return rcs[vq%uint32(len(rcs))]
 	}
 	if len(dcis) > 0 {
-		return dcis[int(vq)%len(dcis)]
+		return dcis[vq%uint32(len(dcis))]
 	}
 	return nil
 }
