@@ -46,19 +46,34 @@ func (rt *Runtime) register(ctx context.Context, rec meta.Record) error {
 	rt.lease = l
 	wctx, cancel := context.WithTimeout(ctx, mirrorWait)
 	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		_, err := rt.meta.Fetch(wctx, uint64(rec.Node))
 		if err == nil {
 			return nil
 		}
-		if wctx.Err() != nil || !errors.Is(err, meta.ErrNotFound) {
-			rt.deregister(ctx)
-			rt.lease = nil
-			return fmt.Errorf("core: node %d registered in %s but not served by the MetaServers within %v (do they mirror it?): %w",
-				rec.Node, rt.cfg.Membership, mirrorWait, err)
+		// A join storm can time out a MetaServer READ (its RC reader's
+		// handshake, a torn bucket): only the wait's end, or an answer
+		// that cannot change, gives up.
+		if wctx.Err() == nil && !fetchFinal(err) {
+			select {
+			case <-tick.C:
+				continue
+			case <-wctx.Done():
+			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		rt.deregister(ctx)
+		rt.lease = nil
+		return fmt.Errorf("core: node %d registered in %s but not served by the MetaServers within %v (do they mirror it?): %w",
+			rec.Node, rt.cfg.Membership, mirrorWait, err)
 	}
+}
+
+// fetchFinal reports whether a MetaServer lookup's error would not change
+// on a retry.
+func fetchFinal(err error) bool {
+	return errors.Is(err, meta.ErrClosed) || errors.Is(err, meta.ErrBadRecord) || errors.Is(err, context.Canceled)
 }
 
 // deregister withdraws the node's record, where register put it.
