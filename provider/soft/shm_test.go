@@ -84,6 +84,8 @@ func TestShmChildProcess(t *testing.T) {
 		childPeer(t, in)
 	case "many":
 		childMany(t, in)
+	case "placer":
+		childPlacer(t, in)
 	}
 	os.Exit(0)
 }

@@ -1,8 +1,11 @@
 package soft_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,5 +176,98 @@ func TestShmInPlaceQPFence(t *testing.T) {
 	}
 	if a.Stats().InPlace != before {
 		t.Fatal("a READ to a QP in ERR went in place")
+	}
+}
+
+// placeSize is what childPlacer WRITEs into the parent, in place, 1 MiB
+// at a time; a guard of as much follows it in the parent's MR.
+const placeSize = 1 << 20
+
+// childPlacer WRITEs its memory into the parent's at the address the
+// parent names, in place, one request at a time, until killed.
+func childPlacer(t *testing.T, in *bufio.Scanner) {
+	n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSide(t, n, placeSize)
+	for i := range s.mr.Bytes() {
+		s.mr.Bytes()[i] = 0x3c
+	}
+	ep := s.qp.Endpoint()
+	fmt.Printf("%s %d %d\n", ep.Addr, ep.QPN, ep.PSN)
+	if !in.Scan() {
+		t.Fatal("no parent")
+	}
+	f := strings.Fields(in.Text())
+	peer := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
+	raddr, rkey := atou(t, f[3]), uint32(atou(t, f[4]))
+	if err := verbs.Connect(s.qp, peer, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ready")
+	wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, placeSize)}, RemoteAddr: raddr, RKey: rkey}
+	for {
+		post(t, s.qp, wr)
+		if wc := waitWC(t, s.cq); wc.Status != verbs.Success {
+			t.Fatal(wc)
+		}
+	}
+}
+
+// TestShmInPlacePeerKilled: a peer process killed while it WRITEs in place
+// into this one's memory (most likely in the middle of a copy, its
+// in-place count left raised) leaves no byte outside the range its WRITE
+// named changed, and Deregister of the target returns (the fence sees the
+// peer has exited) instead of waiting for a count nobody will lower.
+func TestShmInPlacePeerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	cmd, out, in := startChild(t, "placer")
+	f := line(t, out)
+	childEP := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
+	a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	x := newSide(t, a, 2*placeSize)
+	guard := x.mr.Bytes()[placeSize:]
+	for i := range guard {
+		guard[i] = 0xa5
+	}
+	if err := verbs.Connect(x.qp, childEP, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ep := x.qp.Endpoint()
+	fmt.Fprintf(in, "%s %d %d %d %d\n", ep.Addr, ep.QPN, ep.PSN, x.mr.Addr(), x.mr.RKey())
+	if f := line(t, out); len(f) != 1 || f[0] != "ready" {
+		t.Fatalf("child: %v", f)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for x.mr.Bytes()[placeSize-1] != 0x3c {
+		if time.Now().After(deadline) {
+			t.Fatal("the child's WRITEs never landed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // WRITEs in a stream
+	cmd.Process.Kill()
+	cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- x.mr.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Deregister still waits for the dead peer's in-place copy")
+	}
+	for i, b := range guard {
+		if b != 0xa5 {
+			t.Fatalf("guard byte %d is %#x after the peer died", i, b)
+		}
 	}
 }
