@@ -27,14 +27,23 @@ import (
 const ueid = "KRCORE-SMC-CI"
 
 // openRDMA opens the kernel wire mode on side "A" (rxeA, 10.1.0.1) or
-// "B" (rxeB, 10.1.0.2).
+// "B" (rxeB, 10.1.0.2), whose idle link groups linger 300 ms.
 func openRDMA(t *testing.T, side string) *smc.RDMA {
+	return openRDMALinger(t, side, 300*time.Millisecond)
+}
+
+// reuseLinger keeps an idle group up through the reuse tests: with one
+// group up from the first connection to the last, every later one reused
+// it.
+const reuseLinger = 5 * time.Second
+
+func openRDMALinger(t *testing.T, side string, linger time.Duration) *smc.RDMA {
 	t.Helper()
 	if os.Getenv("KRCORE_SMC_VM") != "1" {
 		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
 	}
 	r, err := smc.OpenRDMA(context.Background(), smc.RDMAConfig{Device: "rxe" + side, Port: 1, GIDIndex: -1,
-		Interface: "veth" + side, EID: ueid, Linger: 300 * time.Millisecond})
+		Interface: "veth" + side, EID: ueid, Linger: linger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +192,7 @@ func TestKernelClientEcho(t *testing.T) {
 func waitGroups(t *testing.T, r *smc.RDMA, n int) {
 	t.Helper()
 	for i := 0; r.LinkGroups() != n; i++ {
-		if i == 100 {
+		if i == 200 { // past reuseLinger
 			t.Fatalf("%d link groups up, want %d", r.LinkGroups(), n)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -196,7 +205,7 @@ func waitGroups(t *testing.T, r *smc.RDMA, n int) {
 // system ID, GID and QP, confirming each new buffer's rkey with
 // CONFIRM_RKEY), each in mode SMCR and echoed byte-exact.
 func TestKernelClientGroupReuse(t *testing.T) {
-	r := openRDMA(t, "A")
+	r := openRDMALinger(t, "A", reuseLinger)
 	res := echoServer(t, listenKernel(t, "10.1.0.1:5207", &smc.Options{RDMA: r}))
 	var ks []*ksmc
 	for range 3 {
@@ -248,7 +257,7 @@ func TestKernelClientKilled(t *testing.T) {
 // device), which the Go side declines as a kernel client would: the
 // connections go on over the one link.
 func TestKernelServerDial(t *testing.T) {
-	r := openRDMA(t, "B")
+	r := openRDMALinger(t, "B", reuseLinger)
 	srv := startKsmc(t, "serve", "-p", "-n", "4", "5205")
 	opts := &smc.Options{RDMA: r}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
