@@ -71,16 +71,17 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 // VQ it belongs to. Whoever calls it does the work; if another goroutine is
 // already polling it returns at once.
 func (pl *poller) poll() int {
-	n, _ := pl.pollFor(nil)
+	n, _ := pl.pollFor(nil, nil)
 	return n
 }
 
-// pollFor is poll that finishes self's outcomes last, under a lock of
-// self.mu that it leaves held (locked) for the caller, who pops them
-// next: one lock of self's mutex for both, however many there are.
-func (pl *poller) pollFor(self *Queue) (n int, locked bool) {
+// pollFor is poll that hands back, in mine (up to its capacity), the
+// outcomes of self's requests instead of finishing them: a caller that
+// pops self's completions next finishes them under the same lock of
+// self's mutex (finishAll).
+func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
 	if !pl.mu.TryLock() {
-		return 0, false
+		return 0, mine
 	}
 	defer pl.mu.Unlock()
 	rt := pl.rt
@@ -91,7 +92,7 @@ func (pl *poller) pollFor(self *Queue) (n int, locked bool) {
 		if !rt.stopped() && !pl.failed.Swap(true) {
 			rt.log.Error("completion queue failed", "err", err)
 		}
-		return 0, false
+		return 0, mine
 	}
 	m := rt.byQPN.Load()
 	fin := pl.fin[:0]
@@ -105,37 +106,21 @@ func (pl *poller) pollFor(self *Queue) (n int, locked bool) {
 			fin = p.complete(wc, fin)
 		}
 	}
-	mine := false
-	eachRun(fin, func(q *Queue, run []finished) {
-		if q == self {
-			mine = true
-		} else {
-			q.finishRun(run)
+	for rest := fin; len(rest) > 0; {
+		q, k := rest[0].q, 1
+		for k < len(rest) && rest[k].q == q {
+			k++
 		}
-	})
-	if mine {
-		self.mu.Lock()
-		eachRun(fin, func(q *Queue, run []finished) {
-			if q == self {
-				q.finishRunLocked(run)
-			}
-		})
+		if q == self && len(mine)+k <= cap(mine) {
+			mine = append(mine, rest[:k]...)
+		} else {
+			q.finishRun(rest[:k])
+		}
+		rest = rest[k:]
 	}
 	clear(fin)
 	pl.fin = fin[:0]
 	return n, mine
-}
-
-// eachRun calls f for each run of outcomes of one queue in fs, in order.
-func eachRun(fs []finished, f func(q *Queue, run []finished)) {
-	for len(fs) > 0 {
-		q, k := fs[0].q, 1
-		for k < len(fs) && fs[k].q == q {
-			k++
-		}
-		f(q, fs[:k])
-		fs = fs[k:]
-	}
 }
 
 // pqpOf is the QP numbered qpn in m (the runtime's byQPN), remembering the

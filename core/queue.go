@@ -478,10 +478,11 @@ func (q *Queue) pop() entry {
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []krcore.Completion) int {
-	if _, locked := q.rt.sends.pollFor(q); !locked {
-		q.mu.Lock()
-	}
+	var buf [8]finished
+	_, mine := q.rt.sends.pollFor(q, buf[:0])
+	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.finishRunLocked(mine)
 	return q.popLocked(out)
 }
 
