@@ -421,7 +421,7 @@ func (l *shmLink) inPlace(q *qp, w *wqe) (uint32, bool) {
 	c := l.seg.copying(l.side)
 	c.Add(1)
 	defer c.Add(-1)
-	if l.seg.closing().Load() != 0 || l.dead.Load() {
+	if l.seg.closing().Load() != 0 || l.dead.Load() || !l.seg.peerAlive(1-l.side) {
 		return 0, false
 	}
 	remote, ok := l.checkPlace(q, w, table)

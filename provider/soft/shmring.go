@@ -694,6 +694,7 @@ func (l *shmLink) finish() {
 	l.wmu.Lock()
 	l.queued = shmQueue{}
 	l.unmapped = true
+	l.seg.disarmAlive(l.side)
 	l.seg.blk.Close()
 	l.wmu.Unlock()
 	l.conn.Close()
