@@ -60,6 +60,9 @@ type Queue struct {
 	// reconnecting: RC-only mode, the peer lost its RC QPs and a goroutine
 	// is getting one for the held requests.
 	reconnecting bool
+	// reaping: a runtime goroutine reaps the send CQ until held is empty
+	// (see reapHeld).
+	reaping bool
 	// hold is an MR the queue keeps one use of (MR.use) for its requests,
 	// holdRefs how many of its entries rely on it: a run of requests on
 	// one MR then costs no atomic add and drop each. The use stays while
@@ -314,6 +317,7 @@ func (q *Queue) postLocked(batch []rec) {
 		return
 	case stepHold:
 		q.held = append(q.held, batch...)
+		q.reapHeld()
 		return
 	case stepMigrate:
 		q.rt.count(&q.rt.stats.migrations)
@@ -333,6 +337,37 @@ func (q *Queue) postLocked(batch []rec) {
 	if len(lost) > 0 {
 		q.rt.routes.lost(q, lost)
 	}
+}
+
+// reapHeld makes the requests q holds for a new route go out once the
+// ones in flight complete, whether or not anyone polls q: a posted request
+// runs without its CQ being polled, and a caller may push and then wait
+// only for the peer's answer (a message). A runtime goroutine waits on the
+// send CQ, as any waiter would, until q holds nothing; q.mu held.
+func (q *Queue) reapHeld() {
+	if q.reaping {
+		return
+	}
+	q.reaping = true
+	q.rt.background(func() {
+		ctx, cancel := q.rt.untilStop()
+		defer cancel()
+		holdsNothing := func() bool {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return len(q.held) == 0 || q.closed
+		}
+		for {
+			err := q.rt.sends.waitReady(ctx, q, holdsNothing, nil)
+			q.mu.Lock()
+			if err != nil || len(q.held) == 0 || q.closed {
+				q.reaping = false
+				q.mu.Unlock()
+				return
+			}
+			q.mu.Unlock()
+		}
+	})
 }
 
 // finish records a physical outcome; called by the poller.
