@@ -18,9 +18,9 @@ import (
 // Write. Whoever pushes or waits pops every completion that came, in push
 // order, and credits each to the connection owed it (owed), which waits
 // only when it needs the staging bytes or CDC slot a request still holds;
-// the Node's reaper pops them too while requests are in flight, because
-// an embedded runtime moves a queue's later requests (one held while the
-// queue changes routes) only when someone polls its completions.
+// the Node's reaper pops them too while requests are in flight, so that a
+// WRITE that failed ends its connection within a reapEvery even if the
+// connection only reads from then on.
 type sharedQueue struct {
 	q krcore.VQ
 
@@ -106,9 +106,9 @@ func (s *sharedQueue) settle(c *Conn, ok func() bool) error {
 }
 
 // reapEvery is how often a Node's reaper pops the completions of its
-// queues while requests are in flight: it bounds how long an embedded
-// runtime may hold a request that waits for earlier ones to be polled
-// (see sharedQueue); pushes and waits pop them at once.
+// queues while requests are in flight: it bounds how late a connection
+// that no longer writes learns that a WRITE of its failed (see
+// sharedQueue); pushes and waits pop them at once.
 const reapEvery = time.Millisecond
 
 // reaper pops the completions of the Node's queues every reapEvery while
