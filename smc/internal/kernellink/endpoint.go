@@ -120,10 +120,18 @@ func (e *Endpoint) forget(g *Group) {
 // close ends g from this side: DELETE_LINK, then its connections abort
 // with err and its resources go.
 func (g *Group) close(err error) {
+	if g.detach(err) {
+		g.end(true)
+	}
+}
+
+// detach marks g ended with err, aborts its connections and takes it off
+// the endpoint; false if g had ended already.
+func (g *Group) detach(err error) bool {
 	g.mu.Lock()
 	if g.err != nil {
 		g.mu.Unlock()
-		return
+		return false
 	}
 	g.err = err
 	conns := g.conns
@@ -136,7 +144,7 @@ func (g *Group) close(err error) {
 		c.abort(err)
 	}
 	g.ep.forget(g)
-	g.end(true)
+	return true
 }
 
 // idleCheck runs when a group's last connection left: after the linger,

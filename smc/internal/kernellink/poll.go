@@ -144,20 +144,9 @@ func rejectAddLink(b []byte) []byte {
 // fail ends the group: its connections abort, it leaves the endpoint,
 // and its resources go once the poller returned.
 func (g *Group) fail(err error) {
-	g.mu.Lock()
-	if g.err != nil {
-		g.mu.Unlock()
-		return
+	if g.detach(err) {
+		go g.end(false) // owned by g: it destroys g and returns
 	}
-	g.err = err
-	conns := g.conns
-	g.conns = map[uint32]*Conn{}
-	g.mu.Unlock()
-	for _, c := range conns {
-		c.abort(err)
-	}
-	g.ep.forget(g)
-	go g.end(false) // owned by g: it destroys g and returns
 }
 
 // end stops the poller and destroys the group; with bye set (and the
