@@ -161,16 +161,7 @@ func childPeer(t *testing.T, in *bufio.Scanner) {
 	}
 	ep := s.qp.Endpoint()
 	fmt.Printf("%s %d %d %d %d\n", ep.Addr, ep.QPN, ep.PSN, s.mr.Addr(), s.mr.RKey())
-	if !in.Scan() {
-		t.Fatal("no parent")
-	}
-	f := strings.Fields(in.Text())
-	peer := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
-	raddr, rkey := atou(t, f[3]), uint32(atou(t, f[4]))
-	if err := verbs.Connect(s.qp, peer, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ready")
+	raddr, rkey := joinParent(t, in, s)
 	wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, killZone)}, RemoteAddr: raddr + writeZone, RKey: rkey}
 	send := verbs.SendWR{Op: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, sendSize)}}
 	var wc [8]verbs.WC
@@ -320,6 +311,22 @@ func TestShmPeerKilled(t *testing.T) {
 		t.Fatalf("READ after the peer died: %+v", wc)
 	}
 	t.Logf("%d READs of %d KiB and %d SENDs of %d KiB, then the peer was killed: RETRY_EXC_ERR after %v", done, killZone>>10, sends, sendSize>>10, took.Round(time.Millisecond))
+}
+
+// joinParent reads the parent's endpoint and the address and key of its
+// MR from in, connects s's QP to it, and tells the parent it is ready.
+func joinParent(t *testing.T, in *bufio.Scanner, s *side) (raddr uint64, rkey uint32) {
+	if !in.Scan() {
+		t.Fatal("no parent")
+	}
+	f := strings.Fields(in.Text())
+	peer := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
+	raddr, rkey = atou(t, f[3]), uint32(atou(t, f[4]))
+	if err := verbs.Connect(s.qp, peer, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ready")
+	return raddr, rkey
 }
 
 // childMany starts as many nodes as the parent asks for and links each to

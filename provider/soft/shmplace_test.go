@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -196,16 +195,7 @@ func childPlacer(t *testing.T, in *bufio.Scanner) {
 	}
 	ep := s.qp.Endpoint()
 	fmt.Printf("%s %d %d\n", ep.Addr, ep.QPN, ep.PSN)
-	if !in.Scan() {
-		t.Fatal("no parent")
-	}
-	f := strings.Fields(in.Text())
-	peer := verbs.Endpoint{Addr: f[0], QPN: uint32(atou(t, f[1])), PSN: uint32(atou(t, f[2]))}
-	raddr, rkey := atou(t, f[3]), uint32(atou(t, f[4]))
-	if err := verbs.Connect(s.qp, peer, verbs.Path{Timeout: time.Second, RetryCount: 1}); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ready")
+	raddr, rkey := joinParent(t, in, s)
 	wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, placeSize)}, RemoteAddr: raddr, RKey: rkey}
 	for {
 		post(t, s.qp, wr)
