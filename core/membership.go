@@ -73,7 +73,7 @@ func (rt *Runtime) register(ctx context.Context, rec meta.Record) error {
 // fetchFinal reports whether a MetaServer lookup's error would not change
 // on a retry.
 func fetchFinal(err error) bool {
-	return errors.Is(err, meta.ErrClosed) || errors.Is(err, meta.ErrBadRecord) || errors.Is(err, context.Canceled)
+	return errors.Is(err, meta.ErrClosed) || errors.Is(err, meta.ErrBadRecord)
 }
 
 // deregister withdraws the node's record, where register put it.

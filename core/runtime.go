@@ -129,12 +129,8 @@ func (c *Config) defaults() error {
 // checkMetaTable refuses an embedded MetaServer's table meta cannot build,
 // and a table size with no embedded server to take it.
 func (c *Config) checkMetaTable() error {
-	if err := meta.CheckTable(c.MetaBuckets, c.MetaSlots); err != nil {
+	if err := meta.CheckEmbeddedTable(len(c.Meta), c.MetaBuckets, c.MetaSlots); err != nil {
 		return fmt.Errorf("core: config MetaBuckets, MetaSlots: %w: %w", err, verbs.ErrInvalid)
-	}
-	if len(c.Meta) > 0 && (c.MetaBuckets != 0 || c.MetaSlots != 0) {
-		return fmt.Errorf("core: config MetaBuckets, MetaSlots (%d x %d) size the embedded MetaServer, but Meta lists %d servers and none is embedded: %w",
-			c.MetaBuckets, c.MetaSlots, len(c.Meta), verbs.ErrInvalid)
 	}
 	return nil
 }

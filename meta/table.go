@@ -34,6 +34,20 @@ func CheckTable(buckets, slots int) error {
 	return nil
 }
 
+// CheckEmbeddedTable is CheckTable for the MetaServer a runtime embeds
+// when it lists no other (listed is how many it lists): a size given
+// beside listed MetaServers has no server to take it.
+func CheckEmbeddedTable(listed, buckets, slots int) error {
+	if err := CheckTable(buckets, slots); err != nil {
+		return err
+	}
+	if listed > 0 && (buckets != 0 || slots != 0) {
+		return fmt.Errorf("a table of %d buckets x %d slots sizes the embedded MetaServer, but %d MetaServers are listed and none is embedded: %w",
+			buckets, slots, listed, ErrBadGeometry)
+	}
+	return nil
+}
+
 // TableFor is a table for a cluster of up to nodes nodes: 8 slots (a
 // 1 KiB READ) in the power of two of buckets at least 2*nodes (at most
 // MaxBuckets). A bucket then holds a Poisson number of records of mean at
@@ -53,7 +67,7 @@ func tableBytes(buckets, slots int) int { return buckets * slots * SlotSize }
 // newTable lays an empty table over mem, writing every slot as an intact
 // empty slot so a client never sees a CRC mismatch in unused memory.
 func newTable(mem []byte, buckets, slots int) (*table, error) {
-	if buckets <= 0 || buckets > MaxBuckets || slots <= 0 || slots > MaxSlots {
+	if err := CheckTable(buckets, slots); err != nil || buckets == 0 || slots == 0 {
 		return nil, fmt.Errorf("meta: table of %d buckets x %d slots: need 1..%d buckets and 1..%d slots: %w", buckets, slots, MaxBuckets, MaxSlots, ErrBadGeometry)
 	}
 	if len(mem) < tableBytes(buckets, slots) {

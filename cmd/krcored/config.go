@@ -395,11 +395,8 @@ func (cfg *config) checkRanges() error {
 // checkMetaTable checks the embedded MetaServer's table size, which only
 // a daemon that embeds one (no -meta) takes.
 func (cfg *config) checkMetaTable() error {
-	if err := meta.CheckTable(cfg.MetaBkts, cfg.MetaSlts); err != nil {
+	if err := meta.CheckEmbeddedTable(len(cfg.Meta), cfg.MetaBkts, cfg.MetaSlts); err != nil {
 		return fmt.Errorf("meta_buckets (-meta-buckets) %d, meta_slots (-meta-slots) %d: %w", cfg.MetaBkts, cfg.MetaSlts, err)
-	}
-	if len(cfg.Meta) > 0 && (cfg.MetaBkts != 0 || cfg.MetaSlts != 0) {
-		return errors.New("meta_buckets (-meta-buckets) and meta_slots (-meta-slots) size the embedded MetaServer: with meta (-meta) none is embedded")
 	}
 	return nil
 }
