@@ -216,6 +216,8 @@ func (rl *rdmaListener) handshake(tc *net.TCPConn) net.Conn {
 	}
 	ctx, cancel := context.WithTimeout(rl.ctx, rl.opts.handshakeTimeout())
 	defer cancel()
+	// Close does not wait out a silent client's handshake timeout.
+	defer context.AfterFunc(rl.ctx, func() { tc.SetReadDeadline(time.Now()) })()
 	br := bufio.NewReader(tc)
 	tc.SetReadDeadline(time.Now().Add(rl.opts.handshakeTimeout()))
 	eye, err := br.Peek(len(smcr.EyecatcherR))

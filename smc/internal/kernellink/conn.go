@@ -163,6 +163,10 @@ func (c *Conn) await(cancel <-chan struct{}) error {
 // (os.ErrDeadlineExceeded).
 func (c *Conn) Read(p []byte, cancel <-chan struct{}) (int, error) {
 	c.mu.Lock()
+	if c.closed { // its receive buffer may be unmapped already (maybeFree)
+		c.mu.Unlock()
+		return 0, ErrClosed
+	}
 	for c.rxProd == c.rxCons {
 		if err := c.readErr(); err != nil {
 			c.mu.Unlock()

@@ -64,8 +64,9 @@ type Config struct {
 
 // Errors of a connection or group.
 var (
-	// ErrClosed: the connection or endpoint was closed by this side.
-	ErrClosed = errors.New("kernellink: closed")
+	// ErrClosed: the connection or endpoint was closed by this side; it
+	// matches net.ErrClosed, as a closed net.Conn's errors do.
+	ErrClosed = fmt.Errorf("kernellink: closed: %w", net.ErrClosed)
 	// ErrAborted: the peer aborted the connection or the link group
 	// ended under it; it matches syscall.ECONNRESET.
 	ErrAborted = fmt.Errorf("kernellink: connection aborted: %w", syscall.ECONNRESET)
