@@ -589,9 +589,13 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	// The staging buffer goes back to the pool: no request may still
-	// read it.
-	c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone })
+	// The staging buffer goes back to the pool only once no request may
+	// still read it; after a failed wait (a WRITE may still be in flight)
+	// it stays out, held by its slab until the Node closes, so that no
+	// other connection's bytes reach this one's peer.
+	if err := c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }); err != nil {
+		c.stage = buffer{}
+	}
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
 	c.releaseLocal()
