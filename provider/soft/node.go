@@ -52,6 +52,10 @@ type Node struct {
 	tcp     map[string]*tcpLink // by peer address
 	accepts map[net.Conn]struct{}
 	shm     map[string]*shmLink // by peer address, guarded by linkMu (shm.go)
+	// placing holds the shm links whose segment is mapped, dying ones
+	// too: fencePlace fences each until its own finish has (shmplace.go);
+	// guarded by linkMu.
+	placing map[*shmLink]struct{}
 	shmLn   *net.UnixListener
 	shmWhy  error         // why the node has no shared-memory listener
 	exports *exports      // what peers may access in place (shmplace.go); nil if none
@@ -72,7 +76,7 @@ func newNode(fab *Fabric, cfg Config) (*Node, error) {
 		fab: fab, cfg: cfg, attr: mergeAttr(cfg.Attr, cfg.NoDC), mtu: cfg.MTU, keys: newKeySource(),
 		start: time.Now(), stop: make(chan struct{}),
 		cqs: make(map[*cq]struct{}), pds: make(map[*pd]struct{}), srqs: make(map[*srq]struct{}), ahs: make(map[*ah]struct{}), mrs: make(map[uint32]*mr), qps: make(map[uint32]*qp), mem: memLinks{m: make(map[string]*memLink)},
-		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}), shm: make(map[string]*shmLink),
+		tcp: make(map[string]*tcpLink), accepts: make(map[net.Conn]struct{}), shm: make(map[string]*shmLink), placing: make(map[*shmLink]struct{}),
 	}
 	// QPNs are 24 bits; start somewhere random so numbers from a restarted
 	// node do not alias the old one's.

@@ -387,6 +387,7 @@ func (l *shmLink) attach(conn *net.UnixConn, seg *shmSeg, side int) {
 	l.why = nil
 	l.up = true
 	l.watchPeer()
+	l.node.placing[l] = struct{}{}
 	seg.armAlive(side) // before the exports: a peer sees them only armed
 	l.publishExports()
 	l.node.wg.Add(1)

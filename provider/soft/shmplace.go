@@ -230,7 +230,15 @@ func (q *qp) syncExport() {
 // fencePlace waits until no peer's in-place copy that may have seen an
 // entry before it was cleared is still running.
 func (n *Node) fencePlace() {
-	for _, l := range n.upShm() {
+	// Not only the links up: one killed but not yet finished (closePlace)
+	// may still have a peer copying.
+	n.linkMu.Lock()
+	links := make([]*shmLink, 0, len(n.placing))
+	for l := range n.placing {
+		links = append(links, l)
+	}
+	n.linkMu.Unlock()
+	for _, l := range links {
 		l.fencePeer()
 	}
 }
@@ -522,6 +530,9 @@ func (l *shmLink) closePlace() {
 	l.segGone = true
 	l.place.unmapAll(true)
 	l.segMu.Unlock()
+	l.node.linkMu.Lock()
+	delete(l.node.placing, l)
+	l.node.linkMu.Unlock()
 	if l.pidfd >= 0 {
 		unix.Close(l.pidfd)
 		l.pidfd = -1
