@@ -181,8 +181,11 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.destroyAll()
-	if n.exports != nil {
-		n.exports.blk.Close()
+	if e := n.exports; e != nil {
+		e.mu.Lock() // an export racing Close finds it closed, not unmapped
+		e.closed = true
+		e.blk.Close()
+		e.mu.Unlock()
 	}
 	return nil
 }

@@ -104,6 +104,8 @@ type exports struct {
 	blk   *offheap.Block
 	inode uint64
 	mu    sync.Mutex // serializes writers of slots
+	// closed: the node closed and unmapped the table; guarded by mu.
+	closed bool
 }
 
 // newExports makes a node's export table; nil if it cannot (the node then
@@ -161,6 +163,9 @@ func (n *Node) exportMR(m *mr) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed { // RegMR racing the node's Close
+		return
+	}
 	w := tableEntry(e.blk.Bytes(), mrSlot(m.key))
 	if w[mrTag].Load() != 0 {
 		return
@@ -179,15 +184,20 @@ func (n *Node) exportMR(m *mr) {
 // unexportMR takes m out of the export table and waits until no peer
 // copies through it.
 func (n *Node) unexportMR(m *mr) {
-	if !m.exported {
+	e := n.exports
+	if e == nil {
 		return
 	}
-	e := n.exports
-	e.mu.Lock()
-	tableEntry(e.blk.Bytes(), mrSlot(m.key))[mrTag].Swap(0)
-	e.mu.Unlock()
+	e.mu.Lock() // m.exported is written under it (exportMR)
+	was := m.exported
+	if was && !e.closed {
+		tableEntry(e.blk.Bytes(), mrSlot(m.key))[mrTag].Swap(0)
+	}
 	m.exported = false
-	n.fencePlace()
+	e.mu.Unlock()
+	if was {
+		n.fencePlace()
+	}
 }
 
 // syncExport brings q's export entry in line with whether and how it may
@@ -209,6 +219,10 @@ func (q *qp) syncExport() {
 		return
 	}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
 	w := tableEntry(e.blk.Bytes(), qpSlot(q.num))
 	if q.exported[qpTag] != 0 {
 		w[qpTag].Swap(0)
@@ -217,7 +231,7 @@ func (q *qp) syncExport() {
 		q.node.fencePlace()
 		e.mu.Lock()
 	}
-	if want[qpTag] != 0 && w[qpTag].Load() == 0 {
+	if want[qpTag] != 0 && !e.closed && w[qpTag].Load() == 0 {
 		for i := qpDest; i < placeWords; i++ {
 			w[i].Store(want[i])
 		}
