@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,7 +48,9 @@ var errQueueIdle = errors.New("smc: waiting for a completion with no request in 
 
 // push pushes r for c, which the completion frees as o says, first
 // popping what completed; with no credit left it waits (within opTimeout)
-// for completions. A request the queue refused is completed at once.
+// for completions. A request the queue refused frees what it held at
+// once and its error comes back, for the caller to abort the connection
+// with (once: the refusal is not also recorded as a failed completion).
 func (s *sharedQueue) push(r krcore.Request, o owed) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,7 +75,7 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 				continue
 			}
 		}
-		o.c.completed(o, err)
+		o.c.completed(o, nil) // the caller aborts the connection, once
 		return err
 	}
 }
@@ -180,20 +183,26 @@ func (s *sharedQueue) waitOne(ctx context.Context) error {
 	return nil
 }
 
-// credit hands the first k of s.outs to the connections owed them, which
-// come in push order; s.mu held.
+// credit hands the first k of s.outs to the connections owed them. They
+// come in push order, so the owed request is normally the first; one that
+// came out of order is found by its ID, and the requests before it stay
+// owed (dropping them would leave their connections waiting for staging
+// room that is never freed). A completion owed to no one (not pushed
+// here) is ignored; s.mu held.
 func (s *sharedQueue) credit(k int) {
 	for i := range s.outs[:k] {
 		out := &s.outs[i]
-		for len(s.owed) > 0 && s.owed[0].id != out.ID {
-			s.owed = s.owed[1:] // cannot happen: each request completes once, in order
+		j := slices.IndexFunc(s.owed, func(o owed) bool { return o.id == out.ID })
+		if j < 0 {
+			continue
 		}
-		if len(s.owed) == 0 {
-			return
+		o := s.owed[j]
+		if j == 0 {
+			s.owed[0] = owed{}
+			s.owed = s.owed[1:]
+		} else {
+			s.owed = slices.Delete(s.owed, j, j+1)
 		}
-		o := s.owed[0]
-		s.owed[0] = owed{}
-		s.owed = s.owed[1:]
 		o.c.completed(o, out.Err())
 	}
 }

@@ -1,0 +1,58 @@
+package smc
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestCreditOutOfOrder: a completion that comes before an earlier
+// request's frees its own connection's bytes and leaves the earlier
+// request owed, so that its completion still frees what it holds; a
+// failed one aborts its connection; an unknown one changes nothing.
+func TestCreditOutOfOrder(t *testing.T) {
+	a, b := &Conn{}, &Conn{}
+	s := &sharedQueue{owed: []owed{{id: 1, c: a, n: 10}, {id: 2, c: a, n: 20}, {id: 3, c: b, cdc: true}}}
+	s.outs[0] = krcore.Completion{ID: 2}
+	s.outs[1] = krcore.Completion{ID: 99}
+	s.credit(2)
+	if a.freed != 20 || len(s.owed) != 2 || s.owed[0].id != 1 {
+		t.Fatalf("after request 2 completed: freed %d, owed %v; want 20 freed, requests 1 and 3 owed", a.freed, s.owed)
+	}
+	s.outs[0] = krcore.Completion{ID: 3, Status: verbs.RemAccessErr}
+	s.outs[1] = krcore.Completion{ID: 1}
+	s.credit(2)
+	if a.freed != 30 || b.cdcDone != 1 || len(s.owed) != 0 {
+		t.Fatalf("after requests 3 and 1: a freed %d, b's CDC slots done %d, owed %v; want 30, 1, none", a.freed, b.cdcDone, s.owed)
+	}
+	if a.err != nil || !errors.Is(b.err, syscall.ECONNRESET) {
+		t.Fatalf("errors: a %v (want nil), b %v (want ECONNRESET)", a.err, b.err)
+	}
+}
+
+// refusingVQ is a queue whose every push fails.
+type refusingVQ struct {
+	krcore.VQ
+	err error
+}
+
+func (q refusingVQ) Push(context.Context, bool, ...krcore.Request) (int, error) { return 0, q.err }
+
+// TestPushRefused: a request the queue refuses frees its staging bytes
+// and comes back as the push's error, for the caller to abort with; the
+// refusal is not also recorded on the connection as a failed completion.
+func TestPushRefused(t *testing.T) {
+	c := &Conn{}
+	s := &sharedQueue{q: refusingVQ{err: krcore.ErrClosed}}
+	err := s.push(krcore.Request{Op: verbs.OpWriteImm}, owed{c: c, n: 8})
+	if !errors.Is(err, krcore.ErrClosed) {
+		t.Fatalf("push: %v, want ErrClosed", err)
+	}
+	if c.freed != 8 || c.err != nil || len(s.owed) != 0 {
+		t.Fatalf("after the refusal: freed %d, connection error %v, owed %v; want 8, nil, none", c.freed, c.err, s.owed)
+	}
+}
