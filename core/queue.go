@@ -501,12 +501,11 @@ func (q *Queue) slot(i int) int {
 	return j
 }
 
-func (q *Queue) pop() entry {
-	e := q.ents[q.head]
+// pop retires the entry at the head; q.mu held.
+func (q *Queue) pop() {
 	q.head = q.slot(1)
 	q.n--
 	q.seq++
-	return e
 }
 
 // Pop moves finished requests' completions into out, in push order, and
@@ -530,12 +529,16 @@ func (q *Queue) popReady(out []krcore.Completion) int {
 // popLocked is popReady with q.mu held.
 func (q *Queue) popLocked(out []krcore.Completion) int {
 	k := 0
-	for k < len(out) && q.n > 0 && q.ents[q.head].done {
-		e := q.pop()
+	for k < len(out) && q.n > 0 {
+		e := &q.ents[q.head] // read in place: pop's copy costs more than the rest
+		if !e.done {
+			break
+		}
 		if e.signaled || e.status != verbs.Success {
 			out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: e.status, Len: int(e.n)}
 			k++
 		}
+		q.pop()
 	}
 	return k
 }

@@ -66,6 +66,11 @@ type qp struct {
 	rqPSN    uint32               // PSN the responder expects next
 	gen      uint32               // this incarnation's generation, new at every RTR->RTS
 	dcSeq    map[dcSource]*dcConn // DCT: per-initiator sequencing
+	// dcLast is the initiator of the DCT's last request and dcLastConn its
+	// entry in dcSeq: requests come in runs from one initiator, and
+	// hashing the source is a good part of a DC request's cost.
+	dcLast     dcSource
+	dcLastConn *dcConn
 
 	sq                 []wqe
 	done, sent, posted uint64  // completed <= transmitted <= posted
@@ -233,7 +238,7 @@ func (q *qp) resetQueues() {
 	q.link = nil
 	clear(q.rq)
 	q.rqHead, q.rqN = 0, 0
-	q.dcSeq = nil
+	q.dcSeq, q.dcLastConn = nil, nil
 }
 
 // dcSource names one DCI incarnation sending to a DCT.
@@ -256,7 +261,10 @@ const maxDCSources = 1 << 14
 // its sender, starting a new sequence for a new generation; q.mu is held.
 func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
 	src := dcSource{peer, f.srcQPN}
-	c := q.dcSeq[src]
+	c := q.dcLastConn
+	if c == nil || q.dcLast != src {
+		c = q.dcSeq[src]
+	}
 	switch {
 	case c == nil:
 		if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
@@ -267,6 +275,7 @@ func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
 	case c.gen != f.gen || f.flags&flagDCConnect != 0:
 		c.gen, c.expect = f.gen, f.psn
 	}
+	q.dcLast, q.dcLastConn = src, c
 	return c, c.expect == f.psn
 }
 
