@@ -1,7 +1,9 @@
 package soft_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -74,4 +76,88 @@ func TestCrossLargeReads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestTCPManyLargeReads: both nodes keep 128 READs of 64 KiB in flight to
+// each other over TCP, more than the sockets hold, so each link's reader
+// queues the responses it cannot write at once and the drain writes them;
+// every READ's bytes must be the block it asked for.
+func TestTCPManyLargeReads(t *testing.T) {
+	const msg, blocks, depth, reads = 64 << 10, 64, 128, 1024
+	const land = blocks * msg // the landing slots follow the source blocks
+	a, b := tcpNodes(t)
+	x, y := newSide(t, a, land+depth*msg), newSide(t, b, land+depth*msg)
+	for _, s := range []*side{x, y} {
+		if err := verbs.Connect(s.qp, other(s, x, y).qp.Endpoint(), verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+		src := s.mr.Bytes()[:land]
+		for i := range src {
+			src[i] = byte(i/msg*31 + i + int(s.mr.RKey()))
+		}
+	}
+	var wg sync.WaitGroup
+	for _, s := range []*side{x, y} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := readBlocks(s, other(s, x, y), msg, blocks, depth, reads); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func other(s, x, y *side) *side {
+	if s == x {
+		return y
+	}
+	return x
+}
+
+// readBlocks READs reads blocks of msg bytes from to's first blocks blocks
+// into from's depth landing slots, which follow them, with up to depth in
+// flight, and checks each READ's bytes when it completes (in order, so
+// its slot is not reused before).
+func readBlocks(from, to *side, msg, blocks, depth, reads int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	land := blocks * msg
+	block := func(i int) int { return i * 7 % blocks }
+	var wc [32]verbs.WC
+	posted, done := 0, 0
+	for done < reads {
+		for posted < reads && posted-done < depth {
+			wr := verbs.SendWR{ID: uint64(posted), Op: verbs.OpRead, Flags: verbs.Signaled,
+				SGL:        []verbs.SGE{verbs.SGEOf(from.mr, land+posted%depth*msg, msg)},
+				RemoteAddr: to.mr.Addr() + uint64(block(posted)*msg), RKey: to.mr.RKey()}
+			if _, err := from.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				return err
+			}
+			posted++
+		}
+		k, err := from.cq.Poll(wc[:])
+		if err != nil {
+			return err
+		}
+		for _, c := range wc[:k] {
+			i := int(c.ID)
+			if c.Status != verbs.Success || i != done || c.ByteLen != uint32(msg) {
+				return fmt.Errorf("completion %+v, want READ %d of %d B", c, done, msg)
+			}
+			got := from.mr.Bytes()[land+i%depth*msg:][:msg]
+			want := to.mr.Bytes()[block(i)*msg:][:msg]
+			if !bytes.Equal(got, want) {
+				return fmt.Errorf("READ %d: the bytes landed are not block %d's", i, block(i))
+			}
+			done++
+		}
+		if k == 0 {
+			if err := from.cq.Wait(ctx); err != nil {
+				return fmt.Errorf("after %d of %d READs: %w", done, reads, err)
+			}
+		}
+	}
+	return nil
 }

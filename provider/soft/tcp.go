@@ -47,8 +47,7 @@ type tcpLink struct {
 	ackPending atomic.Bool         // acks > 0, read without wmu
 	ackBuf     [1][]byte           // l.ack as net.Buffers, without allocating
 	wsock      *rawWriter          // non-blocking writes (write.go)
-	queued     []byte              // what the socket did not take yet
-	spare      []byte              // the drain's other buffer
+	queued     []chunk             // what the socket did not take yet
 	draining   bool                // drain is running
 	held       []*qp               // QPs whose pumps held off while it runs
 }
