@@ -40,6 +40,9 @@ type Queue struct {
 	// waiters counts the goroutines in a wait on q (poller.waitReady), so
 	// a completion nobody waits for wakes nobody (see kick).
 	waiters atomic.Int32
+	// nready counts the messages in msgs.ready, changed under mu and read
+	// without it by popMsgs.
+	nready atomic.Int32
 
 	mu       sync.Mutex
 	peer     *peer

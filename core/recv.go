@@ -287,6 +287,7 @@ func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 		return false
 	}
 	in.ready.push(m)
+	q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
 	q.rt.kick(q)
 	return true
 }
@@ -406,11 +407,18 @@ func (q *Queue) PopMsgs(out []krcore.Message) int {
 	return q.popMsgs(out)
 }
 
+// popMsgs pops what messages are ready. A look at none takes no lock: a
+// caller spinning on an empty port would otherwise take q.mu on every
+// look, a line the delivering goroutine on another core writes.
 func (q *Queue) popMsgs(out []krcore.Message) int {
+	if q.nready.Load() == 0 {
+		return 0
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := copy(out, q.msgs.ready.items())
 	q.msgs.ready.drop(n)
+	q.nready.Add(-int32(n))
 	return n
 }
 
