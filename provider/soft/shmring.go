@@ -84,11 +84,33 @@ const shmSpin = 20 * time.Microsecond
 // behind the reader on its P run within a few microseconds.
 const shmYieldPolls = 256
 
-// spinYield yields to the scheduler once every shmYieldPolls polls.
+// shmOSYieldPolls is how many polls a spinning reader makes between
+// yields of its CPU to the kernel (sched_yield). A futex wake-up on a busy
+// machine of two cores puts the woken peer on the waker's CPU (the kernel
+// wakes affine when the other CPU is taken), so the peer that must answer
+// often waits behind the very spinner waiting for the answer until the
+// spin ends: without these yields an 8 B SEND ping-pong at load 5-8 took
+// 30-60 us a half round trip (every wait spun out and slept), with them
+// 7 us (the two processes take turns on one CPU). With nothing else
+// runnable the yield returns at once (a fraction of a microsecond).
+const shmOSYieldPolls = 64
+
+// spinYield yields the CPU to other runnable threads once every
+// shmOSYieldPolls polls, and to the Go scheduler once every shmYieldPolls.
 func spinYield(polls int) {
+	if polls%shmOSYieldPolls == shmOSYieldPolls-1 {
+		osYield()
+	}
 	if polls%shmYieldPolls == shmYieldPolls-1 {
 		runtime.Gosched()
 	}
+}
+
+// osYield gives this thread's CPU to another runnable thread, if any. A raw
+// system call: it returns within microseconds, and the Go scheduler need
+// not hand this thread's P to another meanwhile.
+func osYield() {
+	syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 }
 
 // shmWakeRoom is the room a consumer makes before it wakes a producer
@@ -198,6 +220,9 @@ type shmLink struct {
 	left     uint32 // payload bytes of the frame being handled, unread
 	bell     [64]byte
 	busy     time.Time // when the reader last found work
+	// active is node.now() when this side last sent a frame or handled
+	// one: an exchange is under way (expecting).
+	active atomic.Int64
 	// slow: the last wait for a frame outlasted a spin. Spinning is
 	// adaptive, as a mutex's: on a machine of two cores shared with other
 	// work, a spinner that keeps missing takes the core its peer needs and
@@ -207,7 +232,8 @@ type shmLink struct {
 	// is judged by when the peer rang (answeredIn), not when this side
 	// woke: else one idle spell (a TCP block of an interleaved benchmark)
 	// kept every later wait asleep, each outlasting a spin by its own
-	// wake-up.
+	// wake-up. A wait while an exchange is under way (expecting) spins
+	// regardless.
 	slow bool
 
 	// The read role (shmrole.go): who may consume the in ring and use
@@ -271,6 +297,7 @@ func (l *shmLink) sendFrame(f *frame, lazy bool) {
 	for _, s := range f.segs {
 		l.put(s)
 	}
+	l.active.Store(l.node.now())
 	if lazy && l.queued.empty() {
 		if l.seg.sleeping(1-l.side).Load() != 0 {
 			l.unrung.Store(true)
@@ -554,7 +581,7 @@ func (l *shmLink) await(n uint64, lend bool) error {
 				from = spun
 			}
 		}
-		if time.Since(spun) < shmSpin && !(lend && l.slow) {
+		if time.Since(spun) < shmSpin && !(lend && l.slow && !l.expecting()) {
 			polls++
 			spinYield(polls)
 			continue

@@ -235,6 +235,7 @@ func (l *shmLink) pollFrames() (uint64, bool) {
 // reports false if the frame is malformed or the link failed in its middle.
 func (l *shmLink) handle() bool {
 	l.busy = time.Now()
+	l.active.Store(l.node.now())
 	l.consume(l.rdHeader[:])
 	f := &l.f
 	if decodeHeader(l.rdHeader[:], f) != nil || f.typ != frameRequest && f.typ != frameResponse {
@@ -261,7 +262,8 @@ func (l *shmLink) skipRest() bool {
 // role lent and reports got. It spins for shmSpin after the last frame it
 // handled, then sleeps on the link's futex word, as the background reader
 // does (the peer's next frame wakes this very thread); if c's last wait
-// outlasted a spin it sleeps at once (see shmLink.slow). After shmIdle
+// outlasted a spin it sleeps at once (see shmLink.slow), unless an
+// exchange on l is under way (expecting). After shmIdle
 // with nothing for c, it hands the role back; it reports yielded if it
 // handed it to a waiter that asked for it.
 func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
@@ -271,7 +273,7 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 	spin := begin
 	done := ctx.Done()
 	budget := shmSpin
-	if c.shmSlow.Load() {
+	if c.shmSlow.Load() && !l.expecting() {
 		budget = 0 // the last wait outlasted a spin (see shmLink.slow)
 	}
 	for i := 0; ; i++ {
@@ -349,4 +351,14 @@ func (c *cq) pollShm(l *shmLink) {
 	} else {
 		l.handBack()
 	}
+}
+
+// expecting reports whether a frame went either way on l within the last
+// shmSpin: an exchange is under way (a request just posted, a message
+// just answered), and the peer's next frame is due within a round trip.
+// A wait then spins whatever the last waits took: those may have been
+// slow only because the peer slept, and the peer sleeps because this
+// side did, a cycle that one slow answer started and nothing ended.
+func (l *shmLink) expecting() bool {
+	return time.Duration(l.node.now()-l.active.Load()) < shmSpin
 }
