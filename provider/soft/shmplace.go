@@ -290,12 +290,31 @@ func (l *shmLink) peerExited() bool {
 }
 
 // placer is a requester's view of the peer's export table and memory.
+// An in-place request reads view and last without a lock; mu guards
+// mapping (once per table or memfd), and unmapAll clears both with no
+// copy running.
 type placer struct {
+	view atomic.Pointer[placeView] // set once the table is mapped
+	last atomic.Pointer[placeMap]  // the memfd mapped last
+
 	mu     sync.Mutex
 	table  []byte            // the peer's export table, mapped read-only
 	broken bool              // the table cannot be mapped: never in place
 	maps   map[uint64][]byte // the peer's memfds by inode, mapped
 	evict  atomic.Bool       // maps is full: drop them all when no copy runs
+}
+
+// placeView is the peer's mapped export table and this node's address as
+// the peer's QP entries name it (addrHash).
+type placeView struct {
+	table []byte
+	self  uint64
+}
+
+// placeMap is one mapped memfd of the peer's, by inode.
+type placeMap struct {
+	ino uint64
+	mem []byte
 }
 
 // copying is side s's count of in-place copies it is making in the other
@@ -344,14 +363,17 @@ func (l *shmLink) openPeer(fd, ino, size uint64, ro bool) ([]byte, error) {
 	return unix.Mmap(f, 0, int(size), prot, unix.MAP_SHARED)
 }
 
-// table returns the peer's export table, mapping it the first time; nil
-// while the peer has not published it or if it cannot be mapped. l.segMu
-// is read-held.
-func (p *placer) peerTable(l *shmLink) []byte {
+// peerTable returns the peer's export table, mapping it the first time;
+// nil while the peer has not published it or if it cannot be mapped.
+// l.segMu is read-held.
+func (p *placer) peerTable(l *shmLink) *placeView {
+	if v := p.view.Load(); v != nil {
+		return v
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.table != nil || p.broken {
-		return p.table
+		return p.view.Load()
 	}
 	w := l.seg.exportLine(1 - l.side)
 	fd := w[0].Load()
@@ -368,19 +390,22 @@ func (p *placer) peerTable(l *shmLink) []byte {
 		return nil
 	}
 	p.table = t
-	return t
+	v := &placeView{table: t, self: addrHash(l.node.addr)}
+	p.view.Store(v)
+	return v
 }
 
 // mapping returns the peer's memfd with inode ino, mapping it if needed;
 // nil if it cannot. l.segMu is read-held.
 func (p *placer) mapping(l *shmLink, fd, ino, size uint64) []byte {
+	if m := p.last.Load(); m != nil && m.ino == ino {
+		return fit(m.mem, size)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.maps[ino]; ok {
-		if uint64(len(m)) < size {
-			return nil
-		}
-		return m
+		p.last.Store(&placeMap{ino: ino, mem: m})
+		return fit(m, size)
 	}
 	if len(p.maps) >= placeMaxMaps {
 		p.evict.Store(true)
@@ -394,6 +419,15 @@ func (p *placer) mapping(l *shmLink, fd, ino, size uint64) []byte {
 		p.maps = make(map[uint64][]byte)
 	}
 	p.maps[ino] = m
+	p.last.Store(&placeMap{ino: ino, mem: m})
+	return m
+}
+
+// fit returns m if it holds size bytes, else nil.
+func fit(m []byte, size uint64) []byte {
+	if uint64(len(m)) < size {
+		return nil
+	}
 	return m
 }
 
@@ -402,12 +436,14 @@ func (p *placer) mapping(l *shmLink, fd, ino, size uint64) []byte {
 func (p *placer) unmapAll(table bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.last.Store(nil)
 	for ino, m := range p.maps {
 		unix.Munmap(m)
 		delete(p.maps, ino)
 	}
 	p.evict.Store(false)
 	if table && p.table != nil {
+		p.view.Store(nil)
 		unix.Munmap(p.table)
 		p.table = nil
 		p.broken = true
@@ -436,8 +472,8 @@ func (l *shmLink) inPlace(q *qp, w *wqe) (uint32, bool) {
 	if l.segGone {
 		return 0, false
 	}
-	table := l.place.peerTable(l)
-	if table == nil {
+	view := l.place.peerTable(l)
+	if view == nil {
 		return 0, false
 	}
 	c := l.seg.copying(l.side)
@@ -446,7 +482,7 @@ func (l *shmLink) inPlace(q *qp, w *wqe) (uint32, bool) {
 	if l.seg.closing().Load() != 0 || l.dead.Load() || !l.seg.peerAlive(1-l.side) {
 		return 0, false
 	}
-	remote, ok := l.checkPlace(q, w, table)
+	remote, ok := l.checkPlace(q, w, view)
 	if !ok {
 		return 0, false
 	}
@@ -460,7 +496,8 @@ func (l *shmLink) inPlace(q *qp, w *wqe) (uint32, bool) {
 // checkPlace checks w against the peer's QP and MR entries, as the
 // responder's execute and perform would, and returns the remote bytes.
 // The caller counts itself in the link's in-place word.
-func (l *shmLink) checkPlace(q *qp, w *wqe, table []byte) ([]byte, bool) {
+func (l *shmLink) checkPlace(q *qp, w *wqe, view *placeView) ([]byte, bool) {
+	table := view.table
 	need := verbs.AccessRemoteRead
 	if w.wr.Op == verbs.OpWrite {
 		need = verbs.AccessRemoteWrite
@@ -470,7 +507,7 @@ func (l *shmLink) checkPlace(q *qp, w *wqe, table []byte) ([]byte, bool) {
 		return nil, false
 	}
 	dest := qe[qpDest].Load()
-	if uint32(dest) != q.num || verbs.Access(dest>>32)&need == 0 || qe[qpAddr].Load() != addrHash(q.node.addr) {
+	if uint32(dest) != q.num || verbs.Access(dest>>32)&need == 0 || qe[qpAddr].Load() != view.self {
 		return nil, false
 	}
 	pdID := qe[qpPD].Load()
