@@ -131,13 +131,7 @@ func (m *mr) Close() error {
 	n.mrMu.Lock()
 	delete(n.mrs, m.key)
 	n.mrMu.Unlock()
-	for i := 0; m.users.Load() > 0; i++ {
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(10 * time.Microsecond)
-		}
-	}
+	awaitDone(func() bool { return m.users.Load() == 0 }, nil)
 	m.unpin()
 	m.pd.refs.Add(-1)
 	n.release(&n.counts.mr)
@@ -199,4 +193,22 @@ func (a *ah) Close() error {
 	a.pd.refs.Add(-1)
 	untrack(a.pd.node, a.pd.node.ahs, a)
 	return nil
+}
+
+// awaitDone waits until done reports true, for copies that other
+// goroutines (or, in place, the peer process) are finishing: it yields
+// to the scheduler at first, a copy ending within microseconds, then
+// sleeps in short steps. It gives up once abandon (if not nil) reports
+// true: whoever was copying is gone.
+func awaitDone(done, abandon func() bool) {
+	for i := 0; !done(); i++ {
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if abandon != nil && abandon() {
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }

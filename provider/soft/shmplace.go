@@ -5,10 +5,8 @@ package soft
 import (
 	"fmt"
 	"hash/fnv"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -267,16 +265,7 @@ func (l *shmLink) fencePeer() {
 		return
 	}
 	c := l.seg.copying(1 - l.side)
-	for i := 0; c.Load() != 0; i++ {
-		if i < 64 {
-			runtime.Gosched()
-			continue
-		}
-		if l.peerExited() {
-			return
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
+	awaitDone(func() bool { return c.Load() == 0 }, l.peerExited)
 }
 
 // peerExited reports whether the peer process is known to have exited.
