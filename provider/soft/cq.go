@@ -276,8 +276,6 @@ var errCQClosed = fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
 func (c *cq) stopped() bool { return c.flags.Load() != 0 || c.node.closed.Load() }
 
 func (c *cq) Wait(ctx context.Context) error {
-	if c.shmOnly() != nil {
-	}
 	if c.idle.Load() != 0 {
 		c.idle.Store(0)
 	}
