@@ -126,9 +126,11 @@
 // (ReasonPeerNoSMC); a proposal without the UEID is declined. It needs a
 // build with -tags rdma (cgo, libibverbs): without it OpenRDMA fails with
 // an error wrapping ibverbs.ErrNotBuilt. Dial in this mode proposes at
-// once, so it dials SMC servers only. Not built: a second link (and so
-// failover), urgent data, the Go process dying mid-connection (no
-// DELETE_LINK is sent: the kernel finds the link dead at its TEST_LINK).
+// once, so it dials SMC servers only. A Go process killed mid-connection
+// sends nothing more (no DELETE_LINK): the kernel ends its side when its
+// link test finds the link dead, net.smc.smcr_testlink_time (30 s by
+// default) plus 2 s after the link's last message. Not built: a second
+// link (and so failover), urgent data.
 //
 // # Tools
 //

@@ -40,7 +40,9 @@ type RDMAConfig struct {
 	// Hostname goes into the first-contact extension; "" is krcore.
 	Hostname string
 	// Linger is how long a link group without connections stays up for
-	// the next one to the same kernel peer; 0 is one second.
+	// the next one to the same kernel peer; 0 is one second, and a
+	// negative Linger ends an idle group at once (DELETE_LINK as its last
+	// connection is freed).
 	Linger time.Duration
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +85,15 @@ type ksmc struct {
 // startKsmc runs ksmc with args; the test's end kills it if it still runs.
 func startKsmc(t *testing.T, args ...string) *ksmc {
 	t.Helper()
-	k := &ksmc{cmd: exec.Command(os.Getenv("KRCORE_SMC_KSMC"), args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	return startProc(t, exec.Command(os.Getenv("KRCORE_SMC_KSMC"), args...))
+}
+
+// startProc runs cmd, its output kept; the test's end kills it if it
+// still runs.
+func startProc(t *testing.T, cmd *exec.Cmd) *ksmc {
+	t.Helper()
+	name := filepath.Base(cmd.Path) + " " + strings.Join(cmd.Args[1:], " ")
+	k := &ksmc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	k.cmd.Stdout, k.cmd.Stderr = k.out, k.out
 	if err := k.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -94,12 +103,22 @@ func startKsmc(t *testing.T, args ...string) *ksmc {
 		k.cmd.Process.Kill() // a no-op once it exited
 		err := <-k.done
 		k.done <- err
-		t.Logf("ksmc %s: %v\n%s", strings.Join(args, " "), err, k.out.String())
+		t.Logf("%s: %v\n%s", name, err, k.out.String())
 	})
 	return k
 }
 
 var errRunning = errors.New("ksmc still running")
+
+// waitOut waits at most d for want in k's output.
+func (k *ksmc) waitOut(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); !strings.Contains(k.out.String(), want); {
+		if time.Now().After(end) || k.wait(20*time.Millisecond) != errRunning {
+			t.Fatalf("%s: no %q (ended or %v passed):\n%s", k.cmd.Args[0], want, d, k.out.String())
+		}
+	}
+}
 
 // wait waits at most d for ksmc's end (errRunning if it did not).
 func (k *ksmc) wait(d time.Duration) error {
@@ -185,7 +204,26 @@ func TestKernelClientEcho(t *testing.T) {
 	}
 	expectIn(t, "kernel client", k.out.String(), "mode=SMCR", "bulk bytes=1048576", "corrupt=0", "pingpong n=1000")
 	expectIn(t, "Go server", result(t, res), "mode SMC echoed 1056656: <nil>; close: <nil>")
+	var n int
+	var ms, rtt float64
+	scanOut(t, k.out.String(), "bulk bytes=%d ms=%g", &n, &ms)
+	scanOut(t, k.out.String(), "pingpong n=%d rtt_us=%g", &n, &rtt)
+	// For guest.sh's ratios against the kernel pair and TCP.
+	t.Logf("figure go-server bulk_ms=%.1f rtt_us=%.1f", ms, rtt)
 	waitGroups(t, r, 0)
+}
+
+// scanOut scans the line of out that starts as format does.
+func scanOut(t *testing.T, out, format string, args ...any) {
+	t.Helper()
+	i := strings.Index(out, format[:strings.Index(format, "=")])
+	if i < 0 {
+		t.Errorf("no %q in:\n%s", format, out)
+		return
+	}
+	if _, err := fmt.Sscanf(out[i:], format, args...); err != nil {
+		t.Errorf("scanning %q: %v", format, err)
+	}
 }
 
 // waitGroups waits until r has n link groups up.
@@ -286,7 +324,8 @@ func TestKernelServerDial(t *testing.T) {
 	if err := echoCheck(c, bulk); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("bulk bytes=%d ms=%.1f", len(bulk), float64(time.Since(start).Microseconds())/1e3)
+	bulkMs := float64(time.Since(start).Microseconds()) / 1e3
+	t.Logf("bulk bytes=%d ms=%.1f", len(bulk), bulkMs)
 	ping, back := []byte("krcoping"), make([]byte, 8)
 	var inWrite time.Duration
 	for i := -10; i < 1000; i++ {
@@ -302,8 +341,10 @@ func TestKernelServerDial(t *testing.T) {
 			t.Fatalf("ping %d: %v (%q)", i, err, back)
 		}
 	}
-	t.Logf("pingpong n=1000 rtt_us=%.1f (in Write %.1f us)", float64(time.Since(start).Microseconds())/1000,
-		float64(inWrite.Microseconds())/1000)
+	rtt := float64(time.Since(start).Microseconds()) / 1000
+	t.Logf("pingpong n=1000 rtt_us=%.1f (in Write %.1f us)", rtt, float64(inWrite.Microseconds())/1000)
+	// For guest.sh's ratios against the kernel pair and TCP.
+	t.Logf("figure go-client bulk_ms=%.1f rtt_us=%.1f", bulkMs, rtt)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -408,5 +449,144 @@ func TestKernelPlainTCPClient(t *testing.T) {
 	expectIn(t, "Go server", result(t, res), "TCP: peer did not indicate SMC (0x03010000)", "echoed 1056656: <nil>")
 	if n := r.LinkGroups(); n != 0 {
 		t.Errorf("%d link groups after a TCP client, want 0", n)
+	}
+}
+
+// childEnv tells TestKernelChild which child of TestKernelGoKilled to be.
+const childEnv = "KRCORE_SMC_CHILD"
+
+// TestKernelChild is no test of its own: it is the Go process
+// TestKernelGoKilled kills. With KRCORE_SMC_CHILD=serve it echoes a
+// kernel client's bytes on a Go listener (rxeA, port 5210); with =dial it
+// ping-pongs against a kernel server (port 5211) from rxeB; either until
+// it is killed.
+func TestKernelChild(t *testing.T) {
+	switch os.Getenv(childEnv) {
+	case "serve":
+		ln := listenKernel(t, "10.1.0.1:5210", &smc.Options{RDMA: openRDMA(t, "A")})
+		fmt.Println("child listening")
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("child accepted mode %v\n", smc.ModeOf(c))
+		_, err = io.Copy(c, c)
+		t.Fatalf("the kernel client ended before the kill: %v", err)
+	case "dial":
+		opts := &smc.Options{RDMA: openRDMA(t, "B")}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, err := smc.DialContext(ctx, "tcp", "10.1.0.1:5211", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("child dialed mode %v\n", smc.ModeOf(c))
+		b := []byte("childpin")
+		for i := 0; ; i++ {
+			if i == 10 {
+				fmt.Println("child pinging")
+			}
+			if _, err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	default:
+		t.Skip("TestKernelGoKilled's child process")
+	}
+}
+
+// lgrs is how many SMC-R link groups the kernel holds (ksmc lgrs).
+func lgrs(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command(os.Getenv("KRCORE_SMC_KSMC"), "lgrs").Output()
+	var n int
+	if err == nil {
+		_, err = fmt.Sscanf(string(out), "lgrs smcr=%d", &n)
+	}
+	if err != nil {
+		t.Fatalf("ksmc lgrs: %v (%s)", err, out)
+	}
+	return n
+}
+
+// kernelDiag is ksmc diag's output: one line per AF_SMC socket.
+func kernelDiag(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(os.Getenv("KRCORE_SMC_KSMC"), "diag").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ksmc diag: %v (%s)", err, out)
+	}
+	return string(out)
+}
+
+// TestKernelGoKilled: a Go process in the kernel wire mode is killed
+// (SIGKILL) mid-connection, once as the server of a kernel client that
+// is ping-ponging, once as a client ping-ponging a kernel server. It can
+// send nothing more (no abort CDC, no DELETE_LINK), and its QPs vanish
+// with it: rxe drops what arrives for them, sending no NAK. The kernel
+// ends each connection when it finds the link dead: at once if its next
+// WRITE or SEND goes unanswered (its RC retries run out), else when its
+// link test (TEST_LINK after net.smc.smcr_testlink_time, 30 s by default,
+// of a quiet link) gets no answer. Both kernel processes must end and the
+// kernel's link groups go back to their count before; how long each took
+// is logged.
+func TestKernelGoKilled(t *testing.T) {
+	if os.Getenv("KRCORE_SMC_VM") != "1" {
+		t.Skip("runs in .ci/smc-vm.sh's VM (KRCORE_SMC_VM=1)")
+	}
+	testlink, _ := os.ReadFile("/proc/sys/net/smc/smcr_testlink_time")
+	t.Logf("net.smc.smcr_testlink_time=%s", strings.TrimSpace(string(testlink)))
+	before := lgrs(t)
+	child := func(role string) *ksmc {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKernelChild$", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"="+role)
+		return startProc(t, cmd)
+	}
+	srv := startKsmc(t, "serve", "-n", "1", "5211")
+	srv.waitOut(t, "serve listening", 30*time.Second)
+	dialer := child("dial")
+	server := child("serve")
+	server.waitOut(t, "child listening", 60*time.Second)
+	cli := startKsmc(t, "echo", "10.1.0.1", "5210", "65536", "1000000000")
+	cli.waitOut(t, "bulk bytes=", 60*time.Second)
+	dialer.waitOut(t, "child pinging", 60*time.Second)
+	t.Logf("before the kill: %d link groups (%d before the test); smc_diag:\n%s", lgrs(t), before, kernelDiag(t))
+
+	killed := time.Now()
+	server.cmd.Process.Kill()
+	dialer.cmd.Process.Kill()
+	var wg sync.WaitGroup
+	for _, k := range []*ksmc{cli, srv} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := k.wait(90 * time.Second)
+			t.Logf("kernel %s ended %.1f s after the kill: %v; smc_diag now:\n%s", k.cmd.Args[1],
+				time.Since(killed).Seconds(), err, kernelDiag(t))
+			if err == errRunning {
+				t.Errorf("kernel %s still runs 90 s after the kill", k.cmd.Args[1])
+			}
+		}()
+	}
+	wg.Wait()
+	for lgrs(t) > before {
+		if time.Since(killed) > 120*time.Second {
+			t.Fatalf("%d link groups 120 s after the kill, want %d", lgrs(t), before)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("link groups back to %d %.1f s after the kill", before, time.Since(killed).Seconds())
+	if d := kernelDiag(t); d != "" {
+		t.Errorf("AF_SMC sockets left after the kill:\n%s", d)
+	}
+	if out, err := exec.Command("dmesg").Output(); err == nil {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "smc") && strings.Contains(l, "link") {
+				t.Log(l)
+			}
+		}
 	}
 }

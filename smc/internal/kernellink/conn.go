@@ -24,6 +24,12 @@ type Conn struct {
 	Peer *smcr.AcceptConfirm
 
 	txMu sync.Mutex // one CDC sender at a time, so sequence numbers go out in order
+	// The sender's scratch, under txMu, so that a Write allocates
+	// nothing: the CDC message's bytes and the WRITEs of one writeSome
+	// (the provider copies both when they are posted).
+	cdcBuf [smcr.LLCLen]byte
+	wrs    [wrsPerSlot]verbs.SendWR
+	sges   [wrsPerSlot]verbs.SGE
 
 	mu         sync.Mutex
 	changed    chan struct{} // closed and replaced on every change a waiter may want
@@ -231,11 +237,13 @@ func (c *Conn) writeSome(p []byte, cancel <-chan struct{}) (int, error) {
 	}
 	size := c.peerSize()
 	n := min(len(p), c.room()) // 0 when another writer took the room: Write waits again
-	var wrs []verbs.SendWR
+	wrs := c.wrs[:0]
 	for done := 0; done < n; {
 		off := int((c.txProd + uint64(done)) % uint64(size))
 		k := copy(c.snd.Bytes()[off:min(size, off+n-done)], p[done:n])
-		wrs = append(wrs, verbs.SendWR{ID: 1 << 32, Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(c.snd, off, k)},
+		i := len(wrs)
+		c.sges[i] = verbs.SGEOf(c.snd, off, k)
+		wrs = append(wrs, verbs.SendWR{ID: 1 << 32, Op: verbs.OpWrite, SGL: c.sges[i : i+1 : i+1],
 			RemoteAddr: c.Peer.RMBAddr + uint64(off), RKey: c.Peer.RMBRkey})
 		done += k
 	}
@@ -290,7 +298,7 @@ func (c *Conn) sendCDCLocked(prodFlags, connFlags uint8, wrs ...verbs.SendWR) er
 	u := slotUse{conn: c, fin: c.txProd}
 	c.mu.Unlock()
 	defer c.mu.Lock()
-	return c.g.send(context.Background(), m.Append(nil), u, wrs...)
+	return c.g.send(context.Background(), m.Append(c.cdcBuf[:0]), u, wrs...)
 }
 
 // update returns our consumer cursor when the kernel's rule

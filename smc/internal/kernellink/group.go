@@ -58,7 +58,7 @@ type Config struct {
 	// ADD_LINK, which is declined.
 	MaxLinks uint8
 	// Linger is how long a group without connections stays up for the
-	// next one; 0 ends it at once.
+	// next one; 0 or less ends it at once.
 	Linger time.Duration
 }
 
@@ -113,6 +113,9 @@ type Group struct {
 	mem     []*offheap.Block
 
 	slotFree chan int
+	slotSGE  [slots]verbs.SGE // each slot's SEND's one SGE, its slot's owner's
+	recvWR   [1]verbs.RecvWR  // the poller's scratch for reposting a receive
+	recvSGE  [1]verbs.SGE
 	llcIn    chan []byte // LLC messages the poller does not answer itself
 	stop     context.CancelFunc
 	polled   chan struct{} // closed when the poller returned
@@ -306,8 +309,9 @@ func (g *Group) post(slot int, b []byte, u slotUse, wrs []verbs.SendWR) error {
 	g.use[slot] = u
 	g.mu.Unlock()
 	copy(g.tx.Bytes()[slot*slotSize:], b)
+	g.slotSGE[slot] = verbs.SGEOf(g.tx, slot*slotSize, len(b))
 	wrs = append(wrs, verbs.SendWR{ID: uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled,
-		SGL: []verbs.SGE{verbs.SGEOf(g.tx, slot*slotSize, len(b))}})
+		SGL: g.slotSGE[slot : slot+1 : slot+1]})
 	if _, err := g.qp.PostSend(wrs); err != nil {
 		g.mu.Lock()
 		g.use[slot] = slotUse{}

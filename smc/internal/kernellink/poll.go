@@ -51,12 +51,26 @@ func (g *Group) complete(wc verbs.WC) error {
 		return nil
 	}
 	i := int(wc.ID)
-	b := append([]byte(nil), g.llc.Bytes()[i*llcBufSize:i*llcBufSize+int(wc.ByteLen)]...)
-	rwr := []verbs.RecvWR{{ID: wc.ID, SGL: []verbs.SGE{verbs.SGEOf(g.llc, i*llcBufSize, llcBufSize)}}}
-	if _, err := g.qp.PostRecv(rwr); err != nil {
-		return fmt.Errorf("kernellink: reposting a receive: %w", err)
+	b := g.llc.Bytes()[i*llcBufSize : i*llcBufSize+int(wc.ByteLen)]
+	var err error
+	if len(b) > 0 && b[0] == smcr.CDCType {
+		// Handled in place before the buffer is reposted: a CDC message
+		// is applied at once, nothing of it kept.
+		err = g.receiveCDC(b)
+	} else {
+		// An LLC message may be kept (passed on, or an answer waiting
+		// for a send slot): a copy.
+		b = append([]byte(nil), b...)
 	}
-	return g.receive(b)
+	g.recvSGE[0] = verbs.SGEOf(g.llc, i*llcBufSize, llcBufSize)
+	g.recvWR[0] = verbs.RecvWR{ID: wc.ID, SGL: g.recvSGE[:]}
+	if _, perr := g.qp.PostRecv(g.recvWR[:]); perr != nil {
+		return fmt.Errorf("kernellink: reposting a receive: %w", perr)
+	}
+	if err != nil || len(b) == 0 || b[0] == smcr.CDCType {
+		return err
+	}
+	return g.receiveLLC(b)
 }
 
 // freeSlot settles a completed SEND's slot, then sends what waited for
@@ -83,26 +97,25 @@ func (g *Group) freeSlot(slot int) {
 	g.slotFree <- slot
 }
 
-// receive handles one message: a CDC message goes to its connection; the
-// LLC requests a single-link group answers are answered here; the rest
-// (CONFIRM_LINK) goes to the handshake waiting for it.
-func (g *Group) receive(b []byte) error {
-	if len(b) == 0 {
-		return nil
+// receiveCDC passes a CDC message to its connection.
+func (g *Group) receiveCDC(b []byte) error {
+	m, err := smcr.DecodeCDC(b)
+	if err != nil {
+		return err
 	}
-	if b[0] == smcr.CDCType {
-		m, err := smcr.DecodeCDC(b)
-		if err != nil {
-			return err
-		}
-		g.mu.Lock()
-		c := g.conns[m.Token]
-		g.mu.Unlock()
-		if c != nil {
-			c.onCDC(m)
-		}
-		return nil
+	g.mu.Lock()
+	c := g.conns[m.Token]
+	g.mu.Unlock()
+	if c != nil {
+		c.onCDC(m)
 	}
+	return nil
+}
+
+// receiveLLC handles an LLC message: the requests a single-link group
+// answers are answered here; the rest (CONFIRM_LINK) goes to the
+// handshake waiting for it.
+func (g *Group) receiveLLC(b []byte) error {
 	h, err := smcr.ParseLLCHeader(b)
 	if err != nil {
 		return err
