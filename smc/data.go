@@ -462,14 +462,20 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	}
 	// A client's first CDC can come before its server learned the
 	// client's buffer (psize 0): it carries no cursor of bytes sent yet.
+	// Only the goroutines the message concerns are woken: a window update
+	// (the common message of a stream) wakes the writer alone, not also
+	// the reader and the keeper, each a wake-up on a loaded core.
+	window := false
 	if c.psize > 0 {
 		if v := fromCursor(m.cons, c.psize, c.peerCons); v > c.peerCons && v <= c.sent {
-			c.peerCons = v
+			c.peerCons, window = v, true
 		}
 	}
-	if m.prodFlags&(flagWriteBlocked|flagCursorRequest) != 0 {
+	keep := m.prodFlags&(flagWriteBlocked|flagCursorRequest) != 0
+	if keep {
 		c.peerBlocked = true
 	}
+	state := m.connFlags&(flagDoneWriting|flagConnClosed|flagAbnormal) != 0
 	if m.connFlags&(flagDoneWriting|flagConnClosed) != 0 {
 		c.peerDoneWriting = true
 	}
@@ -480,9 +486,15 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 		c.err = fmt.Errorf("smc: the peer aborted: %w", errAborted)
 	}
 	c.mu.Unlock()
-	signal(c.rxSig)
-	signal(c.txSig)
-	signal(c.kick)
+	if state {
+		signal(c.rxSig)
+	}
+	if window || state {
+		signal(c.txSig)
+	}
+	if keep || state {
+		signal(c.kick)
+	}
 	return true
 }
 
