@@ -22,13 +22,23 @@ import (
 // the Node's reaper pops them too while requests are in flight, so that a
 // WRITE that failed ends its connection within a reapEvery even if the
 // connection only reads from then on.
+//
+// Nobody holds mu while waiting for a completion: one waiter at a time
+// (the popper) sleeps in PopWait and the others on credited, so that a
+// connection waiting for staging room, for credit or for its last
+// requests before its buffers go back does not hold up the pushes of the
+// other connections on the queue (a thousand connections closing at once
+// queued behind each other's waits for up to opTimeout each).
 type sharedQueue struct {
 	q krcore.VQ
 
-	mu     sync.Mutex // held to push to q or pop from it
-	owed   []owed     // the requests in flight, in push order
-	nextID uint64
-	outs   [16]krcore.Completion
+	mu       sync.Mutex // held to push to q, pop from it without waiting, and for the fields below
+	owed     []owed     // the requests in flight, in push order
+	nextID   uint64
+	outs     [16]krcore.Completion
+	popping  bool               // a waiter sleeps in PopWait
+	popWake  context.CancelFunc // ends the popper's PopWait: someone else popped
+	credited chan struct{}      // closed (and replaced) when the popper credited what it popped
 
 	users  int  // under Node.mu
 	broken bool // under Node.mu: a request failed on it; no new user
@@ -59,12 +69,15 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 	r.ID, o.id = s.nextID, s.nextID
 	var ctx context.Context
 	for {
+		// The request is owed before it is pushed: a waiter may pop its
+		// completion at once, and credits it under mu, after this.
+		s.owed = append(s.owed, o)
 		_, err := s.q.Push(context.Background(), false, r)
 		if err == nil {
-			s.owed = append(s.owed, o)
 			signal(o.c.node.reapKick)
 			return nil
 		}
+		s.owed = s.owed[:len(s.owed)-1]
 		if errors.Is(err, krcore.ErrNoCredit) && len(s.owed) > 0 {
 			if ctx == nil {
 				var cancel context.CancelFunc
@@ -72,6 +85,7 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 				defer cancel()
 			}
 			if err = s.waitOne(ctx); err == nil {
+				s.reap()
 				continue
 			}
 		}
@@ -161,26 +175,57 @@ func (n *Node) reapAll() bool {
 	return busy
 }
 
-// reap pops what completed, without waiting; s.mu held.
+// reap pops what completed, without waiting, and wakes a popper: a
+// completion it waits for may be among them; s.mu held.
 func (s *sharedQueue) reap() {
 	for len(s.owed) > 0 {
 		k := s.q.Pop(s.outs[:])
 		s.credit(k)
+		if k > 0 && s.popWake != nil {
+			s.popWake()
+		}
 		if k < len(s.outs) {
 			return
 		}
 	}
 }
 
-// waitOne waits for at least one completion and credits what came; s.mu
-// held.
+// waitOne waits until completions were credited: it pops them itself
+// (PopWait, without s.mu) unless another waiter does, then it waits for
+// that one to credit what it popped. s.mu is held on entry and on return,
+// not while waiting.
 func (s *sharedQueue) waitOne(ctx context.Context) error {
-	k, err := s.q.PopWait(ctx, s.outs[:])
-	if err != nil {
-		return err
+	if s.popping {
+		if s.credited == nil {
+			s.credited = make(chan struct{})
+		}
+		ch := s.credited
+		s.mu.Unlock()
+		defer s.mu.Lock()
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	s.credit(k)
-	return nil
+	pctx, wake := context.WithCancel(ctx)
+	defer wake()
+	s.popping, s.popWake = true, wake
+	s.mu.Unlock()
+	var outs [len(s.outs)]krcore.Completion
+	k, err := s.q.PopWait(pctx, outs[:])
+	s.mu.Lock()
+	s.popping, s.popWake = false, nil
+	if s.credited != nil {
+		close(s.credited) // the other waiters look again, one of them pops next
+		s.credited = nil
+	}
+	s.creditFrom(outs[:k])
+	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+		err = nil // woken by reap: what it popped may be what this waiter waits for
+	}
+	return err
 }
 
 // credit hands the first k of s.outs to the connections owed them. They
@@ -189,9 +234,12 @@ func (s *sharedQueue) waitOne(ctx context.Context) error {
 // owed (dropping them would leave their connections waiting for staging
 // room that is never freed). A completion owed to no one (not pushed
 // here) is ignored; s.mu held.
-func (s *sharedQueue) credit(k int) {
-	for i := range s.outs[:k] {
-		out := &s.outs[i]
+func (s *sharedQueue) credit(k int) { s.creditFrom(s.outs[:k]) }
+
+// creditFrom is credit of outs; s.mu held.
+func (s *sharedQueue) creditFrom(outs []krcore.Completion) {
+	for i := range outs {
+		out := &outs[i]
 		j := slices.IndexFunc(s.owed, func(o owed) bool { return o.id == out.ID })
 		if j < 0 {
 			continue

@@ -3,8 +3,10 @@ package smc
 import (
 	"context"
 	"errors"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -54,5 +56,77 @@ func TestPushRefused(t *testing.T) {
 	}
 	if c.freed != 8 || c.err != nil || len(s.owed) != 0 {
 		t.Fatalf("after the refusal: freed %d, connection error %v, owed %v; want 8, nil, none", c.freed, c.err, s.owed)
+	}
+}
+
+// heldVQ accepts every push and completes a request only when the test
+// says so; its PopWait sees completions only when rung, so that a test
+// can tell whether someone else's Pop woke the waiter.
+type heldVQ struct {
+	krcore.VQ
+	mu   sync.Mutex
+	done []krcore.Completion
+	bell chan struct{}
+}
+
+func (q *heldVQ) Push(context.Context, bool, ...krcore.Request) (int, error) { return 1, nil }
+
+func (q *heldVQ) Pop(out []krcore.Completion) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := copy(out, q.done)
+	q.done = q.done[k:]
+	return k
+}
+
+func (q *heldVQ) PopWait(ctx context.Context, out []krcore.Completion) (int, error) {
+	select {
+	case <-q.bell:
+		return q.Pop(out), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (q *heldVQ) complete(id uint64) {
+	q.mu.Lock()
+	q.done = append(q.done, krcore.Completion{ID: id})
+	q.mu.Unlock()
+}
+
+// TestWaitHoldsNoPush: a connection waiting for its request's completion
+// does not hold up another connection's push on the same queue, and a
+// completion that push pops on its way ends the wait at once.
+func TestWaitHoldsNoPush(t *testing.T) {
+	n := &Node{reapKick: make(chan struct{}, 1)}
+	a, b := &Conn{node: n}, &Conn{node: n}
+	q := &heldVQ{bell: make(chan struct{})}
+	s := &sharedQueue{q: q}
+	if err := s.push(krcore.Request{}, owed{c: a, n: 8}); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.settle(a, func() bool { return a.freed == 8 }) }()
+	for popping := false; !popping; {
+		time.Sleep(time.Millisecond)
+		s.mu.Lock()
+		popping = s.popping
+		s.mu.Unlock()
+	}
+	q.complete(1) // PopWait is not rung: only the next push's Pop sees it
+	pushed := make(chan error, 1)
+	go func() { pushed <- s.push(krcore.Request{}, owed{c: b, n: 4}) }()
+	for name, ch := range map[string]chan error{"push beside the wait": pushed, "wait, once the push popped its completion": waited} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still blocked after 5s", name)
+		}
+	}
+	if a.freed != 8 || len(s.owed) != 1 || s.owed[0].c != b {
+		t.Fatalf("a freed %d, owed %v; want 8 and b's request alone", a.freed, s.owed)
 	}
 }
