@@ -90,6 +90,14 @@ type VQ interface {
 	PopMsgs(out []Message) int
 	// PopMsgsWait is PopMsgs that waits, within ctx, for at least one.
 	PopMsgsWait(ctx context.Context, out []Message) (int, error)
+	// PopAnyWait waits, within ctx, until the queue has a completion for
+	// out or a message for msgs, and pops what is ready of both: nc
+	// completions into out, nm messages into msgs. One goroutine sleeps
+	// once for either, so a caller that pushed a request and expects the
+	// answer at the port its queue holds takes both itself. An empty
+	// msgs makes it PopWait, an empty out PopMsgsWait; both empty is
+	// ErrInvalid. Close wakes it with ErrClosed once nothing is left.
+	PopAnyWait(ctx context.Context, out []Completion, msgs []Message) (nc, nm int, err error)
 	// Bind takes a port on this node: SENDs to it arrive at this queue.
 	// Port 0 is reserved; a port another queue holds fails with
 	// ErrPortInUse.

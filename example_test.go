@@ -99,3 +99,58 @@ func ExampleVQ_Bind() {
 	fmt.Printf("from node %d, imm %d: %s\n", m[0].From, m[0].Imm, inbox.Bytes()[:m[0].Len])
 	// Output: from node 1, imm 7: GET /
 }
+
+// A caller sends a request and takes the answer, which comes to the port
+// its queue holds, with one wait for both: the request's completion and
+// the reply may come in either order.
+func ExampleVQ_PopAnyWait() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	caller, server := core.Embed(c.Node(1)), core.Embed(c.Node(2))
+
+	srv, _ := server.Queue() // the server answers at port 9, to port 8
+	defer srv.Close()
+	srv.Bind(9)
+	srv.Connect(ctx, 1, &krcore.ConnectOptions{Port: 8})
+	sbuf, _ := server.RegMR(64, verbs.AccessLocalWrite)
+	srv.PushRecv(sbuf.Range(0, 32))
+
+	q, _ := caller.Queue()
+	defer q.Close()
+	q.Bind(8)
+	q.Connect(ctx, 2, &krcore.ConnectOptions{Port: 9})
+	buf, _ := caller.RegMR(64, verbs.AccessLocalWrite)
+	q.PushRecv(buf.Range(32, 32)) // the reply lands here
+	copy(buf.Bytes(), "ping")
+	q.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: buf.Range(0, 4)})
+
+	served := make(chan struct{})
+	go func() { // the server: echo one message
+		defer close(served)
+		var in [1]krcore.Message
+		if _, err := srv.PopMsgsWait(ctx, in[:]); err == nil {
+			copy(sbuf.Bytes()[32:], "pong")
+			srv.Push(ctx, true, krcore.Request{ID: 1, Op: verbs.OpSend, Local: sbuf.Range(32, 4)})
+		}
+	}()
+
+	var out [1]krcore.Completion
+	var msgs [1]krcore.Message
+	sent, replied := false, false
+	for !sent || !replied {
+		nc, nm, err := q.PopAnyWait(ctx, out[:], msgs[:])
+		if err != nil {
+			panic(err)
+		}
+		sent, replied = sent || nc > 0, replied || nm > 0
+	}
+	<-served
+	m := msgs[0]
+	fmt.Println(out[0].Err(), string(m.Buf.MR.Bytes()[m.Buf.Off:m.Buf.Off+m.Len]))
+	// Output: <nil> pong
+}

@@ -116,3 +116,60 @@ func (v *VQ) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, error)
 		}
 	}
 }
+
+// PopAnyWait waits for at least one completion (into out) or message
+// (into msgs) and pops what is ready of both. It sleeps on the message
+// bell with ClientAny raised, which makes the daemon ring that bell for
+// completions too, so one sleep serves both. An empty msgs makes it
+// PopWait, an empty out PopMsgsWait; both empty is ErrInvalid.
+func (v *VQ) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krcore.Message) (nc, nm int, err error) {
+	switch {
+	case len(out) == 0 && len(msgs) == 0:
+		return 0, 0, fmt.Errorf("client: pop any wait: no room for a completion or a message: %w", verbs.ErrInvalid)
+	case len(msgs) == 0:
+		nc, err = v.PopWait(ctx, out)
+		return nc, 0, err
+	case len(out) == 0:
+		nm, err = v.PopMsgsWait(ctx, msgs)
+		return 0, nm, err
+	}
+	for {
+		if nc, nm = v.Pop(out), v.PopMsgs(msgs); nc+nm > 0 {
+			return nc, nm, nil
+		}
+		if v.shut.Load() {
+			return 0, 0, v.errClosed()
+		}
+		if err := v.c.err(); err != nil {
+			return 0, 0, err
+		}
+		raised := false
+		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, func() bool {
+			r := v.ring
+			if !raised { // before the look that precedes the sleep
+				wire.Publish(r.Ctr(wire.ClientAny), 1)
+				raised = true
+			}
+			return r.Ctr(wire.MsgTail).Load() != r.Ctr(wire.MsgHead).Load() ||
+				r.Ctr(wire.CQTail).Load() != r.Ctr(wire.CQHead).Load()
+		})
+		if raised {
+			v.lowerAny()
+		}
+		if err != nil && v.c.err() == nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// lowerAny clears ClientAny once PopAnyWait no longer sleeps, unless the
+// queue was released meanwhile.
+func (v *VQ) lowerAny() {
+	v.live.RLock()
+	defer v.live.RUnlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.closed {
+		v.ring.Ctr(wire.ClientAny).Store(0)
+	}
+}

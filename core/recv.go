@@ -435,3 +435,29 @@ func (q *Queue) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, err
 	}, nil)
 	return n, err
 }
+
+// PopAnyWait waits for at least one completion (into out) or message
+// (into msgs) and pops what is ready of both. With completions wanted it
+// waits as PopWait does, on the node's send completion queue, and polls
+// the receive queue beside it: a message to the port wakes it through
+// whoever dispatches the receive queue (kick). With out empty it is
+// PopMsgsWait. Both empty is refused at once (verbs.ErrInvalid).
+func (q *Queue) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krcore.Message) (nc, nm int, err error) {
+	switch {
+	case len(out) == 0 && len(msgs) == 0:
+		return 0, 0, fmt.Errorf("core: pop any wait: no room for a completion or a message: %w", verbs.ErrInvalid)
+	case len(out) == 0:
+		nm, err = q.PopMsgsWait(ctx, msgs)
+		return 0, nm, err
+	}
+	err = q.rt.sends.wait(ctx, q, func() bool {
+		nc = q.popReady(out)
+		if len(msgs) > 0 {
+			if nm = q.popMsgs(msgs); nm == 0 && q.rt.recvs.poll() > 0 {
+				nm = q.popMsgs(msgs)
+			}
+		}
+		return nc+nm > 0
+	}, nil)
+	return nc, nm, err
+}

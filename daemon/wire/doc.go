@@ -82,5 +82,10 @@
 // again and blocks reading its eventfd; a producer that finds the flag set
 // after publishing writes the eventfd. The flag and counters are sequentially
 // consistent atomics, so no wake-up is lost, and a side that keeps up never
-// makes a system call.
+// makes a system call. A client waiting for a completion or a message at
+// once (krcore.VQ.PopAnyWait) sleeps on the message bell with both
+// ClientMsg and ClientAny (line 14, added later) set: a daemon that
+// publishes completions rings the message bell too when ClientAny is set.
+// A daemon of the earlier protocol ignores it; the client's wait then
+// wakes for messages only, and for completions at its context's end.
 package wire
