@@ -52,6 +52,7 @@ type Call struct {
 
 	id       uint32
 	ring     *ring
+	port     uint32 // the caller's queue's port, where the reply goes
 	slot     uint8
 	gen      uint16
 	ackLater bool // a message past its endpoint's bound: not acknowledged yet (callQueue.mu)
@@ -241,7 +242,7 @@ func (n *Node) credit(ctx context.Context, s *session) (uint8, error) {
 // callSlot makes a call in slot of session s.
 func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
 	limit := min(len(resp), MaxRPC)
-	p := &pending{woken: make(chan struct{}), limit: limit}
+	p := &pending{limit: limit}
 	s.mu.Lock()
 	s.gen++
 	p.gen = s.gen
@@ -250,12 +251,15 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 	var hdr [rpcHdr]byte
 	putHdr(hdr[:], id, limit, kind, uint8(len(name)))
 	v := imm{kind: immRequest, slot: slot, epoch: s.epoch, gen: p.gen}
-	e, err := n.postImm(ctx, s.node, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
+	to := krcore.Principal{Node: s.node, Port: n.port}
+	e, err := n.postImm(ctx, to, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
 	if err != nil {
 		s.release(slot)
 		return 0, err
 	}
-	if err := n.awaitReply(ctx, s, p, e); err != nil {
+	err = n.awaitReply(ctx, s, p, e)
+	n.detach(s, p, e, to, err)
+	if err != nil {
 		if !n.abandon(s, slot, p) {
 			return s.take(slot, p, resp) // the reply came: take it
 		}
@@ -267,31 +271,83 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 	return s.take(slot, p, resp)
 }
 
-// awaitReply waits for p's reply and reaps the WRITE of its request on e:
-// it polls both a few times, then waits for the WRITE's completion (so
-// that a WRITE that fails ends the call at once) and then for the reply.
-// A reply that comes first needs no wait for the WRITE's acknowledgement:
-// e goes back to the pool owing it. On error e is retired or back in the
-// pool.
+// awaitReply waits on e, the queue that posted p's request and holds the
+// port its reply comes to, for the reply and the request's completion in
+// one wait (PopAnyWait): a WRITE that fails ends the call at once, and a
+// reply that comes first needs no wait for the WRITE's acknowledgement (e
+// goes back to the pool owing it). A message for another call (the late
+// reply of one that gave up on this queue before) frees that call's slot.
 func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled) error {
-	pool := &n.rpc.pool
-	if _, err := e.await(ctx, func() bool { return p.state.Load() != waiting }); err != nil {
-		pool.retire(e) // in error, or the WRITE may still be in flight
-		return err
-	}
-	pool.put(s.node, e)
-	if p.state.Load() != waiting {
-		return nil
-	}
-	select {
-	case <-p.woken:
-		return nil
-	case <-s.dead:
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
 		return fmt.Errorf("its session ended: %w", s.cause())
-	case <-n.rpc.stop:
-		return errClosedNode
-	case <-ctx.Done():
-		return ctx.Err()
+	}
+	p.e = e
+	s.mu.Unlock()
+	for p.state.Load() == waiting {
+		var out []krcore.Completion
+		if e.owed {
+			out = e.out[:]
+		}
+		nc, nm, err := e.q.PopAnyWait(ctx, out, e.msgs[:])
+		for i := range e.msgs[:nm] {
+			if !n.onReply(s.node, &e.msgs[i]) {
+				n.rpc.dropped.Add(1)
+			}
+			e.msgs[i] = krcore.Message{}
+		}
+		if nc > 0 {
+			e.owed = false
+			if err := e.out[0].Err(); err != nil {
+				return err
+			}
+		}
+		switch {
+		case err == nil:
+		case p.state.Load() != waiting:
+			return nil
+		case isDone(s.dead):
+			return fmt.Errorf("its session ended: %w", s.cause())
+		case isDone(n.rpc.stop):
+			return errClosedNode
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// detach ends p's wait on e and gives e back to the pool, or retires it:
+// when the wait failed for another reason than its context (the queue
+// may be in error or closed) or the session was torn down (which closes
+// the queues its calls wait on). A queue given back after its context
+// ended may still get the reply, which the next call on it hands over.
+func (n *Node) detach(s *session, p *pending, e *pooled, to krcore.Principal, err error) {
+	s.mu.Lock()
+	p.e = nil
+	gone := s.gone
+	s.mu.Unlock()
+	pool := &n.rpc.pool
+	if gone || err != nil && ctx0(err) {
+		pool.retire(e)
+		return
+	}
+	pool.put(to, e)
+}
+
+// ctx0 reports whether err is not a context's end.
+func ctx0(err error) bool {
+	return !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -369,7 +425,8 @@ func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) erro
 		return err
 	}
 	v := imm{kind: kind, slot: c.slot, epoch: c.ring.epoch, gen: c.gen}
-	e, err := n.postImm(ctx, c.ring.caller, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
+	to := krcore.Principal{Node: c.ring.caller, Port: c.port}
+	e, err := n.postImm(ctx, to, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
 	if err != nil {
 		return err
 	}
@@ -378,7 +435,7 @@ func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) erro
 		pool.retire(e)
 		return err
 	}
-	pool.put(c.ring.caller, e)
+	pool.put(to, e)
 	return nil
 }
 
@@ -496,33 +553,26 @@ func (n *Node) stopBounds() {
 	}
 }
 
-// onWrite dispatches a WRITE_WITH_IMM notification, on serve: a request
-// into a ring here, or a reply into a reply area here. Whatever does not
-// check out is dropped and counted.
+// onWrite dispatches a WRITE_WITH_IMM notification to this Node's port,
+// on serve: a request into a ring here. Replies go to the port of the
+// caller's queue (awaitReply). Whatever does not check out is dropped and
+// counted.
 func (n *Node) onWrite(m *krcore.Message) {
 	v := decodeImm(m.Imm)
-	ok := false
-	if m.HasImm && m.Status == verbs.Success {
-		switch v.kind {
-		case immRequest:
-			ok = n.onRequest(m.From, v, m.Len)
-		case immReply, immError:
-			ok = n.onReply(m.From, v, m.Len)
-		}
-	}
-	if !ok {
+	if !m.HasImm || m.Status != verbs.Success || v.kind != immRequest || !n.onRequest(m.From, m.Port, v, m.Len) {
 		n.rpcInit().dropped.Add(1)
 	}
 }
 
 // onRequest queues the request in slot v.slot of from's ring for its
-// service or endpoint.
-func (n *Node) onRequest(from krcore.NodeID, v imm, length int) bool {
+// service or endpoint; its reply goes to port at from, the port of the
+// queue that sent it.
+func (n *Node) onRequest(from krcore.NodeID, port uint32, v imm, length int) bool {
 	r := n.rpcInit()
 	r.mu.Lock()
 	g := r.rings[from]
 	r.mu.Unlock()
-	if g == nil || g.epoch != v.epoch || int(v.slot) >= rpcSlots || length < rpcHdr || length > rpcSlotSize {
+	if g == nil || port == 0 || g.epoch != v.epoch || int(v.slot) >= rpcSlots || length < rpcHdr || length > rpcSlotSize {
 		return false
 	}
 	b := g.mr.Bytes()
@@ -534,7 +584,7 @@ func (n *Node) onRequest(from krcore.NodeID, v imm, length int) bool {
 	if limit > MaxRPC || nameLen > length-rpcHdr {
 		return false
 	}
-	c := &Call{From: from, Limit: limit, id: binary.LittleEndian.Uint32(b), ring: g, slot: v.slot, gen: v.gen}
+	c := &Call{From: from, Limit: limit, id: binary.LittleEndian.Uint32(b), ring: g, port: port, slot: v.slot, gen: v.gen}
 	body := b[rpcHdr:]
 	switch kind {
 	case kindCall:
@@ -562,12 +612,21 @@ func (n *Node) toService(c *Call) {
 	}
 }
 
-// onReply wakes the call waiting in slot v.slot of the session to from.
-func (n *Node) onReply(from krcore.NodeID, v imm, length int) bool {
-	r := n.rpcInit()
+// onReply takes a reply notification that came to a call's queue from
+// node, the callee of the call's session: the reply of the call waiting
+// in its slot (which then takes it), or the late reply of a call that gave
+// up, whose slot it frees. It reports false for anything that does not
+// check out.
+func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
+	v := decodeImm(m.Imm)
+	if !m.Write || !m.HasImm || m.Status != verbs.Success || m.From != node || (v.kind != immReply && v.kind != immError) {
+		return false
+	}
+	r := &n.rpc
 	r.mu.Lock()
-	s := r.sessions[from]
+	s := r.sessions[node]
 	r.mu.Unlock()
+	length := m.Len
 	if s == nil || int(v.slot) >= rpcSlots || length < 0 || length > rpcSlotSize {
 		return false
 	}
@@ -589,7 +648,6 @@ func (n *Node) onReply(from krcore.NodeID, v imm, length int) bool {
 	switch {
 	case p.state.CompareAndSwap(waiting, replied):
 		s.mu.Unlock()
-		close(p.woken)
 	case p.state.Load() == abandoned:
 		s.inflight[v.slot] = nil
 		s.mu.Unlock()

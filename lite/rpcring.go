@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -133,11 +134,13 @@ type session struct {
 // pending is a call holding a slot.
 type pending struct {
 	gen   uint16
-	woken chan struct{} // closed by the reply
-	state atomic.Int32  // waiting, replied, abandoned
-	limit int           // the largest reply the call takes
-	kind  uint8         // immReply or immError, once replied (session.mu)
-	n     int           // the reply's length (session.mu)
+	state atomic.Int32 // waiting, replied, abandoned
+	// e is the queue the call waits on for its reply while it waits
+	// (session.mu): teardown closes it to wake the call.
+	e     *pooled
+	limit int   // the largest reply the call takes
+	kind  uint8 // immReply or immError, once replied (session.mu)
+	n     int   // the reply's length (session.mu)
 }
 
 const (
@@ -261,6 +264,11 @@ func (n *Node) teardown(s *session, cause error) {
 		defer s.mu.Unlock()
 		s.why, s.gone = cause, true
 		close(s.dead)
+		for _, p := range s.inflight {
+			if p != nil && p.e != nil {
+				p.e.q.Close() // wakes the call's wait; it retires the queue (detach)
+			}
+		}
 		if s.replyAs != "" {
 			n.api.Unexport(s.replyAs)
 		}
@@ -329,40 +337,53 @@ func (n *Node) replyRegion(ctx context.Context, g *ring) (krcore.Region, error) 
 	return g.reply, nil
 }
 
-// vqPool keeps idle queues, each with a staging buffer, connected to the
-// LITE port of one node: a WRITE_WITH_IMM takes one, so that concurrent
-// calls and replies never share a queue.
+// vqPool keeps idle queues, each with a staging buffer, connected to a
+// port of one node: a WRITE_WITH_IMM takes one, so that concurrent calls
+// and replies never share a queue. A queue to a node's LITE port (a
+// caller's) holds a port of its own, where the replies to its calls
+// come: the callee answers the port the request's notification names,
+// which the caller's runtime vouches for, so the caller waits for its
+// WRITE's completion and its reply on that one queue (PopAnyWait).
 type vqPool struct {
 	api  krcore.API
 	port uint32
 
 	mu     sync.Mutex
 	closed bool
-	idle   map[krcore.NodeID][]*pooled
+	idle   map[krcore.Principal][]*pooled
+	nidle  int // queues in idle
 	all    map[*pooled]bool
 }
+
+// maxIdle bounds the idle queues of a pool: a callee keeps one per caller
+// queue it answered, and a caller's queue retired in error never comes
+// back.
+const maxIdle = 4 * rpcSlots
 
 type pooled struct {
 	q   krcore.VQ
 	buf krcore.MR
-	// req and out are postImm's request and completion, held by whoever
-	// took the queue: fields, so that the VQ calls allocate nothing.
-	req [1]krcore.Request
-	out [1]krcore.Completion
+	// req and out are postImm's request and completion, msgs the replies
+	// a call waits for, held by whoever took the queue: fields, so that
+	// the VQ calls allocate nothing.
+	req  [1]krcore.Request
+	out  [1]krcore.Completion
+	msgs [4]krcore.Message
 	// owed: the request posted last has not been popped (postImm, reap).
 	owed bool
 }
 
-// get returns a queue connected to node's LITE port, with no completion
-// owed: the idle queue used last (its completion likelier in), or a new one.
-func (p *vqPool) get(ctx context.Context, node krcore.NodeID) (*pooled, error) {
+// get returns a queue connected to port to.Port at to.Node, with no
+// completion owed: the idle queue used last (its completion likelier in),
+// or a new one.
+func (p *vqPool) get(ctx context.Context, to krcore.Principal) (*pooled, error) {
 	for {
-		e, err := p.idle1(node)
+		e, err := p.idle1(to)
 		switch {
 		case err != nil:
 			return nil, err
 		case e == nil:
-			return p.dial(ctx, node)
+			return p.dial(ctx, to)
 		case !e.owed:
 			return e, nil
 		}
@@ -374,31 +395,36 @@ func (p *vqPool) get(ctx context.Context, node krcore.NodeID) (*pooled, error) {
 	}
 }
 
-// idle1 takes the idle queue to node put last, if any.
-func (p *vqPool) idle1(node krcore.NodeID) (*pooled, error) {
+// idle1 takes the idle queue to to put last, if any.
+func (p *vqPool) idle1(to krcore.Principal) (*pooled, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, krcore.ErrClosed
 	}
-	l := p.idle[node]
+	l := p.idle[to]
 	if len(l) == 0 {
 		return nil, nil
 	}
 	e := l[len(l)-1]
-	p.idle[node] = l[:len(l)-1]
+	p.idle[to] = l[:len(l)-1]
+	p.nidle--
 	return e, nil
 }
 
-// dial makes a queue connected to node's LITE port.
-func (p *vqPool) dial(ctx context.Context, node krcore.NodeID) (*pooled, error) {
+// dial makes a queue connected to to; one to a LITE endpoint binds a
+// port of its own for the replies (bindReplies).
+func (p *vqPool) dial(ctx context.Context, to krcore.Principal) (*pooled, error) {
 	q, err := p.api.Queue()
 	if err != nil {
 		return nil, err
 	}
 	e := &pooled{q: q}
-	if e.buf, err = p.api.RegMR(rpcSlotSize, verbs.AccessLocalWrite); err == nil {
-		err = q.Connect(ctx, node, &krcore.ConnectOptions{Port: p.port})
+	if e.buf, err = p.api.RegMR(rpcSlotSize, verbs.AccessLocalWrite); err == nil && to.Port == p.port {
+		err = bindReplies(q)
+	}
+	if err == nil {
+		err = q.Connect(ctx, to.Node, &krcore.ConnectOptions{Port: to.Port})
 	}
 	p.mu.Lock()
 	if err == nil && p.closed {
@@ -406,7 +432,7 @@ func (p *vqPool) dial(ctx context.Context, node krcore.NodeID) (*pooled, error) 
 	}
 	if err == nil {
 		if p.all == nil {
-			p.all, p.idle = map[*pooled]bool{}, map[krcore.NodeID][]*pooled{}
+			p.all, p.idle = map[*pooled]bool{}, map[krcore.Principal][]*pooled{}
 		}
 		p.all[e] = true
 	}
@@ -418,12 +444,25 @@ func (p *vqPool) dial(ctx context.Context, node krcore.NodeID) (*pooled, error) 
 	return e, nil
 }
 
+// bindReplies binds q to a free port of the range LITE's callers take
+// theirs from (the top bit is reserved; the LITE port is below it).
+func bindReplies(q krcore.VQ) error {
+	var err error
+	for range 16 {
+		if err = q.Bind(1<<30 | mrand.Uint32N(1<<30)); !errors.Is(err, krcore.ErrPortInUse) {
+			return err
+		}
+	}
+	return err
+}
+
 // put gives back a queue with nothing outstanding but, if owed, its last
 // request (get reaps it).
-func (p *vqPool) put(node krcore.NodeID, e *pooled) {
+func (p *vqPool) put(to krcore.Principal, e *pooled) {
 	p.mu.Lock()
-	if !p.closed {
-		p.idle[node] = append(p.idle[node], e)
+	if !p.closed && p.nidle < maxIdle {
+		p.idle[to] = append(p.idle[to], e)
+		p.nidle++
 		p.mu.Unlock()
 		return
 	}
@@ -456,14 +495,14 @@ func (p *vqPool) close() {
 	}
 }
 
-// postImm WRITE_WITH_IMMs hdr, name and body to off of region at node
-// from a queue of the pool, which it returns with the WRITE's completion
+// postImm WRITE_WITH_IMMs hdr, name and body to off of region at to.Node,
+// notifying port to.Port, from a queue of the pool, which it returns with the WRITE's completion
 // owed: whoever waits for the WRITE's effect (a reply) reaps it after, or
 // gives the queue back owing it (put), so that nobody waits for an
 // acknowledgement it does not need. On error nothing was posted.
-func (n *Node) postImm(ctx context.Context, node krcore.NodeID, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (*pooled, error) {
+func (n *Node) postImm(ctx context.Context, to krcore.Principal, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (*pooled, error) {
 	p := &n.rpc.pool
-	e, err := p.get(ctx, node)
+	e, err := p.get(ctx, to)
 	if err != nil {
 		return nil, err
 	}
