@@ -18,6 +18,7 @@
 #   KSMC_BYTES=65536 KSMC_PINGS=100 KSMC_RUNS=1 .ci/smc-vm.sh   # a shorter run
 #   KSMC_CAPTURE=/tmp/cap .ci/smc-vm.sh   # keep the first contact's pcap
 #   KSMC_GO_ONLY=1 .ci/smc-vm.sh          # only the Go side's tests
+#   KSMC_TESTLINK=30 .ci/smc-vm.sh        # the Go process killed, at the kernel's default link test
 #
 # The first run downloads the 6.12 kernel package into the VM cache
 # (KRCORE_VM_CACHE) and builds an initramfs for it: about a minute more.
@@ -53,7 +54,7 @@ set +e
 KRCORE_VM_KERNEL_PKG=${KRCORE_VM_KERNEL_PKG:-linux-image-6.12.117+deb12-amd64} \
 KRCORE_VM_EXTRA_MODS="veth smc smc_diag" KRCORE_VM_EXTRA_BINS=/usr/bin/tcpdump \
 KRCORE_VM_TIMEOUT=${KRCORE_VM_TIMEOUT:-600} KRCORE_VM_SHARE="$work" \
-  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_RUNS=${KSMC_RUNS:-3} KSMC_GO_ONLY=${KSMC_GO_ONLY:-0} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
+  "$VM" "KSMC_BYTES=${KSMC_BYTES:-1048576} KSMC_PINGS=${KSMC_PINGS:-1000} KSMC_RUNS=${KSMC_RUNS:-3} KSMC_GO_ONLY=${KSMC_GO_ONLY:-0} KSMC_TESTLINK=${KSMC_TESTLINK:-5} KSMC_GO_TESTS='$gotests' bash ./guest.sh"
 rc=$?
 set -e
 if [ -n "${KSMC_CAPTURE:-}" ]; then

@@ -121,12 +121,13 @@
 // so a group keeps one link; a group without connections lingers
 // (RDMAConfig.Linger), then ends with DELETE_LINK so the kernel frees its
 // side. The SMC TCP option goes into the listener's SYN-ACKs and the
-// dialer's SYNs through a cgroup BPF program (root once, per port): a
-// client whose SYN lacks it, or that does not propose, is served over TCP
-// (ReasonPeerNoSMC); a proposal without the UEID is declined. It needs a
+// dialer's SYNs through a cgroup BPF program (root once; the sockets are
+// marked, so any port): a client whose SYN lacks it, or that does not
+// propose, is served over TCP (ReasonPeerNoSMC), and Dial proposes only
+// to a server whose SYN-ACK carried it (else TCP, ReasonPeerNoSMC, as the
+// kernel's client); a proposal without the UEID is declined. It needs a
 // build with -tags rdma (cgo, libibverbs): without it OpenRDMA fails with
-// an error wrapping ibverbs.ErrNotBuilt. Dial in this mode proposes at
-// once, so it dials SMC servers only. A Go process killed mid-connection
+// an error wrapping ibverbs.ErrNotBuilt. A Go process killed mid-connection
 // sends nothing more (no DELETE_LINK): the kernel ends its side when its
 // link test finds the link dead, net.smc.smcr_testlink_time (30 s by
 // default) plus 2 s after the link's last message. Not built: a second

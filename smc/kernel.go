@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -47,16 +46,15 @@ type RDMAConfig struct {
 }
 
 // RDMA is the kernel wire mode's device: its link groups toward kernel
-// AF_SMC peers and the SMC TCP option announced for its ports. Set it as
-// Options.RDMA; Close ends the groups (DELETE_LINK) and the
-// announcements.
+// AF_SMC peers and the SMC TCP option on its sockets. Set it as
+// Options.RDMA; Close ends the groups (DELETE_LINK) and the option.
 type RDMA struct {
 	dev verbs.Device
 	ep  *kernellink.Endpoint
 
-	mu       sync.Mutex
-	announce map[string]io.Closer // by "l:port" (listen) or "d:port" (dial)
-	closed   bool
+	mu     sync.Mutex
+	opt    *smcopt.Announcer // loaded by the first Listen or Dial
+	closed bool
 }
 
 // OpenRDMA opens the device cfg names. It needs a build with -tags rdma
@@ -85,7 +83,7 @@ func OpenRDMA(ctx context.Context, cfg RDMAConfig) (*RDMA, error) {
 		kc.Linger = time.Second
 	}
 	rand.Read(kc.SystemID[:])
-	return &RDMA{dev: dev, ep: kernellink.NewEndpoint(kc), announce: map[string]io.Closer{}}, nil
+	return &RDMA{dev: dev, ep: kernellink.NewEndpoint(kc)}, nil
 }
 
 // LinkGroups is how many link groups toward kernel peers are up.
@@ -104,44 +102,33 @@ func (r *RDMA) Close() error {
 		return nil
 	}
 	r.closed = true
-	as := r.announce
-	r.announce = nil
+	opt := r.opt
 	r.mu.Unlock()
 	errs := []error{r.ep.Close()}
-	for _, a := range as {
-		errs = append(errs, a.Close())
+	if opt != nil {
+		errs = append(errs, opt.Close())
 	}
 	errs = append(errs, r.dev.Close())
 	return errors.Join(errs...)
 }
 
-// announced puts the SMC option into the SYN-ACKs (listen) or SYNs
-// (dial) of port, once per port.
-func (r *RDMA) announced(port int, dial bool) error {
-	key := "l:" + strconv.Itoa(port)
-	if dial {
-		key = "d:" + strconv.Itoa(port)
-	}
+// option is the SMC option's announcer, loaded on first use: a cgroup
+// BPF program that puts the option into the SYNs and SYN-ACKs of the
+// sockets it marks.
+func (r *RDMA) option() (*smcopt.Announcer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return fmt.Errorf("smc: RDMA device: %w", krcore.ErrClosed)
+		return nil, fmt.Errorf("smc: RDMA device: %w", krcore.ErrClosed)
 	}
-	if r.announce[key] != nil {
-		return nil
+	if r.opt == nil {
+		a, err := smcopt.Open("")
+		if err != nil {
+			return nil, fmt.Errorf("smc: announcing SMC in the TCP handshake: %w", err)
+		}
+		r.opt = a
 	}
-	var a *smcopt.Announcer
-	var err error
-	if dial {
-		a, err = smcopt.AnnounceDial("", uint16(port))
-	} else {
-		a, err = smcopt.Announce("", uint16(port))
-	}
-	if err != nil {
-		return fmt.Errorf("smc: announcing SMC on port %d: %w", port, err)
-	}
-	r.announce[key] = a
-	return nil
+	return r.opt, nil
 }
 
 // rdmaListener is a Listener in the kernel wire mode: each accepted
@@ -157,21 +144,12 @@ type rdmaListener struct {
 }
 
 func listenRDMA(addr string, opts *Options) (*Listener, error) {
-	// The option goes into a listener's SYN-ACKs only if the program saw
-	// the listen: announce first, so the port must be known.
-	_, ps, err := net.SplitHostPort(addr)
+	opt, err := opts.RDMA.option()
 	if err != nil {
-		return nil, fmt.Errorf("smc: listen %s: %w", addr, err)
-	}
-	port, err := net.LookupPort("tcp", ps)
-	if err != nil || port == 0 {
-		return nil, fmt.Errorf("smc: listen %s: the kernel wire mode needs a fixed port: %w", addr, krcore.ErrInvalid)
-	}
-	if err := opts.RDMA.announced(port, false); err != nil {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	tl, err := smcopt.Listen(ctx, addr)
+	tl, err := smcopt.Listen(ctx, addr, opt)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("smc: listen: %w", err)
@@ -271,28 +249,25 @@ func (rl *rdmaListener) close() {
 	rl.wg.Wait()
 }
 
-// dialRDMA connects to a kernel AF_SMC server (or any SMC-Rv2 one) with
-// the SMC option in the SYN and proposes SMC-Rv2 at once: dial only SMC
-// servers (a plain TCP server would read the proposal as data).
+// dialRDMA connects with the SMC option in the SYN; a server whose
+// SYN-ACK carries it too (a kernel AF_SMC server, or any SMC-Rv2 one) is
+// sent our SMC-Rv2 proposal at once, any other is talked to over TCP
+// (ReasonPeerNoSMC), as the kernel's own client does.
 func dialRDMA(ctx context.Context, network, addr string, opts *Options) (net.Conn, error) {
-	_, ps, err := net.SplitHostPort(addr)
+	opt, err := opts.RDMA.option()
 	if err != nil {
-		return nil, fmt.Errorf("smc: dial %s: %w", addr, err)
-	}
-	port, err := net.LookupPort(network, ps)
-	if err != nil {
-		return nil, fmt.Errorf("smc: dial %s: %w", addr, err)
-	}
-	if err := opts.RDMA.announced(port, true); err != nil {
 		return nil, err
 	}
-	var d net.Dialer
+	d := net.Dialer{Control: opt.Control}
 	d.SetMultipathTCP(false) // only plain TCP carries the option
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
 	tc := nc.(*net.TCPConn)
+	if smc, err := opt.ServerAnnounced(tc); err != nil || !smc {
+		return &tcpConn{tcp: tc, r: tc, mode: Mode{Reason: ReasonPeerNoSMC, Err: err}}, nil
+	}
 	hctx, cancel := context.WithTimeout(ctx, opts.handshakeTimeout())
 	defer cancel()
 	kc, err := opts.RDMA.ep.Dial(hctx, tc)

@@ -258,7 +258,7 @@ func deadline(ctx context.Context, c net.Conn) func() {
 
 // Dial runs the client's side of the handshake on c, a TCP connection
 // to a kernel AF_SMC server whose SYN-ACK carried the SMC option (the
-// SYN must carry it too: smcopt.AnnounceDial): our proposal (SMC-Rv2
+// SYN must carry it too: smcopt's Announcer): our proposal (SMC-Rv2
 // only, the user EID), then the kernel's choice: a connection on a
 // group already up toward it, or a new one (first contact: our confirm
 // with our QP, its CONFIRM_LINK answered).

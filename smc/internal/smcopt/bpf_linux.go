@@ -22,16 +22,22 @@ import (
 // program's context, and the helpers it calls; the uapi fixes both.
 const (
 	offOp            = 0
-	offRemotePort    = 64 // network byte order, shifted into the high 16 bits (on little-endian)
-	offLocalPort     = 68 // host byte order
 	offCbFlags       = 84
+	offSk            = 184 // the socket, a pointer that may be nil
 	offSkbTCPFlags   = 212
 	helperCbFlagsSet = 59  // bpf_sock_ops_cb_flags_set
+	helperSkStorage  = 107 // bpf_sk_storage_get
+	helperLoadOpt    = 142 // bpf_load_hdr_opt
 	helperStoreOpt   = 143 // bpf_store_hdr_opt
 	helperReserveOpt = 144 // bpf_reserve_hdr_opt
-	opActiveEstab    = 4   // BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB
 	opPassiveEstab   = 5   // BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB
 	tcpFlagSYN       = 0x02
+)
+
+// A marked socket's value in the program's socket storage map.
+const (
+	marked       = 1 // the process marked it (Control): announce
+	peerAnswered = 2 // and the SYN-ACK it got carried the option
 )
 
 // insn is one eBPF instruction as bpf(2) takes it.
@@ -45,8 +51,15 @@ type insn struct {
 }
 
 const (
-	r0, r1, r2, r3, r4, r6, r10 = 0, 1, 2, 3, 4, 6, 10
+	r0, r1, r2, r3, r4, r6, r7, r10 = 0, 1, 2, 3, 4, 6, 7, 10
 )
+
+func ldxdw(dst, src uint8, off int16) insn { return insn{code: 0x79, regs: dst | src<<4, off: off} }
+
+// ldMapFD loads a map's address by its fd (two instruction slots).
+func ldMapFD(dst uint8, fd int) []insn {
+	return []insn{{code: 0x18, regs: dst | unix.BPF_PSEUDO_MAP_FD<<4, imm: int32(fd)}, {}}
+}
 
 func ldxw(dst, src uint8, off int16) insn { return insn{code: 0x61, regs: dst | src<<4, off: off} }
 func movx(dst, src uint8) insn            { return insn{code: 0xbf, regs: dst | src<<4} }
@@ -63,46 +76,59 @@ func sth(dst uint8, off int16, imm int32) insn {
 func jeq(dst uint8, imm int32, to string) insn {
 	return insn{code: 0x15, regs: dst, imm: imm, target: to}
 }
-
-// jne32 compares the low 32 bits (BPF_JMP32): imm is not sign-extended
-// against a register a 32-bit load zero-extended.
-func jne32(dst uint8, imm int32, to string) insn {
-	return insn{code: 0x56, regs: dst, imm: imm, target: to}
+func jne(dst uint8, imm int32, to string) insn {
+	return insn{code: 0x55, regs: dst, imm: imm, target: to}
 }
 func ja(to string) insn            { return insn{code: 0x05, target: to} }
 func call(helper int32) insn       { return insn{code: 0x85, imm: helper} }
 func exit() insn                   { return insn{code: 0x95} }
 func at(label string, i insn) insn { i.label = label; return i }
 
-// program is the sock_ops program for listeners on local port port
-// (dial false) or for connections to remote port port (dial true): on
-// listen(2), or on connect(2), it asks for the header-option callbacks;
-// for each SYN-ACK, or SYN, it reserves six bytes and writes Option; once
-// the connection is established it turns the callbacks off again, so its
+// program is the sock_ops program over the socket storage map mapFD:
+// on listen(2) or connect(2) of a socket the process marked (Control), it
+// asks for the header-option callbacks; for each SYN-ACK or SYN it
+// reserves six bytes and writes Option; when a marked socket's connect
+// completes it records whether the SYN-ACK carried Option; once any
+// connection is established it turns the callbacks off again, so its
 // other segments cost nothing.
-func program(port uint16, dial bool) []insn {
+func program(mapFD int) []insn {
 	optLo := int32(binary.LittleEndian.Uint32(Option[0:4]))
 	optHi := int32(binary.LittleEndian.Uint16(Option[4:6]))
-	start, estab, off, want := int32(unix.BPF_SOCK_OPS_TCP_LISTEN_CB), int32(opPassiveEstab), int16(offLocalPort), int32(port)
-	if dial {
-		start, estab, off = unix.BPF_SOCK_OPS_TCP_CONNECT_CB, opActiveEstab, offRemotePort
-		want = int32(uint32(port>>8|port<<8) << 16) // the kernel loads skc_dport << 16
-	}
-	return []insn{
+	p := []insn{
 		movx(r6, r1),
 		ldxw(r2, r6, offOp),
-		jeq(r2, start, "start"),
+		jeq(r2, unix.BPF_SOCK_OPS_TCP_LISTEN_CB, "start"),
+		jeq(r2, unix.BPF_SOCK_OPS_TCP_CONNECT_CB, "start"),
 		jeq(r2, unix.BPF_SOCK_OPS_HDR_OPT_LEN_CB, "reserve"),
 		jeq(r2, unix.BPF_SOCK_OPS_WRITE_HDR_OPT_CB, "write"),
-		jeq(r2, estab, "quiet"),
+		jeq(r2, unix.BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, "active"),
+		jeq(r2, opPassiveEstab, "quiet"),
 		ja("out"),
-		// listen(2) on our port, or connect(2) to it: ask for the option
-		// callbacks.
-		at("start", ldxw(r2, r6, off)),
-		jne32(r2, want, "out"),
+	}
+	// listen(2) or connect(2) of a marked socket: ask for the option
+	// callbacks.
+	p = append(p, storage("start", mapFD, "out")...)
+	p = append(p,
 		ldxw(r2, r6, offCbFlags),
 		ork(r2, unix.BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG),
-		ja("setflags"),
+		ja("setflags"))
+	// A marked socket's connect completed: did the SYN-ACK carry the
+	// option? Searched as the helper takes an experimental option: kind,
+	// length and the 4-byte ExID.
+	p = append(p, storage("active", mapFD, "quiet")...)
+	p = append(p,
+		movx(r7, r0),
+		stw(r10, -8, optLo),
+		sth(r10, -4, optHi),
+		movx(r1, r6),
+		movx(r2, r10),
+		addk(r2, -8),
+		movk(r3, int32(len(Option))),
+		movk(r4, 0),
+		call(helperLoadOpt),
+		jne(r0, int32(len(Option)), "quiet"),
+		stw(r7, 0, peerAnswered))
+	return append(p,
 		// Established (an accepted connection inherits the listener's
 		// flags): drop them.
 		at("quiet", ldxw(r2, r6, offCbFlags)),
@@ -133,7 +159,16 @@ func program(port uint16, dial bool) []insn {
 		call(helperStoreOpt),
 		at("out", movk(r0, 1)),
 		exit(),
-	}
+	)
+}
+
+// storage (at label) leaves in r0 the socket's value in the map, and
+// jumps to miss if the socket has none (it is not marked) or no socket is
+// at hand.
+func storage(label string, mapFD int, miss string) []insn {
+	p := []insn{at(label, ldxdw(r2, r6, offSk)), jeq(r2, 0, miss)}
+	p = append(p, ldMapFD(r1, mapFD)...)
+	return append(p, movk(r3, 0), movk(r4, 0), call(helperSkStorage), jeq(r0, 0, miss))
 }
 
 // assemble resolves the labels of p and returns its bytes.
@@ -193,64 +228,177 @@ func bpf(cmd uintptr, attr unsafe.Pointer, size uintptr) (int, error) {
 	return int(fd), nil
 }
 
-// An Announcer puts the SMC option into the SYN-ACKs of the TCP
-// listeners on one port of the processes in one cgroup (and its
-// descendants), until Close.
+// An Announcer puts the SMC option into the SYNs and SYN-ACKs of the
+// TCP sockets it marked (Control) in the processes of one cgroup (and its
+// descendants), and tells whether a marked socket's SYN-ACK carried the
+// option, until Close.
 type Announcer struct {
-	mu   sync.Mutex
-	prog int // -1 once closed
-	link int
+	mu    sync.Mutex
+	prog  int // -1 once closed
+	link  int
+	store int // the socket storage map: a marked socket's value
 }
 
-// Announce loads and attaches the program for listeners on port in the
-// cgroup v2 directory cgroup ("" for the caller's own, see SelfCgroup).
-// It must be called before the listener's listen(2): the program asks
-// for the option callbacks as the socket starts listening. It needs
-// CAP_BPF and CAP_NET_ADMIN; without them the error matches
-// syscall.EPERM.
-func Announce(cgroup string, port uint16) (*Announcer, error) {
-	return attach(cgroup, port, false)
-}
-
-// AnnounceDial is Announce for the SYNs of TCP connections the processes
-// in cgroup open to remote port port (any address): a kernel AF_SMC
-// server sees an SMC client and waits for its proposal. Connections made
-// before AnnounceDial are not affected.
-func AnnounceDial(cgroup string, port uint16) (*Announcer, error) {
-	return attach(cgroup, port, true)
-}
-
-func attach(cgroup string, port uint16, dial bool) (*Announcer, error) {
-	if port == 0 {
-		return nil, errors.New("smcopt: the SMC option needs a port to match")
-	}
+// Open loads the program and its socket map and attaches the program to
+// the cgroup v2 directory cgroup ("" for the caller's own, see
+// SelfCgroup). It needs CAP_BPF and CAP_NET_ADMIN; without them the error
+// matches syscall.EPERM.
+func Open(cgroup string) (*Announcer, error) {
 	if cgroup == "" {
 		var err error
 		if cgroup, err = SelfCgroup(); err != nil {
 			return nil, err
 		}
 	}
-	code, err := assemble(program(port, dial))
+	store, err := socketMap()
 	if err != nil {
 		return nil, err
 	}
-	prog, err := loadProgram(code)
-	if err != nil {
+	a := &Announcer{prog: -1, link: -1, store: store}
+	if err := a.attach(cgroup); err != nil {
+		a.Close()
 		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Announcer) attach(cgroup string) error {
+	code, err := assemble(program(a.store))
+	if err != nil {
+		return err
+	}
+	if a.prog, err = loadProgram(code); err != nil {
+		return err
 	}
 	dir, err := unix.Open(cgroup, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(prog)
-		return nil, fmt.Errorf("smcopt: opening cgroup %s: %w", cgroup, err)
+		return fmt.Errorf("smcopt: opening cgroup %s: %w", cgroup, err)
 	}
 	defer unix.Close(dir)
-	la := linkCreateAttr{progFD: uint32(prog), targetFD: uint32(dir), attachType: unix.BPF_CGROUP_SOCK_OPS}
-	link, err := bpf(unix.BPF_LINK_CREATE, unsafe.Pointer(&la), unsafe.Sizeof(la))
-	if err != nil {
-		unix.Close(prog)
-		return nil, fmt.Errorf("smcopt: attaching the sock_ops program to cgroup %s: %w", cgroup, err)
+	la := linkCreateAttr{progFD: uint32(a.prog), targetFD: uint32(dir), attachType: unix.BPF_CGROUP_SOCK_OPS}
+	if a.link, err = bpf(unix.BPF_LINK_CREATE, unsafe.Pointer(&la), unsafe.Sizeof(la)); err != nil {
+		return fmt.Errorf("smcopt: attaching the sock_ops program to cgroup %s: %w", cgroup, err)
 	}
-	return &Announcer{prog: prog, link: link}, nil
+	return nil
+}
+
+// Control marks the socket c, before its listen(2) or connect(2): its
+// SYN-ACKs (a listener's) or its SYN (a dialer's) carry the option. It is
+// a net.ListenConfig's or net.Dialer's Control.
+func (a *Announcer) Control(network, address string, c syscall.RawConn) error {
+	var err error
+	cerr := c.Control(func(fd uintptr) { err = a.elem(unix.BPF_MAP_UPDATE_ELEM, int(fd), marked) })
+	if err := errors.Join(cerr, err); err != nil {
+		return fmt.Errorf("smcopt: marking a socket for the SMC option: %w", err)
+	}
+	return nil
+}
+
+// ServerAnnounced reports whether the SYN-ACK of c, dialed with Control,
+// carried the option: whether the server speaks SMC.
+func (a *Announcer) ServerAnnounced(c syscall.Conn) (bool, error) {
+	var v uint32
+	err := control(c, func(fd int) error {
+		v = 0
+		return a.elem(unix.BPF_MAP_LOOKUP_ELEM, fd, 0, &v)
+	})
+	if err != nil {
+		return false, fmt.Errorf("smcopt: reading a socket's SMC mark (was it dialed with Control?): %w", err)
+	}
+	return v == peerAnswered, nil
+}
+
+// mapElemAttr is union bpf_attr's map element part.
+type mapElemAttr struct {
+	mapFD uint32
+	_     uint32
+	key   uint64
+	value uint64
+	flags uint64
+}
+
+// elem updates (to v) or looks up (into out) the map's value of the
+// socket fd.
+func (a *Announcer) elem(cmd uintptr, fd int, v uint32, out ...*uint32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.store < 0 {
+		return errors.New("smcopt: the announcer is closed")
+	}
+	key := int32(fd)
+	val := &v
+	if len(out) > 0 {
+		val = out[0]
+	}
+	attr := mapElemAttr{mapFD: uint32(a.store), key: uint64(uintptr(unsafe.Pointer(&key))),
+		value: uint64(uintptr(unsafe.Pointer(val)))}
+	_, err := bpf(cmd, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	return err
+}
+
+// mapCreateAttr is union bpf_attr's BPF_MAP_CREATE part, up to the BTF
+// type ids.
+type mapCreateAttr struct {
+	mapType, keySize, valueSize, maxEntries, mapFlags, innerMapFD, numaNode uint32
+	mapName                                                                 [16]byte
+	mapIfindex, btfFD, btfKeyTypeID, btfValueTypeID                         uint32
+}
+
+// socketMap creates the socket storage map: a u32 per socket. The kernel
+// requires BTF for its key and value: one type, a 32-bit int.
+func socketMap() (int, error) {
+	btf, err := loadBTF(btfInt())
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(btf)
+	a := mapCreateAttr{mapType: unix.BPF_MAP_TYPE_SK_STORAGE, keySize: 4, valueSize: 4,
+		mapFlags: unix.BPF_F_NO_PREALLOC, btfFD: uint32(btf), btfKeyTypeID: 1, btfValueTypeID: 1}
+	copy(a.mapName[:], "krcore_smc_mark")
+	fd, err := bpf(unix.BPF_MAP_CREATE, unsafe.Pointer(&a), unsafe.Sizeof(a))
+	if err != nil {
+		return -1, fmt.Errorf("smcopt: creating the socket storage map: %w", err)
+	}
+	return fd, nil
+}
+
+// btfInt is a BTF blob (kernel/bpf/btf.c's format) of one type, id 1: a
+// signed 32-bit int named "int".
+func btfInt() []byte {
+	le := binary.LittleEndian
+	strs := []byte("\x00int\x00")
+	var types []byte
+	types = le.AppendUint32(types, 1)        // name: "int"
+	types = le.AppendUint32(types, 1<<24)    // kind INT, no members
+	types = le.AppendUint32(types, 4)        // 4 bytes
+	types = le.AppendUint32(types, 1<<24|32) // signed, 32 bits at offset 0
+	b := le.AppendUint16(nil, 0xeb9f)        // magic
+	b = append(b, 1, 0)                      // version, flags
+	b = le.AppendUint32(b, 24)               // header length
+	b = le.AppendUint32(b, 0)                // types' offset
+	b = le.AppendUint32(b, uint32(len(types)))
+	b = le.AppendUint32(b, uint32(len(types))) // strings' offset
+	b = le.AppendUint32(b, uint32(len(strs)))
+	return append(append(b, types...), strs...)
+}
+
+// btfLoadAttr is union bpf_attr's BPF_BTF_LOAD part.
+type btfLoadAttr struct {
+	btf                        uint64
+	logBuf                     uint64
+	btfSize, logSize, logLevel uint32
+}
+
+func loadBTF(b []byte) (int, error) {
+	log := make([]byte, 4096)
+	a := btfLoadAttr{btf: uint64(uintptr(unsafe.Pointer(&b[0]))), btfSize: uint32(len(b)),
+		logBuf: uint64(uintptr(unsafe.Pointer(&log[0]))), logSize: uint32(len(log)), logLevel: 1}
+	fd, err := bpf(unix.BPF_BTF_LOAD, unsafe.Pointer(&a), unsafe.Sizeof(a))
+	if err != nil {
+		return -1, fmt.Errorf("smcopt: loading BTF for the socket map: %w (%s)", err,
+			strings.TrimSpace(string(bytes.TrimRight(log, "\x00"))))
+	}
+	return fd, nil
 }
 
 func loadProgram(code []byte) (int, error) {
@@ -270,18 +418,21 @@ func loadProgram(code []byte) (int, error) {
 	return fd, nil
 }
 
-// Close detaches the program: listeners that start listening afterwards
-// announce nothing (one already listening keeps the option's callbacks
-// until it closes, and its SYN-ACKs then carry no option).
+// Close detaches the program and frees its map: sockets that start
+// listening or connecting afterwards announce nothing (a listener
+// already listening keeps the option's callbacks until it closes, and
+// its SYN-ACKs then carry no option).
 func (a *Announcer) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.prog < 0 {
-		return nil
+	var errs []error
+	for _, fd := range []*int{&a.link, &a.prog, &a.store} {
+		if *fd >= 0 {
+			errs = append(errs, unix.Close(*fd))
+			*fd = -1
+		}
 	}
-	err := errors.Join(unix.Close(a.link), unix.Close(a.prog))
-	a.prog, a.link = -1, -1
-	return err
+	return errors.Join(errs...)
 }
 
 // SelfCgroup returns the cgroup v2 directory of the calling process, from
@@ -328,10 +479,14 @@ func SaveSYN(l *net.TCPListener) error {
 
 // Listen listens on the TCP address addr with plain TCP (Multipath TCP
 // off: the kernel's AF_SMC peers speak TCP, and only a TCP socket has
-// the header option callbacks and a saved SYN), saving SYNs.
-func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
+// the header option callbacks and a saved SYN), saving SYNs; with a
+// non-nil a its SYN-ACKs carry the option.
+func Listen(ctx context.Context, addr string, a *Announcer) (*net.TCPListener, error) {
 	var lc net.ListenConfig
 	lc.SetMultipathTCP(false)
+	if a != nil {
+		lc.Control = a.Control
+	}
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("smcopt: %w", err)

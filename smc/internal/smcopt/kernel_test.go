@@ -79,7 +79,7 @@ func TestKernelClientOptionOff(t *testing.T) {
 	ksmc := vmOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "10.1.0.1:5202")
+	l, err := Listen(ctx, "10.1.0.1:5202", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,19 +101,19 @@ func TestKernelClientOptionOff(t *testing.T) {
 	}
 }
 
-// TestKernelClientProposes: with the option in its SYN-ACK (Announce) a
+// TestKernelClientProposes: with the option in its SYN-ACK (Open, Listen) a
 // kernel AF_SMC client sends an SMC-Rv2 CLC proposal; declined, it falls
 // back to TCP with our diagnosis and its bytes follow on the connection.
 func TestKernelClientProposes(t *testing.T) {
 	ksmc := vmOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := Announce("", 5201)
+	a, err := Open("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	l, err := Listen(ctx, "10.1.0.1:5201")
+	l, err := Listen(ctx, "10.1.0.1:5201", a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +154,74 @@ func readProposal(t *testing.T, c *net.TCPConn) *smcr.Proposal {
 		t.Fatalf("proposal %+v, v2 %+v", p, p.V2)
 	}
 	return p
+}
+
+// TestKernelMarks: on loopback, between Go sockets, the option goes
+// exactly where a socket was marked: a marked dialer's SYN and a marked
+// listener's SYN-ACK carry it (PeerAnnounced, ServerAnnounced), unmarked
+// ones do not, whatever the port (0: the kernel picks it).
+func TestKernelMarks(t *testing.T) {
+	vmOnly(t)
+	a, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct{ listen, dial bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+		var la, da *Announcer
+		if tc.listen {
+			la = a
+		}
+		l, err := Listen(ctx, "127.0.0.1:0", la)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := net.Dialer{Timeout: 5 * time.Second}
+		d.SetMultipathTCP(false)
+		if tc.dial {
+			da, d.Control = a, a.Control
+		}
+		c, err := d.DialContext(ctx, "tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := accept2(t, l)
+		syn, err := PeerAnnounced(s)
+		if err != nil || syn != tc.dial {
+			t.Errorf("listen marked %v, dial marked %v: the SYN's option %v, %v", tc.listen, tc.dial, syn, err)
+		}
+		if da != nil {
+			synack, err := da.ServerAnnounced(c.(*net.TCPConn))
+			if err != nil || synack != tc.listen {
+				t.Errorf("listen marked %v, dial marked %v: the SYN-ACK's option %v, %v", tc.listen, tc.dial, synack, err)
+			}
+		} else if _, err := a.ServerAnnounced(c.(*net.TCPConn)); err == nil {
+			t.Errorf("ServerAnnounced on an unmarked socket: no error")
+		}
+		// The connection works past the option.
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		s.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(s, b); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		s.Close()
+		l.Close()
+	}
+}
+
+// accept2 accepts one connection within 5 s.
+func accept2(t *testing.T, l *net.TCPListener) *net.TCPConn {
+	t.Helper()
+	l.SetDeadline(time.Now().Add(5 * time.Second))
+	s, err := l.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
