@@ -503,18 +503,33 @@ func testConcurrentStreams(t *testing.T, nodes func(testing.TB) (*soft.Node, *so
 // requests in all with up to 128 in flight, every 16th signaled, and
 // checks the completions come in order.
 func stream(x, y *side, slots, msg, n int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return pipeline(x, n, 128, func(i int) verbs.SendWR {
+		off := i % slots * msg
+		wr := verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, off, msg)}, RemoteAddr: y.mr.Addr() + uint64(off), RKey: y.mr.RKey()}
+		if i%16 == 15 || i == n-1 {
+			wr.Flags = verbs.Signaled
+		}
+		return wr
+	}, func(c *verbs.WC, done int) (int, error) {
+		if c.Status != verbs.Success || int(c.ID) < done {
+			return done, fmt.Errorf("completion %+v after %d", c, done)
+		}
+		return int(c.ID) + 1, nil
+	})
+}
+
+// pipeline posts n requests on x's QP, wr(i) the i-th, with up to depth
+// in flight, and hands each completion to check with the number of
+// requests done so far; check returns the new number (completions retire
+// every request before theirs).
+func pipeline(x *side, n, depth int, wr func(i int) verbs.SendWR, check func(c *verbs.WC, done int) (int, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wc [32]verbs.WC
 	posted, done := 0, 0
 	for done < n {
-		for posted < n && posted-done < 128 {
-			off := posted % slots * msg
-			wr := verbs.SendWR{ID: uint64(posted), Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, off, msg)}, RemoteAddr: y.mr.Addr() + uint64(off), RKey: y.mr.RKey()}
-			if posted%16 == 15 || posted == n-1 {
-				wr.Flags = verbs.Signaled
-			}
-			if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		for posted < n && posted-done < depth {
+			if _, err := x.qp.PostSend([]verbs.SendWR{wr(posted)}); err != nil {
 				return err
 			}
 			posted++
@@ -523,11 +538,10 @@ func stream(x, y *side, slots, msg, n int) error {
 		if err != nil {
 			return err
 		}
-		for _, c := range wc[:k] {
-			if c.Status != verbs.Success || int(c.ID) < done {
-				return fmt.Errorf("completion %+v after %d", c, done)
+		for i := range wc[:k] {
+			if done, err = check(&wc[i], done); err != nil {
+				return err
 			}
-			done = int(c.ID) + 1
 		}
 		if k == 0 {
 			if err := x.cq.Wait(ctx); err != nil {
