@@ -87,16 +87,7 @@ func TestTCPManyLargeReads(t *testing.T) {
 	const land = blocks * msg // the landing slots follow the source blocks
 	// A retry timeout for a loaded machine: at load 20 the first READ of
 	// such a run has taken up to half a second, and a later one 1.9 s.
-	var ns [2]*soft.Node
-	for i := range ns {
-		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 10 * time.Second, TCPOnly: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		ns[i] = n
-	}
-	a, b := ns[0], ns[1]
+	a, b := tcpNodesRetry(t, 10*time.Second)
 	x, y := newSide(t, a, land+depth*msg), newSide(t, b, land+depth*msg)
 	for _, s := range []*side{x, y} {
 		if err := verbs.Connect(s.qp, other(s, x, y).qp.Endpoint(), verbs.Path{}); err != nil {

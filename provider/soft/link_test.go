@@ -17,9 +17,15 @@ import (
 // tcpNodes starts two nodes that reach each other only over TCP.
 func tcpNodes(t testing.TB) (*soft.Node, *soft.Node) {
 	t.Helper()
+	return tcpNodesRetry(t, 2*time.Second)
+}
+
+// tcpNodesRetry is tcpNodes with the nodes' retry timeout.
+func tcpNodesRetry(t testing.TB, retry time.Duration) (*soft.Node, *soft.Node) {
+	t.Helper()
 	var ns [2]*soft.Node
 	for i := range ns {
-		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 2 * time.Second, TCPOnly: true})
+		n, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0", RetryTimeout: retry, TCPOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
