@@ -92,8 +92,6 @@ func at(label string, i insn) insn { i.label = label; return i }
 // connection is established it turns the callbacks off again, so its
 // other segments cost nothing.
 func program(mapFD int) []insn {
-	optLo := int32(binary.LittleEndian.Uint32(Option[0:4]))
-	optHi := int32(binary.LittleEndian.Uint16(Option[4:6]))
 	p := []insn{
 		movx(r6, r1),
 		ldxw(r2, r6, offOp),
@@ -116,19 +114,12 @@ func program(mapFD int) []insn {
 	// option? Searched as the helper takes an experimental option: kind,
 	// length and the 4-byte ExID.
 	p = append(p, storage("active", mapFD, "quiet")...)
+	p = append(p, movx(r7, r0))
+	p = append(p, withOption(helperLoadOpt)...)
 	p = append(p,
-		movx(r7, r0),
-		stw(r10, -8, optLo),
-		sth(r10, -4, optHi),
-		movx(r1, r6),
-		movx(r2, r10),
-		addk(r2, -8),
-		movk(r3, int32(len(Option))),
-		movk(r4, 0),
-		call(helperLoadOpt),
 		jne(r0, int32(len(Option)), "quiet"),
 		stw(r7, 0, peerAnswered))
-	return append(p,
+	p = append(p,
 		// Established (an accepted connection inherits the listener's
 		// flags): drop them.
 		at("quiet", ldxw(r2, r6, offCbFlags)),
@@ -148,18 +139,25 @@ func program(mapFD int) []insn {
 		// The option's bytes, from the stack.
 		at("write", ldxw(r2, r6, offSkbTCPFlags)),
 		andk(r2, tcpFlagSYN),
-		jeq(r2, 0, "out"),
-		stw(r10, -8, optLo),
-		sth(r10, -4, optHi),
+		jeq(r2, 0, "out"))
+	p = append(p, withOption(helperStoreOpt)...)
+	return append(p, at("out", movk(r0, 1)), exit())
+}
+
+// withOption calls helper (bpf_store_hdr_opt or bpf_load_hdr_opt) with
+// the context, Option's bytes put on the stack, their length and no
+// flags.
+func withOption(helper int32) []insn {
+	return []insn{
+		stw(r10, -8, int32(binary.LittleEndian.Uint32(Option[0:4]))),
+		sth(r10, -4, int32(binary.LittleEndian.Uint16(Option[4:6]))),
 		movx(r1, r6),
 		movx(r2, r10),
 		addk(r2, -8),
 		movk(r3, int32(len(Option))),
 		movk(r4, 0),
-		call(helperStoreOpt),
-		at("out", movk(r0, 1)),
-		exit(),
-	)
+		call(helper),
+	}
 }
 
 // storage (at label) leaves in r0 the socket's value in the map, and
