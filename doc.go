@@ -48,6 +48,8 @@
 // buffer taken, in order with the port's other messages and only once the
 // bytes are in place. That is the doorbell of a ring in remote memory (an
 // RPC's request ring, a socket's receive buffer): write, then notify.
+// PopAnyWait waits for a completion or a message at once: a queue that
+// pushes a request and gets its answer at its own port needs one wait.
 //
 // # Errors
 //

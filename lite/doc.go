@@ -82,7 +82,10 @@
 //     callee). A call is one WRITE_WITH_IMM of the request into a free
 //     slot, whose immediate names the slot, the ring and the call; the
 //     callee's serving goroutine queues it for the service; the reply is
-//     one WRITE_WITH_IMM into the caller's reply slot. Neither side waits
+//     one WRITE_WITH_IMM into the caller's reply slot, notifying the port
+//     of the queue the request came from (each caller queue holds one), so
+//     the calling goroutine waits for its request's completion and its
+//     reply in one wait (krcore.VQ.PopAnyWait). Neither side waits
 //     for an acknowledgement it does not need: Reply returns once its
 //     WRITE is posted, a caller whose reply came first does not wait for
 //     its request's, and the pooled queue's next use reaps the completion
