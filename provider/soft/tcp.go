@@ -23,6 +23,7 @@ type tcpLink struct {
 	dialing  bool
 	lastFail time.Time
 	waiters  []*qp
+	redial   *time.Timer // pumps waiters once redialAfter has passed
 
 	dead atomic.Bool
 
@@ -185,6 +186,10 @@ func (l *tcpLink) kill() {
 	if n.tcp[l.addr] == l {
 		delete(n.tcp, l.addr)
 	}
+	if l.redial != nil {
+		l.redial.Stop()
+		l.redial = nil
+	}
 	c := l.conn
 	n.linkMu.Unlock()
 	if c != nil {
@@ -239,12 +244,35 @@ func (n *Node) tcpRoute(addr string, q *qp) link {
 	if q != nil && (len(l.waiters) == 0 || l.waiters[len(l.waiters)-1] != q) {
 		l.waiters = append(l.waiters, q)
 	}
-	if !l.dialing && time.Since(l.lastFail) > redialAfter && !n.closed.Load() {
+	if l.dialing || n.closed.Load() {
+		return nil
+	}
+	if wait := redialAfter - time.Since(l.lastFail); wait < 0 {
 		l.dialing = true
 		n.wg.Add(1)
 		go n.dial(l)
+	} else if l.redial == nil {
+		// The last dial failed just now. Nothing else would dial
+		// again: when both nodes dial at once the lower address
+		// refuses the other's dial, and if its own then fails (seen:
+		// connection refused under load) both wait for a link until
+		// their requests time out.
+		l.redial = time.AfterFunc(wait, func() { n.redial(l) })
 	}
 	return nil
+}
+
+// redial pumps the QPs waiting for l once redialAfter has passed since
+// its dial failed: their pumps dial again.
+func (n *Node) redial(l *tcpLink) {
+	n.linkMu.Lock()
+	l.redial = nil
+	waiters := l.waiters
+	l.waiters = nil
+	n.linkMu.Unlock()
+	for _, q := range waiters {
+		q.pump()
+	}
 }
 
 // dial connects to the link's peer and says hello.
