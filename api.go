@@ -79,6 +79,12 @@ type VQ interface {
 	// ErrNoCredit. A malformed request is refused before it reaches a
 	// shared QP and completes with an error status in its place.
 	Push(ctx context.Context, wait bool, reqs ...Request) (int, error)
+	// PushOne is Push of one request: accepted when err is nil. Called
+	// through this interface, Push(ctx, wait, req) builds its variadic
+	// slice on the heap per call (the compiler cannot see that no
+	// implementation keeps it); PushOne takes the request by value and
+	// allocates nothing, so a loop of single requests calls PushOne.
+	PushOne(ctx context.Context, wait bool, req Request) error
 	// Pop copies finished completions into out, in push order, without
 	// blocking, and returns how many.
 	Pop(out []Completion) int

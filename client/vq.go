@@ -301,6 +301,12 @@ func (v *VQ) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (int, 
 	return len(reqs), nil
 }
 
+// PushOne is Push of one request (see krcore.VQ.PushOne).
+func (v *VQ) PushOne(ctx context.Context, wait bool, req krcore.Request) error {
+	_, err := v.Push(ctx, wait, req)
+	return err
+}
+
 // room reports whether one more request fits the credits and the ring;
 // v.mu held.
 func (v *VQ) room() bool {

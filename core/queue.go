@@ -203,6 +203,12 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 	return len(reqs), nil
 }
 
+// PushOne is Push of one request (see krcore.VQ.PushOne).
+func (q *Queue) PushOne(ctx context.Context, wait bool, req krcore.Request) error {
+	_, err := q.Push(ctx, wait, req)
+	return err
+}
+
 // routeLocked makes sure the queue's peer has a route (in RC-only mode an
 // RC QP, which may have been evicted while the queue was idle), making one
 // within ctx; q.mu held, released while making it.

@@ -24,12 +24,11 @@ type Echo struct {
 	toPrt uint32
 	msgs  []krcore.Message
 	comp  []krcore.Completion
-	req   []krcore.Request // the echo's SEND, kept (see Latency)
 }
 
 // NewEcho binds a queue of rt to port and posts its receive buffers.
 func NewEcho(rt krcore.API, port uint32, poll Poll) (_ *Echo, err error) {
-	e := &Echo{rt: rt, poll: poll, msgs: make([]krcore.Message, EchoSlots), comp: make([]krcore.Completion, 1), req: make([]krcore.Request, 1)}
+	e := &Echo{rt: rt, poll: poll, msgs: make([]krcore.Message, EchoSlots), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -129,8 +128,7 @@ func (e *Echo) answer(ctx context.Context, m *krcore.Message) error {
 		}
 		e.to, e.toPrt = m.From, m.Port
 	}
-	e.req[0] = krcore.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}
-	if _, err := e.q.Push(ctx, true, e.req...); err != nil {
+	if err := e.q.PushOne(ctx, true, krcore.Request{Op: verbs.OpSend, Local: e.out.Range(0, n)}); err != nil {
 		return err
 	}
 	if _, err := e.poll.Pop(ctx, e.q, e.comp); err != nil {
@@ -149,14 +147,13 @@ type Ping struct {
 	out  krcore.MR
 	msgs []krcore.Message
 	comp []krcore.Completion
-	req  []krcore.Request // the ping's SEND, kept (see Latency)
 	seq  uint64
 }
 
 // NewPing binds a queue of rt to port, connects it to node to, port
 // toPort (an Echo's), and posts its receive buffers.
 func NewPing(ctx context.Context, rt krcore.API, port uint32, to krcore.NodeID, toPort uint32, poll Poll) (_ *Ping, err error) {
-	v := &Ping{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1), req: make([]krcore.Request, 1)}
+	v := &Ping{rt: rt, poll: poll, msgs: make([]krcore.Message, 1), comp: make([]krcore.Completion, 1)}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -197,8 +194,7 @@ func (v *Ping) Run(ctx context.Context, size, warmup, iters int, timeout time.Du
 		binary.LittleEndian.PutUint64(ob, v.seq)
 		wctx := dl.Get()
 		t0 := time.Now()
-		v.req[0] = krcore.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}
-		if _, err := v.q.Push(wctx, false, v.req...); err != nil {
+		if err := v.q.PushOne(wctx, false, krcore.Request{ID: v.seq, Op: verbs.OpSend, Local: v.out.Range(0, size)}); err != nil {
 			return nil, fmt.Errorf("VQ SEND %d B #%d: %w", size, i, err)
 		}
 		if _, err := v.poll.PopMsgs(wctx, v.q, v.msgs); err != nil {

@@ -10,20 +10,17 @@ import (
 )
 
 // Latency runs warmup+iters requests one at a time and returns the last
-// iters push-to-completion times. The request goes to Push in a slice
-// kept across iterations, as the raw QP's loop keeps its work request: a
-// single request passed to Push through the krcore.VQ interface builds a
-// new variadic slice per call, on the heap (the compiler cannot see that
-// the implementation keeps no reference), a cost of the caller's.
+// iters push-to-completion times. It pushes with PushOne, which takes the
+// request by value: Push(ctx, wait, req) through the krcore.VQ interface
+// builds its variadic slice on the heap per call.
 func Latency(dl *rawqp.Deadline, q krcore.VQ, poll Poll, req krcore.Request, warmup, iters int) ([]time.Duration, error) {
 	out := make([]krcore.Completion, 1)
 	samples := make([]time.Duration, 0, iters)
-	reqs := []krcore.Request{req}
 	for i := range warmup + iters {
-		reqs[0].ID = uint64(i)
+		req.ID = uint64(i)
 		ctx := dl.Get()
 		t0 := time.Now()
-		if _, err := q.Push(ctx, false, reqs...); err != nil {
+		if err := q.PushOne(ctx, false, req); err != nil {
 			return nil, fmt.Errorf("VQ %s %d B #%d: %w", req.Op, req.Local.Len, i, err)
 		}
 		n, err := poll.Pop(ctx, q, out)

@@ -1,0 +1,62 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestPushOneAllocs: one request pushed through the krcore.VQ interface
+// with PushOne and popped allocates nothing; Push of the same request
+// builds its variadic slice on the heap (logged: the compiler's doing).
+func TestPushOneAllocs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, req := vqReader(t, c.Node(1), c.Node(2))
+	q, err := opaqueQueue(core.Embed(c.Node(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Connect(ctx, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]krcore.Completion, 1)
+	read := func(push func() error) {
+		if err := push(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.PopWait(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Status != verbs.Success {
+			t.Fatal(out[0].Status)
+		}
+	}
+	one := func() error { return q.PushOne(ctx, false, req) }
+	variadic := func() error { _, err := q.Push(ctx, false, req); return err }
+	for range 100 {
+		read(one)
+	}
+	if n := testing.AllocsPerRun(1000, func() { read(one) }); n != 0 {
+		t.Errorf("PushOne and PopWait of an 8 B READ allocate %.0f times a request", n)
+	}
+	t.Logf("Push(ctx, false, req) and PopWait allocate %.0f times a request", testing.AllocsPerRun(1000, func() { read(variadic) }))
+}
+
+// opaqueQueue makes a queue the compiler cannot see the type of, as an
+// application's handed from elsewhere: its calls go through the interface
+// (a *core.Queue the compiler sees has them devirtualized).
+//
+//go:noinline
+func opaqueQueue(api krcore.API) (krcore.VQ, error) { return api.Queue() }
