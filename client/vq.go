@@ -9,6 +9,7 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/internal/fifo"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -53,9 +54,9 @@ type VQ struct {
 	leftMsgs []krcore.Message
 	node     krcore.NodeID
 	toPort   bool
-	sqTail   uint64  // SQEs written
-	pushed   uint64  // requests pushed (SQEs but receives)
-	ents     []entry // unretired requests, in push order
+	sqTail   uint64           // SQEs written
+	pushed   uint64           // requests pushed (SQEs but receives)
+	ents     fifo.FIFO[entry] // unretired requests, in push order
 	cqHead   uint64
 	// The daemon's counters as last read: room reads the ring's only when
 	// these say no, so a push costs no cache line the daemon just wrote.
@@ -223,7 +224,7 @@ func (v *VQ) movable(node krcore.NodeID) error {
 	if v.closed || v.shut.Load() {
 		return v.errClosed()
 	}
-	if n := len(v.ents); n > 0 && node != v.node {
+	if n := v.ents.Len(); n > 0 && node != v.node {
 		return fmt.Errorf("queue with %d requests outstanding to node %d: %w", n, v.node, verbs.ErrBusy)
 	}
 	return nil
@@ -310,7 +311,7 @@ func (v *VQ) PushOne(ctx context.Context, wait bool, req krcore.Request) error {
 // room reports whether one more request fits the credits and the ring;
 // v.mu held.
 func (v *VQ) room() bool {
-	if len(v.ents) >= 4*v.c.credits {
+	if v.ents.Len() >= 4*v.c.credits {
 		return false
 	}
 	if v.pushed-v.retiredSeen >= uint64(v.c.credits) {
@@ -331,7 +332,7 @@ func (v *VQ) put(r *krcore.Request) {
 		e.Flags |= wire.FlagUnsignaled
 	}
 	v.ring.PutSQE(v.sqTail, &e)
-	v.ents = append(v.ents, entry{seq: v.sqTail, id: r.ID, op: r.Op, signaled: !r.Unsignaled})
+	v.ents.Push(entry{seq: v.sqTail, id: r.ID, op: r.Op, signaled: !r.Unsignaled})
 	v.sqTail++
 	v.pushed++
 }
@@ -430,26 +431,31 @@ func (v *VQ) popCQ(out []krcore.Completion, max int) []krcore.Completion {
 // retire matches a completion to its request: earlier unsignaled requests
 // retired silently; v.mu held.
 func (v *VQ) retire(e wire.CQE) (krcore.Completion, bool) {
-	for len(v.ents) > 0 && v.ents[0].seq < e.Seq {
-		v.ents = v.ents[1:]
+	ents := v.ents.Items()
+	k := 0
+	for k < len(ents) && ents[k].seq < e.Seq {
+		k++
 	}
-	if len(v.ents) == 0 || v.ents[0].seq != e.Seq {
+	if k == len(ents) || ents[k].seq != e.Seq {
+		v.ents.Drop(k)
 		return krcore.Completion{}, false // not ours: a confused daemon
 	}
-	x := v.ents[0]
-	v.ents = v.ents[1:]
+	x := ents[k]
+	v.ents.Drop(k + 1)
 	return krcore.Completion{ID: x.id, Op: x.op, Status: e.Status, Len: int(e.Len)}, true
 }
 
 // flush completes every unretired request with WR_FLUSH_ERR; v.mu held.
 func (v *VQ) flush(out []krcore.Completion) int {
 	k := 0
-	for k < len(out) && len(v.ents) > 0 {
-		x := v.ents[0]
-		v.ents = v.ents[1:]
+	for _, x := range v.ents.Items() {
+		if k == len(out) {
+			break
+		}
 		out[k] = krcore.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr}
 		k++
 	}
+	v.ents.Drop(k)
 	return k
 }
 
@@ -483,7 +489,7 @@ func (v *VQ) PopWait(ctx context.Context, out []krcore.Completion) (int, error) 
 func (v *VQ) Outstanding() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return len(v.ents)
+	return v.ents.Len()
 }
 
 // Region learns the region named name on the node the queue is connected

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/fifo"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -194,8 +195,8 @@ const maxInbox = 4096
 
 // inbox is a bound queue's receive side.
 type inbox struct {
-	bufs  fifo[krcore.Local]   // posted receive buffers, in order
-	ready fifo[krcore.Message] // received, not yet popped
+	bufs  fifo.FIFO[krcore.Local]   // posted receive buffers, in order
+	ready fifo.FIFO[krcore.Message] // received, not yet popped
 	// slab hands out the Local a delivered message points to (its Buf):
 	// one allocation for slabLen messages. Each element is handed out
 	// once, so a message its user keeps never sees its Buf change.
@@ -215,47 +216,6 @@ func (in *inbox) bufOf(b krcore.Local) *krcore.Local {
 	return p
 }
 
-// fifo is a queue in a slice that keeps its array: a pop moves the head,
-// and a push that finds no room left at the end moves the items down to
-// the front first, so a queue whose length stays bounded (a port's
-// receive buffers, popped and posted again one by one) stops allocating.
-type fifo[T any] struct {
-	s    []T
-	head int
-}
-
-func (f *fifo[T]) len() int { return len(f.s) - f.head }
-
-// items are the queued items, oldest first; valid until the next change.
-func (f *fifo[T]) items() []T { return f.s[f.head:] }
-
-func (f *fifo[T]) push(v ...T) {
-	if f.head > 0 && len(f.s)+len(v) > cap(f.s) {
-		n := copy(f.s, f.s[f.head:])
-		clear(f.s[n:])
-		f.s, f.head = f.s[:n], 0
-	}
-	f.s = append(f.s, v...)
-}
-
-// drop removes the n oldest items.
-func (f *fifo[T]) drop(n int) {
-	clear(f.s[f.head : f.head+n]) // they hold no memory once gone
-	f.head += n
-	if f.head == len(f.s) {
-		f.s, f.head = f.s[:0], 0
-	}
-}
-
-// truncate keeps the n oldest items.
-func (f *fifo[T]) truncate(n int) {
-	clear(f.s[f.head+n:])
-	f.s = f.s[:f.head+n]
-	if n == 0 {
-		f.s, f.head = f.s[:0], 0
-	}
-}
-
 // deliver places a message in the oldest posted buffer, or keeps a copy.
 // A WRITE_WITH_IMM's notification has no payload and takes no buffer: it
 // joins the received messages in its order.
@@ -269,24 +229,24 @@ func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 	switch {
 	case q.closed:
 		return false
-	case m.Write && in.ready.len() < maxInbox:
+	case m.Write && in.ready.Len() < maxInbox:
 	case m.Write:
 		return false
-	case in.bufs.len() > 0:
-		buf := in.bufs.items()[0]
-		in.bufs.drop(1)
+	case in.bufs.Len() > 0:
+		buf := in.bufs.Items()[0]
+		in.bufs.Drop(1)
 		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
 		mrOf(buf).unuse() // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
 		m.Buf = in.bufOf(buf)
-	case in.ready.len() < maxInbox:
+	case in.ready.Len() < maxInbox:
 		m.Data = append([]byte(nil), data...)
 	default:
 		return false
 	}
-	in.ready.push(m)
+	in.ready.Push(m)
 	q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
 	q.rt.kick(q)
 	return true
@@ -360,14 +320,14 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
 	}
-	q.msgs.bufs.push(bufs...)
+	q.msgs.bufs.Push(bufs...)
 	return nil
 }
 
 // dropBufs forgets the posted receive buffers in m (every one if m is nil)
 // and their holds on their MRs; q.mu held.
 func (q *Queue) dropBufs(m *MR) {
-	bufs := q.msgs.bufs.items()
+	bufs := q.msgs.bufs.Items()
 	kept := bufs[:0]
 	for _, b := range bufs {
 		if m == nil || mrOf(b) == m {
@@ -376,7 +336,7 @@ func (q *Queue) dropBufs(m *MR) {
 			kept = append(kept, b)
 		}
 	}
-	q.msgs.bufs.truncate(len(kept))
+	q.msgs.bufs.Truncate(len(kept))
 }
 
 // dropUses drops every queue's uses of m, which is being deregistered:
@@ -416,8 +376,8 @@ func (q *Queue) popMsgs(out []krcore.Message) int {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := copy(out, q.msgs.ready.items())
-	q.msgs.ready.drop(n)
+	n := copy(out, q.msgs.ready.Items())
+	q.msgs.ready.Drop(n)
 	q.nready.Add(-int32(n))
 	return n
 }

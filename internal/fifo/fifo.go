@@ -1,0 +1,47 @@
+// Package fifo holds a first-in first-out queue in a slice that keeps its
+// array, for hot paths that must not allocate per item.
+package fifo
+
+// FIFO is a queue in a slice that keeps its array: a pop moves the head,
+// and a push that finds no room left at the end moves the items down to
+// the front first, so a queue whose length stays bounded (a port's
+// receive buffers, popped and posted again one by one) stops allocating.
+// The zero value is an empty queue.
+type FIFO[T any] struct {
+	s    []T
+	head int
+}
+
+// Len is the number of queued items.
+func (f *FIFO[T]) Len() int { return len(f.s) - f.head }
+
+// Items are the queued items, oldest first; valid until the next change.
+func (f *FIFO[T]) Items() []T { return f.s[f.head:] }
+
+// Push queues v, newest last.
+func (f *FIFO[T]) Push(v ...T) {
+	if f.head > 0 && len(f.s)+len(v) > cap(f.s) {
+		n := copy(f.s, f.s[f.head:])
+		clear(f.s[n:])
+		f.s, f.head = f.s[:n], 0
+	}
+	f.s = append(f.s, v...)
+}
+
+// Drop removes the n oldest items.
+func (f *FIFO[T]) Drop(n int) {
+	clear(f.s[f.head : f.head+n]) // they hold no memory once gone
+	f.head += n
+	if f.head == len(f.s) {
+		f.s, f.head = f.s[:0], 0
+	}
+}
+
+// Truncate keeps the n oldest items.
+func (f *FIFO[T]) Truncate(n int) {
+	clear(f.s[f.head+n:])
+	f.s = f.s[:f.head+n]
+	if n == 0 {
+		f.s, f.head = f.s[:0], 0
+	}
+}
