@@ -206,13 +206,56 @@ func (q *qp) windowFull(lk link, w *wqe) bool {
 		return false
 	}
 	read := w.wr.Op == verbs.OpRead
-	sum := w.wr.Len()
-	for i := q.done; i < q.sent && sum <= shmWindow; i++ {
-		if x := &q.sq[i%uint64(len(q.sq))]; (x.wr.Op == verbs.OpRead) == read && !x.wr.Op.IsAtomic() {
-			sum += x.wr.Len()
+	k := 0
+	if read {
+		k = 1
+	}
+	return q.win.inFlight(q)[k]+uint64(w.wr.Len()) > shmWindow
+}
+
+// sqWindow keeps the bytes of q's requests in flight, [lo, hi) of the send
+// queue, in each direction, moved on as requests go out and complete: a
+// sum over every request in flight per request made a deep queue of small
+// requests quadratic. by holds each counted request's bytes, by slot, as
+// they were added: a retired slot may already hold a later request.
+type sqWindow struct {
+	lo, hi uint64
+	gen    uint64
+	sum    [2]uint64 // WRITE and SEND bytes, READ bytes
+	by     []uint64  // bytes, with winRead set for a READ
+}
+
+const winRead = 1 << 63
+
+// inFlight brings the window to q's requests in flight, [done, sent), and
+// returns its sums; q.mu is held.
+func (s *sqWindow) inFlight(q *qp) [2]uint64 {
+	n := uint64(len(q.sq))
+	if g := q.sqGen.Load(); s.gen != g || len(s.by) != len(q.sq) || s.hi > q.sent || s.hi < q.done {
+		// A reset, a first use, a rewind (an RNR NAK resends) or
+		// everything counted completed: count afresh from done.
+		*s = sqWindow{lo: q.done, hi: q.done, gen: g, by: s.by}
+		if len(s.by) != len(q.sq) {
+			s.by = make([]uint64, len(q.sq))
 		}
 	}
-	return sum > shmWindow
+	for ; s.lo < q.done; s.lo++ {
+		b := s.by[s.lo%n]
+		s.sum[b>>63] -= b &^ winRead
+	}
+	for ; s.hi < q.sent; s.hi++ {
+		x := &q.sq[s.hi%n]
+		b := uint64(0)
+		if !x.wr.Op.IsAtomic() {
+			b = uint64(x.wr.Len())
+		}
+		if x.wr.Op == verbs.OpRead {
+			b |= winRead
+		}
+		s.by[s.hi%n] = b
+		s.sum[b>>63] += b &^ winRead
+	}
+	return s.sum
 }
 
 // route finds the link a request travels on; nil while none is up yet.

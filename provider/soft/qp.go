@@ -73,11 +73,12 @@ type qp struct {
 	dcLastConn *dcConn
 
 	sq                 []wqe
-	done, sent, posted uint64  // completed <= transmitted <= posted
-	pumping            bool    // a goroutine is transmitting the send queue
-	windowHeld         bool    // the pump stopped at its window (windowFull)
-	out                frame   // the request being transmitted (pump only)
-	more               []frame // requests batched behind out (pump only)
+	done, sent, posted uint64   // completed <= transmitted <= posted
+	pumping            bool     // a goroutine is transmitting the send queue
+	windowHeld         bool     // the pump stopped at its window (windowFull)
+	win                sqWindow // bytes in flight, for windowFull
+	out                frame    // the request being transmitted (pump only)
+	more               []frame  // requests batched behind out (pump only)
 	rnrTimerT          *time.Timer
 	rnrWait            bool // the head is waiting out an RNR back-off
 	// halt is the status of the request at sent, which failed its local
