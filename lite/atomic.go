@@ -95,7 +95,7 @@ func (n *Node) remote(ctx context.Context, node krcore.NodeID, at krcore.Remote,
 		return err
 	}
 	req := krcore.Request{ID: 1, Op: op, Local: s.buf.Range(0, len(out)), Remote: at, Compare: cmp, Swap: swap}
-	if _, err := s.q.Push(ctx, true, req); err != nil {
+	if err := s.q.PushOne(ctx, true, req); err != nil {
 		return err
 	}
 	var c [1]krcore.Completion

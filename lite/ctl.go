@@ -195,7 +195,7 @@ func (n *Node) sendOn(ctx context.Context, q krcore.VQ, m ctlMsg) error {
 	}
 	k := m.encode(b)
 	req := krcore.Request{ID: m.id, Op: verbs.OpSend, Local: n.outbox.Range(0, k)}
-	if _, err := q.Push(ctx, true, req); err != nil {
+	if err := q.PushOne(ctx, true, req); err != nil {
 		return err
 	}
 	var out [1]krcore.Completion

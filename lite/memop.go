@@ -435,7 +435,7 @@ func (n *Node) readInto(ctx context.Context, q krcore.VQ, from krcore.Principal,
 				return r
 			}
 			req := krcore.Request{ID: pushed, Op: verbs.OpRead, Local: local, Remote: region.At(a.srcOff + pushed)}
-			if _, err := q.Push(ctx, true, req); err != nil {
+			if err := q.PushOne(ctx, true, req); err != nil {
 				return failure(codeFailed, "READ of src at node %d: %v", a.srcNode, err)
 			}
 			pushed += k

@@ -72,7 +72,7 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 		// The request is owed before it is pushed: a waiter may pop its
 		// completion at once, and credits it under mu, after this.
 		s.owed = append(s.owed, o)
-		_, err := s.q.Push(context.Background(), false, r)
+		err := s.q.PushOne(context.Background(), false, r)
 		if err == nil {
 			signal(o.c.node.reapKick)
 			return nil

@@ -42,7 +42,7 @@ type refusingVQ struct {
 	err error
 }
 
-func (q refusingVQ) Push(context.Context, bool, ...krcore.Request) (int, error) { return 0, q.err }
+func (q refusingVQ) PushOne(context.Context, bool, krcore.Request) error { return q.err }
 
 // TestPushRefused: a request the queue refuses frees its staging bytes
 // and comes back as the push's error, for the caller to abort with; the
@@ -69,7 +69,7 @@ type heldVQ struct {
 	bell chan struct{}
 }
 
-func (q *heldVQ) Push(context.Context, bool, ...krcore.Request) (int, error) { return 1, nil }
+func (q *heldVQ) PushOne(context.Context, bool, krcore.Request) error { return nil }
 
 func (q *heldVQ) Pop(out []krcore.Completion) int {
 	q.mu.Lock()
