@@ -143,33 +143,30 @@ func (v *VQ) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krc
 		if err := v.c.err(); err != nil {
 			return 0, 0, err
 		}
-		raised := false
+		// Raised before the message bell's token is taken: a PopMsgsWait
+		// holding it then wakes for completions too and lets this waiter in.
+		v.countAny(1)
 		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, func() bool {
 			r := v.ring
-			if !raised { // before the look that precedes the sleep
-				wire.Publish(r.Ctr(wire.ClientAny), 1)
-				raised = true
-			}
 			return r.Ctr(wire.MsgTail).Load() != r.Ctr(wire.MsgHead).Load() ||
 				r.Ctr(wire.CQTail).Load() != r.Ctr(wire.CQHead).Load()
 		})
-		if raised {
-			v.lowerAny()
-		}
+		v.countAny(^uint64(0))
 		if err != nil && v.c.err() == nil {
 			return 0, 0, err
 		}
 	}
 }
 
-// lowerAny clears ClientAny once PopAnyWait no longer sleeps, unless the
-// queue was released meanwhile.
-func (v *VQ) lowerAny() {
+// countAny adds d to ClientAny, the number of PopAnyWait callers that may
+// sleep on the message bell (a count, not a flag: one waiter's leaving
+// must not lower it under another), unless the queue was released.
+func (v *VQ) countAny(d uint64) {
 	v.live.RLock()
 	defer v.live.RUnlock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.closed {
-		v.ring.Ctr(wire.ClientAny).Store(0)
+		v.ring.Ctr(wire.ClientAny).Add(d) // a full barrier before the look, as Publish
 	}
 }

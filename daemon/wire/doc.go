@@ -83,9 +83,10 @@
 // after publishing writes the eventfd. The flag and counters are sequentially
 // consistent atomics, so no wake-up is lost, and a side that keeps up never
 // makes a system call. A client waiting for a completion or a message at
-// once (krcore.VQ.PopAnyWait) sleeps on the message bell with both
-// ClientMsg and ClientAny (line 14, added later) set: a daemon that
-// publishes completions rings the message bell too when ClientAny is set.
+// once (krcore.VQ.PopAnyWait) sleeps on the message bell with ClientMsg
+// set and ClientAny (line 14, added later; a count of such callers, raised
+// before a caller takes the bell's token) above zero: a daemon that
+// publishes completions rings the message bell too when ClientAny is not 0.
 // A daemon of the earlier protocol ignores it; the client's wait then
 // wakes for messages only, and for completions at its context's end.
 package wire

@@ -38,7 +38,7 @@ const (
 	ClientMsg            // client sleeps on the message bell (flag)
 	CtlDone              // daemon: outcome of the last control SQE, (seq+1)<<8 | code
 	ClientCtl            // client sleeps on the control bell (flag)
-	ClientAny            // client sleeps on the message bell for completions too (flag)
+	ClientAny            // PopAnyWait callers that may sleep on the message bell for completions too (count)
 	counters
 )
 
