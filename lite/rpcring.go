@@ -460,14 +460,44 @@ func bindReplies(q krcore.VQ) error {
 // request (get reaps it).
 func (p *vqPool) put(to krcore.Principal, e *pooled) {
 	p.mu.Lock()
-	if !p.closed && p.nidle < maxIdle {
-		p.idle[to] = append(p.idle[to], e)
-		p.nidle++
+	if p.closed {
 		p.mu.Unlock()
+		p.retire(e)
 		return
 	}
+	var out *pooled
+	if p.nidle >= maxIdle {
+		out = p.evictLocked()
+	}
+	p.idle[to] = append(p.idle[to], e)
+	p.nidle++
 	p.mu.Unlock()
-	p.retire(e)
+	if out != nil {
+		p.retire(out)
+	}
+}
+
+// evictLocked takes the oldest idle queue of some principal out of the
+// pool, for the caller to retire: a full pool makes room for the queue in
+// use now rather than refusing it, else queues to callers long gone (a
+// callee keeps one per caller queue) would fill it for good and every
+// later call and reply would dial a queue of its own. p.mu held.
+func (p *vqPool) evictLocked() *pooled {
+	for to, l := range p.idle {
+		if len(l) == 0 {
+			delete(p.idle, to)
+			continue
+		}
+		e := l[0]
+		if len(l) == 1 {
+			delete(p.idle, to)
+		} else {
+			p.idle[to] = l[1:]
+		}
+		p.nidle--
+		return e
+	}
+	return nil
 }
 
 // retire releases a queue whose request may still be outstanding: its
