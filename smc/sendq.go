@@ -77,6 +77,7 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 			signal(o.c.node.reapKick)
 			return nil
 		}
+		s.owed[len(s.owed)-1] = owed{} // its Conn is not kept alive by the array
 		s.owed = s.owed[:len(s.owed)-1]
 		if errors.Is(err, krcore.ErrNoCredit) && len(s.owed) > 0 {
 			if ctx == nil {
@@ -222,7 +223,7 @@ func (s *sharedQueue) waitOne(ctx context.Context) error {
 		s.credited = nil
 	}
 	s.creditFrom(outs[:k])
-	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+	if errors.Is(err, context.Canceled) && ctx.Err() == nil && pctx.Err() != nil {
 		err = nil // woken by reap: what it popped may be what this waiter waits for
 	}
 	return err

@@ -321,7 +321,7 @@ func (a *Announcer) elem(cmd uintptr, fd int, v uint32, out ...*uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.store < 0 {
-		return errors.New("smcopt: the announcer is closed")
+		return fmt.Errorf("smcopt: announcer: %w", net.ErrClosed)
 	}
 	key := int32(fd)
 	val := &v
