@@ -349,7 +349,7 @@ func (c *Conn) post(p []byte) (int, error) {
 	off, soff := int(c.sent%uint64(c.psize)), int(c.sent%uint64(size))
 	c.mu.Unlock()
 	k := min(len(p), c.psize-off, size-soff)
-	if err := c.settle(func() bool { return c.sent-c.freed <= uint64(size-k) }); err != nil {
+	if err := c.settleWrite(func() bool { return c.sent-c.freed <= uint64(size-k) }); err != nil {
 		return 0, err
 	}
 	copy(c.stage.bytes(size)[soff:], p[:k])
@@ -373,14 +373,46 @@ func (c *Conn) post(p []byte) (int, error) {
 // settle waits until ok (run with c.mu held) reports true, popping the
 // completions of the connection's queue; qmu held. A wait that fails
 // aborts the connection.
-func (c *Conn) settle(ok func() bool) error {
+func (c *Conn) settle(ok func() bool) error { return c.settleCtx(context.Background(), ok) }
+
+// settleWrite is settle for a Write, which also ends at the write
+// deadline (os.ErrDeadlineExceeded) or Close (net.ErrClosed): those leave
+// the connection as it was, nothing staged; qmu held.
+func (c *Conn) settleWrite(ok func() bool) error {
 	c.mu.Lock()
 	done := ok()
 	c.mu.Unlock()
 	if done {
 		return nil
 	}
-	if err := c.q.settle(c, ok); err != nil {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() { // owned by this call: its cancel ends it
+		select {
+		case <-c.wd.wait():
+			cancel(os.ErrDeadlineExceeded)
+		case <-c.done:
+			cancel(net.ErrClosed)
+		case <-ctx.Done():
+		}
+	}()
+	return c.settleCtx(ctx, ok)
+}
+
+// settleCtx is settle within ctx: a wait ended by ctx's cause is returned
+// as that cause and leaves the connection as it was; qmu held.
+func (c *Conn) settleCtx(ctx context.Context, ok func() bool) error {
+	c.mu.Lock()
+	done := ok()
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	err := c.q.settle(ctx, c, ok)
+	if cause := context.Cause(ctx); err != nil && cause != nil {
+		return cause
+	}
+	if err != nil {
 		return c.abort(err)
 	}
 	return nil

@@ -125,7 +125,10 @@
 // marked, so any port): a client whose SYN lacks it, or that does not
 // propose, is served over TCP (ReasonPeerNoSMC), and Dial proposes only
 // to a server whose SYN-ACK carried it (else TCP, ReasonPeerNoSMC, as the
-// kernel's client); a proposal without the UEID is declined. It needs a
+// kernel's client); a proposal without the UEID is declined. A process
+// that cannot load the program (no CAP_BPF and CAP_NET_ADMIN) tries once,
+// and its Listen and Dial then run plain TCP: ModeOf says
+// ReasonNoRuntime, with the EPERM in Mode.Err. It needs a
 // build with -tags rdma (cgo, libibverbs): without it OpenRDMA fails with
 // an error wrapping ibverbs.ErrNotBuilt. A Go process killed mid-connection
 // sends nothing more (no DELETE_LINK): the kernel ends its side when its

@@ -17,6 +17,9 @@ type Listener struct {
 	tcp  *net.TCPListener
 	opts Options
 	rdma *rdmaListener // the kernel wire mode's (Options.RDMA)
+	// noSMC: the kernel wire mode without the SMC option (RDMA.option):
+	// every connection is TCP, with this error in its Mode.
+	noSMC error
 }
 
 // Listen listens on the TCP address addr (network "tcp", "tcp4" or
@@ -26,7 +29,7 @@ func Listen(network, addr string, opts *Options) (*Listener, error) {
 		opts = &Options{}
 	}
 	if opts.RDMA != nil {
-		return listenRDMA(addr, opts)
+		return listenRDMA(network, addr, opts)
 	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -50,6 +53,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 	tc, err := l.tcp.AcceptTCP()
 	if err != nil {
 		return nil, err
+	}
+	if l.noSMC != nil {
+		return &tcpConn{tcp: tc, r: tc, mode: noAnnouncer(l.noSMC)}, nil
 	}
 	c := newConn(tc, &l.opts, true)
 	if c.node != nil {

@@ -54,8 +54,13 @@ type RDMA struct {
 
 	mu     sync.Mutex
 	opt    *smcopt.Announcer // loaded by the first Listen or Dial
+	optErr error             // why it could not be: Listen and Dial run TCP
 	closed bool
 }
+
+// openAnnouncer loads the SMC option's BPF program (a variable for tests
+// of a process without the privileges).
+var openAnnouncer = smcopt.Open
 
 // OpenRDMA opens the device cfg names. It needs a build with -tags rdma
 // (libibverbs; otherwise the error wraps ibverbs.ErrNotBuilt), and
@@ -114,22 +119,30 @@ func (r *RDMA) Close() error {
 
 // option is the SMC option's announcer, loaded on first use: a cgroup
 // BPF program that puts the option into the SYNs and SYN-ACKs of the
-// sockets it marks.
-func (r *RDMA) option() (*smcopt.Announcer, error) {
+// sockets it marks. A process that cannot load it (no CAP_BPF or
+// CAP_NET_ADMIN: the error matches syscall.EPERM) has no SMC-Rv2 toward
+// the kernel, and its Listen and Dial run plain TCP (fallback, below):
+// the load is tried once, not on every call.
+func (r *RDMA) option() (opt *smcopt.Announcer, fallback error, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, fmt.Errorf("smc: RDMA device: %w", krcore.ErrClosed)
+		return nil, nil, fmt.Errorf("smc: RDMA device: %w", krcore.ErrClosed)
 	}
-	if r.opt == nil {
-		a, err := smcopt.Open("")
+	if r.opt == nil && r.optErr == nil {
+		a, err := openAnnouncer("")
 		if err != nil {
-			return nil, fmt.Errorf("smc: announcing SMC in the TCP handshake: %w", err)
+			r.optErr = fmt.Errorf("smc: announcing SMC in the TCP handshake: %w", err)
 		}
 		r.opt = a
 	}
-	return r.opt, nil
+	return r.opt, r.optErr, nil
 }
+
+// noAnnouncer is the mode of a kernel wire mode connection whose process
+// cannot announce SMC (RDMA.option): TCP, as Linux's AF_SMC falls back
+// when it has no usable SMC device (SMC_CLC_DECL_NOSMCDEV).
+func noAnnouncer(err error) Mode { return Mode{Reason: ReasonNoRuntime, Err: err} }
 
 // rdmaListener is a Listener in the kernel wire mode: each accepted
 // connection's handshake runs on its own goroutine, and Accept returns
@@ -143,10 +156,22 @@ type rdmaListener struct {
 	wg    sync.WaitGroup
 }
 
-func listenRDMA(addr string, opts *Options) (*Listener, error) {
-	opt, err := opts.RDMA.option()
+func listenRDMA(network, addr string, opts *Options) (*Listener, error) {
+	opt, fallback, err := opts.RDMA.option()
 	if err != nil {
 		return nil, err
+	}
+	if fallback != nil {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tl, ok := ln.(*net.TCPListener)
+		if !ok {
+			ln.Close()
+			return nil, fmt.Errorf("smc: listen on %s: not TCP: %w", network, krcore.ErrInvalid)
+		}
+		return &Listener{tcp: tl, opts: *opts, noSMC: fallback}, nil
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	tl, err := smcopt.Listen(ctx, addr, opt)
@@ -254,9 +279,18 @@ func (rl *rdmaListener) close() {
 // sent our SMC-Rv2 proposal at once, any other is talked to over TCP
 // (ReasonPeerNoSMC), as the kernel's own client does.
 func dialRDMA(ctx context.Context, network, addr string, opts *Options) (net.Conn, error) {
-	opt, err := opts.RDMA.option()
+	opt, fallback, err := opts.RDMA.option()
 	if err != nil {
 		return nil, err
+	}
+	if fallback != nil {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := nc.(*net.TCPConn)
+		return &tcpConn{tcp: tc, r: tc, mode: noAnnouncer(fallback)}, nil
 	}
 	d := net.Dialer{Control: opt.Control}
 	d.SetMultipathTCP(false) // only plain TCP carries the option

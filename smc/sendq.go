@@ -95,12 +95,12 @@ func (s *sharedQueue) push(r krcore.Request, o owed) error {
 	}
 }
 
-// settle pops completions, waiting for them (within opTimeout), until ok
-// reports true; ok runs with c.mu held.
-func (s *sharedQueue) settle(c *Conn, ok func() bool) error {
+// settle pops completions, waiting for them (within opTimeout and ctx),
+// until ok reports true; ok runs with c.mu held.
+func (s *sharedQueue) settle(ctx context.Context, c *Conn, ok func() bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ctx context.Context
+	bounded := false
 	for {
 		s.reap()
 		c.mu.Lock()
@@ -112,10 +112,11 @@ func (s *sharedQueue) settle(c *Conn, ok func() bool) error {
 		if len(s.owed) == 0 {
 			return errQueueIdle
 		}
-		if ctx == nil {
+		if !bounded {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.Background(), opTimeout)
+			ctx, cancel = context.WithTimeout(ctx, opTimeout)
 			defer cancel()
+			bounded = true
 		}
 		if err := s.waitOne(ctx); err != nil {
 			return err

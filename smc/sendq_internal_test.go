@@ -3,6 +3,8 @@ package smc
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -106,7 +108,7 @@ func TestWaitHoldsNoPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- s.settle(a, func() bool { return a.freed == 8 }) }()
+	go func() { waited <- s.settle(context.Background(), a, func() bool { return a.freed == 8 }) }()
 	for popping := false; !popping; {
 		time.Sleep(time.Millisecond)
 		s.mu.Lock()
@@ -128,5 +130,42 @@ func TestWaitHoldsNoPush(t *testing.T) {
 	}
 	if a.freed != 8 || len(s.owed) != 1 || s.owed[0].c != b {
 		t.Fatalf("a freed %d, owed %v; want 8 and b's request alone", a.freed, s.owed)
+	}
+}
+
+// TestSettleWriteEnds: a Write waiting for staging room (its earlier
+// WRITEs' completions) ends at the write deadline with
+// os.ErrDeadlineExceeded and at Close with net.ErrClosed, within a
+// bound, and leaves the connection unaborted: nothing was staged.
+func TestSettleWriteEnds(t *testing.T) {
+	for _, end := range []string{"deadline", "close"} {
+		n := &Node{reapKick: make(chan struct{}, 1)}
+		c := newConn(nil, &Options{Node: n}, false)
+		c.q = &sharedQueue{q: &heldVQ{bell: make(chan struct{})}}
+		if err := c.q.push(krcore.Request{}, owed{c: c, n: 8}); err != nil {
+			t.Fatal(err)
+		}
+		c.sent = 8
+		waited := make(chan error, 1)
+		go func() { waited <- c.settleWrite(func() bool { return c.sent == c.freed }) }()
+		time.Sleep(10 * time.Millisecond) // let it block (it ends either way)
+		want := os.ErrDeadlineExceeded
+		if end == "deadline" {
+			c.SetWriteDeadline(time.Now().Add(-time.Second))
+		} else {
+			close(c.done)
+			want = net.ErrClosed
+		}
+		select {
+		case err := <-waited:
+			if err != want {
+				t.Errorf("%s: settleWrite = %v, want %v", end, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: settleWrite still blocked after 5s", end)
+		}
+		if c.err != nil {
+			t.Errorf("%s: the connection was aborted: %v", end, c.err)
+		}
 	}
 }
