@@ -1,6 +1,9 @@
 package smc
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // A CDC (connection data control) message of RFC 7609: 44 bytes sent as
 // a two-sided SEND to the peer's port, carrying the sender's producer and
@@ -24,7 +27,18 @@ const (
 	flagDoneWriting = 0x80 // the sender writes no more (CloseWrite)
 	flagConnClosed  = 0x40 // the sender closed the connection
 	flagAbnormal    = 0x20 // the sender aborted the connection
+	// flagMoved (not in RFC 7609, whose buffers keep their size): the
+	// sender WRITEs into the buffer the receiver moved to (moveMsg) from
+	// this message's producer cursor on.
+	flagMoved = 0x10
 )
+
+// cursorSpan is the ring size cursors are counted in between krcore
+// peers: a cursor is the stream position as wraps of 4 GiB and the
+// offset, so that it means the same whichever buffer the bytes are in
+// (a receiver's buffer may move, moveMsg); each side maps it to its
+// buffers.
+const cursorSpan = 1 << 32
 
 // cursor is a position in a ring of size bytes: the number of times it
 // wrapped and the offset into it.
@@ -77,6 +91,42 @@ func (m *cdcMsg) encode(b []byte) []byte {
 	be.PutUint32(b[20:], m.cons.count)
 	b[24], b[25] = m.prodFlags, m.connFlags
 	return b
+}
+
+// moveMsg tells a sender that its receiver offers a buffer of its own
+// (an RMB element, named as in an accept) to move to: the receiver's
+// peer waited for window again and again. The sender moves at a point of
+// its choosing, telling the receiver with flagMoved.
+type moveMsg struct {
+	token     uint32 // the sender's token, which the message goes to
+	off, size uint32
+	name      string
+}
+
+const (
+	moveType = 0xfd
+	moveHdr  = 15 // type, length, token, offset, size, name length
+	moveMax  = moveHdr + maxName
+)
+
+func (m *moveMsg) encode(b []byte) []byte {
+	b = b[:moveHdr+len(m.name)]
+	be := binary.BigEndian
+	b[0], b[1] = moveType, byte(len(b))
+	be.PutUint32(b[2:], m.token)
+	be.PutUint32(b[6:], m.off)
+	be.PutUint32(b[10:], m.size)
+	b[14] = byte(len(m.name))
+	copy(b[moveHdr:], m.name)
+	return b
+}
+
+func decodeMove(b []byte) (moveMsg, error) {
+	if len(b) < moveHdr || b[0] != moveType || int(b[1]) != len(b) || len(b) != moveHdr+int(b[14]) {
+		return moveMsg{}, fmt.Errorf("smc: a malformed buffer move message of %d bytes", len(b))
+	}
+	be := binary.BigEndian
+	return moveMsg{token: be.Uint32(b[2:]), off: be.Uint32(b[6:]), size: be.Uint32(b[10:]), name: string(b[moveHdr:])}, nil
 }
 
 func decodeCDC(b []byte) (cdcMsg, bool) {

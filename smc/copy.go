@@ -39,18 +39,17 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 // them, and lent keeps the buffer from being released while w has them.
 func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
 	var total int64
-	size := uint64(len(c.ring))
 	for {
 		c.mu.Lock()
 		if c.localClosed { // the ring may be another connection's by now
 			c.mu.Unlock()
 			return total, net.ErrClosed
 		}
-		if avail := c.prod - c.cons; avail > 0 {
-			off := c.cons % size
-			chunk := c.ring[off : off+min(avail, size-off)]
+		if c.prod > c.cons {
+			chunk, old := c.chunk()
 			c.lent = true
 			c.mu.Unlock()
+			giveBack(old)
 			k, werr := w.Write(chunk)
 			c.mu.Lock()
 			c.lent = false

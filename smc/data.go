@@ -2,6 +2,7 @@ package smc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,24 +32,28 @@ const (
 // A connection's CDC messages are sent from slots behind the data in its
 // staging buffer, one per message in flight.
 const (
-	cdcSlot    = 64
+	cdcSlot    = 128 // a CDC message, or a moveMsg
 	cdcSlots   = 4
 	stageExtra = cdcSlot * cdcSlots
 )
 
 // link is a connection's SMC state: its receive buffer (the RMB element
-// its peer WRITEs into), its staging buffer (a ring of the Node's buffer
-// size that WRITEs are sent from, then the CDC slots), its queue to the
-// peer and the cursors of both directions.
+// its peer WRITEs into), its staging buffer (a ring that WRITEs are sent
+// from, then the CDC slots), its queue to the peer and the cursors of
+// both directions. Cursors are stream positions; a buffer holds the
+// positions from its base on, as a ring.
 type link struct {
 	token    uint32
+	start    int // the size of the buffers it started with
 	rmb      buffer
 	stage    buffer
 	ring     []byte       // rmb's bytes
+	base     uint64       // the stream position at ring's start
 	q        *sharedQueue // to the peer's port
 	peer     krcore.Region
 	peerOff  uint64 // the peer's element in peer
 	psize    int    // the peer's element's size
+	pbase    uint64 // the stream position at the start of the peer's element
 	pToken   uint32
 	peerNode krcore.NodeID
 	peerAt   krcore.Principal // the peer's endpoint, q's destination
@@ -69,6 +74,17 @@ type link struct {
 	cdcSent   uint64 // CDC messages pushed
 	cdcDone   uint64 // and completed: cdcSent-cdcDone hold CDC slots
 	seq       uint16
+
+	// A receive buffer that grows: next is offered to the peer (moving),
+	// which WRITEs into it from moveAt on once it said so (moved); the
+	// reader moves to it once ring is read up to moveAt. blocks counts
+	// the peer's waits for window since the last offer.
+	next          buffer
+	nextRing      []byte
+	moving, moved bool
+	moveAt        uint64
+	blocks        int
+	moveTo        *moveMsg // the peer's offer, for the keeper to apply
 
 	peerBlocked, blockedSent           bool
 	peerDoneWriting, peerClosed        bool
@@ -91,8 +107,9 @@ func signal(ch chan struct{}) {
 // its proposal or accept.
 func (c *Conn) setupQueue() (Reason, error) {
 	n := c.node
+	c.start = n.firstSize()
 	var err error
-	if c.stage, err = n.stages.get(); err != nil {
+	if c.stage, err = n.stagePool(c.start).get(); err != nil {
 		return ReasonMem, err
 	}
 	tok, err := n.register(c)
@@ -108,14 +125,17 @@ func (c *Conn) setupQueue() (Reason, error) {
 // setupRMB takes a receive buffer from the slabs exported to the peer
 // endpoint alone.
 func (c *Conn) setupRMB(peer krcore.Principal) (Reason, error) {
-	b, err := c.node.rmbPool(peer).get()
+	b, err := c.node.rmbPool(peer, c.start).get()
+	if errors.Is(err, errNoMemory) {
+		return ReasonMem, err
+	}
 	if err != nil {
 		return ReasonRegRMB, err
 	}
 	// Under mu, as onData reads the ring: the peer's first WRITE follows
 	// the accept over TCP, an order the race detector cannot see.
 	c.mu.Lock()
-	c.rmb, c.ring = b, b.bytes(c.node.bufSize)
+	c.rmb, c.ring = b, b.bytes(c.start)
 	c.mu.Unlock()
 	return ReasonNone, nil
 }
@@ -162,7 +182,7 @@ func (c *Conn) offer(typ byte) *clcMsg {
 	n := c.node
 	m := &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token}
 	if c.rmb.s != nil { // a proposal offers none yet
-		m.off, m.size, m.name = uint32(c.rmb.off), uint32(n.bufSize), c.rmb.s.name
+		m.off, m.size, m.name = uint32(c.rmb.off), uint32(len(c.ring)), c.rmb.s.name
 	}
 	return m
 }
@@ -193,13 +213,15 @@ func (c *Conn) releaseLocal() {
 		n.putQueue(c.peerAt, c.q, healthy)
 	}
 	if c.stage.s != nil {
-		n.stages.put(c.stage)
+		c.stage.s.pool.put(c.stage)
 	}
-	if c.rmb.s != nil {
-		c.rmb.s.pool.put(c.rmb)
+	for _, b := range []buffer{c.rmb, c.next} {
+		if b.s != nil {
+			b.s.pool.put(b)
+		}
 	}
 	c.mu.Lock() // Node.Conns reads the token under mu
-	c.token, c.q, c.stage, c.rmb = 0, nil, buffer{}, buffer{}
+	c.token, c.q, c.stage, c.rmb, c.next = 0, nil, buffer{}, buffer{}, buffer{}
 	c.mu.Unlock()
 }
 
@@ -216,10 +238,11 @@ func (c *Conn) readSMC(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		if avail := c.prod - c.cons; avail > 0 {
-			k := c.copyOut(p, avail)
+		if c.prod > c.cons {
+			k, old := c.copyOut(p)
 			update := c.wantUpdate()
 			c.mu.Unlock()
+			giveBack(old)
 			if update {
 				c.sendCDC(0, 0) // a failure shows on the next call
 			}
@@ -244,17 +267,52 @@ func (c *Conn) readSMC(p []byte) (int, error) {
 	}
 }
 
-// copyOut moves up to avail bytes from the ring at cons into p; c.mu held.
-func (c *Conn) copyOut(p []byte, avail uint64) int {
-	size := uint64(len(c.ring))
-	n := min(uint64(len(p)), avail)
-	off := c.cons % size
-	k := copy(p[:n], c.ring[off:])
-	if uint64(k) < n {
-		copy(p[k:n], c.ring)
+// copyOut moves what it can of the bytes arrived into p; c.mu held. It
+// returns the receive buffer the connection moved away from, if it did,
+// to give back once c.mu is released.
+func (c *Conn) copyOut(p []byte) (int, buffer) {
+	n := 0
+	var old buffer
+	for n < len(p) {
+		b, o := c.chunk()
+		if o.s != nil {
+			old = o
+		}
+		if len(b) == 0 {
+			break
+		}
+		k := copy(p[n:], b)
+		c.cons += uint64(k)
+		n += k
 	}
-	c.cons += n
-	return int(n)
+	return n, old
+}
+
+// chunk is the bytes arrived at the consumer cursor that lie together in
+// the ring. A ring read up to where the peer moved to the next buffer is
+// left for that one first, and returned to give back once c.mu is
+// released; c.mu held.
+func (c *Conn) chunk() ([]byte, buffer) {
+	var old buffer
+	if c.moved && c.cons == c.moveAt {
+		old = c.rmb
+		c.rmb, c.ring, c.base = c.next, c.nextRing, c.moveAt
+		c.next, c.nextRing, c.moving, c.moved = buffer{}, nil, false, false
+	}
+	end := c.prod
+	if c.moved {
+		end = c.moveAt
+	}
+	size := uint64(len(c.ring))
+	off := (c.cons - c.base) % size
+	return c.ring[off : off+min(end-c.cons, size-off)], old
+}
+
+// giveBack returns a receive buffer the connection moved away from.
+func giveBack(b buffer) {
+	if b.s != nil {
+		b.s.pool.put(b)
+	}
 }
 
 // wantUpdate is RFC 7609's rule, as Linux applies it, for returning the
@@ -263,13 +321,25 @@ func (c *Conn) copyOut(p []byte, avail uint64) int {
 // more than half of the buffer free or said it is blocked, or at once
 // when the sender asked; c.mu held.
 func (c *Conn) wantUpdate() bool {
-	size := uint64(len(c.ring))
 	unconfirmed := c.cons - c.confirmed
 	if unconfirmed == 0 {
 		return false
 	}
-	free := size - (c.prod - c.confirmed) // what the sender believes it may write
+	size, from := uint64(len(c.ring)), c.confirmed
+	if c.moved { // the sender writes into the next ring
+		size, from = uint64(len(c.nextRing)), max(c.confirmed, c.moveAt)
+	}
+	free := size - (c.prod - from) // what the sender believes it may write
 	return unconfirmed > size/10 && (free <= size/2 || c.peerBlocked)
+}
+
+// overrun is how many bytes the peer wrote past its window; c.mu held.
+func (c *Conn) overrun() uint64 {
+	in, size := c.prod-c.cons, uint64(len(c.ring))
+	if c.moved {
+		in, size = c.prod-max(c.cons, c.moveAt), uint64(len(c.nextRing))
+	}
+	return in - min(in, size)
 }
 
 // writeSMC WRITEs p into the peer's ring, as much as its window allows at
@@ -279,7 +349,9 @@ func (c *Conn) writeSMC(p []byte) (int, error) {
 	for len(p) > 0 {
 		c.mu.Lock()
 		err := c.txErr()
-		free := c.psize - int(c.sent-c.peerCons)
+		// The bytes before pbase are in the peer's old buffer, which it
+		// reads to the end before this one.
+		free := c.psize - int(c.sent-max(c.peerCons, c.pbase))
 		blocked := free == 0 && !c.blockedSent
 		if free == 0 {
 			c.blockedSent = true
@@ -344,9 +416,9 @@ func (c *Conn) post(p []byte) (int, error) {
 	if c.released {
 		return 0, net.ErrClosed
 	}
-	size := c.node.bufSize
+	size := c.stageRing()
 	c.mu.Lock()
-	off, soff := int(c.sent%uint64(c.psize)), int(c.sent%uint64(size))
+	off, soff := int((c.sent-c.pbase)%uint64(c.psize)), int(c.sent%uint64(size))
 	c.mu.Unlock()
 	k := min(len(p), c.psize-off, size-soff)
 	if err := c.settleWrite(func() bool { return c.sent-c.freed <= uint64(size-k) }); err != nil {
@@ -427,11 +499,33 @@ func (c *Conn) abort(err error) error {
 	return c.err
 }
 
+// stageRing is the size of the staging buffer's ring; qmu held.
+func (c *Conn) stageRing() int { return c.stage.s.pool.size - stageExtra }
+
 // sendCDC sends a CDC message with the cursors and the given flags, and
 // records the consumer cursor it carries as confirmed.
 func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	return c.pushCDC(prodFlags, connFlags)
+}
+
+// pushCDC is sendCDC with qmu held.
+func (c *Conn) pushCDC(prodFlags, connFlags byte) error {
+	return c.pushCtl(func(slot []byte) []byte {
+		c.seq++
+		m := cdcMsg{seq: c.seq, token: c.pToken, prod: toCursor(c.sent, cursorSpan), cons: toCursor(c.cons, cursorSpan),
+			prodFlags: prodFlags, connFlags: connFlags}
+		c.confirmed = c.cons
+		c.peerBlocked = false
+		return m.encode(slot)
+	})
+}
+
+// pushCtl SENDs a control message (CDC or moveMsg) to the peer's port,
+// which fill writes into a free CDC slot of the staging buffer, with c.mu
+// held; qmu held.
+func (c *Conn) pushCtl(fill func(slot []byte) []byte) error {
 	if c.released {
 		return net.ErrClosed
 	}
@@ -445,16 +539,12 @@ func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 	if err := c.settle(func() bool { return c.cdcSent-c.cdcDone < cdcSlots }); err != nil {
 		return err
 	}
+	ring := c.stageRing()
 	c.mu.Lock()
-	c.seq++
-	m := cdcMsg{seq: c.seq, token: c.pToken, prod: toCursor(c.sent, c.psize), cons: toCursor(c.cons, len(c.ring)),
-		prodFlags: prodFlags, connFlags: connFlags}
-	c.confirmed = c.cons
-	c.peerBlocked = false
-	slot := c.node.bufSize + int(c.cdcSent%cdcSlots)*cdcSlot
+	slot := ring + int(c.cdcSent%cdcSlots)*cdcSlot
+	b := fill(c.stage.bytes(ring + stageExtra)[slot : slot+cdcSlot])
 	c.cdcSent++
 	c.mu.Unlock()
-	b := m.encode(c.stage.bytes(c.node.bufSize + stageExtra)[slot:])
 	r := krcore.Request{Op: verbs.OpSend, Local: c.stage.s.mr.Range(c.stage.off+slot, len(b))}
 	c.node.stats.cdcs.Add(1)
 	if err := c.q.push(r, owed{c: c, cdc: true}); err != nil {
@@ -474,8 +564,8 @@ func (c *Conn) onData(from krcore.NodeID, n int) bool {
 	}
 	c.prod += uint64(n)
 	c.node.stats.received.Add(uint64(n))
-	if c.prod-c.cons > uint64(len(c.ring)) && c.err == nil {
-		c.err = fmt.Errorf("smc: the peer wrote %d bytes past the window: %w", c.prod-c.cons-uint64(len(c.ring)), errAborted)
+	if over := c.overrun(); over > 0 && c.err == nil {
+		c.err = fmt.Errorf("smc: the peer wrote %d bytes past the window: %w", over, errAborted)
 		signal(c.txSig)
 	}
 	c.mu.Unlock()
@@ -499,7 +589,7 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	// the reader and the keeper, each a wake-up on a loaded core.
 	window := false
 	if c.psize > 0 {
-		if v := fromCursor(m.cons, c.psize, c.peerCons); v > c.peerCons && v <= c.sent {
+		if v := fromCursor(m.cons, cursorSpan, c.peerCons); v > c.peerCons && v <= c.sent {
 			c.peerCons, window = v, true
 		}
 	}
@@ -507,7 +597,13 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	if keep {
 		c.peerBlocked = true
 	}
-	state := m.connFlags&(flagDoneWriting|flagConnClosed|flagAbnormal) != 0
+	if m.prodFlags&flagWriteBlocked != 0 {
+		c.blocks++
+	}
+	if m.connFlags&flagMoved != 0 {
+		c.onMoved(fromCursor(m.prod, cursorSpan, c.prod))
+	}
+	state := m.connFlags&(flagDoneWriting|flagConnClosed|flagAbnormal|flagMoved) != 0
 	if m.connFlags&(flagDoneWriting|flagConnClosed) != 0 {
 		c.peerDoneWriting = true
 	}
@@ -527,6 +623,34 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	if keep || state {
 		signal(c.kick)
 	}
+	return true
+}
+
+// onMoved is the peer's word that it WRITEs into the buffer offered
+// (next) from stream position at on: every byte before it arrived in
+// ring, as it came on the same queue after them; c.mu held.
+func (c *Conn) onMoved(at uint64) {
+	if !c.moving || c.moved || at != c.prod {
+		if c.err == nil {
+			c.err = fmt.Errorf("smc: the peer moved to a buffer not offered (%v), or at %d with %d arrived: %w", c.moving, at, c.prod, errAborted)
+		}
+		return
+	}
+	c.moved, c.moveAt = true, at
+}
+
+// onMove is the peer's offer of a buffer to move to (moveMsg), applied
+// by the keeper. It reports false for a message from another node than
+// the peer's.
+func (c *Conn) onMove(from krcore.NodeID, m moveMsg) bool {
+	c.mu.Lock()
+	if from != c.peerNode {
+		c.mu.Unlock()
+		return false
+	}
+	c.moveTo = &m
+	c.mu.Unlock()
+	signal(c.kick)
 	return true
 }
 
@@ -609,6 +733,11 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 		c.mu.Lock()
 		ack := c.peerClosed && !c.wrShut && c.err == nil
 		update := c.peerBlocked && c.err == nil && c.wantUpdate()
+		grow, move := c.wantGrow(), c.moveTo
+		c.moveTo = nil
+		if c.wrShut || c.err != nil {
+			move = nil // no WRITE follows: the peer gives the buffer back at its end
+		}
 		done := c.localClosed && (c.peerDoneWriting || c.err != nil) && !c.lent
 		if c.localClosed && lingerC == nil {
 			lingerC = time.After(linger)
@@ -617,6 +746,12 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 		if done {
 			c.release()
 			return
+		}
+		if move != nil {
+			c.applyMove(*move)
+		}
+		if grow {
+			c.grow()
 		}
 		if ack {
 			c.wrMu.Lock()
@@ -643,4 +778,90 @@ func (c *Conn) release() {
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
 	c.releaseLocal()
+}
+
+// wantGrow reports whether the receive buffer should grow: its peer
+// waited for window twice since the last offer (a stream the reader
+// keeps up with fills any buffer, and only a larger one lets more than
+// a buffer's worth cross per cursor round trip), and the Node's sizes
+// allow; c.mu held.
+func (c *Conn) wantGrow() bool {
+	if c.blocks < 2 || c.moving || len(c.ring) >= c.node.maxSize || c.err != nil || c.localClosed || c.peerDoneWriting {
+		return false
+	}
+	c.blocks = 0
+	return true
+}
+
+// grow offers the peer a receive buffer four times as large, up to the
+// Node's maximum (moveMsg); the peer moves to it when it likes. Without
+// memory under the Node's bound the buffer stays as it is.
+func (c *Conn) grow() {
+	c.mu.Lock()
+	size := min(len(c.ring)*4, c.node.maxSize)
+	c.mu.Unlock()
+	b, err := c.node.rmbPool(c.peerAt, size).get()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.next, c.nextRing, c.moving = b, b.bytes(size), true
+	c.mu.Unlock()
+	m := moveMsg{token: c.pToken, off: uint32(b.off), size: uint32(size), name: b.s.name}
+	c.qmu.Lock()
+	c.pushCtl(func(slot []byte) []byte { return m.encode(slot) }) // a failure aborted the connection
+	c.qmu.Unlock()
+}
+
+// applyMove moves this side's WRITEs to the buffer its peer offered,
+// after every byte sent so far: flagMoved tells the peer on the same
+// queue, behind them, so that it reads its old buffer to that point
+// first. The staging ring grows with it. A buffer that cannot be found
+// aborts the connection, whose peer waits for the move.
+func (c *Conn) applyMove(m moveMsg) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	r, err := c.node.region(ctx, c.peerNode, m.name)
+	if err == nil && (m.size < cdcLen || r.Len() < uint64(m.off)+uint64(m.size)) {
+		err = fmt.Errorf("%d bytes at %d, in a region of %d: %w", m.size, m.off, r.Len(), krcore.ErrInvalid)
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("smc: the peer's new buffer %s: %w: %w", m.name, errAborted, err))
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.released {
+		return
+	}
+	c.growStage(int(m.size))
+	if err := c.pushCDC(0, flagMoved); err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.peer, c.peerOff, c.psize, c.pbase = r, uint64(m.off), int(m.size), c.sent
+	c.mu.Unlock()
+	signal(c.txSig)
+}
+
+// growStage moves to a staging ring of size bytes when the current one is
+// smaller, once no request reads it: a ring smaller than the peer's
+// buffer makes a Write wait for WRITE completions before the window is
+// full. Without memory it stays as it is; qmu held.
+func (c *Conn) growStage(size int) {
+	if c.stageRing() >= size {
+		return
+	}
+	if err := c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }); err != nil {
+		return
+	}
+	b, err := c.node.stagePool(size).get()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	old := c.stage
+	c.stage = b
+	c.mu.Unlock()
+	old.s.pool.put(old)
 }

@@ -94,7 +94,26 @@
 // addresses stay mapped to zero pages: a connection still open then reads
 // zeros or fails, and never faults the process).
 //
-// Link reuse: connections take their buffers from slabs of 16 that a Node
+// Buffer sizes adapt (NodeOptions.BufferSize 0): a connection starts with
+// buffers of DefaultBufferSize, or MinBufferSize once a quarter of the
+// Node's memory bound (NodeOptions.MaxMemory) is taken, so that many
+// idle connections take little each. A receiver whose peer waited for
+// window twice since its last change (a stream whose reader keeps up,
+// which a buffer bounds to one buffer's worth per cursor round trip)
+// offers the peer a buffer four times larger, up to
+// NodeOptions.MaxBufferSize, in a move message (not in RFC 7609, whose
+// RMBs keep their size): the peer WRITEs every later byte there, and says
+// from which stream position with a CDC flag on the same queue, behind
+// the bytes before it; the receiver reads its old buffer to that point,
+// then gives it back. The writer's staging ring grows with it. Cursors
+// between krcore peers are stream positions (wraps of 4 GiB and offset),
+// so they mean the same in either buffer. No buffer grows past the
+// Node's bound; a connection whose first buffers do not fit falls back
+// (ReasonMem). A slab whose buffers all came back is released while its
+// pool has another free one.
+//
+// Link reuse: connections take their buffers from slabs (16 buffers, or
+// 1 MiB of larger ones) that a Node
 // registers and exports per peer endpoint (node and port) at a time, to
 // that endpoint alone (an export with an audience: as SMC-R keeps an RMB
 // per link group, no other process can find the slab, let alone write to
@@ -166,8 +185,8 @@
 // path (reading the source straight into the staging buffer needs the
 // buffer kept while the source's Read blocks, which would hold
 // Node.Close; io.WriterTo is built: WriteTo hands the writer the receive
-// buffer's bytes); buffer sizes that adapt per connection and a per-node
-// bound (NodeOptions.BufferSize is fixed). A slab serves every connection
+// buffer's bytes); a grown buffer shrinking back when its connection
+// idles (it keeps its size until the connection ends). A slab serves every connection
 // with one peer endpoint, so that peer could write into its other
 // connections' buffers, as an RMB's rkey lets any connection of its link
 // group in SMC-R. A port's notifications beyond krcore's inbox bound

@@ -16,14 +16,29 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// DefaultBufferSize is the size of a connection's receive buffer (its RMB
-// element) and of its send staging buffer when NodeOptions.BufferSize is 0.
-const DefaultBufferSize = 64 << 10
+// Buffer sizes when NodeOptions.BufferSize is 0: they adapt. A
+// connection starts with receive and staging buffers of
+// DefaultBufferSize, or MinBufferSize once a quarter of the Node's
+// memory bound is taken (many connections, each small); a receiver whose
+// peer waits for window again and again (bulk) moves to a buffer four
+// times larger, up to NodeOptions.MaxBufferSize, while the bound allows.
+const (
+	DefaultBufferSize    = 64 << 10
+	MinBufferSize        = 16 << 10
+	DefaultMaxBufferSize = 1 << 20
+	// DefaultMaxMemory bounds the registered buffer memory (receive and
+	// staging) of a Node when NodeOptions.MaxMemory is 0.
+	DefaultMaxMemory = 256 << 20
+)
 
-// slabElems is how many buffers one registered slab holds: a node
-// registers and exports memory a slab at a time, so that later
-// connections take an element of a slab a peer already knows.
-const slabElems = 16
+// A slab is registered memory for up to slabElems buffers, at most
+// slabBytes unless one buffer is larger: a node registers and exports
+// memory a slab at a time, so that later connections take an element of
+// a slab a peer already knows.
+const (
+	slabElems = 16
+	slabBytes = 1 << 20
+)
 
 // portBase is where Open looks for a free port when NodeOptions.Port is 0
 // ("SM" in the high bytes, below the reserved top bit).
@@ -34,9 +49,15 @@ type NodeOptions struct {
 	// Port is the port the Node binds for its connections' notifications
 	// and CDC messages; 0 picks a free one.
 	Port uint32
-	// BufferSize is each connection's receive buffer and send staging
-	// buffer, in bytes; 0 is DefaultBufferSize.
+	// BufferSize fixes each connection's receive buffer and send staging
+	// buffer, in bytes; 0 adapts them (DefaultBufferSize).
 	BufferSize int
+	// MaxBufferSize bounds an adapting buffer; 0 is DefaultMaxBufferSize.
+	MaxBufferSize int
+	// MaxMemory bounds the Node's registered buffer memory, receive and
+	// staging; 0 is DefaultMaxMemory. A connection that finds no room
+	// falls back to TCP (ReasonMem), and a buffer does not grow past it.
+	MaxMemory int
 	// ReportEvery is how often a Node through krcored (an API with a
 	// Report method, client.Client) reports its connections and counters
 	// to the daemon, for krctl smc and krcored's /metrics; 0 is
@@ -50,17 +71,21 @@ type NodeOptions struct {
 // from, and the regions of peers it learned. Pass it to Listen and Dial in
 // Options.Node. Its methods are safe for concurrent use.
 type Node struct {
-	api     krcore.API
-	port    uint32
-	id      uint64 // this instance, the Peer ID of RFC 7609
-	bufSize int
+	api  krcore.API
+	port uint32
+	id   uint64 // this instance, the Peer ID of RFC 7609
+	// Buffer sizes: a connection starts at startSize (or minSize when
+	// memory is short) and its receive buffer grows up to maxSize; all
+	// three are equal when NodeOptions.BufferSize fixes them.
+	startSize, minSize, maxSize int
+	mem                         *budget
 
 	srv    krcore.VQ // bound to port; read only by serve
 	cancel context.CancelFunc
 	done   chan struct{}
 	wg     sync.WaitGroup // the connections' goroutines and report's
 
-	stages bufPool // send staging buffers, local only
+	stages map[int]*bufPool // send staging buffers by ring size, local only; under mu
 
 	lookMu sync.Mutex // srv's Connect and Region: lookups ask as srv's port
 
@@ -69,7 +94,7 @@ type Node struct {
 	conns     map[uint32]*Conn // SMC connections by token
 	all       map[*Conn]uint64 // every open connection: its serial (track)
 	serial    uint64
-	rmbs      map[krcore.Principal]*bufPool       // receive buffers, per peer endpoint
+	rmbs      map[rmbKey]*bufPool                 // receive buffers, per peer endpoint and size
 	queues    map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
 	nextToken uint32
 	regions   map[regionKey]krcore.Region
@@ -92,11 +117,14 @@ type Stats struct {
 	// fell back to TCP, by reason.
 	SMC       uint64
 	Fallbacks map[Reason]uint64
-	// Slabs is the registered slabs of receive buffers, 16 each; Lookups
+	// Slabs is the registered slabs of receive buffers; Lookups
 	// the lookups of peers' slabs (a connection whose peer's buffer is in
 	// a slab already known needs none).
 	Slabs   int
 	Lookups uint64
+	// Memory is the registered buffer memory, receive and staging, in
+	// bytes (bounded by NodeOptions.MaxMemory).
+	Memory int64
 	// BytesSent and BytesReceived count the data carried over SMC; Writes
 	// the RDMA WRITE_WITH_IMMs that carried it; CursorMsgs the CDC
 	// messages sent (window updates and close flags).
@@ -110,7 +138,7 @@ type Stats struct {
 func (n *Node) Stats() Stats {
 	s := Stats{SMC: n.stats.smc.Load(), Lookups: n.stats.lookups.Load(), BytesSent: n.stats.sent.Load(),
 		BytesReceived: n.stats.received.Load(), Writes: n.stats.writes.Load(), CursorMsgs: n.stats.cdcs.Load(),
-		Dropped: n.dropped.Load(), Fallbacks: map[Reason]uint64{}}
+		Dropped: n.dropped.Load(), Memory: n.mem.used.Load(), Fallbacks: map[Reason]uint64{}}
 	n.mu.Lock()
 	for r, k := range n.stats.fallbacks {
 		s.Fallbacks[r] = k
@@ -138,6 +166,11 @@ func (n *Node) settled(m Mode) {
 	n.mu.Unlock()
 }
 
+type rmbKey struct {
+	peer krcore.Principal
+	size int
+}
+
 type regionKey struct {
 	node krcore.NodeID
 	name string
@@ -149,17 +182,12 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	if api == nil {
 		return nil, fmt.Errorf("smc: open: nil API: %w", krcore.ErrInvalid)
 	}
-	size := opts.BufferSize
-	if size == 0 {
-		size = DefaultBufferSize
-	}
-	if size < cdcLen || size > 1<<30 {
-		return nil, fmt.Errorf("smc: open: buffer size %d: %w", size, krcore.ErrInvalid)
-	}
-	n := &Node{api: api, id: rand.Uint64(), bufSize: size, done: make(chan struct{}), reapKick: make(chan struct{}, 1),
+	n := &Node{api: api, id: rand.Uint64(), done: make(chan struct{}), reapKick: make(chan struct{}, 1),
 		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
-		rmbs: map[krcore.Principal]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
-	n.stages = bufPool{api: api, size: size + stageExtra, access: verbs.AccessLocalWrite}
+		rmbs: map[rmbKey]*bufPool{}, stages: map[int]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
+	if err := n.sizes(opts); err != nil {
+		return nil, fmt.Errorf("smc: open: %w", err)
+	}
 	q, err := api.Queue()
 	if err != nil {
 		return nil, fmt.Errorf("smc: open: %w", err)
@@ -183,6 +211,36 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		go n.report(ctx, r, every)
 	}
 	return n, nil
+}
+
+// sizes sets the Node's buffer sizes and memory bound from opts.
+func (n *Node) sizes(opts NodeOptions) error {
+	n.startSize, n.minSize, n.maxSize = opts.BufferSize, opts.BufferSize, opts.BufferSize
+	if opts.BufferSize == 0 {
+		n.startSize, n.minSize, n.maxSize = DefaultBufferSize, MinBufferSize, opts.MaxBufferSize
+		if n.maxSize == 0 {
+			n.maxSize = DefaultMaxBufferSize
+		}
+	}
+	mem := opts.MaxMemory
+	if mem == 0 {
+		mem = DefaultMaxMemory
+	}
+	if n.minSize < cdcLen || n.maxSize < n.startSize || n.maxSize > 1<<30 || mem < 0 {
+		return fmt.Errorf("buffer size %d, max %d, memory %d: %w", opts.BufferSize, opts.MaxBufferSize, opts.MaxMemory, krcore.ErrInvalid)
+	}
+	n.mem = &budget{max: int64(mem)}
+	return nil
+}
+
+// firstSize is a new connection's buffer size: the start size while less
+// than a quarter of the memory bound is taken, else the minimum, so that
+// many connections take little each.
+func (n *Node) firstSize() int {
+	if n.mem.used.Load() < n.mem.max/4 {
+		return n.startSize
+	}
+	return n.minSize
 }
 
 // bind takes port, or the first free port from a random place above
@@ -241,7 +299,12 @@ func (n *Node) Close() error {
 	for _, p := range n.pools() {
 		p.close()
 	}
-	n.stages.close()
+	n.mu.Lock()
+	stages := slices.Collect(maps.Values(n.stages))
+	n.mu.Unlock()
+	for _, p := range stages {
+		p.close()
+	}
 	return nil
 }
 
@@ -297,6 +360,15 @@ func (n *Node) dispatch(m *krcore.Message) {
 	data := m.Data
 	if m.Buf != nil {
 		data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+	}
+	if len(data) > 0 && data[0] == moveType {
+		if mv, err := decodeMove(data); err == nil {
+			if c := n.conn(mv.token); c != nil && c.onMove(m.From, mv) {
+				return
+			}
+		}
+		n.dropped.Add(1)
+		return
 	}
 	msg, ok := decodeCDC(data)
 	if ok {
@@ -428,17 +500,32 @@ func (n *Node) putQueue(peer krcore.Principal, s *sharedQueue, healthy bool) {
 	}
 }
 
-// rmbPool is the pool of receive buffers for connections with peer: its
-// slabs are exported to that endpoint alone, as SMC-R keeps an RMB per
-// link group, so that no other process can find them, let alone write.
-func (n *Node) rmbPool(peer krcore.Principal) *bufPool {
+// rmbPool is the pool of receive buffers of size bytes for connections
+// with peer: its slabs are exported to that endpoint alone, as SMC-R
+// keeps an RMB per link group, so that no other process can find them,
+// let alone write. (The name stays within a CLC message's 64 bytes.)
+func (n *Node) rmbPool(peer krcore.Principal, size int) *bufPool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	p := n.rmbs[peer]
+	k := rmbKey{peer, size}
+	p := n.rmbs[k]
 	if p == nil {
-		p = &bufPool{api: n.api, size: n.bufSize, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite,
-			export: fmt.Sprintf("smc/%016x/rmb/%d-%d", n.id, peer.Node, peer.Port), to: []krcore.Principal{peer}}
-		n.rmbs[peer] = p
+		p = &bufPool{api: n.api, size: size, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite, mem: n.mem,
+			export: fmt.Sprintf("smc/%x/rmb/%x-%x/%x", n.id, peer.Node, peer.Port, size), to: []krcore.Principal{peer}}
+		n.rmbs[k] = p
+	}
+	return p
+}
+
+// stagePool is the pool of staging buffers with rings of size bytes
+// (and the CDC slots behind).
+func (n *Node) stagePool(size int) *bufPool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.stages[size]
+	if p == nil {
+		p = &bufPool{api: n.api, size: size + stageExtra, access: verbs.AccessLocalWrite, mem: n.mem}
+		n.stages[size] = p
 	}
 	return p
 }
@@ -454,25 +541,48 @@ func (n *Node) pools() []*bufPool {
 	return ps
 }
 
-// bufPool hands out fixed-size buffers carved from registered slabs of
-// slabElems each, exported under export+slab number to the principals to
-// when export is set.
+// budget bounds the registered memory of a Node's pools.
+type budget struct {
+	used atomic.Int64
+	max  int64
+}
+
+// errNoMemory: a slab would pass the Node's memory bound.
+var errNoMemory = errors.New("smc: the Node's buffer memory bound (NodeOptions.MaxMemory) is reached")
+
+// take reserves n bytes, if the bound allows.
+func (b *budget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// bufPool hands out fixed-size buffers carved from registered slabs
+// (slabElems each, fewer for large buffers), exported under export+slab
+// number to the principals to when export is set. A slab whose buffers
+// all came back is released when the pool has another such, so that the
+// memory of buffers grown for a burst goes back to the Node's bound.
 type bufPool struct {
 	api    krcore.API
 	size   int
 	access verbs.Access
 	export string
 	to     []krcore.Principal
+	mem    *budget
 
 	mu    sync.Mutex
 	slabs []*slab
 	free  []buffer
+	next  int // the next slab's number: names are never reused
 }
 
 type slab struct {
 	pool *bufPool
 	mr   krcore.MR
 	name string // export name, "" if not exported
+	used int    // buffers handed out; under pool.mu
 }
 
 // buffer is one element of a slab.
@@ -494,25 +604,34 @@ func (p *bufPool) get() (buffer, error) {
 	}
 	b := p.free[len(p.free)-1]
 	p.free = p.free[:len(p.free)-1]
+	b.s.used++
 	return b, nil
 }
 
-// grow registers (and exports) one more slab; p.mu held.
+// grow registers (and exports) one more slab, within the memory bound;
+// p.mu held.
 func (p *bufPool) grow() error {
-	mr, err := p.api.RegMR(p.size*slabElems, p.access)
+	elems := max(1, min(slabElems, slabBytes/p.size))
+	if !p.mem.take(p.size * elems) {
+		return fmt.Errorf("a slab of %d buffers of %d bytes: %w", elems, p.size, errNoMemory)
+	}
+	mr, err := p.api.RegMR(p.size*elems, p.access)
 	if err != nil {
-		return fmt.Errorf("register a slab of %d buffers of %d bytes: %w", slabElems, p.size, err)
+		p.mem.used.Add(-int64(p.size * elems))
+		return fmt.Errorf("register a slab of %d buffers of %d bytes: %w", elems, p.size, err)
 	}
 	s := &slab{pool: p, mr: mr}
 	if p.export != "" {
-		s.name = fmt.Sprintf("%s/%d", p.export, len(p.slabs))
+		s.name = fmt.Sprintf("%s/%d", p.export, p.next)
 		if err := p.api.Export(s.name, mr, 0, mr.Len(), verbs.AccessRemoteWrite, p.to...); err != nil {
 			p.api.Deregister(mr)
+			p.mem.used.Add(-int64(mr.Len()))
 			return fmt.Errorf("export slab %s: %w", s.name, err)
 		}
 	}
+	p.next++
 	p.slabs = append(p.slabs, s)
-	for i := slabElems - 1; i >= 0; i-- {
+	for i := elems - 1; i >= 0; i-- {
 		p.free = append(p.free, buffer{s: s, off: i * p.size})
 	}
 	return nil
@@ -520,8 +639,33 @@ func (p *bufPool) grow() error {
 
 func (p *bufPool) put(b buffer) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.free = append(p.free, b)
-	p.mu.Unlock()
+	if b.s.used--; b.s.used > 0 {
+		return
+	}
+	for _, s := range p.slabs {
+		if s != b.s && s.used == 0 {
+			p.drop(b.s)
+			return
+		}
+	}
+}
+
+// drop releases slab s, none of whose buffers is handed out; p.mu held.
+func (p *bufPool) drop(s *slab) {
+	p.free = slices.DeleteFunc(p.free, func(b buffer) bool { return b.s == s })
+	p.slabs = slices.DeleteFunc(p.slabs, func(x *slab) bool { return x == s })
+	p.release(s)
+}
+
+// release withdraws and deregisters s; p.mu held.
+func (p *bufPool) release(s *slab) {
+	if s.name != "" {
+		p.api.Unexport(s.name)
+	}
+	p.mem.used.Add(-int64(s.mr.Len()))
+	p.api.Deregister(s.mr)
 }
 
 // close withdraws and releases every slab.
@@ -529,10 +673,7 @@ func (p *bufPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.slabs {
-		if s.name != "" {
-			p.api.Unexport(s.name)
-		}
-		p.api.Deregister(s.mr)
+		p.release(s)
 	}
 	p.slabs, p.free = nil, nil
 }

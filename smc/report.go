@@ -181,8 +181,8 @@ func (c *Conn) info() ConnInfo {
 	defer c.mu.Unlock()
 	ci.Token, ci.PeerToken, ci.PeerNode = c.token, c.pToken, c.peerNode
 	ci.RMB, ci.PeerRMB = len(c.ring), c.psize
-	ci.Prod, ci.Cons = cursorOf(c.prod, len(c.ring)), cursorOf(c.cons, len(c.ring))
-	ci.Sent, ci.PeerCons = cursorOf(c.sent, c.psize), cursorOf(c.peerCons, c.psize)
+	ci.Prod, ci.Cons = cursorOf(c.prod-c.base, len(c.ring)), cursorOf(c.cons-c.base, len(c.ring))
+	ci.Sent, ci.PeerCons = cursorOf(c.sent-c.pbase, c.psize), cursorOf(max(c.peerCons, c.pbase)-c.pbase, c.psize)
 	ci.BytesReceived, ci.BytesSent = c.cons, c.sent
 	ci.State = c.stateLocked()
 	return ci

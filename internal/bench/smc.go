@@ -74,7 +74,10 @@ const (
 	seriesSMC           = "smc"
 	smcPingSize         = 8
 	smcStreamSize       = 64 << 10
-	smcBufferSize       = 256 << 10
+	// smcBufferSize is the buffer of the Nodes of smc-rtt, smc-stream
+	// and smc-connect: 0, adapting (smc.NodeOptions' defaults: 64 KiB,
+	// growing for a stream up to 1 MiB).
+	smcBufferSize = 0
 	// smcSmallBuffer is the buffer of the Nodes of smc-many and
 	// smc-connect-first: many connections, little data each.
 	smcSmallBuffer   = 16 << 10
@@ -193,10 +196,11 @@ func startSMCServers(api krcore.API) (*smcServers, error) {
 	}
 	for _, l := range []struct {
 		addr *string
+		smc  bool
 		size int
-	}{{&s.smc, smcBufferSize}, {&s.small, smcSmallBuffer}, {&s.tcp, 0}} {
+	}{{&s.smc, true, smcBufferSize}, {&s.small, true, smcSmallBuffer}, {&s.tcp, false, 0}} {
 		var opts *smc.Options
-		if l.size != 0 {
+		if l.smc {
 			n, err := smc.Open(api, smc.NodeOptions{BufferSize: l.size})
 			if err != nil {
 				s.close()
@@ -566,7 +570,7 @@ func (b *smcBench) stream() error {
 	return b.out.Add(perf.Result{Title: "SMC vs TCP Stream Bandwidth, 64 KiB writes (interleaved, median block)", Test: testSMCStream, Mode: perf.ModeBW,
 		Column: "series", Placement: b.place, Bandwidth: rows, Info: []perf.Field{
 			{Key: "Series", Value: "as smc-rtt; a block ends when the sink acknowledges its last byte"},
-			{Key: "Buffers", Value: fmt.Sprintf("SMC receive and staging buffers of %d KiB", smcBufferSize>>10)},
+			{Key: "Buffers", Value: smcBuffers()},
 			{Key: "Nodes", Value: b.nodes}}})
 }
 
@@ -722,4 +726,12 @@ func runSMCRole(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 		return 0, true
 	}
 	return 0, false
+}
+
+// smcBuffers describes the buffers of smc-rtt and smc-stream.
+func smcBuffers() string {
+	if smcBufferSize == 0 {
+		return fmt.Sprintf("SMC receive and staging buffers adapting: %d KiB, a stream's growing up to %d KiB", smc.DefaultBufferSize>>10, smc.DefaultMaxBufferSize>>10)
+	}
+	return fmt.Sprintf("SMC receive and staging buffers of %d KiB", smcBufferSize>>10)
 }

@@ -1,0 +1,114 @@
+package smc_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/krcore/krcore/smc"
+)
+
+// rmbOf is the receive buffer size of c, a connection of n, and its
+// peer's as c knows it.
+func rmbOf(t *testing.T, n *smc.Node, c net.Conn) (rmb, peer int) {
+	t.Helper()
+	for _, ci := range n.Conns() {
+		if ci.Local == c.LocalAddr().String() && ci.Foreign == c.RemoteAddr().String() {
+			return ci.RMB, ci.PeerRMB
+		}
+	}
+	t.Fatalf("no connection at %v", c.LocalAddr())
+	return 0, 0
+}
+
+// TestBufferGrows: adapting buffers start at DefaultBufferSize; a
+// receiver whose writer keeps waiting for window (a bulk stream) moves to
+// buffers four times larger up to MaxBufferSize, in the middle of the
+// stream, with every byte intact and in order, while a ping-pong
+// connection of the same Nodes keeps its buffers small.
+func TestBufferGrows(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) {
+			srvNode := open(t, srvAPI, smc.NodeOptions{MaxBufferSize: 1 << 20})
+			cliNode := open(t, api, smc.NodeOptions{})
+			ln := listen(t, &smc.Options{Node: srvNode})
+			s, c := pair(t, ln, &smc.Options{Node: cliNode})
+			settled(t, s)
+			if rmb, _ := rmbOf(t, srvNode, s); rmb != smc.DefaultBufferSize {
+				t.Fatalf("a new connection's buffer: %d bytes, want %d", rmb, smc.DefaultBufferSize)
+			}
+			transfer(t, c, s, 8<<20)
+			if rmb, _ := rmbOf(t, srvNode, s); rmb != 1<<20 {
+				t.Errorf("the stream's receive buffer after 8 MiB: %d bytes, want 1 MiB", rmb)
+			}
+			if _, peer := rmbOf(t, cliNode, c); peer != 1<<20 {
+				t.Errorf("the writer's view of it: %d bytes, want 1 MiB", peer)
+			}
+			ps, pc := pair(t, ln, &smc.Options{Node: cliNode})
+			for range 100 {
+				transfer8(t, pc, ps)
+				transfer8(t, ps, pc)
+			}
+			if rmb, peer := rmbOf(t, srvNode, ps); rmb != smc.DefaultBufferSize || peer != smc.DefaultBufferSize {
+				t.Errorf("the ping-pong's buffers: %d and %d bytes, want %d", rmb, peer, smc.DefaultBufferSize)
+			}
+		})
+	}
+}
+
+// transfer8 writes 8 bytes on w and reads them on r.
+func transfer8(t *testing.T, w, r net.Conn) {
+	t.Helper()
+	var b [8]byte
+	if _, err := w.Write([]byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < len(b); {
+		k, err := r.Read(b[got:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+	}
+	if string(b[:]) != "12345678" {
+		t.Fatalf("read %q", b)
+	}
+}
+
+// TestBufferBound: a Node's buffer memory stays under NodeOptions.MaxMemory:
+// past a quarter of it new connections start with MinBufferSize buffers,
+// a buffer does not grow past it (the stream goes on in the old one),
+// and a Node that cannot fit a connection's buffers at all falls back to
+// TCP with ReasonMem.
+func TestBufferBound(t *testing.T) {
+	srvAPI, clients := apis(t)
+	const bound = 6 << 20
+	srvNode := open(t, srvAPI, smc.NodeOptions{MaxMemory: bound})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s1, c1 := pair(t, ln, &smc.Options{Node: cliNode})
+	settled(t, s1)
+	s2, c2 := pair(t, ln, &smc.Options{Node: cliNode})
+	settled(t, s2)
+	if a, b := first(rmbOf(t, srvNode, s1)), first(rmbOf(t, srvNode, s2)); a != smc.DefaultBufferSize || b != smc.MinBufferSize {
+		t.Errorf("buffers of the first and second connection: %d and %d bytes, want %d and %d (a quarter of the bound taken)",
+			a, b, smc.DefaultBufferSize, smc.MinBufferSize)
+	}
+	transfer(t, c1, s1, 8<<20)
+	transfer(t, c2, s2, 2<<20)
+	if m := srvNode.Stats().Memory; m > bound {
+		t.Errorf("the Node registered %d bytes of buffers, above its bound %d", m, bound)
+	}
+	if rmb := first(rmbOf(t, srvNode, s1)); rmb != 1<<20 {
+		t.Logf("the first connection's buffer grew to %d bytes", rmb)
+	}
+
+	tiny := open(t, srvAPI, smc.NodeOptions{MaxMemory: 1 << 20}) // less than one slab
+	s, c := pair(t, listen(t, &smc.Options{Node: tiny}), &smc.Options{Node: cliNode})
+	if m := settled(t, s); m.SMC || m.Reason != smc.ReasonMem {
+		t.Errorf("a Node without room for a buffer: mode %v, want TCP with %v", m, smc.ReasonMem)
+	}
+	transfer(t, c, s, 64<<10)
+}
+
+func first(a, _ int) int { return a }
