@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +12,21 @@ import (
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
+
+// reportCPU reports the process's CPU time (user and system) per
+// iteration from now until the benchmark ends, as cpu-ns/op: on a machine
+// shared with other work a synchronous loop's wall time per op counts the
+// time it waited for a core, its CPU time much less so. Call it right
+// before the timed loop.
+func reportCPU(b *testing.B) {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	start := ru.Utime.Nano() + ru.Stime.Nano()
+	b.Cleanup(func() {
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		b.ReportMetric(float64(ru.Utime.Nano()+ru.Stime.Nano()-start)/float64(b.N), "cpu-ns/op")
+	})
+}
 
 // benchCluster is a two-node in-process cluster for benchmarks, with the
 // RC pool disabled (VQs stay on DC) unless rc.
@@ -195,6 +211,7 @@ func rawRead8(b *testing.B, x, y rawSide, wait bool) {
 	var wc [1]verbs.WC
 	ctx := context.Background()
 	var tpush, tpop time.Duration
+	reportCPU(b)
 	defer func() {
 		b.ReportMetric(float64(tpush.Nanoseconds())/float64(b.N), "push-ns")
 		b.ReportMetric(float64(tpop.Nanoseconds())/float64(b.N), "pop-ns")
@@ -352,6 +369,7 @@ func benchVQRead(b *testing.B, rc bool) {
 	}
 	warmRC(b, a, rc, read)
 	b.ReportAllocs()
+	reportCPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		read()

@@ -251,25 +251,31 @@ func (p *pqp) flushOpsLocked() {
 // WRITE that fails flushes its notification: its error completion carries
 // the record's wr_id and fails the record as the culprit.
 func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []verbs.SendWR {
-	wr := verbs.SendWR{
-		ID: uint64(r.q.id)<<32 | seq&0xffffffff, Op: r.op, RemoteAddr: r.raddr, RKey: r.rkey,
-		Imm: r.imm, CompareAdd: r.cmp, Swap: r.swap,
-	}
-	if p.rc == nil {
-		t := r.target
-		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
-	}
 	p.sinceSignal++
+	var flags verbs.SendFlags
 	if r.signaled || last || p.sinceSignal >= p.depth/2 {
-		wr.Flags |= verbs.Signaled
+		flags = verbs.Signaled
 		p.sinceSignal = 0
 	}
+	k := len(wrs)
 	if r.notify {
-		write := wr
-		write.Op, write.Flags = verbs.OpWrite, 0
-		write.SGL = p.localSGL(r)
-		wrs = append(wrs, write)
-		wr.RemoteAddr, wr.RKey = 0, 0
+		wrs = append(wrs, verbs.SendWR{Op: verbs.OpWrite, RemoteAddr: r.raddr, RKey: r.rkey, SGL: p.localSGL(r)})
+	}
+	// Filled in place: a work request is ~130 bytes, and building it
+	// aside and appending it copied it once more per request.
+	wrs = append(wrs, verbs.SendWR{})
+	wr := &wrs[len(wrs)-1]
+	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
+	if p.rc == nil {
+		t := r.target
+		for i := k; i < len(wrs); i++ {
+			wrs[i].AH, wrs[i].RemoteQPN, wrs[i].DCKey = t.ah, t.dct, t.key
+		}
+	}
+	if r.notify {
+		wrs[k].ID = wr.ID
+	} else {
+		wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
 	}
 	start := len(p.sges)
 	if r.op.IsSend() || r.notify {
@@ -283,7 +289,7 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		p.sges = append(p.sges, r.local)
 	}
 	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
-	return append(wrs, wr)
+	return wrs
 }
 
 // localSGL is the SGL of r's local buffer, in the scratch SGEs.

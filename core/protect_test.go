@@ -8,16 +8,14 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// fakeMR is an MR for the pure checks: only length, access and liveness
-// matter to them.
+// fakeVerbsMR stands behind an MR for the pure checks: only its length
+// (MR.n), access and liveness matter to them.
 type fakeVerbsMR struct{ verbs.MR }
 
-func (fakeVerbsMR) Len() int { return 4096 }
-
 func TestCheck(t *testing.T) {
-	rw := &MR{mr: fakeVerbsMR{}, access: verbs.AccessAll}
-	ro := &MR{mr: fakeVerbsMR{}, access: 0}
-	dead := &MR{mr: fakeVerbsMR{}, access: verbs.AccessAll}
+	rw := &MR{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}
+	ro := &MR{mr: fakeVerbsMR{}, n: 4096, access: 0}
+	dead := &MR{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}
 	dead.dead.Store(true)
 	g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
 	lim := limits{maxMsg: 1 << 20}
@@ -71,7 +69,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add(uint8(verbs.OpFetchAdd), 8, 8, uint64(4), uint8(1), false)
 	f.Add(uint8(verbs.OpSend), -1, 1<<30, uint64(1<<63), uint8(2), true)
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
-		mrs := []*MR{{mr: fakeVerbsMR{}, access: verbs.AccessAll}, {mr: fakeVerbsMR{}}, nil}
+		mrs := []*MR{{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}, {mr: fakeVerbsMR{}, n: 4096}, nil}
 		g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
 		r := krcore.Request{Op: verbs.Opcode(op), Local: krcore.Local{MR: mrs[int(which)%3], Off: off, Len: n}, Remote: g.At(roff)}
 		if which&4 != 0 {

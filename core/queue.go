@@ -194,7 +194,12 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 				return i, err
 			}
 		}
-		batch = append(batch, rec{})
+		// accept fills the record whole: the slot need not be zeroed.
+		if len(batch) < cap(batch) {
+			batch = batch[:len(batch)+1]
+		} else {
+			batch = append(batch, rec{})
+		}
 		if !q.accept(&reqs[i], &batch[len(batch)-1]) {
 			batch = batch[:len(batch)-1]
 		}
@@ -214,7 +219,7 @@ func (q *Queue) PushOne(ctx context.Context, wait bool, req krcore.Request) erro
 // within ctx; q.mu held, released while making it.
 func (q *Queue) routeLocked(ctx context.Context) error {
 	p := q.peer
-	if q.rt.routes.routable(p) {
+	if q.rt.dc || q.rt.routes.routable(p) {
 		return nil
 	}
 	q.mu.Unlock()

@@ -187,6 +187,9 @@ type Runtime struct {
 	lease  meta.Lease   // the node's record in cfg.Membership, if any
 	metas  []meta.Info  // the MetaServers the meta client reads, in order
 	stats  counters
+	// dc: routes is dcRC, whose peers are always routable; Push tests it
+	// before asking routes (a dynamic call per request).
+	dc bool
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
 	qpnMu sync.Mutex // serializes byQPN updates
@@ -227,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		exports: make(map[string]*export), mrs: make(map[*MR]struct{}), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
 	rt.routes = newStrategy(rt)
+	_, rt.dc = rt.routes.(dcRC)
 	empty := map[uint32]*pqp{}
 	rt.byQPN.Store(&empty)
 	if err := rt.setup(ctx); err != nil {
@@ -387,7 +391,7 @@ func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core: register %d bytes: %w", len(buf), err)
 	}
-	m := &MR{mr: mr, rt: rt, access: access}
+	m := &MR{mr: mr, rt: rt, access: access, addr: mr.Addr(), lkey: mr.LKey(), n: mr.Len()}
 	rt.mu.Lock()
 	closed := rt.closed
 	if !closed {

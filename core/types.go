@@ -18,6 +18,12 @@ type MR struct {
 	access verbs.Access
 	blk    *offheap.Block // memory RegMR allocated, freed on Deregister
 	dead   atomic.Bool
+	// addr, lkey and n are mr's, read once at registration: every
+	// request's checks and scatter-gather entry use them, and asking the
+	// provider through verbs.MR cost three dynamic calls per request.
+	addr uint64
+	lkey uint32
+	n    int
 
 	// uses counts what may still make the RNIC or the runtime touch the
 	// memory: requests accepted and not finished, receive buffers posted
@@ -45,7 +51,7 @@ func (m *MR) Bytes() []byte {
 }
 
 // Len is the region's length.
-func (m *MR) Len() int { return m.mr.Len() }
+func (m *MR) Len() int { return m.n }
 
 // Range names n bytes at offset off of the MR, for a request.
 func (m *MR) Range(off, n int) krcore.Local { return krcore.Local{MR: m, Off: off, Len: n} }
@@ -100,7 +106,7 @@ func (m *MR) release() error {
 
 // sge is the scatter-gather entry of l, whose MR the caller checked is m.
 func sge(m *MR, l krcore.Local) verbs.SGE {
-	return verbs.SGE{Addr: m.mr.Addr() + uint64(l.Off), Length: uint32(l.Len), LKey: m.mr.LKey()}
+	return verbs.SGE{Addr: m.addr + uint64(l.Off), Length: uint32(l.Len), LKey: m.lkey}
 }
 
 // Region is a remote memory region a node exported under a name, as a

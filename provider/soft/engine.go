@@ -267,7 +267,14 @@ func (q *qp) route(w *wqe) link {
 		}
 		return q.link
 	}
-	return q.node.route(w.dest, q)
+	if l := q.dcLink; l != nil && q.dcAddr == w.dest && !l.to.closed.Load() {
+		return l
+	}
+	lk := q.node.route(w.dest, q)
+	if ml, ok := lk.(*memLink); ok {
+		q.dcAddr, q.dcLink = w.dest, ml
+	}
+	return lk
 }
 
 // build fills f with w's request, checking the local side: SGEs inside

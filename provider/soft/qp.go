@@ -94,6 +94,14 @@ type qp struct {
 	// exported is the QP's entry in the node's export table as last
 	// written (shmplace.go); all zero if none.
 	exported [placeWords]uint64
+	// dcAddr and dcLink are the in-memory link a DCI last routed to and
+	// its address: a DCI's requests run to one target at a time, and
+	// Node.route's lookup (a read lock and a string-keyed map) was a
+	// tenth of a DC request's cost on the in-memory wire. Node.route
+	// returns the same link for the address until its node closes, so
+	// the cache is checked against that alone. Guarded by mu.
+	dcAddr string
+	dcLink *memLink
 }
 
 // CreateQP creates a QP in RESET.
