@@ -325,20 +325,27 @@ func (c *Conn) wantUpdate() bool {
 	if unconfirmed == 0 {
 		return false
 	}
-	size, from := uint64(len(c.ring)), c.confirmed
-	if c.moved { // the sender writes into the next ring
-		size, from = uint64(len(c.nextRing)), max(c.confirmed, c.moveAt)
-	}
-	free := size - (c.prod - from) // what the sender believes it may write
+	size, start := c.writeRing()
+	// What the sender believes it may write: bytes before start are in
+	// a buffer it no longer writes.
+	free := size - (c.prod - max(c.confirmed, start))
 	return unconfirmed > size/10 && (free <= size/2 || c.peerBlocked)
+}
+
+// writeRing is the size of the ring the peer writes into now and the
+// stream position at its start: the next ring once the peer moved there,
+// the ring being read before; c.mu held.
+func (c *Conn) writeRing() (size, start uint64) {
+	if c.moved {
+		return uint64(len(c.nextRing)), c.moveAt
+	}
+	return uint64(len(c.ring)), c.base
 }
 
 // overrun is how many bytes the peer wrote past its window; c.mu held.
 func (c *Conn) overrun() uint64 {
-	in, size := c.prod-c.cons, uint64(len(c.ring))
-	if c.moved {
-		in, size = c.prod-max(c.cons, c.moveAt), uint64(len(c.nextRing))
-	}
+	size, start := c.writeRing()
+	in := c.prod - max(c.cons, start)
 	return in - min(in, size)
 }
 

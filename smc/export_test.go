@@ -10,8 +10,8 @@ func State(nc net.Conn) string {
 	c := nc.(*Conn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("prod %d cons %d confirmed %d sent %d peerCons %d psize %d ring %d blocked %v/%v err %v dropped %d",
-		c.prod, c.cons, c.confirmed, c.sent, c.peerCons, c.psize, len(c.ring), c.peerBlocked, c.blockedSent, c.err, c.node.dropped.Load())
+	return fmt.Sprintf("prod %d cons %d confirmed %d sent %d peerCons %d psize %d pbase %d ring %d base %d moving %v moved %v at %d next %d blocks %d blocked %v/%v err %v dropped %d",
+		c.prod, c.cons, c.confirmed, c.sent, c.peerCons, c.psize, c.pbase, len(c.ring), c.base, c.moving, c.moved, c.moveAt, len(c.nextRing), c.blocks, c.peerBlocked, c.blockedSent, c.err, c.node.dropped.Load())
 }
 
 // SlabName is the export name of the slab c's receive buffer is in.
