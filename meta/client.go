@@ -447,10 +447,14 @@ func (c *Client) stopRenewing(node uint64) {
 
 // renewLoop renews r on every server each period. A server that lost the
 // record gets it registered again, which also repairs a partial Register.
+// Periods run from one renewal's start to the next (a ticker), not from a
+// renewal's end: a renewal may take up to a period, and counting the
+// period from its end let one slow renewal and one lost one outlast a
+// lease of three periods.
 func (c *Client) renewLoop(ctx context.Context, r *registration) {
 	defer c.wg.Done()
 	defer close(r.done)
-	t := time.NewTimer(r.every)
+	t := time.NewTicker(r.every)
 	defer t.Stop()
 	for {
 		select {
@@ -469,7 +473,6 @@ func (c *Client) renewLoop(ctx context.Context, r *registration) {
 				c.cfg.OnRenewError(r.rec.Node, err)
 			}
 		}
-		t.Reset(r.every)
 	}
 }
 

@@ -415,7 +415,8 @@ func (s *Server) run() {
 // sleep waits for a completion or the next deadline; false once closing.
 func (s *Server) sleep(now time.Time) bool {
 	ctx, cancel := s.ctx, context.CancelFunc(func() {})
-	if at, ok := s.nextDeadline(); ok {
+	at, timed := s.nextDeadline()
+	if timed {
 		ctx, cancel = context.WithDeadline(s.ctx, at)
 	}
 	if s.cfg.Membership != nil {
@@ -423,6 +424,9 @@ func (s *Server) sleep(now time.Time) bool {
 	}
 	err := s.cq.Wait(ctx)
 	cancel()
+	if late := time.Since(at); timed && late >= pauseGrace {
+		s.postpone(late)
+	}
 	if s.cfg.Membership != nil {
 		s.feed.awake()
 	}
@@ -600,6 +604,26 @@ func (s *Server) remove(e *entry) {
 	s.tbl.clear(e.slot)
 	delete(s.entries, e.node)
 	s.stats.records.Add(-1)
+}
+
+// pauseGrace is how late past its deadline the server must wake for the
+// time to count as a pause of its own (see postpone), not timer slack.
+const pauseGrace = 20 * time.Millisecond
+
+// postpone moves every lease's deadline d later: the server woke d past
+// its deadline, so it was not running (its process or host paused: a GC,
+// a loaded machine, a stopped VM) and heard no renewal meanwhile. The
+// nodes may have been paused with it (one process, one host) or their
+// renewals dropped with no receive posted; expiring them on waking would
+// take the server's absence for their silence. Shifting every deadline
+// alike keeps the heap's order.
+func (s *Server) postpone(d time.Duration) {
+	for i := range s.leases {
+		s.leases[i].at = s.leases[i].at.Add(d)
+	}
+	for _, e := range s.entries {
+		e.expires = e.expires.Add(d)
+	}
 }
 
 // expire removes records whose lease lapsed: their node stopped renewing,
