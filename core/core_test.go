@@ -79,6 +79,13 @@ func (m mode) config(nodes int, rc core.Config) cluster.Config {
 	return cluster.Config{Nodes: nodes, Runtime: rc, Soft: soft.Config{RetryTimeout: 300 * time.Millisecond, NoDC: m.noDC}}
 }
 
+// patientPath is the QPs' path for tests of something other than
+// timeouts: a request unanswered for 2 s fails, not config's 200 ms,
+// which stalls of the soft RNIC's goroutines reach under -race on two
+// loaded cores (up to half a second measured), failing correct requests
+// with RETRY_EXC_ERR.
+var patientPath = verbs.Path{Timeout: 500 * time.Millisecond, RetryCount: 3}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -209,7 +216,7 @@ func TestTwoSided(t *testing.T) {
 // exactly its own completions, in order.
 func TestSharedQPIsolation(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
-		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: 8})
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: 8, Path: patientPath})
 		a, b := c.Node(1), c.Node(2)
 		remote := serve(t, b, "ctr", 64*8)
 		g, err := a.Region(ctx(t), 2, "ctr")
@@ -310,7 +317,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g krcore.Region, v, n int) error {
 // QP with VQs doing correct work; the correct ones never fail.
 func TestMalformedNeighbours(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
-		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Path: patientPath})
 		a, b := c.Node(1), c.Node(2)
 		serve(t, b, "ctr", 4096)
 		g, _ := a.Region(ctx(t), 2, "ctr")
@@ -383,7 +390,8 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g krcore.Region, seed uint64, stop c
 		if r.IntN(4) == 0 {
 			req.Remote.Region = nil
 		}
-		if _, err := q.Push(c, false, req); err != nil && !errors.Is(err, krcore.ErrNoCredit) {
+		_, err := q.Push(c, false, req)
+		if err != nil && !errors.Is(err, krcore.ErrNoCredit) {
 			t.Errorf("fuzzer push: %v", err)
 			return
 		}
@@ -391,7 +399,19 @@ func fuzzVQ(t *testing.T, rt *core.Runtime, g krcore.Region, seed uint64, stop c
 			refused()
 			refused = nil
 		}
-		q.Pop(out)
+		if err == nil {
+			q.Pop(out)
+			continue
+		}
+		// A full queue: wait for room, as a client does. Fuzzers
+		// spinning on Push and Pop would take both cores from the soft
+		// RNIC's goroutines (its responder, its retry timer) under
+		// -race, and the correct VQs' requests would time out
+		// (RETRY_EXC_ERR) for want of a responder.
+		if _, err := q.PopWait(c, out); err != nil {
+			t.Errorf("fuzzer wait: %v", err)
+			return
+		}
 	}
 }
 

@@ -58,9 +58,12 @@ func TestHotOneWayKeepsRC(t *testing.T) {
 // TestReverseHotKeepsRC: node 1 builds an RC QP to node 2 by reading hot,
 // then falls silent while node 2 reads from node 1 hot over the same QP:
 // node 1 (the builder, idle itself) must not evict what the other end
-// keeps hot. Once both are idle it goes, on both ends.
+// keeps hot. Once both are idle it goes, on both ends. Cold is 250
+// windows (0.5 s), far above the tens of milliseconds a stream's
+// goroutine can stall on a loaded machine under -race: a stall as long
+// as the cold period looks like the stream's end.
 func TestReverseHotKeepsRC(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, HotOps: 20, HotWindow: 2 * time.Millisecond, ColdWindows: 20})
+	c := start(t, 2, core.Config{DCIs: 1, HotOps: 20, HotWindow: 2 * time.Millisecond, ColdWindows: 250})
 	a, b := c.Node(1), c.Node(2)
 	qa, reqA := reader(t, a, b, "r")
 	qb, reqB := reader(t, b, a, "r")
@@ -87,7 +90,7 @@ func TestReverseHotKeepsRC(t *testing.T) {
 			t.Fatalf("no RC QP: %+v", a.Stats())
 		}
 	}
-	stream(qb, reqB, time.Second) // 50 of node 1's idle windows
+	stream(qb, reqB, time.Second) // twice node 1's cold period
 	sa, sb := a.Stats(), b.Stats()
 	t.Logf("after node 2's stream: node 1 %+v; node 2 %+v", sa, sb)
 	if sa.RCEvicted != 0 || sb.RCEvicted != 0 || sa.RCBuilt != 1 || sb.RCBuilt != 1 {

@@ -56,8 +56,13 @@ func (rt *Runtime) buildRC(ctx context.Context, p *peer) error {
 	if err != nil {
 		return err
 	}
-	// Both ends are ready now; the peer may route over its end too.
-	if resp, err := rt.ctrl.call(ctx, p.node, ctlRCReady, qpnPair(qp.Num(), remote.QPN)); err != nil || len(resp) == 0 || resp[0] != 0 {
+	// Both ends are ready now; the peer may route over its end too. The
+	// peer answered the request just now, so the call skips the death
+	// mark call checks: a mark set meanwhile (a request of ours timed out
+	// on a loaded node) is cleared by its probe within milliseconds, but
+	// a ready refused for it would keep the peer's end out of its pool
+	// for as long as this end lives.
+	if resp, err := rt.ctrl.callPeer(ctx, p, ctlRCReady, qpnPair(qp.Num(), remote.QPN)); err != nil || len(resp) == 0 || resp[0] != 0 {
 		rt.log.Warn("peer did not take the RC QP into its pool", "peer", p.node, "err", err)
 	}
 	p.addRC(pq)
