@@ -111,7 +111,7 @@ func parseSMC(args []string, stderr io.Writer) (*smcConfig, error) {
 	fs.IntVar(&c.n, "n", 5000, "round trips per latency series")
 	fs.IntVar(&c.msgs, "msgs", 4000, "64 KiB writes per stream series")
 	fs.DurationVar(&c.spin, "spin", 0, "how long krcored's pump polls before it sleeps (0: krcored's default, the runtime's adaptive few microseconds)")
-	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound on each placement's run")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "bound on each placement's setup, each dial, and each block of round trips or writes")
 	fs.BoolVar(&c.json, "json", false, "one JSON document")
 	fs.BoolVar(&c.check, "check", false, "exit with status 3 when a target is missed")
 	if err := fs.Parse(args); err != nil {
@@ -241,6 +241,7 @@ type smcAPI struct {
 // connection, over SMC or TCP.
 type smcSide struct {
 	label        string
+	timeout      time.Duration // bound on a dial, and on a block of round trips or writes
 	ping, stream net.Conn
 	dial         func() (net.Conn, error) // a connection to the sink
 	// first opens a Node, dials with it and closes both, timing the dial
@@ -260,18 +261,21 @@ func (s *smcSide) close() {
 	}
 }
 
-// runSMC measures one placement.
+// runSMC measures one placement. -timeout bounds its setup and each wait
+// of the measurement, not the whole: on a loaded machine the tables take
+// longer, and a dial late in the run must not fail for the time the
+// tables before it took.
 func runSMC(ctx context.Context, c *smcConfig, place string, stderr io.Writer, out *report.Output) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	setup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if place == placementInproc {
-		cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{Logger: slogTo(stderr)}})
+		cl, err := cluster.Start(setup, cluster.Config{Nodes: 2, Runtime: core.Config{Logger: slogTo(stderr)}})
 		if err != nil {
 			return fmt.Errorf("in-process cluster: %w", err)
 		}
 		defer cl.Close()
 		lb := &liteBench{c: &liteConfig{spin: c.spin, timeout: c.timeout}}
-		daemonAPI, stopDaemon, err := lb.serveDaemon(ctx, cl.Node(1))
+		daemonAPI, stopDaemon, err := lb.serveDaemon(setup, cl.Node(1))
 		if err != nil {
 			return err
 		}
@@ -287,14 +291,14 @@ func runSMC(ctx context.Context, c *smcConfig, place string, stderr io.Writer, o
 	d := &dBench{d: &dConfig{timeout: c.timeout, spin: c.spin}, ctx: ctx, log: slogTo(stderr), stderr: stderr,
 		role: childSMCServer, tcpLink: place == placementCrossTCP}
 	defer func() { err = firstErr(err, d.close()) }()
-	info, err := d.startServer(ctx, nil)
+	info, err := d.startServer(setup, nil)
 	if err != nil {
 		return fmt.Errorf("smc server process: %w", err)
 	}
-	if d.emb, err = d.node(ctx, dNodeEmbedded, []meta.Info{info}); err != nil {
+	if d.emb, err = d.node(setup, dNodeEmbedded, []meta.Info{info}); err != nil {
 		return err
 	}
-	if err := d.startDaemon(ctx, info); err != nil {
+	if err := d.startDaemon(setup, info); err != nil {
 		return err
 	}
 	line, err := d.serverOut.ReadString('\n')
@@ -326,7 +330,7 @@ func measureSMC(ctx context.Context, c *smcConfig, out *report.Output, place str
 		}
 	}()
 	for _, a := range append(apis, smcAPI{label: seriesTCP}) {
-		s, err := openSMCSide(ctx, a, srv)
+		s, err := openSMCSide(ctx, c.timeout, a, srv)
 		if s != nil {
 			sides = append(sides, s)
 		}
@@ -346,10 +350,10 @@ func measureSMC(ctx context.Context, c *smcConfig, out *report.Output, place str
 // openSMCSide opens a's Nodes (none for TCP: a.api nil) and connects them
 // to srv: a ping-pong and a stream connection, and smcIdle+smcActive to
 // the small server.
-func openSMCSide(ctx context.Context, a smcAPI, srv *smcServers) (*smcSide, error) {
+func openSMCSide(ctx context.Context, timeout time.Duration, a smcAPI, srv *smcServers) (*smcSide, error) {
 	addr, small := srv.tcp, srv.tcp
 	var opts, smallOpts *smc.Options
-	s := &smcSide{label: a.label}
+	s := &smcSide{label: a.label, timeout: timeout}
 	if a.api != nil {
 		addr, small = srv.smc, srv.small
 		for _, size := range []int{smcBufferSize, smcSmallBuffer} {
@@ -361,11 +365,11 @@ func openSMCSide(ctx context.Context, a smcAPI, srv *smcServers) (*smcSide, erro
 		}
 		opts, smallOpts = &smc.Options{Node: s.nodes[0]}, &smc.Options{Node: s.nodes[1]}
 	}
-	s.dial = func() (net.Conn, error) { return dialSMCBench(ctx, addr, opts, 's') }
+	s.dial = func() (net.Conn, error) { return dialSMCBench(ctx, timeout, addr, opts, 's') }
 	s.first = func() (time.Duration, error) {
 		if a.api == nil {
 			t0 := time.Now()
-			conn, err := dialSMCBench(ctx, small, nil, 's')
+			conn, err := dialSMCBench(ctx, timeout, small, nil, 's')
 			d := time.Since(t0)
 			if err == nil {
 				conn.Close()
@@ -378,7 +382,7 @@ func openSMCSide(ctx context.Context, a smcAPI, srv *smcServers) (*smcSide, erro
 		}
 		defer n.Close()
 		t0 := time.Now()
-		conn, err := dialSMCBench(ctx, small, &smc.Options{Node: n}, 's')
+		conn, err := dialSMCBench(ctx, timeout, small, &smc.Options{Node: n}, 's')
 		d := time.Since(t0)
 		if err == nil {
 			err = settled(a.label, conn)
@@ -387,14 +391,14 @@ func openSMCSide(ctx context.Context, a smcAPI, srv *smcServers) (*smcSide, erro
 		return d, err
 	}
 	var err error
-	if s.ping, err = dialSMCBench(ctx, addr, opts, 'p'); err != nil {
+	if s.ping, err = dialSMCBench(ctx, timeout, addr, opts, 'p'); err != nil {
 		return s, err
 	}
-	if s.stream, err = dialSMCBench(ctx, addr, opts, 's'); err != nil {
+	if s.stream, err = dialSMCBench(ctx, timeout, addr, opts, 's'); err != nil {
 		return s, err
 	}
 	for range smcIdle + smcActive {
-		conn, err := dialSMCBench(ctx, small, smallOpts, 'p')
+		conn, err := dialSMCBench(ctx, timeout, small, smallOpts, 'p')
 		if err != nil {
 			return s, fmt.Errorf("connection %d to the small server: %w", len(s.many), err)
 		}
@@ -420,18 +424,22 @@ func settled(label string, conn net.Conn) error {
 
 // dialSMCBench dials the bench server and names the connection's role in
 // its first byte: 'p' echoes, 's' sinks. opts nil dials plain TCP.
-func dialSMCBench(ctx context.Context, addr string, opts *smc.Options, role byte) (net.Conn, error) {
+func dialSMCBench(ctx context.Context, timeout time.Duration, addr string, opts *smc.Options, role byte) (net.Conn, error) {
 	if opts == nil {
 		opts = &smc.Options{}
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	conn, err := smc.DialContext(ctx, "tcp", addr, opts)
 	if err != nil {
 		return nil, err
 	}
+	conn.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte{role}); err != nil {
 		conn.Close()
 		return nil, err
 	}
+	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
 }
 
@@ -521,12 +529,14 @@ func (b *smcBench) latency(test, title string, size, iters int, run func(s *smcS
 // rtt is the smc-rtt table.
 func (b *smcBench) rtt() error {
 	return b.latency(testSMCRTT, "SMC vs TCP Ping-Pong Latency, 8 B (interleaved)", smcPingSize, b.c.n,
-		func(s *smcSide, w, n int) ([]time.Duration, error) { return smcPingPong(s.ping, w, n) },
+		func(s *smcSide, w, n int) ([]time.Duration, error) { return smcPingPong(s.ping, w, n, s.timeout) },
 		perf.Field{Key: "Series", Value: "smc: smc.Conn, RDMA WRITE_WITH_IMM each way; smc_daemon: its client through krcored; tcp: net.Conn over loopback"})
 }
 
-// smcPingPong times n round trips of 8 bytes after w untimed ones.
-func smcPingPong(conn net.Conn, w, n int) ([]time.Duration, error) {
+// smcPingPong times n round trips of 8 bytes after w untimed ones, all
+// within timeout.
+func smcPingPong(conn net.Conn, w, n int, timeout time.Duration) ([]time.Duration, error) {
+	defer within(conn, timeout)()
 	buf := make([]byte, smcPingSize)
 	samples := make([]time.Duration, 0, n)
 	for i := range w + n {
@@ -549,7 +559,7 @@ func (b *smcBench) stream() error {
 	var series []*interleave.Bandwidth
 	for _, s := range b.sides {
 		series = append(series, interleave.NewBandwidth(func(total int) ([]perf.Mark, error) {
-			return smcStreamRun(s.stream, total)
+			return smcStreamRun(s.stream, total, s.timeout)
 		}))
 	}
 	if err := interleave.WarmBandwidth(b.c.msgs/10, series...); err != nil {
@@ -574,9 +584,17 @@ func (b *smcBench) stream() error {
 			{Key: "Nodes", Value: b.nodes}}})
 }
 
+// within sets conn's deadline timeout from now and returns what clears it.
+func within(conn net.Conn, timeout time.Duration) func() {
+	conn.SetDeadline(time.Now().Add(timeout))
+	return func() { conn.SetDeadline(time.Time{}) }
+}
+
 // smcStreamRun writes total messages of 64 KiB behind their count and waits for
-// the sink's acknowledgement: a mark per write, the last at the ack.
-func smcStreamRun(conn net.Conn, total int) ([]perf.Mark, error) {
+// the sink's acknowledgement (within timeout): a mark per write, the last
+// at the ack.
+func smcStreamRun(conn net.Conn, total int, timeout time.Duration) ([]perf.Mark, error) {
+	defer within(conn, timeout)()
 	msg := make([]byte, smcStreamSize)
 	var hdr [8]byte
 	binary.LittleEndian.PutUint64(hdr[:], uint64(total)*smcStreamSize)
@@ -664,7 +682,7 @@ func (b *smcBench) many() error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					res[i], errs[i] = smcPingPong(conn, wper, per)
+					res[i], errs[i] = smcPingPong(conn, wper, per, s.timeout)
 				}()
 			}
 			wg.Wait()
