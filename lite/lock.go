@@ -239,9 +239,9 @@ func (l *Lock) Lock(ctx context.Context) error {
 // state it set, and whether a holder had lost the lock. With pass, it
 // hands the lock on to the next ticket instead of holding it.
 func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64, bool, error) {
-	q := quiet{since: time.Now()}
+	q := newQuiet(time.Now(), l.lease/8)
 	for polls := 0; ; polls++ {
-		switch decide(t, w, time.Since(q.since), l.lease, pass) {
+		switch decide(t, w, q.silence(), l.lease, pass) {
 		case requeue:
 			return 0, false, errRequeue
 		case take:
@@ -276,17 +276,35 @@ func (l *Lock) wait(ctx context.Context, t uint32, w uint64, pass bool) (uint64,
 
 // quiet times a lock's silence: since when its served ticket, held bit
 // and beat have not changed, as a waiter saw them (the next ticket is not
-// part of it: queuing is no sign of the holder's life).
+// part of it: queuing is no sign of the holder's life). Only time the
+// waiter was looking counts: a gap between two looks longer than absent
+// is the waiter's own absence (its goroutine or process did not run),
+// and the holder, on the same host or in the same process, may not have
+// run either; a holder elsewhere that renewed meanwhile shows a new beat
+// at the next look anyway.
 type quiet struct {
 	state, beat uint64
-	since       time.Time
+	since, last time.Time // the silence's start (as counted), the last look
+	absent      time.Duration
 }
+
+// newQuiet starts timing a silence at now.
+func newQuiet(now time.Time, absent time.Duration) quiet {
+	return quiet{since: now, last: now, absent: absent}
+}
+
+// silence is how long the lock had been silent at the last look.
+func (q *quiet) silence() time.Duration { return q.last.Sub(q.since) }
 
 // see records the state and beat seen at now; a change ends the silence.
 // A waiter sees the state in every answer, a CompareSwap's too: a take
 // that failed because the lock moved on must not break the new holder on
 // the old holder's silence.
 func (q *quiet) see(w, beat uint64, now time.Time) {
+	if gap := now.Sub(q.last); gap > q.absent {
+		q.since = q.since.Add(gap - q.absent)
+	}
+	q.last = now
 	if s := w &^ (tickMask << nextShift); s != q.state || beat != q.beat {
 		q.state, q.beat, q.since = s, beat, now
 	}

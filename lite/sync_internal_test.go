@@ -105,7 +105,7 @@ func TestDecide(t *testing.T) {
 // answer, and not when a ticket is only taken.
 func TestQuiet(t *testing.T) {
 	t0 := time.Unix(100, 0)
-	q := quiet{since: t0}
+	q := newQuiet(t0, time.Minute)
 	w := serving(0, 5, true)
 	q.see(w, 7, t0)
 	q.see(w+oneTicket, 7, t0.Add(time.Second)) // a ticket taken
@@ -121,5 +121,28 @@ func TestQuiet(t *testing.T) {
 		if q.since != at {
 			t.Fatalf("change %d did not end the silence", i)
 		}
+	}
+}
+
+// TestQuietAbsent: a gap between two looks longer than absent (the
+// waiter did not run) counts only up to absent toward the silence.
+func TestQuietAbsent(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	q := newQuiet(t0, 10*time.Millisecond)
+	w := serving(0, 5, true)
+	q.see(w, 7, t0)
+	for i := 1; i <= 3; i++ { // looks 5 ms apart: all silence
+		q.see(w, 7, t0.Add(time.Duration(5*i)*time.Millisecond))
+	}
+	if got := q.silence(); got != 15*time.Millisecond {
+		t.Fatalf("silence %v after looks 5 ms apart, want 15ms", got)
+	}
+	q.see(w, 7, t0.Add(515*time.Millisecond)) // the waiter was away 500 ms
+	if got := q.silence(); got != 25*time.Millisecond {
+		t.Fatalf("silence %v across a 500 ms gap, want 25ms (10 ms of the gap)", got)
+	}
+	q.see(w, 8, t0.Add(520*time.Millisecond)) // a renewal seen
+	if got := q.silence(); got != 0 {
+		t.Fatalf("silence %v after a new beat, want 0", got)
 	}
 }
