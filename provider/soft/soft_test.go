@@ -56,8 +56,19 @@ func newSide(t testing.TB, dev verbs.Device, size int) *side {
 
 func connectPair(t testing.TB, a, b verbs.Device, size int) (*side, *side) {
 	t.Helper()
+	return connectPairPath(t, a, b, size, verbs.Path{Timeout: 100 * time.Millisecond, RetryCount: 1})
+}
+
+// patientPath is a path for tests of something other than timeouts: a
+// request unanswered for 8 s fails. connectPair's 200 ms is reached
+// under -race on two loaded cores, where the link's goroutines wait for
+// a core.
+var patientPath = verbs.Path{Timeout: 2 * time.Second, RetryCount: 3}
+
+// connectPairPath is connectPair with the QPs' path p.
+func connectPairPath(t testing.TB, a, b verbs.Device, size int, p verbs.Path) (*side, *side) {
+	t.Helper()
 	x, y := newSide(t, a, size), newSide(t, b, size)
-	p := verbs.Path{Timeout: 100 * time.Millisecond, RetryCount: 1}
 	if err := verbs.Connect(x.qp, y.qp.Endpoint(), p); err != nil {
 		t.Fatal(err)
 	}
