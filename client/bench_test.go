@@ -22,7 +22,7 @@ func BenchmarkRead8(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				req.ID = uint64(i)
-				if _, err := q.Push(ctx, true, req); err != nil {
+				if err := q.PushOne(ctx, true, req); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
@@ -78,7 +78,7 @@ func BenchmarkRead8Window(b *testing.B) {
 
 // read8 is a VQ of mode's API connected to node 2 and an 8 B READ of its
 // table.
-func read8(b *testing.B, e *env, mode string) (krcore.VQ, krcore.Request) {
+func read8(b testing.TB, e *env, mode string) (krcore.VQ, krcore.Request) {
 	api := modeAPI(b, e, mode)
 	q, g := connect(b, ctxT(b), api)
 	buf, err := api.RegMR(64, verbs.AccessAll)
@@ -108,7 +108,7 @@ func BenchmarkConnectWarm(b *testing.B) {
 }
 
 // modeAPI is node 1's runtime embedded, or through the env's daemon.
-func modeAPI(b *testing.B, e *env, mode string) krcore.API {
+func modeAPI(b testing.TB, e *env, mode string) krcore.API {
 	if mode == "daemon" {
 		return attach(b, e)
 	}

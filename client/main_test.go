@@ -139,9 +139,13 @@ func startCluster(t testing.TB, cfg cluster.Config) *env {
 	return e
 }
 
-func (e *env) start(t testing.TB) {
+func (e *env) start(t testing.TB) { e.startWith(t, daemon.Config{}) }
+
+// startWith starts the env's daemon with cfg (its socket and logger set).
+func (e *env) startWith(t testing.TB, cfg daemon.Config) {
 	t.Helper()
-	srv, err := daemon.New(e.c.Node(1), daemon.Config{Socket: e.sock, Logger: quiet})
+	cfg.Socket, cfg.Logger = e.sock, quiet
+	srv, err := daemon.New(e.c.Node(1), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

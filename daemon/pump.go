@@ -48,6 +48,9 @@ type pump struct {
 	// the pump goroutine's alone, as round runs only there (run,
 	// spinRounds, and Wait's ready func).
 	now int64
+	// rounds counts rounds; worked is the last that did work (see
+	// clientAsleep). Guarded by mu.
+	rounds, worked uint64
 }
 
 func newPump(ss *session) *pump {
@@ -214,6 +217,9 @@ func (p *pump) waitsOnFabric() bool {
 // (TestSpinLetsNetpollRun). A spin that holds its P leaves the others to
 // idle in the poller; other goroutines run there, and on this P when the
 // spin ends, within p.spin.
+//
+// It stops as soon as the client sleeps on one of its VQs' bells (see
+// clientAsleep).
 func (p *pump) spinRounds() bool {
 	if p.spin <= 0 || p.waitsOnFabric() {
 		return false
@@ -221,6 +227,34 @@ func (p *pump) spinRounds() bool {
 	for start := time.Now(); time.Since(start) < p.spin; {
 		p.g.Poll()
 		if p.round() {
+			return true
+		}
+		if p.clientAsleep() {
+			return false
+		}
+	}
+	return false
+}
+
+// clientAsleep reports whether the client sleeps waiting for a completion
+// or a message on a VQ of the pump's last work. Such a client is not
+// about to push: it waits for what the fabric brings (an echo, a reply),
+// and when it wakes its push rings the doorbell. A spin through that wait
+// would hold a core for the whole round trip, one that the round trip's
+// other processes (or, in one process, the goroutines of both ends) need
+// on a machine of two; a client that stays awake (polls its rings) keeps
+// the pump spinning. Other VQs' sleepers (a server's queue waiting for
+// rare messages) say nothing about the next push. The flags are written
+// only when the client goes to sleep and wakes, so reading them per poll
+// costs no line the client writes.
+func (p *pump) clientAsleep() bool {
+	if !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	for _, v := range p.vqs {
+		r := v.ring
+		if v.workedIn == p.worked && (r.Ctr(wire.ClientMsg).Load() != 0 || r.Ctr(wire.ClientCQ).Load() != 0) {
 			return true
 		}
 	}
@@ -303,21 +337,26 @@ func (p *pump) round() bool {
 	}
 	inflight := p.inflightLocked()
 	p.now = 0
+	p.rounds++
 	did, budget := false, batch
 	for i := range n {
 		v := vqs[(p.next+i)%n]
 		if v.ctx.Err() != nil {
 			continue
 		}
-		if p.complete(v) {
-			did = true
-		}
+		worked := p.complete(v)
 		if budget > 0 && inflight < p.limit {
 			k, moved := p.submit(v, min(budget, p.limit-inflight))
 			budget -= k
 			inflight += k
-			did = did || moved
+			worked = worked || moved
 		}
+		if worked {
+			v.workedIn, did = p.rounds, true
+		}
+	}
+	if did {
+		p.worked = p.rounds
 	}
 	p.next++
 	return did

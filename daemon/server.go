@@ -51,7 +51,8 @@ type Config struct {
 	// Spin is how long a client's pump polls its rings and the completion
 	// queue before it sleeps; 0 (the default) leaves it to the runtime's
 	// adaptive spin of a few microseconds. Spinning lowers latency and
-	// costs a core while the client is idle.
+	// costs a core while the client is idle. A spin ends early when the
+	// client sleeps on a VQ the pump last worked on (see clientAsleep).
 	Spin time.Duration `json:"spin"`
 	// ShareQuantum is how long a client's pump may work without a break
 	// while another client is interactive (its pump sleeps between its

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/daemon/wire"
 )
 
 // TestSpinLetsNetpollRun: while a pump spins (spinRounds), a goroutine
@@ -81,5 +83,65 @@ func TestSpinLetsNetpollRun(t *testing.T) {
 	// under what a starved poller costs (until the next sysmon poll).
 	if med > time.Millisecond {
 		t.Errorf("pipe wake-up beside a spinning pump: median %v, want under 1ms", med)
+	}
+}
+
+// TestSpinEndsWhenClientSleeps: a pump's spin ends as soon as the client
+// sleeps on a bell of a VQ the pump last worked on (it waits for the
+// fabric, an echo say, and its next push will ring the doorbell), and
+// lasts its whole length while the client stays awake or sleeps only on
+// other VQs: a spin through a ping-pong's round trip holds a core the
+// round trip needs on a machine of two.
+func TestSpinEndsWhenClientSleeps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q, err := c.Node(1).Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	r, err := wire.NewRing(make([]byte, wire.RingSize(64)), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &vq{ring: r, q: q, ctx: ctx}
+	const spin = 20 * time.Millisecond
+	p := &pump{g: c.Node(1).Group(), spin: spin, vqs: []*vq{v}, out: make([]krcore.Completion, 8)}
+	for _, tc := range []struct {
+		name     string
+		flag     int // the client's sleep flag raised, or -1
+		workedIn uint64
+		long     bool // the spin lasts its whole length
+	}{
+		{"client awake", -1, 0, true},
+		{"client asleep on its messages", wire.ClientMsg, 0, false},
+		{"client asleep on its completions", wire.ClientCQ, 0, false},
+		{"client asleep on a VQ of older work", wire.ClientMsg, 1, true},
+	} {
+		r.Ctr(wire.ClientMsg).Store(0)
+		r.Ctr(wire.ClientCQ).Store(0)
+		if tc.flag >= 0 {
+			r.Ctr(tc.flag).Store(1)
+		}
+		v.workedIn, p.worked = tc.workedIn, 2
+		if tc.workedIn == 0 {
+			v.workedIn = p.worked
+		}
+		start := time.Now()
+		if p.spinRounds() {
+			t.Fatalf("%s: the spin found work in an empty ring", tc.name)
+		}
+		took := time.Since(start)
+		switch {
+		case tc.long && took < spin:
+			t.Errorf("%s: the spin ended after %v, want %v", tc.name, took, spin)
+		case !tc.long && took >= spin:
+			t.Errorf("%s: the spin lasted %v, want it to end at once", tc.name, took)
+		}
 	}
 }

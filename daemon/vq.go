@@ -39,11 +39,12 @@ type vq struct {
 	accepted atomic.Uint64 // requests pushed to q
 
 	// The pump's, under its lock:
-	seq     uint64                // the next SQE to consume
-	recvsTo uint64                // receive SQEs before it are posted
-	pos     uint64                // the next CQE to fill
-	retired uint64                // published Retired
-	stamps  [wire.SQEntries]stamp // when requests left the ring, see sent
+	seq      uint64                // the next SQE to consume
+	recvsTo  uint64                // receive SQEs before it are posted
+	pos      uint64                // the next CQE to fill
+	retired  uint64                // published Retired
+	workedIn uint64                // the pump's last round that did work here
+	stamps   [wire.SQEntries]stamp // when requests left the ring, see sent
 
 	armedTail  atomic.Uint64 // the submission tail when the pump armed to sleep
 	connecting atomic.Bool   // a Connect SQE runs; later SQEs wait

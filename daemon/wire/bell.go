@@ -4,13 +4,13 @@ package wire
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,13 +24,19 @@ const SpinFor = 10 * time.Microsecond
 
 // Bell is an eventfd one side writes to wake the other.
 type Bell struct {
-	f *os.File
-	// mu and sleeps order a Sleep's reset of the read deadline against
-	// the deadline its context's end sets: that runs on a goroutine of its
-	// own (context.AfterFunc) and may come after Sleep returned, when it
-	// must not cut the next Sleep short.
-	mu     sync.Mutex
-	sleeps uint64
+	f  *os.File
+	rc syscall.RawConn // f's, kept: SyscallConn allocates per call
+	// mu orders a Sleep against the read deadline its context's end sets:
+	// that runs on a goroutine of its own (context.AfterFunc), maybe after
+	// Sleep returned or after a later Sleep registered another context,
+	// when it must not cut that Sleep short. The registration outlives a
+	// Sleep (see watch), so gen names the current one.
+	mu       sync.Mutex
+	sleeping bool            // a Sleep is reading
+	deadline bool            // an interrupt set the read deadline
+	gen      uint64          // the current registration, see interrupt
+	wdone    <-chan struct{} // the registered context's Done
+	wstop    func() bool
 }
 
 // NewBell makes an eventfd.
@@ -45,7 +51,9 @@ func NewBell() (*Bell, error) {
 // BellFromFD adopts an eventfd (received over the socket).
 func BellFromFD(fd int) *Bell {
 	unix.SetNonblock(fd, true) // so reads go through Go's poller
-	return &Bell{f: os.NewFile(uintptr(fd), "eventfd")}
+	f := os.NewFile(uintptr(fd), "eventfd")
+	rc, _ := f.SyscallConn() // fails only for a nil or closed file
+	return &Bell{f: f, rc: rc}
 }
 
 // CheckEventfd reports an error unless fd is an eventfd: a bell from a
@@ -71,46 +79,106 @@ func (b *Bell) FD() int { return int(b.f.Fd()) }
 // bell (an eventfd it filled, or a pipe passed as one) would hold the
 // ringing goroutine for good.
 func (b *Bell) Ring() {
-	var one [8]byte
-	binary.LittleEndian.PutUint64(one[:], 1)
-	rc, err := b.f.SyscallConn()
-	if err != nil {
-		return // closed
+	if b.rc == nil {
+		return
 	}
-	rc.Write(func(fd uintptr) bool {
-		unix.Write(int(fd), one[:]) // EAGAIN: full, a wake-up is pending
-		return true
-	})
+	b.rc.Write(ringFD) // fails only when closed
 }
 
-// Sleep blocks until the bell rings, ctx ends or the bell closes.
+// one is the eventfd increment Ring writes, little-endian.
+var one = [8]byte{1}
+
+// ringFD writes one to an eventfd; EAGAIN means full, a wake-up is
+// pending. A function, not a closure, so Ring allocates nothing.
+func ringFD(fd uintptr) bool {
+	unix.Write(int(fd), one[:])
+	return true
+}
+
+// Sleep blocks until the bell rings, ctx ends or the bell closes. One
+// goroutine at a time sleeps on a bell (its users take a token first).
 func (b *Bell) Sleep(ctx context.Context) error {
-	b.mu.Lock()
-	b.sleeps++
-	this := b.sleeps
-	err := b.f.SetReadDeadline(time.Time{})
-	b.mu.Unlock()
-	if err != nil {
+	if err := b.arm(ctx); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.sleeps == this {
-			b.f.SetReadDeadline(time.Now())
-		}
-	})
-	defer stop()
 	var buf [8]byte
-	_, err = b.f.Read(buf[:])
+	_, err := b.f.Read(buf[:])
+	b.mu.Lock()
+	b.sleeping = false
+	b.mu.Unlock()
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return err
 }
 
+// arm readies a Sleep on ctx: ctx's end will interrupt the read, and no
+// deadline left by an earlier interrupt cuts it short. It fails if ctx
+// has ended already (its interrupt may have run before sleeping was set).
+func (b *Bell) arm(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watch(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.deadline {
+		if err := b.f.SetReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		b.deadline = false
+	}
+	b.sleeping = true
+	return nil
+}
+
+// watch makes the end of ctx interrupt the Sleep in progress. The
+// registration stays for the next Sleep with the same context: a waiter
+// that bounds every wait with one deadline (a VQ's, a benchmark's) would
+// otherwise allocate a registration per sleep (context.AfterFunc: 4
+// allocations), the most of what a request through krcored allocated.
+// b.mu held.
+func (b *Bell) watch(ctx context.Context) {
+	done := ctx.Done()
+	if done == b.wdone {
+		return
+	}
+	b.unwatch()
+	if done == nil {
+		return
+	}
+	b.gen++
+	gen := b.gen
+	b.wdone, b.wstop = done, context.AfterFunc(ctx, func() { b.interrupt(gen) })
+}
+
+// unwatch drops watch's registration; b.mu held.
+func (b *Bell) unwatch() {
+	if b.wstop != nil {
+		b.wstop()
+	}
+	b.gen++ // an interrupt already running for it does nothing
+	b.wdone, b.wstop = nil, nil
+}
+
+// interrupt ends the Sleep in progress, if registration gen is still the
+// current one: its context ended.
+func (b *Bell) interrupt(gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen == b.gen && b.sleeping {
+		b.f.SetReadDeadline(time.Now())
+		b.deadline = true
+	}
+}
+
 // Close closes the eventfd; a Sleep in progress returns.
-func (b *Bell) Close() error { return b.f.Close() }
+func (b *Bell) Close() error {
+	b.mu.Lock()
+	b.unwatch()
+	b.mu.Unlock()
+	return b.f.Close()
+}
 
 // ErrBellClosed is what Wait returns when its bell closed under it.
 var ErrBellClosed = errors.New("wire: bell closed")

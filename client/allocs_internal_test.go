@@ -1,0 +1,87 @@
+//go:build !race
+
+// The race detector allocates on its own account: allocation counts hold
+// without it.
+
+package client
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestPushOnePopWaitAllocs: a request's hot calls on the client's side of
+// krcored, PushOne and a PopWait that sleeps on the completion bell until
+// the daemon rings it, allocate nothing. The daemon here is a goroutine
+// that sleeps on the VQ's doorbell and completes every SQE on the ring, as
+// the pump does, so both sides' bells sleep and ring for every request.
+// A bell's sleep and ring allocate nothing once the sleep's context is
+// registered.
+func TestPushOnePopWaitAllocs(t *testing.T) {
+	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
+		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
+	if err := v.alloc(); err != nil {
+		t.Fatal(err)
+	}
+	defer v.release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		completeAll(ctx, v.ring, v.door, v.cq)
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	req := krcore.Request{Op: verbs.OpRead}
+	out := make([]krcore.Completion, 1)
+	read := func() {
+		req.ID++
+		if err := v.PushOne(ctx, false, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.PopWait(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].ID != req.ID {
+			t.Fatalf("completion of request %d, want %d", out[0].ID, req.ID)
+		}
+	}
+	for range 10 {
+		read()
+	}
+	if n := testing.AllocsPerRun(500, read); n != 0 {
+		t.Errorf("PushOne and PopWait through the rings allocate %.2f times a request", n)
+	}
+}
+
+// completeAll plays the daemon's pump on ring until ctx ends: it sleeps on
+// door (its sleep flag always raised, so every push rings it) and
+// completes every SQE it finds, ringing cq for a sleeping client.
+func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
+	wire.Publish(ring.Ctr(wire.DaemonSleeps), 1)
+	var seq uint64
+	for {
+		// The look after raising the flag: a push before it did not ring.
+		if tail := ring.Ctr(wire.SQTail).Load(); seq != tail {
+			for ; seq < tail; seq++ {
+				ring.PutCQE(seq, wire.CQE{Seq: seq, Status: verbs.Success})
+			}
+			wire.Publish(ring.Ctr(wire.SQHead), seq)
+			wire.Publish(ring.Ctr(wire.CQTail), seq)
+			wire.Publish(ring.Ctr(wire.Retired), seq)
+			wire.Notify(ring.Ctr(wire.ClientCQ), cq)
+		}
+		if door.Sleep(ctx) != nil {
+			return
+		}
+	}
+}
