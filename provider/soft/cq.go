@@ -40,6 +40,7 @@ type cq struct {
 	// on: wake interrupts it.
 	shmSleeper atomic.Pointer[shmLink]
 	shmSlow    atomic.Bool // the last wait on it outlasted a spin
+	shmLearn   spinLearner // whether its waits' answers come within a spin
 	rlink      atomic.Pointer[tcpLink]
 	rblocked   atomic.Bool
 	unyield    atomic.Bool     // a waiter that gave up a link may take it back

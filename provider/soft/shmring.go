@@ -233,8 +233,9 @@ type shmLink struct {
 	// woke: else one idle spell (a TCP block of an interleaved benchmark)
 	// kept every later wait asleep, each outlasting a spin by its own
 	// wake-up. A wait while an exchange is under way (expecting) spins
-	// regardless.
-	slow bool
+	// while that pays (learn).
+	slow  bool
+	learn spinLearner
 
 	// The read role (shmrole.go): who may consume the in ring and use
 	// the reader's fields above (rdHeader, f, left, bell, busy).
@@ -544,6 +545,7 @@ func (l *shmLink) consume(p []byte) {
 func (l *shmLink) await(n uint64, lend bool) error {
 	var from, spun time.Time // when the wait began, when the spin did
 	slept, polls := false, 0
+	expected, spin := false, true // the wait began in an exchange; spin now
 	for {
 		if a := l.avail(); a >= n {
 			if a > shmRingSize {
@@ -551,7 +553,11 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			}
 			l.busy = time.Now()
 			if lend {
-				l.slow = !from.IsZero() && l.answeredIn(from, l.busy, slept) > shmSpin
+				took := l.answeredIn(from, l.busy, slept)
+				l.slow = !from.IsZero() && took > shmSpin
+				if expected {
+					l.learn.note(took)
+				}
 			}
 			return nil
 		}
@@ -579,9 +585,11 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			spun = time.Now()
 			if from.IsZero() {
 				from = spun
+				expected = lend && l.expecting()
 			}
+			spin = !(lend && l.slow) || l.learn.pays(l)
 		}
-		if time.Since(spun) < shmSpin && !(lend && l.slow && !l.expecting()) {
+		if spin && time.Since(spun) < shmSpin {
 			polls++
 			spinYield(polls)
 			continue

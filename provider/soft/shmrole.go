@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -263,7 +264,7 @@ func (l *shmLink) skipRest() bool {
 // handled, then sleeps on the link's futex word, as the background reader
 // does (the peer's next frame wakes this very thread); if c's last wait
 // outlasted a spin it sleeps at once (see shmLink.slow), unless an
-// exchange on l is under way (expecting). After shmIdle
+// exchange on l is under way and spinning pays (spinLearner). After shmIdle
 // with nothing for c, it hands the role back; it reports yielded if it
 // handed it to a waiter that asked for it.
 func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
@@ -273,7 +274,8 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 	spin := begin
 	done := ctx.Done()
 	budget := shmSpin
-	if c.shmSlow.Load() && !l.expecting() {
+	expected := l.expecting()
+	if c.shmSlow.Load() && !c.shmLearn.pays(l) {
 		budget = 0 // the last wait outlasted a spin (see shmLink.slow)
 	}
 	for i := 0; ; i++ {
@@ -283,7 +285,11 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 			return false, false
 		}
 		if c.ready.Load() > 0 || c.stopped() {
-			c.shmSlow.Store(l.answeredIn(beginAt, time.Now(), slept) > shmSpin)
+			took := l.answeredIn(beginAt, time.Now(), slept)
+			c.shmSlow.Store(took > shmSpin)
+			if expected {
+				c.shmLearn.note(took)
+			}
 			l.keep()
 			return true, false
 		}
@@ -361,4 +367,54 @@ func (c *cq) pollShm(l *shmLink) {
 // side did, a cycle that one slow answer started and nothing ended.
 func (l *shmLink) expecting() bool {
 	return time.Duration(l.node.now()-l.active.Load()) < shmSpin
+}
+
+// shmSpinMisses is how many waits in a row, begun while an exchange was
+// under way, must be answered later than a spin before such waits stop
+// spinning; shmProbeEvery is how often one spins then all the same.
+const (
+	shmSpinMisses = 4
+	shmProbeEvery = 16
+)
+
+// spinLearner learns whether the answers one kind of waiter on a link
+// waits for come within a spin: the link's background reader (the next
+// frame) and each CQ's waiters (a completion) learn apart, since a link
+// can carry both at once, ACKs coming within microseconds and the
+// application's answers later (smc's notified WRITEs).
+type spinLearner struct {
+	misses atomic.Int32  // waits in a row begun in an exchange answered after a spin
+	probes atomic.Uint32 // waits since misses reached shmSpinMisses
+}
+
+// pays reports whether a wait on l that follows a slow one should spin:
+// an exchange is under way and its answers have been coming within a
+// spin. Where answers come later whatever the waiter does (an
+// application that hops goroutines before it answers), a spin only takes
+// the CPU the answer needs, so once shmSpinMisses such waits in a row
+// missed, only one wait in shmProbeEvery spins, to find out whether
+// answers come sooner again. A probe also ends the cycle of two sides
+// that each sleep because the other answered late (see expecting): its
+// side answers at once, and the peer, which judges by when it was rung
+// (answeredIn), sees a hit.
+func (s *spinLearner) pays(l *shmLink) bool {
+	if !l.expecting() {
+		return false
+	}
+	if s.misses.Load() < shmSpinMisses {
+		return true
+	}
+	return s.probes.Add(1)%shmProbeEvery == 0
+}
+
+// note counts a wait begun while an exchange was under way, answered took
+// after it began. Waiters race on the count: it is a hint.
+func (s *spinLearner) note(took time.Duration) {
+	if took <= shmSpin {
+		s.misses.Store(0)
+		return
+	}
+	if m := s.misses.Load(); m < shmSpinMisses {
+		s.misses.Store(m + 1)
+	}
 }
