@@ -293,12 +293,7 @@ func (c *Conn) copyOut(p []byte) (int, buffer) {
 // left for that one first, and returned to give back once c.mu is
 // released; c.mu held.
 func (c *Conn) chunk() ([]byte, buffer) {
-	var old buffer
-	if c.moved && c.cons == c.moveAt {
-		old = c.rmb
-		c.rmb, c.ring, c.base = c.next, c.nextRing, c.moveAt
-		c.next, c.nextRing, c.moving, c.moved = buffer{}, nil, false, false
-	}
+	old := c.switchRing()
 	end := c.prod
 	if c.moved {
 		end = c.moveAt
@@ -306,6 +301,19 @@ func (c *Conn) chunk() ([]byte, buffer) {
 	size := uint64(len(c.ring))
 	off := (c.cons - c.base) % size
 	return c.ring[off : off+min(end-c.cons, size-off)], old
+}
+
+// switchRing moves reading to the next ring once the peer moved there
+// and the ring is read up to that point, and returns the old buffer to
+// give back once c.mu is released; c.mu held.
+func (c *Conn) switchRing() buffer {
+	if !c.moved || c.cons != c.moveAt {
+		return buffer{}
+	}
+	old := c.rmb
+	c.rmb, c.ring, c.base = c.next, c.nextRing, c.moveAt
+	c.next, c.nextRing, c.moving, c.moved = buffer{}, nil, false, false
+	return old
 }
 
 // giveBack returns a receive buffer the connection moved away from.
@@ -719,8 +727,11 @@ func (c *Conn) watchTCP(gone chan struct{}) {
 func (c *Conn) keep(tcpGone chan struct{}) {
 	defer c.node.wg.Done()
 	var grace, lingerC <-chan time.Time
+	var sz sizer
 	for {
 		select {
+		case <-sz.idle:
+			sz.idle, sz.fired = nil, true
 		case <-c.kick:
 		case <-tcpGone:
 			tcpGone = nil
@@ -738,9 +749,13 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 			return
 		}
 		c.mu.Lock()
+		old := c.switchRing() // an idle reader's: the peer moved after its last byte
 		ack := c.peerClosed && !c.wrShut && c.err == nil
 		update := c.peerBlocked && c.err == nil && c.wantUpdate()
-		grow, move := c.wantGrow(), c.moveTo
+		resize, move := c.wantGrow(), c.moveTo
+		if resize == 0 && sz.due(c) {
+			resize = c.node.firstSize()
+		}
 		c.moveTo = nil
 		if c.wrShut || c.err != nil {
 			move = nil // no WRITE follows: the peer gives the buffer back at its end
@@ -750,6 +765,7 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 			lingerC = time.After(linger)
 		}
 		c.mu.Unlock()
+		giveBack(old)
 		if done {
 			c.release()
 			return
@@ -757,8 +773,8 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 		if move != nil {
 			c.applyMove(*move)
 		}
-		if grow {
-			c.grow()
+		if resize != 0 {
+			c.offerBuffer(resize)
 		}
 		if ack {
 			c.wrMu.Lock()
@@ -787,33 +803,72 @@ func (c *Conn) release() {
 	c.releaseLocal()
 }
 
-// wantGrow reports whether the receive buffer should grow: its peer
-// waited for window twice since the last offer (a stream the reader
-// keeps up with fills any buffer, and only a larger one lets more than
-// a buffer's worth cross per cursor round trip), and the Node's sizes
-// allow; c.mu held.
-func (c *Conn) wantGrow() bool {
-	if c.blocks < 2 || c.moving || len(c.ring) >= c.node.maxSize || c.err != nil || c.localClosed || c.peerDoneWriting {
-		return false
+// wantGrow is the size the receive buffer should grow to, or 0: it
+// grows four times when its peer waited for window twice since the last
+// offer (a stream the reader keeps up with fills any buffer, and only a
+// larger one lets more than a buffer's worth cross per cursor round
+// trip), up to the Node's maximum; c.mu held.
+func (c *Conn) wantGrow() int {
+	if c.blocks < 2 || !c.resizable() || len(c.ring) >= c.node.maxSize {
+		return 0
 	}
-	c.blocks = 0
-	return true
+	return min(len(c.ring)*4, c.node.maxSize)
 }
 
-// grow offers the peer a receive buffer four times as large, up to the
-// Node's maximum (moveMsg); the peer moves to it when it likes. Without
-// memory under the Node's bound the buffer stays as it is.
-func (c *Conn) grow() {
-	c.mu.Lock()
-	size := min(len(c.ring)*4, c.node.maxSize)
-	c.mu.Unlock()
+// resizable reports whether the receive buffer may move now; c.mu held.
+func (c *Conn) resizable() bool {
+	return !c.moving && c.err == nil && !c.localClosed && !c.peerDoneWriting
+}
+
+// shrinkAfter is how long a grown receive buffer stays idle (nothing
+// arrives, everything read) before it shrinks back to a new connection's
+// size.
+var shrinkAfter = time.Second
+
+// sizer is the keeper's clock for shrinking an idle grown buffer.
+type sizer struct {
+	idle  <-chan time.Time
+	fired bool
+	prod  uint64 // the producer cursor when idle was armed
+}
+
+// due reports whether the receive buffer should shrink now: it is larger
+// than a new connection's and nothing arrived, and everything was read,
+// for shrinkAfter. It arms the clock for a grown buffer; c.mu held.
+func (s *sizer) due(c *Conn) bool {
+	fired := s.fired
+	s.fired = false
+	if len(c.ring) <= c.node.firstSize() || !c.resizable() {
+		s.idle = nil
+		return false
+	}
+	if fired && c.prod == s.prod && c.cons == c.prod {
+		return true
+	}
+	if s.idle == nil {
+		s.idle, s.prod = time.After(shrinkAfter), c.prod
+	}
+	return false
+}
+
+// offerBuffer offers the peer a receive buffer of size bytes to move to
+// (moveMsg), which it does when it likes. Without memory under the
+// Node's bound the buffer stays as it is.
+func (c *Conn) offerBuffer(size int) {
 	b, err := c.node.rmbPool(c.peerAt, size).get()
+	c.mu.Lock()
+	c.blocks = 0
 	if err != nil {
+		c.mu.Unlock()
 		return
 	}
-	c.mu.Lock()
 	c.next, c.nextRing, c.moving = b, b.bytes(size), true
+	counter := &c.node.stats.grows
+	if size < len(c.ring) {
+		counter = &c.node.stats.shrinks
+	}
 	c.mu.Unlock()
+	counter.Add(1)
 	m := moveMsg{token: c.pToken, off: uint32(b.off), size: uint32(size), name: b.s.name}
 	c.qmu.Lock()
 	c.pushCtl(func(slot []byte) []byte { return m.encode(slot) }) // a failure aborted the connection
@@ -841,7 +896,7 @@ func (c *Conn) applyMove(m moveMsg) {
 	if c.released {
 		return
 	}
-	c.growStage(int(m.size))
+	c.fitStage(int(m.size))
 	if err := c.pushCDC(0, flagMoved); err != nil {
 		return
 	}
@@ -851,12 +906,13 @@ func (c *Conn) applyMove(m moveMsg) {
 	signal(c.txSig)
 }
 
-// growStage moves to a staging ring of size bytes when the current one is
-// smaller, once no request reads it: a ring smaller than the peer's
-// buffer makes a Write wait for WRITE completions before the window is
-// full. Without memory it stays as it is; qmu held.
-func (c *Conn) growStage(size int) {
-	if c.stageRing() >= size {
+// fitStage moves to a staging ring of size bytes, the peer's buffer's,
+// once no request reads the current one: a smaller ring makes a Write
+// wait for WRITE completions before the window is full, a larger one
+// holds memory an idle connection does not need. Without memory it
+// stays as it is; qmu held.
+func (c *Conn) fitStage(size int) {
+	if c.stageRing() == size {
 		return
 	}
 	if err := c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }); err != nil {

@@ -105,7 +105,10 @@
 // RMBs keep their size): the peer WRITEs every later byte there, and says
 // from which stream position with a CDC flag on the same queue, behind
 // the bytes before it; the receiver reads its old buffer to that point,
-// then gives it back. The writer's staging ring grows with it. Cursors
+// then gives it back. A grown buffer whose connection idles (nothing
+// arrives, everything read) for a second moves back the same way to a
+// new connection's size. The writer's staging ring follows the size of
+// the buffer it writes. Stats counts the grows and shrinks. Cursors
 // between krcore peers are stream positions (wraps of 4 GiB and offset),
 // so they mean the same in either buffer. No buffer grows past the
 // Node's bound; a connection whose first buffers do not fit falls back
@@ -181,15 +184,12 @@
 //
 // # Not built yet
 //
-// Urgent data (the flags are defined, never sent); an io.ReaderFrom fast
-// path (reading the source straight into the staging buffer needs the
-// buffer kept while the source's Read blocks, which would hold
-// Node.Close; io.WriterTo is built: WriteTo hands the writer the receive
-// buffer's bytes); a grown buffer shrinking back when its connection
-// idles (it keeps its size until the connection ends). A slab serves every connection
-// with one peer endpoint, so that peer could write into its other
-// connections' buffers, as an RMB's rkey lets any connection of its link
-// group in SMC-R. A port's notifications beyond krcore's inbox bound
+// Urgent data (the flags are defined, never sent); a zero-copy
+// io.ReaderFrom (ReadFrom reads the source into a buffer of its own, see
+// there; WriteTo hands the writer the receive buffer's bytes). A slab
+// serves every connection with one peer endpoint, so that peer could
+// write into its other connections' buffers, as an RMB's rkey lets any
+// connection of its link group in SMC-R. A port's notifications beyond krcore's inbox bound
 // (4096 waiting) would be dropped; a connection has a few in flight at
 // most.
 package smc

@@ -3,6 +3,7 @@ package smc
 import (
 	"fmt"
 	"net"
+	"time"
 )
 
 // State describes c's cursors, for failing tests.
@@ -23,4 +24,12 @@ func SlabName(nc net.Conn) string {
 		return ""
 	}
 	return c.rmb.s.name
+}
+
+// SetShrinkAfter sets how long a grown buffer idles before it shrinks,
+// for the test's duration.
+func SetShrinkAfter(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := shrinkAfter
+	shrinkAfter = d
+	t.Cleanup(func() { shrinkAfter = old })
 }

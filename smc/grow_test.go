@@ -1,8 +1,10 @@
 package smc_test
 
 import (
+	"bytes"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore/smc"
 )
@@ -53,6 +55,68 @@ func TestBufferGrows(t *testing.T) {
 				t.Errorf("the ping-pong's buffers: %d and %d bytes, want %d", rmb, peer, smc.DefaultBufferSize)
 			}
 		})
+	}
+}
+
+// TestBufferShrinks: a grown buffer whose connection idles for the
+// shrink delay moves back to a new connection's size, on both ends, and
+// the connection goes on carrying bytes intact (and grows again).
+func TestBufferShrinks(t *testing.T) {
+	smc.SetShrinkAfter(t, 50*time.Millisecond)
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{MaxBufferSize: 256 << 10})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode})
+	settled(t, s)
+	for round := range 2 {
+		for i := range 4 { // a stream in pieces, so the connection stays open
+			sendAll(t, c, s, 2<<20, byte(round*4+i))
+		}
+		// (It may shrink between the pieces already, on a loaded machine,
+		// and grow again.)
+		if st := srvNode.Stats(); st.Grows <= uint64(round) {
+			t.Fatalf("round %d: %d grows after 8 MiB, want more than %d", round, st.Grows, round)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rmb, _ := rmbOf(t, srvNode, s)
+			_, peer := rmbOf(t, cliNode, c)
+			if rmb == smc.DefaultBufferSize && peer == smc.DefaultBufferSize && srvNode.Stats().Shrinks > uint64(round) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: after 10s idle the buffer is %d bytes (the writer sees %d), want %d", round, rmb, peer, smc.DefaultBufferSize)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	transfer(t, c, s, 1<<20)
+}
+
+// sendAll writes n bytes of value v on w and reads them all on r.
+func sendAll(t *testing.T, w, r net.Conn, n int, v byte) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Write(bytes.Repeat([]byte{v}, n))
+		errc <- err
+	}()
+	buf := make([]byte, 64<<10)
+	for got := 0; got < n; {
+		k, err := r.Read(buf[:min(len(buf), n-got)])
+		if err != nil {
+			t.Fatalf("read after %d of %d bytes: %v", got, n, err)
+		}
+		for _, b := range buf[:k] {
+			if b != v {
+				t.Fatalf("byte %d is %d, want %d", got, b, v)
+			}
+		}
+		got += k
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -107,8 +107,8 @@ type Node struct {
 
 // counters are a Node's Stats; fallbacks under Node.mu.
 type counters struct {
-	smc, lookups, sent, received, writes, cdcs atomic.Uint64
-	fallbacks                                  map[Reason]uint64
+	smc, lookups, sent, received, writes, cdcs, grows, shrinks atomic.Uint64
+	fallbacks                                                  map[Reason]uint64
 }
 
 // Stats counts what a Node's connections did.
@@ -123,8 +123,11 @@ type Stats struct {
 	Slabs   int
 	Lookups uint64
 	// Memory is the registered buffer memory, receive and staging, in
-	// bytes (bounded by NodeOptions.MaxMemory).
-	Memory int64
+	// bytes (bounded by NodeOptions.MaxMemory); Grows and Shrinks count
+	// the receive buffers offered to peers to move to, larger for a
+	// stream and smaller for an idle connection.
+	Memory         int64
+	Grows, Shrinks uint64
 	// BytesSent and BytesReceived count the data carried over SMC; Writes
 	// the RDMA WRITE_WITH_IMMs that carried it; CursorMsgs the CDC
 	// messages sent (window updates and close flags).
@@ -138,7 +141,8 @@ type Stats struct {
 func (n *Node) Stats() Stats {
 	s := Stats{SMC: n.stats.smc.Load(), Lookups: n.stats.lookups.Load(), BytesSent: n.stats.sent.Load(),
 		BytesReceived: n.stats.received.Load(), Writes: n.stats.writes.Load(), CursorMsgs: n.stats.cdcs.Load(),
-		Dropped: n.dropped.Load(), Memory: n.mem.used.Load(), Fallbacks: map[Reason]uint64{}}
+		Dropped: n.dropped.Load(), Memory: n.mem.used.Load(),
+		Grows: n.stats.grows.Load(), Shrinks: n.stats.shrinks.Load(), Fallbacks: map[Reason]uint64{}}
 	n.mu.Lock()
 	for r, k := range n.stats.fallbacks {
 		s.Fallbacks[r] = k
