@@ -378,12 +378,16 @@ func (l *Lock) unhold() chan struct{} {
 // renew bumps the beat every quarter lease while ticket t holds the lock,
 // until stop or the Node closes. It stops if the lock is no longer t's,
 // so that a holder that lost it never keeps the next holder's silence
-// from being seen.
+// from being seen. A renewal may take up to half a lease (the next starts
+// when it ends, if its quarter passed): one abandoned sooner is silence
+// the holder made itself, where its operations are slow (through
+// krcored, on a loaded machine), while bumps at most a quarter plus a
+// half lease apart keep the lease.
 func (l *Lock) renew(ctx context.Context, t uint32, stop chan struct{}) {
 	tick := time.NewTicker(l.lease / 4)
 	defer tick.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, l.lease/4)
+		rctx, cancel := context.WithTimeout(ctx, l.lease/2)
 		w, _, err := l.peek(rctx)
 		if err == nil && (servingOf(w) != t || !heldOf(w)) {
 			cancel()
