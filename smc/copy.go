@@ -89,6 +89,11 @@ func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
 		}
 		if c.prod > c.cons {
 			chunk, old := c.chunk()
+			if len(chunk) == 0 { // the urgent byte alone, skipped
+				c.mu.Unlock()
+				giveBack(old)
+				continue
+			}
 			c.lent = true
 			c.mu.Unlock()
 			giveBack(old)

@@ -86,6 +86,12 @@ type link struct {
 	blocks        int
 	moveTo        *moveMsg // the peer's offer, for the keeper to apply
 
+	// Urgent data (urgent.go): the last urgent byte not yet read by
+	// ReadUrgent, and its stream position, which reads skip.
+	urgByte           byte
+	urgValid, urgSkip bool
+	urgMark           uint64
+
 	peerBlocked, blockedSent           bool
 	peerDoneWriting, peerClosed        bool
 	wrShut, localClosed, tcpGone, live bool
@@ -246,7 +252,10 @@ func (c *Conn) readSMC(p []byte) (int, error) {
 			if update {
 				c.sendCDC(0, 0) // a failure shows on the next call
 			}
-			return k, nil
+			if k > 0 {
+				return k, nil
+			}
+			continue // the urgent byte alone, skipped
 		}
 		err := c.err
 		switch {
@@ -284,6 +293,9 @@ func (c *Conn) copyOut(p []byte) (int, buffer) {
 		k := copy(p[n:], b)
 		c.cons += uint64(k)
 		n += k
+		if c.urgSkip && c.cons == c.urgMark {
+			break // a read stops at the urgent mark, as TCP's does
+		}
 	}
 	return n, old
 }
@@ -293,10 +305,17 @@ func (c *Conn) copyOut(p []byte) (int, buffer) {
 // left for that one first, and returned to give back once c.mu is
 // released; c.mu held.
 func (c *Conn) chunk() ([]byte, buffer) {
+	if c.urgSkip && c.cons == c.urgMark { // read out of band (ReadUrgent)
+		c.cons++
+		c.urgSkip = false
+	}
 	old := c.switchRing()
 	end := c.prod
 	if c.moved {
 		end = c.moveAt
+	}
+	if c.urgSkip {
+		end = min(end, c.urgMark)
 	}
 	size := uint64(len(c.ring))
 	off := (c.cons - c.base) % size
@@ -359,7 +378,11 @@ func (c *Conn) overrun() uint64 {
 
 // writeSMC WRITEs p into the peer's ring, as much as its window allows at
 // a time, waiting for window when it is full; wrMu held.
-func (c *Conn) writeSMC(p []byte) (int, error) {
+func (c *Conn) writeSMC(p []byte) (int, error) { return c.writeSMCAs(p, false) }
+
+// writeSMCAs is writeSMC; urgent sends p's one byte as urgent data
+// (postUrgent); wrMu held.
+func (c *Conn) writeSMCAs(p []byte, urgent bool) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		c.mu.Lock()
@@ -395,7 +418,12 @@ func (c *Conn) writeSMC(p []byte) (int, error) {
 			}
 			continue
 		}
-		k, err := c.post(p[:min(len(p), free)])
+		var k int
+		if urgent {
+			k, err = c.postUrgent(p[0])
+		} else {
+			k, err = c.post(p[:min(len(p), free)])
+		}
 		if err != nil {
 			return total, err
 		}
@@ -428,6 +456,13 @@ func (c *Conn) txErr() error {
 func (c *Conn) post(p []byte) (int, error) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	return c.postLocked(p, true)
+}
+
+// postLocked is post with qmu held; without notify the WRITE carries no
+// immediate and the peer learns of the bytes from a CDC message's
+// producer cursor (urgent data).
+func (c *Conn) postLocked(p []byte, notify bool) (int, error) {
 	if c.released {
 		return 0, net.ErrClosed
 	}
@@ -442,6 +477,9 @@ func (c *Conn) post(p []byte) (int, error) {
 	copy(c.stage.bytes(size)[soff:], p[:k])
 	r := krcore.Request{Op: verbs.OpWriteImm, Local: c.stage.s.mr.Range(c.stage.off+soff, k),
 		Remote: c.peer.At(c.peerOff + uint64(off)), Imm: c.pToken}
+	if !notify {
+		r.Op, r.Imm = verbs.OpWrite, 0
+	}
 	// The cursor moves before the push: the peer may read the bytes and
 	// return its consumer cursor before the completion comes back here.
 	// A failed push aborts the connection, so no write follows it.
@@ -618,6 +656,10 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	if m.connFlags&flagMoved != 0 {
 		c.onMoved(fromCursor(m.prod, cursorSpan, c.prod))
 	}
+	urgent := m.prodFlags&flagUrgPresent != 0
+	if urgent {
+		c.onUrgent(fromCursor(m.prod, cursorSpan, c.prod))
+	}
 	state := m.connFlags&(flagDoneWriting|flagConnClosed|flagAbnormal|flagMoved) != 0
 	if m.connFlags&(flagDoneWriting|flagConnClosed) != 0 {
 		c.peerDoneWriting = true
@@ -629,7 +671,7 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 		c.err = fmt.Errorf("smc: the peer aborted: %w", errAborted)
 	}
 	c.mu.Unlock()
-	if state {
+	if state || urgent {
 		signal(c.rxSig)
 	}
 	if window || state {

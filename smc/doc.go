@@ -115,6 +115,14 @@
 // (ReasonMem). A slab whose buffers all came back is released while its
 // pool has another free one.
 //
+// Urgent data (Conn.WriteUrgent, ReadUrgent) is TCP's MSG_OOB: one byte
+// out of band, which reads skip, at its place in the stream. Over SMC
+// the sender WRITEs it without a notification and a CDC message with
+// RFC 7609's urgent flags announces it (its producer cursor is the byte's
+// end), so that the byte and its flags arrive together, as Linux's CDC
+// messages carry both; over TCP it is the kernel's urgent byte. The
+// kernel wire mode has none.
+//
 // Link reuse: connections take their buffers from slabs (16 buffers, or
 // 1 MiB of larger ones) that a Node
 // registers and exports per peer endpoint (node and port) at a time, to
@@ -184,8 +192,7 @@
 //
 // # Not built yet
 //
-// Urgent data (the flags are defined, never sent); a zero-copy
-// io.ReaderFrom (ReadFrom reads the source into a buffer of its own, see
+// A zero-copy io.ReaderFrom (ReadFrom reads the source into a buffer of its own, see
 // there; WriteTo hands the writer the receive buffer's bytes). A slab
 // serves every connection with one peer endpoint, so that peer could
 // write into its other connections' buffers, as an RMB's rkey lets any
