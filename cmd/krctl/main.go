@@ -55,9 +55,9 @@
 //	8921  1397591074  PEERCLW  server  127.0.0.1:45051  127.0.0.1:58498  SMC   -                          3053750500  4096  4096      2:1808  2:1808  0:0   0:0
 //	8921  1397591074  ACTIVE   server  127.0.0.1:45051  127.0.0.1:58506  TCP   peer did not indicate SMC  -           -     -         0:0     0:0     0:0   0:0
 //
-//	PID    PORT        SMC  FALLBACKS  BYTES_SENT  BYTES_RECEIVED  RDMA_WRITES  CURSOR_MSGS  SLABS  LOOKUPS  DROPPED  AGE
-//	8921   1397591074  1    1          0           10000           0            8            1      1        0        8ms
-//	total  -           1    1          0           10000           0            8            1      1        0        -
+//	PID    PORT        SMC  FALLBACKS  BYTES_SENT  BYTES_RECEIVED  RDMA_WRITES  CURSOR_MSGS  SLABS  MEMORY  GROWS  SHRINKS  LOOKUPS  DROPPED  AGE
+//	8921   1397591074  1    1          0           10000           0            8            1      139264  0      0        1        0        8ms
+//	total  -           1    1          0           10000           0            8            1      139264  0      0        1        0        -
 //
 //	FALLBACK_REASON            CODE        COUNT
 //	peer did not indicate SMC  0x03010000  1

@@ -79,7 +79,7 @@ func smcTables(w io.Writer, nodes []smcNode) {
 			fmt.Fprintf(w, "(client %d, pid %d: unreadable %s)\n", n.Client, n.PID, n.Error)
 		}
 	}
-	fmt.Fprintln(w, "\nPID\tPORT\tSMC\tFALLBACKS\tBYTES_SENT\tBYTES_RECEIVED\tRDMA_WRITES\tCURSOR_MSGS\tSLABS\tLOOKUPS\tDROPPED\tAGE")
+	fmt.Fprintln(w, "\nPID\tPORT\tSMC\tFALLBACKS\tBYTES_SENT\tBYTES_RECEIVED\tRDMA_WRITES\tCURSOR_MSGS\tSLABS\tMEMORY\tGROWS\tSHRINKS\tLOOKUPS\tDROPPED\tAGE")
 	var total smc.Stats
 	byReason := map[smc.Reason]uint64{}
 	for _, n := range nodes {
@@ -89,18 +89,19 @@ func smcTables(w io.Writer, nodes []smcNode) {
 			fb += k
 			byReason[r] += k
 		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", n.PID, n.Port, s.SMC, fb, s.BytesSent, s.BytesReceived,
-			s.Writes, s.CursorMsgs, s.Slabs, s.Lookups, s.Dropped, n.Age.Round(time.Millisecond))
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", n.PID, n.Port, s.SMC, fb, s.BytesSent, s.BytesReceived,
+			s.Writes, s.CursorMsgs, s.Slabs, s.Memory, s.Grows, s.Shrinks, s.Lookups, s.Dropped, n.Age.Round(time.Millisecond))
 		total.SMC, total.BytesSent, total.BytesReceived = total.SMC+s.SMC, total.BytesSent+s.BytesSent, total.BytesReceived+s.BytesReceived
 		total.Writes, total.CursorMsgs, total.Slabs = total.Writes+s.Writes, total.CursorMsgs+s.CursorMsgs, total.Slabs+s.Slabs
 		total.Lookups, total.Dropped = total.Lookups+s.Lookups, total.Dropped+s.Dropped
+		total.Memory, total.Grows, total.Shrinks = total.Memory+s.Memory, total.Grows+s.Grows, total.Shrinks+s.Shrinks
 	}
 	fb := uint64(0)
 	for _, k := range byReason {
 		fb += k
 	}
-	fmt.Fprintf(w, "total\t-\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\n", total.SMC, fb, total.BytesSent, total.BytesReceived,
-		total.Writes, total.CursorMsgs, total.Slabs, total.Lookups, total.Dropped)
+	fmt.Fprintf(w, "total\t-\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\n", total.SMC, fb, total.BytesSent, total.BytesReceived,
+		total.Writes, total.CursorMsgs, total.Slabs, total.Memory, total.Grows, total.Shrinks, total.Lookups, total.Dropped)
 	fmt.Fprintln(w, "\nFALLBACK_REASON\tCODE\tCOUNT")
 	for _, r := range slices.Sorted(maps.Keys(byReason)) {
 		fmt.Fprintf(w, "%s\t%#08x\t%d\n", r.Text(), uint32(r), byReason[r])

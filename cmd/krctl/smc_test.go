@@ -133,6 +133,7 @@ func TestSMC(t *testing.T) {
 		{"krcored_smc_rdma_writes_total", "", "0"}, {"krcored_smc_cursor_messages_total", "", strconv.FormatUint(want.CursorMsgs, 10)},
 		{"krcored_smc_fallbacks_total", `reason="peer did not indicate SMC"`, "1"},
 		{"krcored_smc_open_connections", `mode="SMC"`, "1"}, {"krcored_smc_open_connections", `mode="TCP"`, "1"},
+		{"krcored_smc_buffer_grows_total", "", "0"}, {"krcored_smc_buffer_memory_bytes", "", strconv.FormatInt(want.Memory, 10)},
 	} {
 		if !hasSeries(body, m.name, m.label, m.value) {
 			t.Errorf("/metrics lacks %s{%s} %s:\n%s", m.name, m.label, m.value, grepLines(body, "krcored_smc_"))
