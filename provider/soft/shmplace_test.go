@@ -261,3 +261,60 @@ func TestShmInPlacePeerKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestShmInPlaceManyMemfds: a requester reading and writing more of the
+// responder's memfds than a link keeps mapped (64) drops its mappings and
+// maps again as it goes, and every READ and WRITE moves the right bytes
+// across those remappings, most of them in place. Each region is read
+// again right after the next one's first READ: when that READ finds the
+// mappings full, the region mapped last is the next one used.
+func TestShmInPlaceManyMemfds(t *testing.T) {
+	const regions, size, chunk = 100, 4096, 64
+	a, _, x, y := shmPair(t, (regions+1)*chunk)
+	mrs := make([]verbs.MR, regions)
+	for k := range mrs {
+		blk, err := offheap.AllocShared("soft-test-many", size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { blk.Close() })
+		if mrs[k], err = y.pd.RegMR(blk.Bytes(), verbs.AccessAll); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mrs[k].Close() })
+		for i := range mrs[k].Bytes() {
+			mrs[k].Bytes()[i] = byte(k + i)
+		}
+	}
+	// read READs region k at off into x's chunk slot and checks the bytes.
+	read := func(round, k, slot, off int) {
+		t.Helper()
+		m, local := mrs[k], x.mr.Bytes()[slot*chunk:(slot+1)*chunk]
+		wr := verbs.SendWR{Op: verbs.OpRead, SGL: []verbs.SGE{verbs.SGEOf(x.mr, slot*chunk, chunk)}, RemoteAddr: m.Addr() + uint64(off), RKey: m.RKey()}
+		if wc := run(t, x, wr); wc.Status != verbs.Success || !bytes.Equal(local, m.Bytes()[off:off+chunk]) {
+			t.Fatalf("round %d: READ of region %d: %v", round, k, wc.Status)
+		}
+	}
+	before := a.Stats().InPlace
+	requests := 0
+	for round := range 3 {
+		for k, m := range mrs {
+			off := (round*chunk + k) % (size - chunk)
+			read(round, k, k, off)
+			prev := (k + regions - 1) % regions
+			read(round, prev, regions, 0)
+			local := x.mr.Bytes()[k*chunk : (k+1)*chunk]
+			for i := range local {
+				local[i] = byte(round + 3*k + i)
+			}
+			wr := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{verbs.SGEOf(x.mr, k*chunk, chunk)}, RemoteAddr: m.Addr() + uint64(off), RKey: m.RKey()}
+			if wc := run(t, x, wr); wc.Status != verbs.Success || !bytes.Equal(local, m.Bytes()[off:off+chunk]) {
+				t.Fatalf("round %d: WRITE to region %d: %v", round, k, wc.Status)
+			}
+			requests += 3
+		}
+	}
+	if n := a.Stats().InPlace - before; n < uint64(requests/2) {
+		t.Fatalf("%d of %d requests in place, want most", n, requests)
+	}
+}
