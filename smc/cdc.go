@@ -122,7 +122,7 @@ func (m *moveMsg) encode(b []byte) []byte {
 }
 
 func decodeMove(b []byte) (moveMsg, error) {
-	if len(b) < moveHdr || b[0] != moveType || int(b[1]) != len(b) || len(b) != moveHdr+int(b[14]) {
+	if len(b) < moveHdr || len(b) > moveMax || b[0] != moveType || int(b[1]) != len(b) || len(b) != moveHdr+int(b[14]) {
 		return moveMsg{}, fmt.Errorf("smc: a malformed buffer move message of %d bytes", len(b))
 	}
 	be := binary.BigEndian
