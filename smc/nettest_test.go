@@ -10,17 +10,22 @@ import (
 )
 
 // TestNetConn runs golang.org/x/net/nettest's conformance suite on SMC
-// connections (node 1 embedded and through krcored) and on connections
-// that fell back to TCP.
+// connections (node 1 embedded and through krcored; fixed buffers, and
+// adapting ones, which its streams make grow) and on connections that
+// fell back to TCP.
 func TestNetConn(t *testing.T) {
 	srvAPI, clients := apis(t)
 	for name, api := range clients {
 		srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 32 << 10})
 		cliNode := open(t, api, smc.NodeOptions{BufferSize: 32 << 10})
-		for _, mode := range []string{"smc", "fallback"} {
+		srvAdapt, cliAdapt := open(t, srvAPI, smc.NodeOptions{}), open(t, api, smc.NodeOptions{})
+		for _, mode := range []string{"smc", "adapting", "fallback"} {
 			t.Run(name+"/"+mode, func(t *testing.T) {
 				srv, cli := &smc.Options{Node: srvNode}, &smc.Options{Node: cliNode}
-				if mode == "fallback" {
+				switch mode {
+				case "adapting":
+					srv, cli = &smc.Options{Node: srvAdapt}, &smc.Options{Node: cliAdapt}
+				case "fallback":
 					srv = &smc.Options{} // declines
 				}
 				ln := listen(t, srv)
@@ -35,12 +40,15 @@ func TestNetConn(t *testing.T) {
 						return nil, nil, nil, err
 					}
 					c2 = <-acc
-					if got := smc.ModeOf(c1).SMC; got != (mode == "smc") {
+					if got := smc.ModeOf(c1).SMC; got != (mode != "fallback") {
 						t.Errorf("mode %v", smc.ModeOf(c1))
 					}
 					return c1, c2, func() { c1.Close(); c2.Close() }, nil
 				})
 			})
+		}
+		if g := srvAdapt.Stats().Grows + cliAdapt.Stats().Grows; g == 0 {
+			t.Errorf("%s: no adapting buffer grew under nettest's streams", name)
 		}
 	}
 }
