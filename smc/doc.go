@@ -112,8 +112,9 @@
 // between krcore peers are stream positions (wraps of 4 GiB and offset),
 // so they mean the same in either buffer. No buffer grows past the
 // Node's bound; a connection whose first buffers do not fit falls back
-// (ReasonMem). A slab whose buffers all came back is released while its
-// pool has another free one.
+// (ReasonMem). A slab of grown buffers whose buffers all came back is
+// released while its pool has another free one; other slabs stay, known
+// to their peer, for later connections.
 //
 // Urgent data (Conn.WriteUrgent, ReadUrgent) is TCP's MSG_OOB: one byte
 // out of band, which reads skip, at its place in the stream. Over SMC
@@ -123,8 +124,8 @@
 // messages carry both; over TCP it is the kernel's urgent byte. The
 // kernel wire mode has none.
 //
-// Link reuse: connections take their buffers from slabs (16 buffers, or
-// 1 MiB of larger ones) that a Node
+// Link reuse: connections take their buffers from slabs (16 buffers; of
+// grown ones, 1 MiB) that a Node
 // registers and exports per peer endpoint (node and port) at a time, to
 // that endpoint alone (an export with an audience: as SMC-R keeps an RMB
 // per link group, no other process can find the slab, let alone write to

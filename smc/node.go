@@ -31,10 +31,10 @@ const (
 	DefaultMaxMemory = 256 << 20
 )
 
-// A slab is registered memory for up to slabElems buffers, at most
-// slabBytes unless one buffer is larger: a node registers and exports
-// memory a slab at a time, so that later connections take an element of
-// a slab a peer already knows.
+// A slab is registered memory for slabElems buffers (grown ones: at most
+// slabBytes, or one): a node registers and exports memory a slab at a
+// time, so that later connections take an element of a slab a peer
+// already knows.
 const (
 	slabElems = 16
 	slabBytes = 1 << 20
@@ -515,6 +515,7 @@ func (n *Node) rmbPool(peer krcore.Principal, size int) *bufPool {
 	p := n.rmbs[k]
 	if p == nil {
 		p = &bufPool{api: n.api, size: size, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite, mem: n.mem,
+			grown:  size > n.startSize,
 			export: fmt.Sprintf("smc/%x/rmb/%x-%x/%x", n.id, peer.Node, peer.Port, size), to: []krcore.Principal{peer}}
 		n.rmbs[k] = p
 	}
@@ -528,7 +529,7 @@ func (n *Node) stagePool(size int) *bufPool {
 	defer n.mu.Unlock()
 	p := n.stages[size]
 	if p == nil {
-		p = &bufPool{api: n.api, size: size + stageExtra, access: verbs.AccessLocalWrite, mem: n.mem}
+		p = &bufPool{api: n.api, size: size + stageExtra, access: verbs.AccessLocalWrite, mem: n.mem, grown: size > n.startSize}
 		n.stages[size] = p
 	}
 	return p
@@ -564,10 +565,12 @@ func (b *budget) take(n int) bool {
 }
 
 // bufPool hands out fixed-size buffers carved from registered slabs
-// (slabElems each, fewer for large buffers), exported under export+slab
-// number to the principals to when export is set. A slab whose buffers
-// all came back is released when the pool has another such, so that the
-// memory of buffers grown for a burst goes back to the Node's bound.
+// (slabElems each), exported under export+slab number to the principals
+// to when export is set. A pool of grown buffers (larger than a new
+// connection's) has slabs of at most slabBytes, and releases one whose
+// buffers all came back when it has another such, so that the memory of
+// buffers grown for a burst goes back to the Node's bound; other pools
+// keep their slabs, which their peers know, for later connections.
 type bufPool struct {
 	api    krcore.API
 	size   int
@@ -575,6 +578,7 @@ type bufPool struct {
 	export string
 	to     []krcore.Principal
 	mem    *budget
+	grown  bool
 
 	mu    sync.Mutex
 	slabs []*slab
@@ -615,7 +619,10 @@ func (p *bufPool) get() (buffer, error) {
 // grow registers (and exports) one more slab, within the memory bound;
 // p.mu held.
 func (p *bufPool) grow() error {
-	elems := max(1, min(slabElems, slabBytes/p.size))
+	elems := slabElems
+	if p.grown {
+		elems = max(1, min(slabElems, slabBytes/p.size))
+	}
 	if !p.mem.take(p.size * elems) {
 		return fmt.Errorf("a slab of %d buffers of %d bytes: %w", elems, p.size, errNoMemory)
 	}
@@ -645,7 +652,7 @@ func (p *bufPool) put(b buffer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.free = append(p.free, b)
-	if b.s.used--; b.s.used > 0 {
+	if b.s.used--; b.s.used > 0 || !p.grown {
 		return
 	}
 	for _, s := range p.slabs {

@@ -250,6 +250,28 @@ func TestLinkReuse(t *testing.T) {
 	}
 }
 
+// TestSlabsKept: connections that come and go, with fixed buffers and
+// with adapting ones at their start size, take buffers from slabs their
+// peer knows: no slab is released and looked up again.
+func TestSlabsKept(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for _, opts := range []smc.NodeOptions{{BufferSize: 256 << 10}, {}} {
+		srvNode, cliNode := open(t, srvAPI, opts), open(t, clients["embedded"], opts)
+		ln := listen(t, &smc.Options{Node: srvNode})
+		for range 100 {
+			s, c := pair(t, ln, &smc.Options{Node: cliNode})
+			settled(t, s)
+			c.Close()
+			s.Close()
+		}
+		srv, cli := srvNode.Stats(), cliNode.Stats()
+		if srv.SMC != 100 || cli.Lookups > uint64(srv.Slabs) || srv.Lookups > uint64(cli.Slabs) {
+			t.Errorf("buffers of %d: %d SMC; client looked up %d slabs of the server's %d, server %d of %d",
+				opts.BufferSize, srv.SMC, cli.Lookups, srv.Slabs, srv.Lookups, cli.Slabs)
+		}
+	}
+}
+
 // TestWindowUpdates: a reader taking 64 bytes at a time returns its
 // consumer cursor per tenth of its buffer, not per read (RFC 7609).
 func TestWindowUpdates(t *testing.T) {
