@@ -38,6 +38,10 @@ type poller struct {
 	lastMap *map[uint32]*pqp
 	lastQPN uint32
 	lastPQP *pqp
+	// dispatched counts the completions polled so far; guarded by mu
+	// (see rester).
+	dispatched uint64
+
 	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
 	sctx    context.Context // the role's sleep context, see sleepOnCQ
 	scancel context.CancelFunc
@@ -114,6 +118,7 @@ func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
 		}
 		return 0, mine
 	}
+	pl.dispatched += uint64(n)
 	m := rt.byQPN.Load()
 	fin := pl.fin[:0]
 	for i := 0; i < n; i++ {
@@ -141,6 +146,13 @@ func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
 	clear(fin)
 	pl.fin = fin[:0]
 	return n, mine
+}
+
+// dispatchedSoFar is how many completions the poller has dispatched.
+func (pl *poller) dispatchedSoFar() uint64 {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.dispatched
 }
 
 // pqpOf is the QP numbered qpn in m (the runtime's byQPN), remembering the
@@ -234,7 +246,10 @@ func (pl *poller) waitReady(ctx context.Context, q *Queue, ready func() bool, ar
 		if arm != nil {
 			arm()
 		}
-		if done, err := pl.sleep(ctx, q, ready, &token, &displaced); done || err != nil {
+		pl.rt.rest.sleeping()
+		done, err := pl.sleep(ctx, q, ready, &token, &displaced)
+		pl.rt.rest.awake()
+		if done || err != nil {
 			return err
 		}
 	}

@@ -25,12 +25,22 @@ import (
 // always maps to the same QP of a kind, so its requests stay in order.
 func pickQP(vq uint32, rcs, dcis []*pqp) *pqp {
 	if len(rcs) > 0 {
-		return rcs[vq%uint32(len(rcs))]
+		return rcs[spread(vq, len(rcs))]
 	}
 	if len(dcis) > 0 {
-		return dcis[vq%uint32(len(dcis))]
+		return dcis[spread(vq, len(dcis))]
 	}
 	return nil
+}
+
+// spread is vq modulo n (n > 0): by a mask when n is a power of two (the
+// DCI pools and most RC lists), since pickQP runs on every request and an
+// integer division costs more than the rest of it.
+func spread(vq uint32, n int) int {
+	if m := uint32(n); m&(m-1) == 0 {
+		return int(vq & (m - 1))
+	}
+	return int(vq % uint32(n))
 }
 
 // routeStep is what a VQ does with the records it posts (see step).

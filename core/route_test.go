@@ -44,7 +44,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPickQP(t *testing.T) {
-	rc0, rc1, dci0, dci1 := &pqp{}, &pqp{}, &pqp{}, &pqp{}
+	rc0, rc1, rc2, dci0, dci1 := &pqp{}, &pqp{}, &pqp{}, &pqp{}, &pqp{}
 	rcs, dcis := []*pqp{rc0, rc1}, []*pqp{dci0, dci1}
 	cases := []struct {
 		name      string
@@ -58,6 +58,8 @@ func TestPickQP(t *testing.T) {
 		{"no RC QP: the VQ's DCI", 3, nil, dcis, dci1},
 		{"RC-only, no RC QP: no route", 3, nil, nil, nil},
 		{"RC-only with an RC QP", 3, rcs[:1], nil, rc0},
+		{"three RC QPs (not a power of two)", 5, []*pqp{rc0, rc1, rc2}, dcis, rc2},
+		{"VQ 3 over three RC QPs: the first", 3, []*pqp{rc0, rc1, rc2}, dcis, rc0},
 	}
 	for _, c := range cases {
 		if got := pickQP(c.vq, c.rcs, c.dcis); got != c.want {

@@ -189,7 +189,8 @@ type Runtime struct {
 	stats  counters
 	// dc: routes is dcRC, whose peers are always routable; Push tests it
 	// before asking routes (a dynamic call per request).
-	dc bool
+	dc   bool
+	rest rester // serveRecvs's rests off the receive queue
 
 	byQPN atomic.Pointer[map[uint32]*pqp]
 	qpnMu sync.Mutex // serializes byQPN updates
@@ -229,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		queues: make(map[uint32]*Queue), ports: make(map[uint32]*Queue), peers: make(map[krcore.NodeID]*peer),
 		exports: make(map[string]*export), mrs: make(map[*MR]struct{}), stop: make(chan struct{}), ahs: make(map[portKey]verbs.AH),
 	}
+	rt.rest.nudge = make(chan struct{}, 1)
 	rt.routes = newStrategy(rt)
 	_, rt.dc = rt.routes.(dcRC)
 	empty := map[uint32]*pqp{}

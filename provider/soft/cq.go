@@ -164,6 +164,14 @@ func (c *cq) setShm(l *shmLink) {
 	}
 }
 
+// ProgressesAlone reports whether the CQ's completions arrive without a
+// goroutine waiting in Wait: none of its QPs has used a TCP or
+// shared-memory link (whose frames a waiter reads), so every completion so
+// far came from the in-memory wire, where a request is carried out in its
+// poster's goroutine. core's runtime asks it before its receive waiter
+// leaves the CQ to the application goroutines polling it.
+func (c *cq) ProgressesAlone() bool { return c.link.Load() == nil && c.shm.Load() == nil }
+
 // shmOnly returns the shared-memory link all of c's completions come on,
 // or nil if they may come on other links too.
 func (c *cq) shmOnly() *shmLink {
