@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -60,28 +59,5 @@ func TestPushOnePopWaitAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(500, read); n != 0 {
 		t.Errorf("PushOne and PopWait through the rings allocate %.2f times a request", n)
-	}
-}
-
-// completeAll plays the daemon's pump on ring until ctx ends: it sleeps on
-// door (its sleep flag always raised, so every push rings it) and
-// completes every SQE it finds, ringing cq for a sleeping client.
-func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
-	wire.Publish(ring.Ctr(wire.DaemonSleeps), 1)
-	var seq uint64
-	for {
-		// The look after raising the flag: a push before it did not ring.
-		if tail := ring.Ctr(wire.SQTail).Load(); seq != tail {
-			for ; seq < tail; seq++ {
-				ring.PutCQE(seq, wire.CQE{Seq: seq, Status: verbs.Success})
-			}
-			wire.Publish(ring.Ctr(wire.SQHead), seq)
-			wire.Publish(ring.Ctr(wire.CQTail), seq)
-			wire.Publish(ring.Ctr(wire.Retired), seq)
-			wire.Notify(ring.Ctr(wire.ClientCQ), cq)
-		}
-		if door.Sleep(ctx) != nil {
-			return
-		}
 	}
 }

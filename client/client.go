@@ -45,7 +45,10 @@ type Client struct {
 	node    krcore.NodeID
 	credits int
 	maxMsg  int
-	timeout time.Duration
+	// features is what the daemon does beyond the first protocol
+	// (wire.Features); 0 from a daemon of the first protocol.
+	features uint32
+	timeout  time.Duration
 
 	seq     atomic.Uint64
 	sendMu  sync.Mutex
@@ -82,6 +85,9 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 		return nil, fmt.Errorf("client: hello: %w", err)
 	}
 	c.id, c.node, c.credits, c.maxMsg = r.GetU64(), r.GetU64(), int(r.GetU32()), int(r.GetU32())
+	if r.More() {
+		c.features = r.GetU32()
+	}
 	if err := r.Err(); err != nil {
 		c.Close()
 		return nil, err

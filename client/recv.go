@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
@@ -108,13 +110,22 @@ func (v *VQ) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, error)
 		if err := v.c.err(); err != nil {
 			return 0, err
 		}
-		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, func() bool {
-			return v.ring.Ctr(wire.MsgTail).Load() != v.ring.Ctr(wire.MsgHead).Load()
-		})
+		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, v.msgsOrAnyReady)
 		if err != nil && v.c.err() == nil {
 			return 0, err
 		}
 	}
+}
+
+// msgsOrAnyReady is PopMsgsWait's wake-up condition: a message, or a
+// completion while a PopAnyWait caller waits (ClientAny). Such a caller
+// queues for the message bell behind this one (one sleeper per bell), and
+// the completion is its to pop: leaving the sleep hands it the bell, and
+// this caller sleeps again behind it.
+func (v *VQ) msgsOrAnyReady() bool {
+	r := v.ring
+	return r.Ctr(wire.MsgTail).Load() != r.Ctr(wire.MsgHead).Load() ||
+		r.Ctr(wire.ClientAny).Load() != 0 && r.Ctr(wire.CQTail).Load() != r.Ctr(wire.CQHead).Load()
 }
 
 // PopAnyWait waits for at least one completion (into out) or message
@@ -144,18 +155,40 @@ func (v *VQ) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krc
 			return 0, 0, err
 		}
 		// Raised before the message bell's token is taken: a PopMsgsWait
-		// holding it then wakes for completions too and lets this waiter in.
+		// holding it then wakes for completions too and lets this waiter
+		// in (msgsOrAnyReady).
 		v.countAny(1)
-		err := v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, func() bool {
-			r := v.ring
-			return r.Ctr(wire.MsgTail).Load() != r.Ctr(wire.MsgHead).Load() ||
-				r.Ctr(wire.CQTail).Load() != r.Ctr(wire.CQHead).Load()
-		})
+		err := v.sleepAny(ctx)
 		v.countAny(^uint64(0))
 		if err != nil && v.c.err() == nil {
 			return 0, 0, err
 		}
 	}
+}
+
+// anySlice bounds a PopAnyWait's sleep on a daemon that does not ring the
+// message bell for completions (no wire.FeatureClientAny): a completion
+// then waits for the slice's end, not for the caller's context's.
+const anySlice = time.Millisecond
+
+// sleepAny is PopAnyWait's sleep on the message bell until a message or a
+// completion is ready.
+func (v *VQ) sleepAny(ctx context.Context) error {
+	ready := func() bool {
+		r := v.ring
+		return r.Ctr(wire.MsgTail).Load() != r.Ctr(wire.MsgHead).Load() ||
+			r.Ctr(wire.CQTail).Load() != r.Ctr(wire.CQHead).Load()
+	}
+	if v.c.features&wire.FeatureClientAny != 0 {
+		return v.sleep(ctx, v.msgWait, v.msg, wire.ClientMsg, ready)
+	}
+	sctx, cancel := context.WithTimeout(ctx, anySlice)
+	defer cancel()
+	err := v.sleep(sctx, v.msgWait, v.msg, wire.ClientMsg, ready)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil // the slice's end: look again
+	}
+	return err
 }
 
 // countAny adds d to ClientAny, the number of PopAnyWait callers that may

@@ -481,7 +481,7 @@ func (p *pump) complete(v *vq) bool {
 	v.publishRetired()
 	v.ss.completions.Add(uint64(n))
 	wire.Notify(r.Ctr(wire.ClientCQ), v.cq)
-	wire.Notify(r.Ctr(wire.ClientAny), v.msg) // a PopAnyWait sleeps there
+	v.notifyAny()
 	return true
 }
 

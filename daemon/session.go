@@ -165,7 +165,7 @@ func (ss *session) hello(m *wire.Msg, r *wire.Msg) error {
 	}
 	st := ss.s.rt
 	cfg := ss.s.rt.Config()
-	r.U64(ss.id).U64(st.Node()).U32(uint32(cfg.Credits)).U32(uint32(cfg.MaxMessage))
+	r.U64(ss.id).U64(st.Node()).U32(uint32(cfg.Credits)).U32(uint32(cfg.MaxMessage)).U32(wire.Features)
 	return nil
 }
 

@@ -228,6 +228,20 @@ func (v *vq) publishRetired() {
 	}
 }
 
+// notifyAny rings the message bell for completions just published when a
+// PopAnyWait caller (ClientAny, a count) may sleep there and the client
+// sleeps on it (ClientMsg): a caller still polling needs no system call,
+// nor the spurious wake-up its next sleep would take from the bell's
+// count. The flag is loaded first: the caller raises the count before the
+// flag and loads the completion tail after it, so a daemon that sees the
+// flag it must answer sees the count too.
+func (v *vq) notifyAny() {
+	r := v.ring
+	if r.Ctr(wire.ClientMsg).Load() != 0 && r.Ctr(wire.ClientAny).Load() != 0 {
+		v.msg.Ring()
+	}
+}
+
 // msgRoom reports how many entries the message ring has free at pos,
 // waiting while it is full; ok is false once the client's head proved
 // hostile (the VQ fails) or the VQ stopped.

@@ -108,7 +108,7 @@
 
 /* Control messages (wire.Op...). Bodies: request; response. */
 enum krc_op {
-	KRC_OP_HELLO = 1,   /* u32 version; u64 client, u64 node, u32 credits, u32 max message */
+	KRC_OP_HELLO = 1,   /* u32 version; u64 client, u64 node, u32 credits, u32 max message[, u32 features] */
 	KRC_OP_REGISTER,    /* fd memfd, u64 off, u64 len, u32 access; u64 mr */
 	KRC_OP_DEREGISTER,  /* u64 mr; - */
 	KRC_OP_EXPORT,      /* str name, u64 mr, u64 off, u64 len, u32 access[, u32 k, k of (u64 node, u32 port)]; - */

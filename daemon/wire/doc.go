@@ -86,7 +86,17 @@
 // once (krcore.VQ.PopAnyWait) sleeps on the message bell with ClientMsg
 // set and ClientAny (line 14, added later; a count of such callers, raised
 // before a caller takes the bell's token) above zero: a daemon that
-// publishes completions rings the message bell too when ClientAny is not 0.
-// A daemon of the earlier protocol ignores it; the client's wait then
-// wakes for messages only, and for completions at its context's end.
+// publishes completions rings the message bell too when ClientMsg and
+// ClientAny are both not 0 (loaded in that order). A PopMsgsWait that
+// holds the bell's token wakes for a completion while ClientAny is not 0
+// and leaves the bell to the PopAnyWait queued behind it.
+//
+// # Features
+//
+// The daemon's OpHello response ends with a u32 of feature bits (Features)
+// after the fields of the first protocol, which clients of that protocol
+// ignore; Version stays 1. FeatureClientAny says the daemon honours
+// ClientAny. Against a daemon that sends no such word, a client's
+// PopAnyWait sleeps in slices of a millisecond, so a completion waits at
+// most that long.
 package wire

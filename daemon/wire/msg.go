@@ -13,12 +13,25 @@ import (
 // Version is the protocol version OpHello carries.
 const Version = 1
 
+// Features is what this daemon does beyond the first protocol, a bit
+// each, sent after OpHello's response fields: a client that finds no word
+// there speaks to a daemon of the first protocol (Version stays 1, so
+// that old clients and daemons keep attaching to new ones).
+const Features = FeatureClientAny
+
+// Feature bits.
+const (
+	// FeatureClientAny: the daemon rings the message bell for completions
+	// while ClientAny is above zero and the client sleeps on that bell.
+	FeatureClientAny = 1 << iota
+)
+
 // Op names a control message.
 type Op uint8
 
 // Control messages; the comment is the request's body, then the response's.
 const (
-	OpHello      Op = iota + 1 // u32 version; u64 client id, u64 node, u32 credits, u32 max message
+	OpHello      Op = iota + 1 // u32 version; u64 client id, u64 node, u32 credits, u32 max message[, u32 features]
 	OpRegister                 // fd memfd, u64 offset, u64 len, u32 access; u64 mr
 	OpDeregister               // u64 mr; -
 	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access[, u32 k, k of (u64 node, u32 port)]; -

@@ -1,0 +1,71 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestPopAnyWaitFirstProtocol: against a daemon that does not ring the
+// message bell for completions (no wire.FeatureClientAny in its hello),
+// PopAnyWait still returns a completion, at the end of a sleep's slice.
+func TestPopAnyWaitFirstProtocol(t *testing.T) {
+	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
+		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
+	if err := v.alloc(); err != nil {
+		t.Fatal(err)
+	}
+	defer v.release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		completeAll(ctx, v.ring, v.door, v.cq) // rings only the completion bell
+	}()
+	defer wg.Wait()
+	defer cancel()
+	out := make([]krcore.Completion, 1)
+	for i := range 20 {
+		if err := v.PushOne(ctx, false, krcore.Request{ID: uint64(i), Op: verbs.OpRead}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		nc, _, err := v.PopAnyWait(ctx, out, make([]krcore.Message, 1))
+		if err != nil || nc != 1 || out[0].ID != uint64(i) {
+			t.Fatalf("#%d: PopAnyWait: %d completions, %v, %+v", i, nc, err, out[0])
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("#%d: PopAnyWait took %v", i, took)
+		}
+	}
+}
+
+// completeAll plays the daemon's pump on ring until ctx ends: it sleeps on
+// door (its sleep flag always raised, so every push rings it) and
+// completes every SQE it finds, ringing cq for a sleeping client.
+func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
+	wire.Publish(ring.Ctr(wire.DaemonSleeps), 1)
+	var seq uint64
+	for {
+		// The look after raising the flag: a push before it did not ring.
+		if tail := ring.Ctr(wire.SQTail).Load(); seq != tail {
+			for ; seq < tail; seq++ {
+				ring.PutCQE(seq, wire.CQE{Seq: seq, Status: verbs.Success})
+			}
+			wire.Publish(ring.Ctr(wire.SQHead), seq)
+			wire.Publish(ring.Ctr(wire.CQTail), seq)
+			wire.Publish(ring.Ctr(wire.Retired), seq)
+			wire.Notify(ring.Ctr(wire.ClientCQ), cq)
+		}
+		if door.Sleep(ctx) != nil {
+			return
+		}
+	}
+}
