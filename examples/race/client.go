@@ -12,10 +12,8 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
-	"github.com/krcore/krcore/internal/liteapp"
 	"github.com/krcore/krcore/internal/racekv"
 	"github.com/krcore/krcore/meta"
-	"github.com/krcore/krcore/provider/soft"
 )
 
 // clientEnv holds a client process's job (clientJob as JSON): its
@@ -24,8 +22,8 @@ const clientEnv = "RACEKV_CLIENT"
 
 // The ways a client reaches the memory nodes.
 const (
-	modeRaw      = "raw"      // its own soft RNIC, an RC QP per memory node, endpoints over TCP
-	modeEmbedded = "embedded" // its own soft RNIC and krcore runtime, a VQ per memory node
+	modeRaw      = "raw"      // its own RNIC context, an RC QP per memory node, endpoints over TCP
+	modeEmbedded = "embedded" // its own RNIC context and krcore runtime, a VQ per memory node
 	modeDaemon   = "daemon"   // attached to the host's krcored, a VQ per memory node
 )
 
@@ -38,6 +36,9 @@ type clientJob struct {
 	Socket   string   `json:"socket,omitempty"` // krcored's (daemon)
 	ID       uint64   `json:"id"`               // the client's number, and its node id (embedded)
 	Keys     int      `json:"keys"`             // the loaded keys are keyOf(0..Keys-1)
+	// Fabric is the RNIC a raw or embedded client opens for itself and
+	// its QPs' attributes.
+	Fabric fabric `json:"fabric"`
 
 	// The workload: YCSB Workload over the keys with values of Value
 	// bytes, from the first lookup until Until, counting completed
@@ -159,13 +160,13 @@ func (job *clientJob) dial(ctx context.Context, b *boot) ([]racekv.Memory, func(
 	}
 	switch job.Mode {
 	case modeRaw:
-		dev, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+		dev, err := job.Fabric.open(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		b.Ready = time.Now().UnixNano()
 		for _, addr := range job.RCAddrs {
-			m, err := racekv.DialRC(ctx, dev, addr)
+			m, err := racekv.DialRC(ctx, dev, addr, job.Fabric.path())
 			if err != nil {
 				closeAll()
 				dev.Close()
@@ -208,7 +209,7 @@ func (job *clientJob) runtime(ctx context.Context) (krcore.API, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	node, err := liteapp.StartNode(ctx, job.ID, []meta.Info{info})
+	node, err := job.Fabric.startNode(ctx, krcore.NodeID(job.ID), []meta.Info{info})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,8 +11,8 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon"
-	"github.com/krcore/krcore/internal/liteapp"
 	"github.com/krcore/krcore/meta"
 )
 
@@ -25,6 +25,8 @@ type krcoredJob struct {
 	Meta   string `json:"meta"`
 	ID     uint64 `json:"id"`
 	Socket string `json:"socket"`
+	// Fabric is the RNIC krcored opens and its QPs' attributes.
+	Fabric fabric `json:"fabric"`
 }
 
 // runKrcored is the krcored process's main, if this process is it: it
@@ -46,7 +48,7 @@ func (job krcoredJob) serve() error {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-	node, err := liteapp.StartNode(ctx, job.ID, []meta.Info{info})
+	node, err := job.Fabric.startNode(ctx, krcore.NodeID(job.ID), []meta.Info{info})
 	cancel()
 	if err != nil {
 		return err

@@ -28,6 +28,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/krcore/krcore/daemon"
 )
 
 func main() {
@@ -46,6 +48,11 @@ func main() {
 	flag.IntVar(&cfg.spike.Rounds, "rounds", 1, "scenario runs per mode, alternating the modes' order")
 	flag.IntVar(&cfg.memNodes, "memnodes", 1, "memory nodes the table spans")
 	flag.StringVar(&cfg.dir, "out", filepath.Join(os.TempDir(), "race"), "directory for the CSVs and the plot")
+	flag.StringVar(&cfg.fabric.Device.Provider, "provider", daemon.ProviderSoft, "every process's RNIC: soft (a soft RNIC each, on loopback TCP) or ibverbs (a device context each; a binary built with -tags rdma)")
+	flag.StringVar(&cfg.fabric.Device.IBDev, "ib-dev", "", "ibverbs: the device (empty: the first)")
+	flag.IntVar(&cfg.fabric.Device.IBPort, "ib-port", 1, "ibverbs: the device's port")
+	flag.IntVar(&cfg.fabric.Device.GIDIdx, "gid-idx", -1, "ibverbs: the GID index (-1: a RoCE v2 IPv4-mapped GID)")
+	flag.DurationVar(&cfg.fabric.AckTimeout, "ack-timeout", 0, "every RC QP's ACK timeout per retry (0: the provider's)")
 	flag.IntVar(&cfg.lin.Clients, "lin-clients", 4, "linearizability check: client processes per mode (0: no check)")
 	flag.IntVar(&cfg.lin.Ops, "lin-ops", 300, "linearizability check: operations per client")
 	flag.IntVar(&cfg.lin.Keys, "lin-keys", 3, "linearizability check: keys")

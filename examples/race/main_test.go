@@ -30,7 +30,7 @@ func testSite(t *testing.T, keys int) (*site, context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	s, err := startSite(ctx, 1, keys, 32, 16<<20)
+	s, err := startSite(ctx, fabric{}, 1, keys, 32, 16<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

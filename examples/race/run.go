@@ -16,6 +16,7 @@ type config struct {
 	lin      linConfig
 	memNodes int
 	dir      string
+	fabric   fabric // every process's RNIC and RC attributes
 }
 
 // check says what is wrong with the command line.
@@ -32,6 +33,9 @@ func (c config) check() error {
 	if s.Base < 1 || s.Spike < 1 || s.Keys < 1 || s.Value < 1 || s.Warm <= 0 || s.After <= 0 || s.Bucket <= 0 || s.Rounds < 1 || c.memNodes < 1 {
 		return errors.New("-base, -spike, -keys, -value, -rounds, -memnodes >= 1 and -warm, -after, -bucket > 0")
 	}
+	if err := c.fabric.check(); err != nil {
+		return err
+	}
 	if c.lin.Clients > 0 && (c.lin.Ops < 1 || c.lin.Keys < 1) {
 		return errors.New("-lin-ops and -lin-keys >= 1")
 	}
@@ -45,7 +49,7 @@ const heapPerKey = 4 << 10
 // run starts the site, runs the spike scenario, then the linearizability
 // check in every mode.
 func run(ctx context.Context, cfg config, out io.Writer) (err error) {
-	s, err := startSite(ctx, cfg.memNodes, cfg.spike.Keys, cfg.spike.Value, max(cfg.spike.Keys*heapPerKey/cfg.memNodes, 64<<20))
+	s, err := startSite(ctx, cfg.fabric, cfg.memNodes, cfg.spike.Keys, cfg.spike.Value, max(cfg.spike.Keys*heapPerKey/cfg.memNodes, 64<<20))
 	if err != nil {
 		return err
 	}

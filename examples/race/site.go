@@ -32,6 +32,7 @@ type site struct {
 	daemon *krcoredProc
 	socket string
 	dir    string
+	fabric fabric // every process's RNIC and RC attributes
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -40,9 +41,9 @@ type site struct {
 }
 
 // startSite starts memNodes memory nodes holding a table of keys keys with
-// values of value bytes, loads it, and starts krcored's process.
-func startSite(ctx context.Context, memNodes, keys, value int, heap int) (_ *site, err error) {
-	s := &site{errs: make(chan error, memNodes)}
+// values of value bytes on fab, loads it, and starts krcored's process.
+func startSite(ctx context.Context, fab fabric, memNodes, keys, value int, heap int) (_ *site, err error) {
+	s := &site{errs: make(chan error, memNodes), fabric: fab}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -56,7 +57,7 @@ func startSite(ctx context.Context, memNodes, keys, value int, heap int) (_ *sit
 	srvCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for i := range memNodes {
-		h, err := liteapp.StartNode(ctx, krcore.NodeID(i+1), metas)
+		h, err := fab.startNode(ctx, krcore.NodeID(i+1), metas)
 		if err != nil {
 			return nil, err
 		}
@@ -74,13 +75,13 @@ func startSite(ctx context.Context, memNodes, keys, value int, heap int) (_ *sit
 			return nil, err
 		}
 		s.rcLns = append(s.rcLns, ln)
-		s.wg.Go(func() { s.errs <- t.ServeRC(srvCtx, h.Device(), ln) })
+		s.wg.Go(func() { s.errs <- t.ServeRC(srvCtx, h.Device(), ln, fab.path()) })
 	}
 	if err := s.load(ctx, keys, value); err != nil {
 		return nil, err
 	}
 	s.socket = filepath.Join(s.dir, "krcored.sock")
-	job := krcoredJob{Meta: metas[0].String(), ID: uint64(memNodes + 1), Socket: s.socket}
+	job := krcoredJob{Meta: metas[0].String(), ID: uint64(memNodes + 1), Socket: s.socket, Fabric: fab}
 	if s.daemon, err = startKrcored(ctx, job); err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (s *site) load(ctx context.Context, keys, value int) error {
 
 // job is a client job of mode against the site, numbered afresh.
 func (s *site) job(mode string, keys int) clientJob {
-	job := clientJob{Mode: mode, Meta: s.mem[0].MetaInfo().String(), Socket: s.socket, ID: s.nextID, Keys: keys}
+	job := clientJob{Mode: mode, Meta: s.mem[0].MetaInfo().String(), Socket: s.socket, ID: s.nextID, Keys: keys, Fabric: s.fabric}
 	s.nextID++
 	for i, ln := range s.rcLns {
 		job.MemNodes = append(job.MemNodes, uint64(i+1))
@@ -225,10 +226,12 @@ func spawn(ctx context.Context, job clientJob, killAt int) (*proc, error) {
 	return p, nil
 }
 
-// wait waits for the process to exit and returns its report lines.
+// wait waits for the process to exit and returns its report lines; it
+// can be called again (a cleanup after an error waits for every process).
 func (p *proc) wait(ctx context.Context) ([]string, error) {
 	select {
 	case err := <-p.done:
+		p.done <- err
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.lines, err

@@ -205,6 +205,7 @@ func runSpike(ctx context.Context, s *site, cfg spikeConfig, dir string, out io.
 		sums[mode] = summarize(cfg, runs[mode])
 	}
 	printSummary(out, cfg, sums)
+	printRounds(out, cfg, runs)
 	if dir == "" {
 		return sums, nil
 	}
@@ -250,6 +251,33 @@ func printSummary(out io.Writer, cfg spikeConfig, sums map[string]summary) {
 	for _, m := range cfg.Modes {
 		s := sums[m]
 		fmt.Fprintf(out, "  %-9s %9s %9s %9s %9s | %10.0f %10.0f\n", m, us(s.Before.Typical), us(s.Before.P99), us(s.After.Typical), us(s.After.P99), s.TputBefore, s.TputAfter)
+	}
+}
+
+// printRounds prints each round's bootstrap p50 per mode and its ratio to
+// raw RC's in the same round: the spread the pooled figures hide.
+func printRounds(out io.Writer, cfg spikeConfig, runs map[string][]modeRun) {
+	if cfg.Rounds < 2 {
+		return
+	}
+	p50 := func(r modeRun) float64 {
+		var total []time.Duration
+		for _, b := range r.Boots {
+			total = append(total, b.Total)
+		}
+		return perf.Latency(0, total).Typical
+	}
+	fmt.Fprintf(out, "\nbootstrap p50 per round, usec (ratio to raw RC's in the same round):\n")
+	for round := range cfg.Rounds {
+		fmt.Fprintf(out, "  round %d:", round+1)
+		for _, m := range cfg.Modes {
+			v := p50(runs[m][round])
+			fmt.Fprintf(out, "  %s %s", m, us(v))
+			if raw, ok := runs[modeRaw]; ok && m != modeRaw {
+				fmt.Fprintf(out, " (%.2fx)", v/p50(raw[round]))
+			}
+		}
+		fmt.Fprintln(out)
 	}
 }
 

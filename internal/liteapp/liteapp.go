@@ -30,6 +30,7 @@ import (
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/provider/soft"
+	"github.com/krcore/krcore/verbs"
 )
 
 // workerEnv holds a worker process's index (1..N), set by Start.
@@ -42,12 +43,12 @@ func Worker() (int, bool) {
 	return i, err == nil && i > 0
 }
 
-// Node is a process's krcore node: a soft RNIC on loopback TCP and a
-// runtime with the given id, joining metas (none: it embeds the
+// Node is a process's krcore node: an RNIC (StartNode's a soft one on
+// loopback TCP) and a runtime with the given id, joining metas (none: it embeds the
 // MetaServer, see Runtime.MetaInfo).
 type Node struct {
 	*core.Runtime
-	dev *soft.Node
+	dev verbs.Device
 }
 
 // StartNode starts this process's node.
@@ -56,16 +57,27 @@ func StartNode(ctx context.Context, id krcore.NodeID, metas []meta.Info) (*Node,
 	if err != nil {
 		return nil, err
 	}
-	rt, err := core.New(ctx, core.Config{Device: dev, Node: id, Meta: metas, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("node %d: %w", id, err)
+	return StartNodeWith(ctx, core.Config{Device: dev, Node: id, Meta: metas})
+}
+
+// StartNodeWith starts this process's node as cfg says. cfg.Device is an
+// RNIC the caller opened (a real one through provider/ibverbs, say),
+// which the Node owns: it is closed on Close, or when the start fails. A
+// nil cfg.Logger discards the runtime's log.
+func StartNodeWith(ctx context.Context, cfg core.Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Node{Runtime: rt, dev: dev}, nil
+	rt, err := core.New(ctx, cfg)
+	if err != nil {
+		cfg.Device.Close()
+		return nil, fmt.Errorf("node %d: %w", cfg.Node, err)
+	}
+	return &Node{Runtime: rt, dev: cfg.Device}, nil
 }
 
 // Device is the node's RNIC, for verbs objects beside the runtime's.
-func (n *Node) Device() *soft.Node { return n.dev }
+func (n *Node) Device() verbs.Device { return n.dev }
 
 // Close stops the runtime and the RNIC.
 func (n *Node) Close() error {

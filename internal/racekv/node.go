@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/bench/control"
@@ -60,8 +61,9 @@ func (n *Node) Local() *Local { return NewLocal(n.mr.Bytes()) }
 // closed: for each, it registers the region on dev (once), creates an RC
 // QP, connects it to the client's and sends back its endpoint and the
 // region's address and rkey; the QP lives until the client hangs up. dev
-// must be the device of the node's runtime.
-func (n *Node) ServeRC(ctx context.Context, dev verbs.Device, ln net.Listener) (err error) {
+// must be the device of the node's runtime. The QPs connect with path's
+// attributes.
+func (n *Node) ServeRC(ctx context.Context, dev verbs.Device, ln net.Listener, path verbs.Path) (err error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return fmt.Errorf("racekv: alloc PD: %w", err)
@@ -102,7 +104,7 @@ func (n *Node) ServeRC(ctx context.Context, dev verbs.Device, ln net.Listener) (
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			n.serveRC(ctx, conn, pd, cq, mr)
+			n.serveRC(ctx, conn, pd, cq, mr, path)
 			n.mu.Lock()
 			delete(n.conns, conn)
 			n.mu.Unlock()
@@ -111,7 +113,7 @@ func (n *Node) ServeRC(ctx context.Context, dev verbs.Device, ln net.Listener) (
 }
 
 // serveRC is one RC client: the exchange, then a QP until it hangs up.
-func (n *Node) serveRC(ctx context.Context, conn net.Conn, pd verbs.PD, cq verbs.CQ, mr verbs.MR) {
+func (n *Node) serveRC(ctx context.Context, conn net.Conn, pd verbs.PD, cq verbs.CQ, mr verbs.MR, path verbs.Path) {
 	c := control.NewConn(ctx, conn)
 	defer c.Close()
 	req, err := c.Recv(exchangeTimeout)
@@ -123,7 +125,7 @@ func (n *Node) serveRC(ctx context.Context, conn net.Conn, pd verbs.PD, cq verbs
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err == nil {
 		defer qp.Close()
-		err = n.connectRC(qp, req, reply, mr)
+		err = n.connectRC(qp, req, reply, mr, path)
 	}
 	if err != nil {
 		reply.Err = err.Error()
@@ -131,16 +133,21 @@ func (n *Node) serveRC(ctx context.Context, conn net.Conn, pd verbs.PD, cq verbs
 	if c.Send(reply, exchangeTimeout) != nil || err != nil {
 		return
 	}
+	// The QP lives as long as the connection, however long the client
+	// stays: the exchange's deadline must not end it.
+	if conn.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
 	io.Copy(io.Discard, conn) // until the client hangs up (or ctx ends)
 }
 
 // connectRC connects qp to the client's endpoint and fills the reply.
-func (n *Node) connectRC(qp verbs.QP, req, reply *control.Msg, mr verbs.MR) error {
+func (n *Node) connectRC(qp verbs.QP, req, reply *control.Msg, mr verbs.MR, path verbs.Path) error {
 	remote, err := control.UnmarshalEP(req.EP)
 	if err != nil {
 		return err
 	}
-	if err := verbs.Connect(qp, remote, verbs.Path{}); err != nil {
+	if err := verbs.Connect(qp, remote, path); err != nil {
 		return err
 	}
 	if reply.EP, err = control.MarshalEP(qp); err != nil {

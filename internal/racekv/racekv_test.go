@@ -180,10 +180,14 @@ func TestErrors(t *testing.T) {
 }
 
 // TestTransports: clients through a VQ (embedded and through krcored) and
-// through a raw RC QP read and update one memory node's table alike.
+// through a raw RC QP read and update one memory node's table alike; the
+// RC client starts after the exchange's deadline has passed, which must
+// not end its QP.
 func TestTransports(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	defer func(d time.Duration) { exchangeTimeout = d }(exchangeTimeout)
+	exchangeTimeout = time.Second
 	cl, sock := testcluster.StartDaemon(t, 3) // node 2 is the memory node
 	memAPI := core.Embed(cl.Node(2))
 	g := ForKeys(200, 1, 1<<20)
@@ -204,7 +208,7 @@ func TestTransports(t *testing.T) {
 	}
 	srvCtx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
-	go func() { served <- node.ServeRC(srvCtx, cl.Devices[1], ln) }()
+	go func() { served <- node.ServeRC(srvCtx, cl.Devices[1], ln, verbs.Path{}) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-served; err != nil {
@@ -212,7 +216,7 @@ func TestTransports(t *testing.T) {
 		}
 	})
 	dials := map[string]func() (Memory, error){
-		"rc":       func() (Memory, error) { return DialRC(ctx, cl.Devices[2], ln.Addr().String()) },
+		"rc":       func() (Memory, error) { return DialRC(ctx, cl.Devices[2], ln.Addr().String(), verbs.Path{}) },
 		"embedded": func() (Memory, error) { return DialVQ(ctx, core.Embed(cl.Node(1)), 2, Name) },
 		"daemon":   func() (Memory, error) { return DialVQ(ctx, testcluster.Attach(t, sock), 2, Name) },
 	}
@@ -224,6 +228,9 @@ func TestTransports(t *testing.T) {
 			}
 			c := open(t, []Memory{m})
 			defer c.Close()
+			if name == "rc" {
+				time.Sleep(2 * exchangeTimeout) // the client idles past the exchange's deadline
+			}
 			for i := range 200 {
 				if v, ok, err := c.Get(ctx, key(i)); err != nil || !ok || len(v) < 2 {
 					t.Fatalf("get %d: %q %v %v", i, v, ok, err)

@@ -16,8 +16,9 @@ import (
 // its CQ: the machines this runs on have two cores to share.
 const rcSpin = 200
 
-// exchangeTimeout bounds one control message of the endpoint exchange.
-const exchangeTimeout = 10 * time.Second
+// exchangeTimeout bounds one control message of the endpoint exchange (a
+// variable so that a test can outlive it).
+var exchangeTimeout = 10 * time.Second
 
 // RC reaches a memory node through a raw RC queue pair the client created
 // and connected itself: its own PD, CQ, QP and MR on its own device, the
@@ -33,8 +34,9 @@ type RC struct {
 }
 
 // DialRC creates an RC QP on dev and connects it to the memory node whose
-// ServeRC listens at addr.
-func DialRC(ctx context.Context, dev verbs.Device, addr string) (_ *RC, err error) {
+// ServeRC listens at addr, with path's attributes (the zero Path: the
+// provider's ACK timeout and seven retries).
+func DialRC(ctx context.Context, dev verbs.Device, addr string, path verbs.Path) (_ *RC, err error) {
 	r := &RC{wrs: make([]verbs.SendWR, 0, maxBatch), sges: make([]verbs.SGE, maxBatch), wc: make([]verbs.WC, maxBatch)}
 	defer func() {
 		if err != nil {
@@ -65,7 +67,7 @@ func DialRC(ctx context.Context, dev verbs.Device, addr string) (_ *RC, err erro
 		return nil, fmt.Errorf("racekv: memory node %s sent no region: %w", addr, ErrFormat)
 	}
 	r.remote = *rep.MR
-	if err := r.ep.Connect(remote); err != nil {
+	if err := verbs.Connect(r.ep.QP, remote, path); err != nil {
 		return nil, fmt.Errorf("racekv: connect RC QP to %s: %w", addr, err)
 	}
 	return r, nil
