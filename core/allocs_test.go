@@ -12,7 +12,7 @@ import (
 )
 
 // TestPushOneAllocs: one request pushed through the krcore.VQ interface
-// with PushOne and popped allocates nothing; Push of the same request
+// with PushOne and popped (PopWait, or Pop in a loop) allocates nothing; Push of the same request
 // builds its variadic slice on the heap (logged: the compiler's doing).
 func TestPushOneAllocs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -50,6 +50,19 @@ func TestPushOneAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() { read(one) }); n != 0 {
 		t.Errorf("PushOne and PopWait of an 8 B READ allocate %.0f times a request", n)
+	}
+	spin := func() {
+		if err := q.PushOne(ctx, false, req); err != nil {
+			t.Fatal(err)
+		}
+		for q.Pop(out) == 0 {
+		}
+		if out[0].Status != verbs.Success {
+			t.Fatal(out[0].Status)
+		}
+	}
+	if n := testing.AllocsPerRun(1000, spin); n != 0 {
+		t.Errorf("PushOne and a Pop loop of an 8 B READ allocate %.0f times a request", n)
 	}
 	t.Logf("Push(ctx, false, req) and PopWait allocate %.0f times a request", testing.AllocsPerRun(1000, func() { read(variadic) }))
 }

@@ -76,20 +76,29 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 // VQ it belongs to. Whoever calls it does the work; if another goroutine is
 // already polling it returns at once.
 func (pl *poller) poll() int {
-	n, _ := pl.pollFor(nil, nil)
-	return n
+	return pl.pollFor(nil, nil)
 }
 
-// pollFor is poll that hands back, in mine (up to its capacity), the
-// outcomes of self's requests instead of finishing them: a caller that
-// pops self's completions next finishes them under the same lock of
-// self's mutex (finishAll).
-func (pl *poller) pollFor(self *Queue, mine []finished) (int, []finished) {
+// ownRun is a run of one queue's outcomes that a poll hands back to the
+// queue's Pop instead of finishing them (see pollFor). An array in a
+// struct, filled with copy: a slice appended to down the poll path made
+// the caller's array escape, one allocation per Pop.
+type ownRun struct {
+	fs [8]finished
+	n  int
+}
+
+// pollFor is poll that hands back, in mine (if not nil), up to
+// len(mine.fs) outcomes of self's requests instead of finishing them: a
+// caller that pops self's completions next finishes them under the same
+// lock of self's mutex.
+func (pl *poller) pollFor(self *Queue, mine *ownRun) int {
 	if !pl.mu.TryLock() {
-		return 0, mine
+		return 0
 	}
-	defer pl.mu.Unlock()
-	return pl.pollLocked(self, mine)
+	n := pl.pollLocked(self, mine)
+	pl.mu.Unlock()
+	return n
 }
 
 // pollAwake is poll for a waiter that slept on the completion queue and
@@ -107,7 +116,7 @@ func (pl *poller) pollAwake() {
 }
 
 // pollLocked is pollFor's work; pl.mu held.
-func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
+func (pl *poller) pollLocked(self *Queue, mine *ownRun) int {
 	rt := pl.rt
 	n, err := pl.cq.Poll(pl.wcs)
 	if err != nil {
@@ -116,7 +125,7 @@ func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
 		if !rt.stopped() && !pl.failed.Swap(true) {
 			rt.log.Error("completion queue failed", "err", err)
 		}
-		return 0, mine
+		return 0
 	}
 	pl.dispatched += uint64(n)
 	m := rt.byQPN.Load()
@@ -136,8 +145,8 @@ func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
 		for k < len(rest) && rest[k].q == q {
 			k++
 		}
-		if q == self && len(mine)+k <= cap(mine) {
-			mine = append(mine, rest[:k]...)
+		if q == self && mine != nil && mine.n+k <= len(mine.fs) {
+			mine.n += copy(mine.fs[mine.n:], rest[:k])
 		} else {
 			q.finishRun(rest[:k])
 		}
@@ -145,7 +154,7 @@ func (pl *poller) pollLocked(self *Queue, mine []finished) (int, []finished) {
 	}
 	clear(fin)
 	pl.fin = fin[:0]
-	return n, mine
+	return n
 }
 
 // dispatchedSoFar is how many completions the poller has dispatched.

@@ -526,11 +526,11 @@ func (q *Queue) pop() {
 // returns how many. It never blocks: it polls the node's completion queue
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []krcore.Completion) int {
-	var buf [8]finished
-	_, mine := q.rt.sends.pollFor(q, buf[:0])
+	var mine ownRun
+	q.rt.sends.pollFor(q, &mine)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.finishRunLocked(mine)
+	q.finishRunLocked(mine.fs[:mine.n])
 	return q.popLocked(out)
 }
 
