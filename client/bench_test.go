@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/client"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -113,4 +115,59 @@ func modeAPI(b testing.TB, e *env, mode string) krcore.API {
 		return attach(b, e)
 	}
 	return core.Embed(e.c.Node(1))
+}
+
+// BenchmarkNewcomer is a new client's way to its first READ through
+// krcored, what examples/race's newcomers do per memory node: attach, a
+// queue connected to node 2, the region, a registered buffer, one 8 B
+// READ, then detach. Daemon and client share this process, so it counts
+// their work (syscalls, allocation, handoffs between goroutines) and not a
+// second process's wake-ups; the step metrics are per-op means.
+func BenchmarkNewcomer(b *testing.B) {
+	e := startEnv(b)
+	ctx := ctxT(b)
+	steps := []string{"attach", "queue", "connect", "region", "regmr", "read"}
+	sum := make([]time.Duration, len(steps))
+	for b.Loop() {
+		t := []time.Time{time.Now()}
+		c, err := client.Attach(ctx, client.Options{Socket: e.sock})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t = append(t, time.Now())
+		q, err := c.Queue()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t = append(t, time.Now())
+		if err := q.Connect(ctx, 2, nil); err != nil {
+			b.Fatal(err)
+		}
+		t = append(t, time.Now())
+		g, err := c.Region(ctx, 2, "table")
+		if err != nil {
+			b.Fatal(err)
+		}
+		t = append(t, time.Now())
+		m, err := c.RegMR(1<<16, verbs.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t = append(t, time.Now())
+		var out [1]krcore.Completion
+		if err := q.PushOne(ctx, true, krcore.Request{Op: verbs.OpRead, Local: m.Range(0, 8), Remote: g.At(0)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
+			b.Fatal(err, out[0].Err())
+		}
+		t = append(t, time.Now())
+		for i := range steps {
+			sum[i] += t[i+1].Sub(t[i])
+		}
+		c.Close()
+	}
+	for i, s := range steps {
+		b.ReportMetric(float64(sum[i].Microseconds())/float64(b.N), s+"-us")
+	}
 }

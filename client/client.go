@@ -100,8 +100,9 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 func (c *Client) read() {
 	defer close(c.done)
 	reason := "connection closed"
+	rx := wire.NewReceiver(c.conn)
 	for {
-		m, err := wire.Recv(c.conn)
+		m, err := rx.Recv()
 		if err != nil {
 			break
 		}

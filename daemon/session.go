@@ -45,7 +45,14 @@ type session struct {
 
 	pump *pump // drives every VQ of the client
 
-	attached bool // its OpHello was answered; serve's alone
+	// remote bounds and tracks the calls that wait for other nodes
+	// (Region, Connect), which run beside serve's loop: a client that
+	// looks a region up while it registers memory or makes its queue gets
+	// those answered meanwhile, not after the other node's reply.
+	remote     chan struct{} // a token per call running
+	remoteCall sync.WaitGroup
+
+	attached bool // its OpHello was answered; written by serve alone, before any call runs beside it
 
 	pushes, completions, refusals, calls atomic.Uint64
 	naps                                 atomic.Uint64 // times its pump was paced, see pump.share
@@ -63,7 +70,17 @@ func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 		reports: make(map[string]storedReport)}
 	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
 	ss.pump = newPump(ss)
+	ss.remote = make(chan struct{}, maxRemoteCalls)
 	return ss
+}
+
+// maxRemoteCalls is how many calls that wait for other nodes one client
+// may have running beside serve's loop; more run in the loop, in turn.
+const maxRemoteCalls = 4
+
+// waitsForPeers reports whether op waits for another node's answer.
+func waitsForPeers(op wire.Op) bool {
+	return op == wire.OpRegion || op == wire.OpVQRegion || op == wire.OpConnect
 }
 
 // serve answers the client's requests until its socket closes, then
@@ -71,8 +88,9 @@ func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 func (ss *session) serve() {
 	go ss.pump.run()
 	defer ss.reclaim()
+	rx := wire.NewReceiver(ss.conn)
 	for {
-		m, err := wire.Recv(ss.conn)
+		m, err := rx.Recv()
 		if err != nil {
 			if !errors.Is(err, wire.ErrMalformed) {
 				return // gone: EOF, reset, or closed by bye
@@ -82,12 +100,39 @@ func (ss *session) serve() {
 			continue
 		}
 		ss.calls.Add(1)
-		resp := ss.handle(m)
-		m.CloseFDs() // whatever the handler did not keep
-		if err := ss.send(resp); err != nil {
+		if ss.attached && waitsForPeers(m.Op) && ss.startRemote(m) {
+			continue
+		}
+		if err := ss.answer(m); err != nil {
 			return
 		}
 	}
+}
+
+// answer runs m and sends its response.
+func (ss *session) answer(m *wire.Msg) error {
+	resp := ss.handle(m)
+	m.CloseFDs() // whatever the handler did not keep
+	return ss.send(resp)
+}
+
+// startRemote answers m in a goroutine of its own, if fewer than
+// maxRemoteCalls run, and reports whether it did. The client matches
+// responses to calls by sequence number, so they may come in any order;
+// a client's calls that depend on each other wait for each other's
+// answers. reclaim waits for these goroutines; ss.ctx, which ends first,
+// bounds their waits.
+func (ss *session) startRemote(m *wire.Msg) bool {
+	select {
+	case ss.remote <- struct{}{}:
+	default:
+		return false
+	}
+	ss.remoteCall.Go(func() {
+		defer func() { <-ss.remote }()
+		ss.answer(m) // a send failing means the client is gone: serve sees it too
+	})
+	return true
 }
 
 func (ss *session) send(m *wire.Msg) error {
@@ -450,6 +495,7 @@ func (ss *session) vqCall(m *wire.Msg, r *wire.Msg) error {
 // have the RNIC write into memory that is gone.
 func (ss *session) reclaim() {
 	ss.cancel()
+	ss.remoteCall.Wait()
 	<-ss.pump.done
 	ss.conn.Close()
 	ss.mu.Lock()

@@ -32,7 +32,11 @@
 // and three eventfds (doorbell, completion bell, message bell), optionally a
 // fourth: the control bell (see Control on the ring). The daemon
 // may send OpBye unasked when it shuts down; a client then fails every call
-// with krcore.ErrDaemonGone, as it does when the socket closes.
+// with krcore.ErrDaemonGone, as it does when the socket closes. The daemon
+// answers most requests in the order they came, but the ones that wait for
+// another node (OpRegion, OpVQRegion, OpConnect) run beside the others, a
+// few at a time, and their answers may come later than those of requests
+// sent after them: a client matches responses by sequence number.
 //
 // # Rings
 //

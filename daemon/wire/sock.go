@@ -3,6 +3,7 @@
 package wire
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -42,15 +43,34 @@ func Send(c *net.UnixConn, m *Msg) error {
 }
 
 // Recv reads one message from c. The descriptors it carries become the
-// caller's, even when it returns an error with a message.
-func Recv(c *net.UnixConn) (*Msg, error) {
-	b := make([]byte, MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
-	n, oobn, flags, _, err := c.ReadMsgUnix(b, oob)
+// caller's, even when it returns an error with a message. A loop that
+// reads one connection keeps a Receiver instead: Recv takes a buffer of
+// MaxMessage bytes for every message.
+func Recv(c *net.UnixConn) (*Msg, error) { return NewReceiver(c).Recv() }
+
+// Receiver reads the messages of one connection, one goroutine at a time,
+// through buffers it keeps: a message then costs an allocation of its own
+// length. A fresh MaxMessage buffer per message (64 KiB, zeroed, and
+// garbage after) was most of a small control call's work on either side.
+type Receiver struct {
+	c   *net.UnixConn
+	b   []byte
+	oob []byte
+}
+
+// NewReceiver is a Receiver of c's messages.
+func NewReceiver(c *net.UnixConn) *Receiver {
+	return &Receiver{c: c, b: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+}
+
+// Recv reads the next message, as Recv does; the message holds a copy of
+// its bytes, not the Receiver's buffer.
+func (r *Receiver) Recv() (*Msg, error) {
+	n, oobn, flags, _, err := r.c.ReadMsgUnix(r.b, r.oob)
 	if err != nil {
 		return nil, err
 	}
-	fds, ferr := parseRights(oob[:oobn])
+	fds, ferr := parseRights(r.oob[:oobn])
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		closeAll(fds)
 		return nil, fmt.Errorf("%w: truncated", ErrMalformed)
@@ -63,7 +83,7 @@ func Recv(c *net.UnixConn) (*Msg, error) {
 		closeAll(fds)
 		return nil, net.ErrClosed // SOCK_SEQPACKET: a zero-length read is the peer's close
 	}
-	m, err := Parse(b[:n:n], fds)
+	m, err := Parse(bytes.Clone(r.b[:n]), fds)
 	if err != nil {
 		closeAll(fds)
 	}

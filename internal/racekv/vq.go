@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -21,7 +22,12 @@ type VQ struct {
 }
 
 // DialVQ connects a queue of api to node and learns the table region it
-// exports under name (Node.Name).
+// exports under name (Node.Name). The three things it needs (the queue,
+// connected; the region; a registered scratch buffer) do not depend on
+// each other, so it asks for them at once: through krcored they are
+// separate round trips, and the region's is a further one from krcored
+// to the memory node. The region is looked up as no port (api.Region),
+// which is what the queue, holding none bound, would ask as.
 func DialVQ(ctx context.Context, api krcore.API, node krcore.NodeID, name string) (_ *VQ, err error) {
 	v := &VQ{api: api, reqs: make([]krcore.Request, 0, maxBatch), comps: make([]krcore.Completion, maxBatch)}
 	defer func() {
@@ -29,17 +35,28 @@ func DialVQ(ctx context.Context, api krcore.API, node krcore.NodeID, name string
 			v.Close()
 		}
 	}()
-	if v.q, err = api.Queue(); err != nil {
-		return nil, fmt.Errorf("racekv: queue: %w", err)
-	}
-	if err = v.q.Connect(ctx, node, nil); err != nil {
-		return nil, fmt.Errorf("racekv: connect to memory node %d: %w", node, err)
-	}
-	if v.region, err = v.q.Region(ctx, name); err != nil {
-		return nil, fmt.Errorf("racekv: region %q of node %d: %w", name, node, err)
-	}
-	if v.scratch, err = api.RegMR(scratchSize, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("racekv: register scratch: %w", err)
+	var wg sync.WaitGroup
+	var qErr, rErr, mErr error
+	wg.Go(func() {
+		if v.q, qErr = api.Queue(); qErr != nil {
+			qErr = fmt.Errorf("racekv: queue: %w", qErr)
+		} else if qErr = v.q.Connect(ctx, node, nil); qErr != nil {
+			qErr = fmt.Errorf("racekv: connect to memory node %d: %w", node, qErr)
+		}
+	})
+	wg.Go(func() {
+		if v.region, rErr = api.Region(ctx, node, name); rErr != nil {
+			rErr = fmt.Errorf("racekv: region %q of node %d: %w", name, node, rErr)
+		}
+	})
+	wg.Go(func() {
+		if v.scratch, mErr = api.RegMR(scratchSize, verbs.AccessLocalWrite); mErr != nil {
+			mErr = fmt.Errorf("racekv: register scratch: %w", mErr)
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(qErr, rErr, mErr); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
