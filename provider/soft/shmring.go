@@ -38,6 +38,8 @@ import (
 //	line 13+s  side s's in-place copies running in the other's memory
 //	line 15    closing: a side is finishing the link, no copy may start
 //	line 16+s  when side s's reader was last rung awake (answeredIn)
+//	line 18+s  side s's alive word (shmalive.go)
+//	line 20+s  side s's spinner word: the CPU its reader last spun on (spinYield)
 //
 // A reader with nothing to do spins for shmSpin, then sleeps: on a futex
 // on its sleeping word (1) while the link was busy within shmIdle, a wake
@@ -84,26 +86,87 @@ const shmSpin = 20 * time.Microsecond
 // behind the reader on its P run within a few microseconds.
 const shmYieldPolls = 256
 
-// shmOSYieldPolls is how many polls a spinning reader makes between
-// yields of its CPU to the kernel (sched_yield). A futex wake-up on a busy
-// machine of two cores puts the woken peer on the waker's CPU (the kernel
-// wakes affine when the other CPU is taken), so the peer that must answer
-// often waits behind the very spinner waiting for the answer until the
-// spin ends: without these yields an 8 B SEND ping-pong at load 5-8 took
-// 30-60 us a half round trip (every wait spun out and slept), with them
-// 7 us (the two processes take turns on one CPU). With nothing else
-// runnable the yield returns at once (a fraction of a microsecond).
+// shmOSYieldPolls is how many polls a spinning reader that does not know
+// where the peer's reader runs makes between yields of its CPU to the
+// kernel (sched_yield). A futex wake-up on a busy machine of two cores
+// puts the woken peer on the waker's CPU (the kernel wakes affine when the
+// other CPU is taken), so the peer that must answer often waits behind the
+// very spinner waiting for the answer until the spin ends: without yields
+// an 8 B SEND ping-pong at load 5-8 took 30-60 us a half round trip (every
+// wait spun out and slept), with them 7 us (the two processes take turns
+// on one CPU).
 const shmOSYieldPolls = 64
 
-// spinYield yields the CPU to other runnable threads once every
-// shmOSYieldPolls polls, and to the Go scheduler once every shmYieldPolls.
-func spinYield(polls int) {
-	if polls%shmOSYieldPolls == shmOSYieldPolls-1 {
-		osYield()
+// shmCPUPolls is how often, in polls, a spinning reader reads which CPU it
+// runs on and where the peer's reader last ran (spinYield).
+const shmCPUPolls = 16
+
+// spinYield is called by a reader spinning on l at its polls-th poll
+// (from 0). It yields the CPU to the kernel where that lets the peer
+// answer sooner, and to the Go scheduler once every shmYieldPolls. Every
+// shmCPUPolls polls it publishes the CPU it runs on (cpuNow, no system
+// call) in this side's spinner word and reads the peer's:
+//
+//   - the peer's reader last ran on this CPU: what this reader waits for
+//     waits for this CPU, so it yields at once, and again every
+//     shmCPUPolls polls (two processes sharing one CPU take turns, a
+//     context switch a hop);
+//   - on another CPU: it never yields to the kernel. A sched_yield is a
+//     system call, 1-3 us on these virtual machines (each traps), with
+//     nothing to give the CPU to;
+//   - unknown (the peer sleeps, or the CPU cannot be read): every
+//     shmOSYieldPolls polls, since a wake-up may have put the peer here.
+func (l *shmLink) spinYield(polls int) {
+	if polls%shmCPUPolls == 0 {
+		switch l.peerCPU() {
+		case peerHere:
+			osYield()
+		case peerUnknown:
+			if polls > 0 && polls%shmOSYieldPolls == 0 {
+				osYield()
+			}
+		}
 	}
-	if polls%shmYieldPolls == shmYieldPolls-1 {
+	if polls > 0 && polls%shmYieldPolls == 0 {
 		runtime.Gosched()
 	}
+}
+
+// Where the peer's reader runs, as peerCPU tells.
+const (
+	peerUnknown = iota
+	peerHere
+	peerElsewhere
+)
+
+// peerCPU publishes the CPU this thread runs on as this side's spinner's
+// and tells where the peer's spinner last ran: on this CPU, another, or
+// unknown (it sleeps, or CPUs cannot be read). The peer's word is a hint:
+// it says where the peer last spun, and the peer's thread may have moved
+// since; a wrong hint costs at most the spin (shmSpin).
+func (l *shmLink) peerCPU() int {
+	me := cpuNow()
+	if me < 0 {
+		return peerUnknown
+	}
+	w := l.seg.spinCPU(l.side)
+	if w.Load() != uint32(me)+1 {
+		w.Store(uint32(me) + 1)
+	}
+	switch p := l.seg.spinCPU(1 - l.side).Load(); {
+	case p == 0:
+		return peerUnknown
+	case p == uint32(me)+1:
+		return peerHere
+	default:
+		return peerElsewhere
+	}
+}
+
+// spinCPU is side's spinner word, control page line 20+side: the CPU its
+// reader last spun on, plus one; 0 while it sleeps.
+func (s *shmSeg) spinCPU(side int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(s.line(20 + side)))
 }
 
 // osYield gives this thread's CPU to another runnable thread, if any. A raw
@@ -590,8 +653,8 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			spin = !(lend && l.slow) || l.learn.pays(l)
 		}
 		if spin && time.Since(spun) < shmSpin {
+			l.spinYield(polls)
 			polls++
-			spinYield(polls)
 			continue
 		}
 		if err := l.sleep(n); err != nil {
@@ -628,6 +691,7 @@ func (l *shmLink) sleep(n uint64) error {
 func (l *shmLink) arm(how uint32, n uint64) bool {
 	me := l.seg.sleeping(l.side)
 	me.Swap(how)
+	l.seg.spinCPU(l.side).Store(0) // the peer's spinners need not yield to it
 	if l.pending.Load() {
 		// The consumer clears the word when it rings, perhaps after
 		// publishLocked set it again: set, with this side asleep.

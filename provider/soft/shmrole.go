@@ -303,7 +303,7 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 		// With a completion they stay coalesced: the application is
 		// about to answer, and its reply carries them (sendAck).
 		l.flushWake()
-		if i%16 != 15 && budget > 0 {
+		if i%shmCPUPolls != 0 && budget > 0 {
 			continue
 		}
 		select {
@@ -324,7 +324,7 @@ func (c *cq) readShm(ctx context.Context, l *shmLink) (got, yielded bool) {
 			slept = true
 			spin = l.node.now()
 		default:
-			spinYield(i)
+			l.spinYield(i)
 		}
 	}
 }
