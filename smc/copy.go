@@ -102,8 +102,14 @@ func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
 			c.lent = false
 			c.cons += uint64(k)
 			update := c.wantUpdate()
+			closing := c.localClosed
 			c.mu.Unlock()
-			signal(c.kick) // a Close meanwhile waits for lent
+			if closing {
+				// Only a Close meanwhile waits for lent: waking the
+				// keeper after every chunk cost a wake-up per echoed
+				// message, often of a thread.
+				signal(c.kick)
+			}
 			total += int64(k)
 			if update {
 				c.sendCDC(0, 0) // a failure shows on the next call
