@@ -659,6 +659,13 @@ func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
 	return true
 }
 
+// onLate takes the late reply m found in a queue being retired.
+func (n *Node) onLate(m *krcore.Message) {
+	if !n.onReply(m.From, m) {
+		n.rpc.dropped.Add(1)
+	}
+}
+
 // callQueue holds the calls of a Service or the messages of an Endpoint
 // until a Recv takes them.
 type callQueue struct {

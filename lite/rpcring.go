@@ -104,6 +104,7 @@ func (n *Node) rpcInit() *rpcState {
 		r.ctx, r.cancel = context.WithCancel(context.Background())
 		r.stop = make(chan struct{})
 		r.pool.api, r.pool.port = n.api, n.port
+		r.pool.late = n.onLate
 	}
 	return r
 }
@@ -347,6 +348,9 @@ func (n *Node) replyRegion(ctx context.Context, g *ring) (krcore.Region, error) 
 type vqPool struct {
 	api  krcore.API
 	port uint32
+	// late takes a reply left in the inbox of a queue being retired (see
+	// retire).
+	late func(*krcore.Message)
 
 	mu     sync.Mutex
 	closed bool
@@ -371,6 +375,8 @@ type pooled struct {
 	msgs [4]krcore.Message
 	// owed: the request posted last has not been popped (postImm, reap).
 	owed bool
+	// replies: q holds a port of its own, where replies come.
+	replies bool
 }
 
 // get returns a queue connected to port to.Port at to.Node, with no
@@ -422,6 +428,7 @@ func (p *vqPool) dial(ctx context.Context, to krcore.Principal) (*pooled, error)
 	e := &pooled{q: q}
 	if e.buf, err = p.api.RegMR(rpcSlotSize, verbs.AccessLocalWrite); err == nil && to.Port == p.port {
 		err = bindReplies(q)
+		e.replies = err == nil
 	}
 	if err == nil {
 		err = q.Connect(ctx, to.Node, &krcore.ConnectOptions{Port: to.Port})
@@ -502,10 +509,22 @@ func (p *vqPool) evictLocked() *pooled {
 
 // retire releases a queue whose request may still be outstanding: its
 // staging buffer goes with it, so nothing later lands in or leaves from it.
+// The late replies in its inbox (to calls that gave up while waiting on
+// it) go to late first: each frees its call's slot, which would otherwise
+// stay taken until the session is torn down.
 func (p *vqPool) retire(e *pooled) {
 	p.mu.Lock()
 	delete(p.all, e)
 	p.mu.Unlock()
+	if e.replies && p.late != nil {
+		for k := len(e.msgs); k == len(e.msgs); {
+			k = e.q.PopMsgs(e.msgs[:])
+			for i := range e.msgs[:k] {
+				p.late(&e.msgs[i])
+				e.msgs[i] = krcore.Message{}
+			}
+		}
+	}
 	e.q.Close()
 	if e.buf != nil {
 		p.api.Deregister(e.buf)

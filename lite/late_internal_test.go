@@ -1,0 +1,85 @@
+package lite
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+)
+
+// TestLateReplyFreesSlotOnRetire: a call gave up before its reply came;
+// the reply lands later in the inbox of the queue the call waited on,
+// idle in the pool. When that queue is retired (evicted, or the pool
+// closes it) the reply is taken first, and frees the call's slot: lost,
+// the slot would stay taken until every slot was so and the session was
+// torn down.
+func TestLateReplyFreesSlotOnRetire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	caller, err := Open(ctx, core.Embed(c.Node(1)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	callee, err := Open(ctx, core.Embed(c.Node(2)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer callee.Close()
+	svc, err := callee.RegisterRPC(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer ccancel()
+		_, err := caller.Call(cctx, 2, 1, []byte("question"), make([]byte, 16))
+		gaveUp <- err
+	}()
+	call, err := svc.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call that gives up: %v", err)
+	}
+	caller.rpc.mu.Lock()
+	s := caller.rpc.sessions[2]
+	caller.rpc.mu.Unlock()
+	if free := len(s.free); free != rpcSlots-1 {
+		t.Fatalf("%d slots free while the call's is held, want %d", free, rpcSlots-1)
+	}
+	if err := svc.Reply(ctx, call, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	// The reply's WRITE completed at the callee: it is at the caller.
+	cp := &callee.rpc.pool
+	back, err := cp.idle1(krcore.Principal{Node: 1, Port: call.port})
+	if err != nil || back == nil {
+		t.Fatalf("the callee's reply queue: %v %v", back, err)
+	}
+	if back.owed {
+		if err := cp.reap(ctx, back); err != nil {
+			t.Fatalf("the late reply's WRITE: %v", err)
+		}
+	}
+	p := &caller.rpc.pool
+	e, err := p.idle1(krcore.Principal{Node: 2, Port: callee.port})
+	if err != nil || e == nil {
+		t.Fatalf("the queue the call waited on: %v %v", e, err)
+	}
+	p.retire(e)
+	if free := len(s.free); free != rpcSlots {
+		t.Fatalf("%d slots free after the queue holding the late reply retired, want %d", free, rpcSlots)
+	}
+}
