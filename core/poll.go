@@ -432,6 +432,12 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (b
 	}
 	pl.sleeps.Add(1)
 	err := pl.cq.Wait(pl.sctx)
+	// Awake: nothing need cancel this sleep now. Left published, the
+	// role made pollAwake's own dispatch of q's completion cancel the
+	// sleep context (kick), and the next sleep made a new one and
+	// registered it with ctx and the provider again: ~9 allocations and
+	// two AfterFunc registrations per request that slept.
+	pl.role.Store(nil)
 	switch {
 	case pl.rt.stopped():
 		return false, errRuntimeClosed // Close cancelled the sleep, or closed the CQ
