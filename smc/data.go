@@ -47,13 +47,14 @@ type link struct {
 	start    int // the size of the buffers it started with
 	rmb      buffer
 	stage    buffer
-	ring     []byte       // rmb's bytes
-	base     uint64       // the stream position at ring's start
-	q        *sharedQueue // to the peer's port
-	peer     krcore.Region
-	peerOff  uint64 // the peer's element in peer
-	psize    int    // the peer's element's size
-	pbase    uint64 // the stream position at the start of the peer's element
+	ring     []byte        // rmb's bytes
+	base     uint64        // the stream position at ring's start
+	q        *sharedQueue  // to the peer's port
+	peer     krcore.Region // learned from the Node (region), given back by putRegion
+	peerKey  regionKey     // peer's key at the Node
+	peerOff  uint64        // the peer's element in peer
+	psize    int           // the peer's element's size
+	pbase    uint64        // the stream position at the start of the peer's element
 	pToken   uint32
 	peerNode krcore.NodeID
 	peerAt   krcore.Principal // the peer's endpoint, q's destination
@@ -170,15 +171,16 @@ func (c *Conn) learnBuffer(ctx context.Context, m *clcMsg) (Reason, error) {
 	if m.size < cdcLen || m.size > 1<<30 {
 		return ReasonConfig, fmt.Errorf("smc: the peer's buffer of %d bytes: %w", m.size, krcore.ErrInvalid)
 	}
-	r, err := c.node.region(ctx, m.node, m.name)
+	r, err := c.node.region(ctx, m.node, m.name, false)
 	if err != nil {
 		return ReasonLink, err
 	}
 	if r.Len() < uint64(m.off)+uint64(m.size) {
+		c.node.putRegion(m.node, m.name)
 		return ReasonConfig, fmt.Errorf("smc: the peer's buffer at %d+%d is outside its region of %d bytes: %w", m.off, m.size, r.Len(), krcore.ErrInvalid)
 	}
 	c.mu.Lock()
-	c.peer, c.psize, c.peerOff = r, int(m.size), uint64(m.off)
+	c.peer, c.peerKey, c.psize, c.peerOff = r, regionKey{m.node, m.name}, int(m.size), uint64(m.off)
 	c.mu.Unlock()
 	return ReasonNone, nil
 }
@@ -227,8 +229,12 @@ func (c *Conn) releaseLocal() {
 		}
 	}
 	c.mu.Lock() // Node.Conns reads the token under mu
-	c.token, c.q, c.stage, c.rmb, c.next = 0, nil, buffer{}, buffer{}, buffer{}
+	peer, key := c.peer, c.peerKey
+	c.token, c.q, c.stage, c.rmb, c.next, c.peer = 0, nil, buffer{}, buffer{}, buffer{}, nil
 	c.mu.Unlock()
+	if peer != nil {
+		n.putRegion(key.node, key.name)
+	}
 }
 
 // readSMC copies what the peer wrote into the ring, waiting for at least
@@ -925,8 +931,9 @@ func (c *Conn) offerBuffer(size int) {
 func (c *Conn) applyMove(m moveMsg) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	r, err := c.node.region(ctx, c.peerNode, m.name)
+	r, err := c.node.region(ctx, c.peerNode, m.name, true)
 	if err == nil && (m.size < cdcLen || r.Len() < uint64(m.off)+uint64(m.size)) {
+		c.node.putRegion(c.peerNode, m.name)
 		err = fmt.Errorf("%d bytes at %d, in a region of %d: %w", m.size, m.off, r.Len(), krcore.ErrInvalid)
 	}
 	if err != nil {
@@ -936,15 +943,19 @@ func (c *Conn) applyMove(m moveMsg) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.released {
+		c.node.putRegion(c.peerNode, m.name)
 		return
 	}
 	c.fitStage(int(m.size))
 	if err := c.pushCDC(0, flagMoved); err != nil {
+		c.node.putRegion(c.peerNode, m.name)
 		return
 	}
 	c.mu.Lock()
-	c.peer, c.peerOff, c.psize, c.pbase = r, uint64(m.off), int(m.size), c.sent
+	old := c.peerKey
+	c.peer, c.peerKey, c.peerOff, c.psize, c.pbase = r, regionKey{c.peerNode, m.name}, uint64(m.off), int(m.size), c.sent
 	c.mu.Unlock()
+	c.node.putRegion(old.node, old.name)
 	signal(c.txSig)
 }
 

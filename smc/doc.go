@@ -114,7 +114,12 @@
 // Node's bound; a connection whose first buffers do not fit falls back
 // (ReasonMem). A slab of grown buffers whose buffers all came back is
 // released while its pool has another free one; other slabs stay, known
-// to their peer, for later connections.
+// to their peer, for later connections. A writer forgets the regions of
+// buffers offered mid-stream once no connection uses them, all but the
+// latest eight (a peer's spare slab of grown buffers is the next stream's),
+// so that a long-lived Node does not collect the names of every slab its
+// peers released. Through krcored the daemon keeps a region a client
+// looked up until the client detaches: there is no call to release one.
 //
 // Urgent data (Conn.WriteUrgent, ReadUrgent) is TCP's MSG_OOB: one byte
 // out of band, which reads skip, at its place in the stream. Over SMC

@@ -33,3 +33,19 @@ func SetShrinkAfter(t interface{ Cleanup(func()) }, d time.Duration) {
 	shrinkAfter = d
 	t.Cleanup(func() { shrinkAfter = old })
 }
+
+// Regions counts the peers' regions n keeps, and of them those learned
+// for buffers offered mid-stream.
+func Regions(n *Node) (cached, moved int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, l := range n.regions {
+		if l.moved {
+			moved++
+		}
+	}
+	return len(n.regions), moved
+}
+
+// IdleRegions is how many unused regions learned mid-stream a Node keeps.
+const IdleRegions = idleRegions

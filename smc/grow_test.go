@@ -2,7 +2,10 @@ package smc_test
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,3 +179,68 @@ func TestBufferBound(t *testing.T) {
 }
 
 func first(a, _ int) int { return a }
+
+// TestReleasedSlabsForgotten: a writer learns the region of every grown
+// buffer its peer offers, and the peer releases those slabs once their
+// connections are done (their names are never reused); the writer keeps
+// no more than smc.IdleRegions of them that no connection uses, however
+// many it learned.
+func TestReleasedSlabsForgotten(t *testing.T) {
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{MaxBufferSize: 1 << 20})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	for round := 0; cliNode.Stats().Lookups < 3*smc.IdleRegions; round++ {
+		if round == 30 {
+			t.Fatalf("%d lookups after %d rounds of growing streams, want %d", cliNode.Stats().Lookups, round, 3*smc.IdleRegions)
+		}
+		growAll(t, ln, cliNode, 4)
+	}
+	// The last connections' keepers give their regions back as they end.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cached, moved := smc.Regions(cliNode)
+		if moved <= smc.IdleRegions {
+			t.Logf("%d lookups; %d regions cached, %d of them learned mid-stream", cliNode.Stats().Lookups, cached, moved)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d regions learned mid-stream still cached (of %d), want at most %d", moved, cached, smc.IdleRegions)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// growAll streams 8 MiB on each of k new connections of cli to ln at once
+// (their receive buffers grow, each in a slab of its own once 1 MiB), and
+// closes them all once every stream is through.
+func growAll(t *testing.T, ln net.Listener, cli *smc.Node, k int) {
+	t.Helper()
+	const n = 8 << 20
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*k)
+	for range k {
+		s, c := pair(t, ln, &smc.Options{Node: cli})
+		defer s.Close()
+		defer c.Close()
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				errc <- err
+			}
+			c.(*smc.Conn).CloseWrite()
+		}()
+		go func() {
+			defer wg.Done()
+			if got, err := io.Copy(io.Discard, s); err != nil || got != n {
+				errc <- fmt.Errorf("read %d of %d bytes: %v", got, n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+}

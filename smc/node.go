@@ -97,7 +97,10 @@ type Node struct {
 	rmbs      map[rmbKey]*bufPool                 // receive buffers, per peer endpoint and size
 	queues    map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
 	nextToken uint32
-	regions   map[regionKey]krcore.Region
+	regions   map[regionKey]*learned
+	idle      []idleRegion // moved regions unused, oldest first; some stale
+	idleSeq   uint64
+	idleN     int // regions in idle that are idle still
 
 	reapKick chan struct{} // a request was pushed: wakes reaper
 
@@ -187,7 +190,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("smc: open: nil API: %w", krcore.ErrInvalid)
 	}
 	n := &Node{api: api, id: rand.Uint64(), done: make(chan struct{}), reapKick: make(chan struct{}, 1),
-		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, nextToken: rand.Uint32(), regions: map[regionKey]krcore.Region{},
+		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, nextToken: rand.Uint32(), regions: map[regionKey]*learned{},
 		rmbs: map[rmbKey]*bufPool{}, stages: map[int]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
 	if err := n.sizes(opts); err != nil {
 		return nil, fmt.Errorf("smc: open: %w", err)
@@ -411,20 +414,46 @@ func (n *Node) unregister(token uint32) {
 	n.mu.Unlock()
 }
 
-// region returns node's region name, learned once per node and name: a
-// later connection to the same node whose buffer is in a slab already
-// known costs no lookup.
-func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krcore.Region, error) {
+// learned is a peer's region the Node looked up, and how many
+// connections WRITE into it. moved: it was learned for a buffer a peer
+// offered mid-stream (a grown or shrunk one), which the peer releases
+// once its connections are done with it.
+type learned struct {
+	r     krcore.Region
+	users int
+	moved bool
+	idle  uint64 // when users fell to 0, for a moved one (Node.idle)
+}
+
+// idleRegions bounds the regions learned for buffers offered mid-stream
+// that a Node keeps with no connection using them: a peer keeps a spare
+// slab of grown buffers, which the next stream to grow gets, so the
+// latest are worth keeping; its peers release the others, and their names
+// are never reused, so a Node that kept them all would collect one for
+// every slab its peers released.
+const idleRegions = 8
+
+// idleRegion is a moved region no connection uses, in the order they
+// became idle.
+type idleRegion struct {
+	k   regionKey
+	seq uint64
+}
+
+// region returns node's region name for a connection to WRITE into,
+// learned once per node and name: a later connection to the same node
+// whose buffer is in a slab already known costs no lookup. moved says
+// the buffer was offered mid-stream (moveMsg). The connection gives it
+// back with putRegion.
+func (n *Node) region(ctx context.Context, node krcore.NodeID, name string, moved bool) (krcore.Region, error) {
 	k := regionKey{node, name}
-	n.mu.Lock()
-	r := n.regions[k]
-	n.mu.Unlock()
-	if r != nil {
+	if r := n.useRegion(k, nil, moved); r != nil {
 		return r, nil
 	}
 	n.stats.lookups.Add(1)
 	n.lookMu.Lock()
 	err := n.srv.Connect(ctx, node, nil)
+	var r krcore.Region
 	if err == nil {
 		r, err = n.srv.Region(ctx, name)
 	}
@@ -432,10 +461,66 @@ func (n *Node) region(ctx context.Context, node krcore.NodeID, name string) (krc
 	if err != nil {
 		return nil, err
 	}
+	return n.useRegion(k, r, moved), nil
+}
+
+// useRegion counts a user of the region k, learned already or now (r),
+// and returns it; nil when k is not known and r is nil. A region learned
+// at a connect stays cached for later connections whatever it was first
+// learned for.
+func (n *Node) useRegion(k regionKey, r krcore.Region, moved bool) krcore.Region {
 	n.mu.Lock()
-	n.regions[k] = r
-	n.mu.Unlock()
-	return r, nil
+	defer n.mu.Unlock()
+	l := n.regions[k]
+	if l == nil {
+		if r == nil {
+			return nil
+		}
+		l = &learned{r: r, moved: moved}
+		n.regions[k] = l
+	}
+	if l.users == 0 && l.idle != 0 {
+		l.idle = 0
+		n.idleN--
+	}
+	l.users++
+	l.moved = l.moved && moved
+	return l.r
+}
+
+// putRegion is a connection's end of WRITEing into node's region name. A
+// region learned for a buffer offered mid-stream that no connection uses
+// joins the idle ones, of which the Node forgets the oldest past
+// idleRegions.
+func (n *Node) putRegion(node krcore.NodeID, name string) {
+	k := regionKey{node, name}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.regions[k]
+	if l == nil || l.users <= 0 {
+		return
+	}
+	if l.users--; l.users > 0 || !l.moved {
+		return
+	}
+	n.idleSeq++
+	l.idle = n.idleSeq
+	n.idle = append(n.idle, idleRegion{k, l.idle})
+	n.idleN++
+	for n.idleN > idleRegions {
+		old := n.idle[0]
+		n.idle = n.idle[1:]
+		if o := n.regions[old.k]; o != nil && o.idle == old.seq {
+			delete(n.regions, old.k)
+			n.idleN--
+		}
+	}
+	if len(n.idle) > 4*idleRegions { // stale entries of regions used again
+		n.idle = slices.DeleteFunc(n.idle, func(e idleRegion) bool {
+			o := n.regions[e.k]
+			return o == nil || o.idle != e.seq
+		})
+	}
 }
 
 // queuesPerPeer bounds the queues a Node connects to one peer endpoint:
