@@ -45,6 +45,12 @@ type poller struct {
 	waitMu  sync.Mutex      // the role of sleeping on the CQ, see wait
 	sctx    context.Context // the role's sleep context, see sleepOnCQ
 	scancel context.CancelFunc
+	// cancelMu guards scancel against cancelSleep, which the end of a
+	// watched context runs on its own goroutine.
+	cancelMu sync.Mutex
+	// onDone is cancelSleep as one func value for every registration
+	// (see watch).
+	onDone func()
 	// lastRole is the holder the last sleep on the CQ published, for
 	// the next to publish again; guarded by waitMu.
 	lastRole *roleHolder
@@ -68,8 +74,10 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &poller{rt: rt, cq: cq, wcs: make([]verbs.WC, 64), wake: make(chan struct{}, 1),
-		noSpin: rt.dev.Attr().ProgressInWait}, nil
+	pl := &poller{rt: rt, cq: cq, wcs: make([]verbs.WC, 64), wake: make(chan struct{}, 1),
+		noSpin: rt.dev.Attr().ProgressInWait}
+	pl.onDone = pl.cancelSleep
+	return pl, nil
 }
 
 // poll drains the completion queue and dispatches every completion to the
@@ -413,10 +421,17 @@ type roleHolder struct {
 // each time. Only a dispatcher's wake-up or the end of ctx cancels it.
 func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (bool, error) {
 	if pl.sctx == nil || pl.sctx.Err() != nil {
-		pl.sctx, pl.scancel = context.WithCancel(context.Background())
-		pl.stopWatch()
+		sctx, cancel := context.WithCancel(context.Background())
+		pl.cancelMu.Lock()
+		pl.sctx, pl.scancel = sctx, cancel
+		pl.cancelMu.Unlock()
 	}
 	pl.watch(ctx)
+	if err := ctx.Err(); err != nil {
+		// ctx ended before the new sleep context was in place: its
+		// watch cancelled the one before.
+		return false, err
+	}
 	r := pl.lastRole
 	if r == nil || r.q != q || r.ctx != pl.sctx || r.taken.Load() {
 		r = &roleHolder{q: q, ctx: pl.sctx, cancel: pl.scancel}
@@ -466,7 +481,17 @@ func (pl *poller) watch(ctx context.Context) {
 		return
 	}
 	pl.stopWatch()
-	pl.wdone, pl.wstop = done, context.AfterFunc(ctx, pl.scancel)
+	pl.wdone, pl.wstop = done, context.AfterFunc(ctx, pl.onDone)
+}
+
+// cancelSleep cancels the current sleep context, whichever it is when a
+// watched context ends: the registration outlives the sleep contexts that
+// dispatchers' wake-ups cancel, so a new one costs no new registration.
+func (pl *poller) cancelSleep() {
+	pl.cancelMu.Lock()
+	cancel := pl.scancel
+	pl.cancelMu.Unlock()
+	cancel()
 }
 
 // stopWatch drops the registration of watch; waitMu held.
