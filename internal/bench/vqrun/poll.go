@@ -28,24 +28,30 @@ type Poll struct {
 
 // pollThen is Poll's loop for Pop/PopWait and PopMsgs/PopMsgsWait.
 func pollThen[T any](w Poll, ctx context.Context, out []T, poll func([]T) int, wait func(context.Context, []T) (int, error)) (int, error) {
+	if w.Spin <= 0 {
+		// The runtime's wait polls once before it sleeps, as
+		// rawqp.Poller polls once before CQ.Wait: a poll here as well
+		// would be one more than the raw QP's (on the soft RNIC's shm
+		// link an empty poll hands the link back to its reader, a
+		// futex wake).
+		return wait(ctx, out)
+	}
 	if n := poll(out); n > 0 {
 		return n, nil
 	}
-	if w.Spin > 0 {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if n := poll(out); n > 0 {
-				return n, nil
-			}
-			if i%rawqp.SpinYield != 0 {
-				continue
-			}
-			if w.Yield {
-				runtime.Gosched()
-			}
-			if time.Since(start) >= w.Spin {
-				break
-			}
+	start := time.Now()
+	for i := 1; ; i++ {
+		if n := poll(out); n > 0 {
+			return n, nil
+		}
+		if i%rawqp.SpinYield != 0 {
+			continue
+		}
+		if w.Yield {
+			runtime.Gosched()
+		}
+		if time.Since(start) >= w.Spin {
+			break
 		}
 	}
 	return wait(ctx, out)
