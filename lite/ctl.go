@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -88,6 +89,15 @@ func (n *Node) serve(ctx context.Context) {
 		}
 		for i := range msgs[:k] {
 			n.handle(ctx, &msgs[i])
+		}
+		if n.handedOff {
+			// A Recv given a call (or message) runs now, here: it
+			// spins on its queue with yields, or sleeps woken onto
+			// this P, and this goroutine's next wait would poll the
+			// completion queue a while before it yields (1.9-2.3 us
+			// from the hand-off to Recv returning, 0.4 with this).
+			n.handedOff = false
+			runtime.Gosched()
 		}
 	}
 }

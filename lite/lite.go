@@ -93,6 +93,9 @@ type Node struct {
 	inbox  krcore.MR
 	cancel context.CancelFunc
 	done   chan struct{}
+	// handedOff: serve's last batch queued a call or message for a
+	// Recv; serve's alone.
+	handedOff bool
 
 	ctlMu  sync.Mutex // ctl, srv's sending, outbox
 	ctl    krcore.VQ  // replies go out from it

@@ -115,7 +115,9 @@ func (n *Node) toEndpoint(name string, c *Call) {
 		n.replyErrAsync(c, codeNoEndpoint, 0)
 		return
 	}
-	switch ok, ackNow := e.q.push(c); {
+	ok, ackNow := e.q.push(c)
+	n.handedOff = ok
+	switch {
 	case !ok:
 		n.replyErrAsync(c, codeNoEndpoint, 0)
 	case ackNow:

@@ -609,6 +609,8 @@ func (n *Node) toService(c *Call) {
 		n.replyErrAsync(c, codeNoService, 0)
 	} else if ok, _ := s.q.push(c); !ok {
 		n.replyErrAsync(c, codeSvcClosed, 0)
+	} else {
+		n.handedOff = true
 	}
 }
 
