@@ -247,6 +247,9 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 	s.gen++
 	p.gen = s.gen
 	s.inflight[slot] = p
+	if b := s.reply.Bytes(); !s.gone && b != nil {
+		clear(b[int(slot)*rpcSlotSize:][:replyTagLen]) // see replyTag
+	}
 	s.mu.Unlock()
 	var hdr [rpcHdr]byte
 	putHdr(hdr[:], id, limit, kind, uint8(len(name)))
@@ -360,7 +363,7 @@ func (s *session) take(slot uint8, p *pending, resp []byte) (int, error) {
 	if s.gone || b == nil {
 		return 0, fmt.Errorf("its session ended: %w", s.causeLocked())
 	}
-	b = b[int(slot)*rpcSlotSize : int(slot)*rpcSlotSize+p.n]
+	b = b[int(slot)*rpcSlotSize+replyTagLen : int(slot)*rpcSlotSize+p.n]
 	if p.kind == immError {
 		return 0, rpcErrOf(b, len(resp))
 	}
@@ -426,7 +429,9 @@ func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) erro
 	}
 	v := imm{kind: kind, slot: c.slot, epoch: c.ring.epoch, gen: c.gen}
 	to := krcore.Principal{Node: c.ring.caller, Port: c.port}
-	e, err := n.postImm(ctx, to, region, int(c.slot)*rpcSlotSize, nil, "", body, v)
+	var tag [replyTagLen]byte
+	binary.LittleEndian.PutUint64(tag[:], replyTag(c.ring.token, c.gen))
+	e, err := n.postImm(ctx, to, region, int(c.slot)*rpcSlotSize, tag[:], "", body, v)
 	if err != nil {
 		return err
 	}
@@ -618,7 +623,9 @@ func (n *Node) toService(c *Call) {
 // node, the callee of the call's session: the reply of the call waiting
 // in its slot (which then takes it), or the late reply of a call that gave
 // up, whose slot it frees. It reports false for anything that does not
-// check out.
+// check out, a slot without its call's tag among it (replyTag: the
+// notification's port does not tell the callee from another process of
+// its node).
 func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
 	v := decodeImm(m.Imm)
 	if !m.Write || !m.HasImm || m.Status != verbs.Success || m.From != node || (v.kind != immReply && v.kind != immError) {
@@ -642,7 +649,8 @@ func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
 	}
 	s.mu.Lock()
 	p := s.inflight[v.slot]
-	if p == nil || p.gen != v.gen || (v.kind == immReply && length > p.limit) || (v.kind == immError && length < errReplyLen) {
+	if p == nil || p.gen != v.gen || length < replyTagLen || (v.kind == immReply && length-replyTagLen > p.limit) ||
+		(v.kind == immError && length-replyTagLen < errReplyLen) || !s.taggedLocked(v.slot, p.gen) {
 		s.mu.Unlock()
 		return false
 	}
@@ -659,6 +667,16 @@ func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
 		return false
 	}
 	return true
+}
+
+// taggedLocked reports whether slot holds the tag of the call of
+// generation gen (replyTag); s.mu held.
+func (s *session) taggedLocked(slot uint8, gen uint16) bool {
+	b := s.reply.Bytes()
+	if s.gone || b == nil {
+		return false
+	}
+	return binary.LittleEndian.Uint64(b[int(slot)*rpcSlotSize:]) == replyTag(s.token, gen)
 }
 
 // onLate takes the late reply m found in a queue being retired.

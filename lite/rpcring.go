@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	mrand "math/rand/v2"
 	"runtime"
 	"sync"
@@ -25,7 +26,8 @@ const (
 	rpcSlotSize = 4096 // one slot: a request's header and body, or a reply
 	rpcHdr      = 8    // a request's header: id(4) limit(2) kind(1) name length(1)
 	// MaxRPC is the largest request body (RPC or message, a message's
-	// endpoint name included) and the largest reply.
+	// endpoint name included) and the largest reply (after its tag,
+	// replyTagLen bytes, no larger than a request's header).
 	MaxRPC = rpcSlotSize - rpcHdr
 	// DefaultCallTimeout bounds a Call or Send whose context has no
 	// deadline, when Options.CallTimeout is 0.
@@ -34,6 +36,33 @@ const (
 	// microseconds at most.
 	rpcSpins = 8
 )
+
+// replyTagLen is the length of a reply's tag, the first bytes of its
+// slot (replyTag).
+const replyTagLen = 8
+
+// replyTag is the tag a reply to the call of generation gen carries in
+// front of its body. token is the session's (replyToken), known to the
+// caller and the callee alone; the generation makes a tag good for one
+// call. A reply notification does not say what its WRITE wrote, and a
+// callee answers from queues that hold no port, so the port a notification
+// comes from cannot tell the callee from another process of its node
+// (which may WRITE_WITH_IMM any region of the caller's node open to it and
+// notify the caller's reply port with a guessed immediate): the caller
+// clears the tag before each call and takes a reply only once its slot
+// holds the tag of its call. The top bit is set: a cleared tag never
+// matches.
+func replyTag(token uint64, gen uint16) uint64 { return token ^ uint64(gen) | 1<<63 }
+
+// replyToken is the reply token of the session whose reply area is
+// exported as replyAs: a hash of that name, a fresh one per session
+// (freshName) that only the caller and the callee learn (the caller sends
+// it to the callee's port alone, and exports the area to that port alone).
+func replyToken(replyAs string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(replyAs))
+	return h.Sum64()
+}
 
 // opRPCOpen (caller to callee, through request): make a ring for me; the
 // name is my reply area's export name. The reply's name is the ring's
@@ -123,6 +152,7 @@ type session struct {
 	ring    krcore.Region
 	reply   krcore.MR
 	replyAs string // export name of reply
+	token   uint64 // replyToken(replyAs)
 	free    chan uint8
 
 	mu       sync.Mutex // gen, inflight, gone, why; reply's memory while read
@@ -157,6 +187,7 @@ type ring struct {
 	mr      krcore.MR
 	export  string
 	replyAs string // the caller's reply area
+	token   uint64 // replyToken(replyAs)
 
 	mu    sync.Mutex // reply
 	reply krcore.Region
@@ -222,6 +253,7 @@ func (n *Node) setupSession(ctx context.Context, s *session) error {
 		return err
 	}
 	s.replyAs = freshName("reply", s.node)
+	s.token = replyToken(s.replyAs)
 	callee := krcore.Principal{Node: s.node, Port: n.port}
 	if err = n.api.Export(s.replyAs, s.reply, 0, s.reply.Len(), verbs.AccessRemoteWrite, callee); err != nil {
 		s.replyAs = ""
@@ -293,7 +325,7 @@ func (n *Node) openRing(from krcore.Principal, replyAs string) (string, byte) {
 	if err != nil {
 		return "", codeFailed
 	}
-	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs}
+	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs, token: replyToken(replyAs)}
 	if err := n.api.Export(g.export, mr, 0, mr.Len(), verbs.AccessRemoteWrite, from); err != nil {
 		n.api.Deregister(mr)
 		return "", codeFailed
