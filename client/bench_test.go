@@ -120,40 +120,66 @@ func modeAPI(b testing.TB, e *env, mode string) krcore.API {
 // BenchmarkNewcomer is a new client's way to its first READ through
 // krcored, what examples/race's newcomers do per memory node: attach, a
 // queue connected to node 2, the region, a registered buffer, one 8 B
-// READ, then detach. Daemon and client share this process, so it counts
-// their work (syscalls, allocation, handoffs between goroutines) and not a
-// second process's wake-ups; the step metrics are per-op means.
+// READ, then detach; "calls" makes the queue, connects it and learns the
+// region in three calls one after another, "queueto" in one (QueueTo).
+// Daemon and client share this process, so it counts their work
+// (syscalls, allocation, handoffs between goroutines) and not a second
+// process's wake-ups; the step metrics are per-op means.
 func BenchmarkNewcomer(b *testing.B) {
 	e := startEnv(b)
 	ctx := ctxT(b)
-	steps := []string{"attach", "queue", "connect", "region", "regmr", "read"}
+	b.Run("calls", func(b *testing.B) {
+		newcomers(b, e.sock, []string{"attach", "queue", "connect", "region"}, func(c *client.Client, lap func()) (krcore.VQ, krcore.Region) {
+			q, err := c.Queue()
+			if err != nil {
+				b.Fatal(err)
+			}
+			lap()
+			if err := q.Connect(ctx, 2, nil); err != nil {
+				b.Fatal(err)
+			}
+			lap()
+			g, err := c.Region(ctx, 2, "table")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return q, g
+		})
+	})
+	b.Run("queueto", func(b *testing.B) {
+		newcomers(b, e.sock, []string{"attach", "queueto"}, func(c *client.Client, _ func()) (krcore.VQ, krcore.Region) {
+			q, g, err := c.QueueTo(ctx, 2, nil, "table")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return q, g
+		})
+	})
+}
+
+// newcomers runs BenchmarkNewcomer's loop; dial makes the connected queue
+// and the region, calling lap between steps (steps names them, from
+// attach on, and regmr and read follow).
+func newcomers(b *testing.B, sock string, steps []string, dial func(c *client.Client, lap func()) (krcore.VQ, krcore.Region)) {
+	ctx := ctxT(b)
+	steps = append(steps, "regmr", "read")
 	sum := make([]time.Duration, len(steps))
+	var t []time.Time
+	lap := func() { t = append(t, time.Now()) }
 	for b.Loop() {
-		t := []time.Time{time.Now()}
-		c, err := client.Attach(ctx, client.Options{Socket: e.sock})
+		t = append(t[:0], time.Now())
+		c, err := client.Attach(ctx, client.Options{Socket: sock})
 		if err != nil {
 			b.Fatal(err)
 		}
-		t = append(t, time.Now())
-		q, err := c.Queue()
-		if err != nil {
-			b.Fatal(err)
-		}
-		t = append(t, time.Now())
-		if err := q.Connect(ctx, 2, nil); err != nil {
-			b.Fatal(err)
-		}
-		t = append(t, time.Now())
-		g, err := c.Region(ctx, 2, "table")
-		if err != nil {
-			b.Fatal(err)
-		}
-		t = append(t, time.Now())
+		lap()
+		q, g := dial(c, lap)
+		lap()
 		m, err := c.RegMR(1<<16, verbs.AccessLocalWrite)
 		if err != nil {
 			b.Fatal(err)
 		}
-		t = append(t, time.Now())
+		lap()
 		var out [1]krcore.Completion
 		if err := q.PushOne(ctx, true, krcore.Request{Op: verbs.OpRead, Local: m.Range(0, 8), Remote: g.At(0)}); err != nil {
 			b.Fatal(err)
@@ -161,7 +187,7 @@ func BenchmarkNewcomer(b *testing.B) {
 		if _, err := q.PopWait(ctx, out[:]); err != nil || out[0].Err() != nil {
 			b.Fatal(err, out[0].Err())
 		}
-		t = append(t, time.Now())
+		lap()
 		for i := range steps {
 			sum[i] += t[i+1].Sub(t[i])
 		}

@@ -314,11 +314,17 @@ func (c *Client) region(ctx context.Context, m *wire.Msg, node krcore.NodeID, na
 	if err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
+	return c.regionFrom(r, m.Op, node, name)
+}
+
+// regionFrom reads a region's fields from r, the reply to op: OpRegion's
+// last field is reserved, OpVQRegion's (and OpQueue's) is the node asked.
+func (c *Client) regionFrom(r *wire.Msg, op wire.Op, node krcore.NodeID, name string) (krcore.Region, error) {
 	id, n, access, last := r.GetU64(), r.GetU64(), verbs.Access(r.GetU32()), r.GetU64()
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("client: region %q of node %d: %w", name, node, err)
 	}
-	if m.Op == wire.OpVQRegion {
+	if op != wire.OpRegion {
 		node = last // the node the daemon's queue asked, whatever the VQ did meanwhile
 	}
 	return &region{c: c, id: id, node: node, name: name, len: n, access: access}, nil

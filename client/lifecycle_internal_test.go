@@ -30,3 +30,7 @@ func DebugCompleted(q krcore.VQ) int {
 	}
 	return int(v.ring.Ctr(wire.CQTail).Load() - v.cqHead)
 }
+
+// WithoutFeatures makes c speak to its daemon as to one of the first
+// protocol, which offers no feature beyond it.
+func WithoutFeatures(c *Client) { c.features = 0 }

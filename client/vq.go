@@ -77,27 +77,102 @@ func (c *Client) Queue() (krcore.VQ, error) {
 }
 
 func (c *Client) newVQ() (*VQ, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	v, _, err := c.openVQ(ctx, nil)
+	return v, err
+}
+
+// openVQ makes a VQ's rings and bells and sends them to the daemon in an
+// OpQueue; body, if not nil, adds what the daemon does with the new queue
+// before it answers (FeatureQueueTo). It returns the reply, read past the
+// queue's id.
+func (c *Client) openVQ(ctx context.Context, body func(*wire.Msg)) (*VQ, *wire.Msg, error) {
 	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1), ctlWait: make(chan struct{}, 1),
 		done: make(chan struct{})}
 	if err := v.alloc(); err != nil {
 		v.release()
-		return nil, err
+		return nil, nil, err
 	}
 	m := wire.NewMsg(wire.OpQueue, 0)
 	m.FDs = []int{v.blk.FD(), v.door.FD(), v.cq.FD(), v.msg.FD(), v.ctl.FD()}
-	r, err := c.callT(m)
+	if body != nil {
+		body(m)
+	}
+	r, err := c.call(ctx, m)
 	if err == nil {
 		v.id = r.GetU64()
 		err = r.Err()
 	}
 	if err != nil {
 		v.release()
-		return nil, fmt.Errorf("client: queue: %w", err)
+		return nil, nil, fmt.Errorf("client: queue: %w", err)
 	}
 	c.mu.Lock()
 	c.vqs[v] = struct{}{}
 	c.mu.Unlock()
-	return v, nil
+	return v, r, nil
+}
+
+// QueueTo makes a virtual queue connected to node, as Queue and then the
+// queue's Connect do, and, if name is not empty, learns the region node
+// exports under name, as the queue's Region then does (asking as no port:
+// the new queue holds none). A daemon that offers it
+// (wire.FeatureQueueTo) does all of it in one round trip, and looks the
+// region up while it connects, where Queue, Connect and Region are three
+// round trips one after another, the way a newcomer's first steps went.
+// The region is nil when name is empty. On an error no queue is left.
+func (c *Client) QueueTo(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error) {
+	if c.features&wire.FeatureQueueTo == 0 {
+		return c.queueThenConnect(ctx, node, opts, name)
+	}
+	var port uint32
+	if opts != nil {
+		port = opts.Port
+	}
+	toPort, flag := port != 0, uint8(0)
+	if toPort {
+		flag = 1
+	}
+	v, r, err := c.openVQ(ctx, func(m *wire.Msg) { m.U64(node).U8(flag).U32(port).Str(name) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: queue to node %d: %w", node, err)
+	}
+	v.mu.Lock()
+	v.node, v.toPort = node, toPort
+	v.mu.Unlock()
+	if name == "" {
+		return v, nil, nil
+	}
+	g, err := c.regionFrom(r, wire.OpVQRegion, node, name)
+	if err != nil {
+		return nil, nil, errors.Join(err, v.Close())
+	}
+	return v, g, nil
+}
+
+// queueThenConnect is QueueTo for a daemon without FeatureQueueTo.
+func (c *Client) queueThenConnect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (_ krcore.VQ, _ krcore.Region, err error) {
+	v, _, err := c.openVQ(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, v.Close())
+		}
+	}()
+	if err := v.Connect(ctx, node, opts); err != nil {
+		return nil, nil, err
+	}
+	if name == "" {
+		return v, nil, nil
+	}
+	g, err := v.Region(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, g, nil
 }
 
 func (v *VQ) alloc() error {

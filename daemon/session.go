@@ -78,9 +78,16 @@ func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 // may have running beside serve's loop; more run in the loop, in turn.
 const maxRemoteCalls = 4
 
-// waitsForPeers reports whether op waits for another node's answer.
-func waitsForPeers(op wire.Op) bool {
-	return op == wire.OpRegion || op == wire.OpVQRegion || op == wire.OpConnect
+// waitsForPeers reports whether m waits for another node's answer: an
+// OpQueue does when its body asks for a connect (FeatureQueueTo).
+func waitsForPeers(m *wire.Msg) bool {
+	switch m.Op {
+	case wire.OpRegion, wire.OpVQRegion, wire.OpConnect:
+		return true
+	case wire.OpQueue:
+		return m.More()
+	}
+	return false
 }
 
 // serve answers the client's requests until its socket closes, then
@@ -100,7 +107,7 @@ func (ss *session) serve() {
 			continue
 		}
 		ss.calls.Add(1)
-		if ss.attached && waitsForPeers(m.Op) && ss.startRemote(m) {
+		if ss.attached && waitsForPeers(m) && ss.startRemote(m) {
 			continue
 		}
 		if err := ss.answer(m); err != nil {
@@ -433,8 +440,69 @@ func (ss *session) queue(m *wire.Msg, r *wire.Msg) error {
 	ss.vqs[v.id] = v
 	ss.mu.Unlock()
 	v.start()
+	if !m.More() {
+		r.U64(v.id)
+		return nil
+	}
+	g, err := ss.dial(v, m)
+	if err != nil {
+		ss.closeVQ(v.id)
+		return err
+	}
 	r.U64(v.id)
+	if g != nil {
+		ss.addRegion(g, r)
+		r.U64(g.Node())
+	}
 	return nil
+}
+
+// dial connects a new queue and looks a region up, as the body of an
+// OpQueue asks (FeatureQueueTo): a newcomer's Queue, Connect and Region in
+// one round trip. Both wait for other nodes and neither needs the other
+// (the new queue holds no port, so the lookup asks as none, as its
+// OpVQRegion would), so they run at once. The region is nil without a
+// name.
+func (ss *session) dial(v *vq, m *wire.Msg) (krcore.Region, error) {
+	node, toPort, port, name := m.GetU64(), m.GetU8(), m.GetU32(), m.GetStr()
+	if err := m.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ss.ctx, ss.s.cfg.CallTimeout)
+	defer cancel()
+	var opts krcore.ConnectOptions
+	if toPort != 0 {
+		opts.Port = port
+	}
+	var g krcore.Region
+	var rerr error
+	var wg sync.WaitGroup
+	if name != "" {
+		wg.Go(func() {
+			if cg, err := ss.s.rt.Region(ctx, node, name); err != nil {
+				rerr = err
+			} else {
+				g = cg
+			}
+		})
+	}
+	cerr := v.connect(ctx, node, &opts)
+	wg.Wait()
+	if err := errors.Join(cerr, rerr); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// closeVQ forgets the client's VQ id and closes it.
+func (ss *session) closeVQ(id uint64) {
+	ss.mu.Lock()
+	v := ss.vqs[id]
+	delete(ss.vqs, id)
+	ss.mu.Unlock()
+	if v != nil {
+		v.close()
+	}
 }
 
 // vqCall runs the control requests addressed to one VQ.
@@ -477,10 +545,7 @@ func (ss *session) vqCall(m *wire.Msg, r *wire.Msg) error {
 		defer cancel()
 		return ss.vqRegion(ctx, v, name, r)
 	default: // OpCloseVQ
-		ss.mu.Lock()
-		delete(ss.vqs, id)
-		ss.mu.Unlock()
-		v.close()
+		ss.closeVQ(id)
 		return nil
 	}
 }

@@ -17,13 +17,16 @@ const Version = 1
 // each, sent after OpHello's response fields: a client that finds no word
 // there speaks to a daemon of the first protocol (Version stays 1, so
 // that old clients and daemons keep attaching to new ones).
-const Features = FeatureClientAny
+const Features = FeatureClientAny | FeatureQueueTo
 
 // Feature bits.
 const (
 	// FeatureClientAny: the daemon rings the message bell for completions
 	// while ClientAny is above zero and the client sleeps on that bell.
 	FeatureClientAny = 1 << iota
+	// FeatureQueueTo: OpQueue may carry a body, and then the daemon
+	// connects the new queue and looks a region up before it answers.
+	FeatureQueueTo
 )
 
 // Op names a control message.
@@ -37,7 +40,7 @@ const (
 	OpExport                   // str name, u64 mr, u64 off, u64 len, u32 access[, u32 k, k of (u64 node, u32 port)]; -
 	OpUnexport                 // str name; -
 	OpRegion                   // u64 node, str name; u64 region, u64 len, u32 access, u64 0 (reserved)
-	OpQueue                    // fds ring memfd, doorbell, completion bell, message bell; u64 vq
+	OpQueue                    // fds ring memfd, doorbell, completion bell, message bell[, control bell][; u64 node, u8 to port, u32 port, str name]; u64 vq[, as OpVQRegion's if name]
 	OpConnect                  // u64 vq, u64 node, u8 to port, u32 port; -
 	OpBind                     // u64 vq, u32 port; -
 	OpUnbind                   // u64 vq; -

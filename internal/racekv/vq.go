@@ -21,12 +21,19 @@ type VQ struct {
 	comps   []krcore.Completion
 }
 
+// queueDialer is an API that makes a queue, connects it and learns a
+// region in one step: client.Client, one round trip to krcored.
+type queueDialer interface {
+	QueueTo(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error)
+}
+
 // DialVQ connects a queue of api to node and learns the table region it
 // exports under name (Node.Name). The three things it needs (the queue,
 // connected; the region; a registered scratch buffer) do not depend on
-// each other, so it asks for them at once: through krcored they are
-// separate round trips, and the region's is a further one from krcored
-// to the memory node. The region is looked up as no port (api.Region),
+// each other, so it asks for them at once: through krcored the queue and
+// the region are one round trip (QueueTo), in which krcored asks the
+// memory node for the region while it connects, and the scratch buffer
+// another beside it. The region is looked up as no port (api.Region),
 // which is what the queue, holding none bound, would ask as.
 func DialVQ(ctx context.Context, api krcore.API, node krcore.NodeID, name string) (_ *VQ, err error) {
 	v := &VQ{api: api, reqs: make([]krcore.Request, 0, maxBatch), comps: make([]krcore.Completion, maxBatch)}
@@ -37,18 +44,26 @@ func DialVQ(ctx context.Context, api krcore.API, node krcore.NodeID, name string
 	}()
 	var wg sync.WaitGroup
 	var qErr, rErr, mErr error
-	wg.Go(func() {
-		if v.q, qErr = api.Queue(); qErr != nil {
-			qErr = fmt.Errorf("racekv: queue: %w", qErr)
-		} else if qErr = v.q.Connect(ctx, node, nil); qErr != nil {
-			qErr = fmt.Errorf("racekv: connect to memory node %d: %w", node, qErr)
-		}
-	})
-	wg.Go(func() {
-		if v.region, rErr = api.Region(ctx, node, name); rErr != nil {
-			rErr = fmt.Errorf("racekv: region %q of node %d: %w", name, node, rErr)
-		}
-	})
+	if d, ok := api.(queueDialer); ok {
+		wg.Go(func() {
+			if v.q, v.region, qErr = d.QueueTo(ctx, node, nil, name); qErr != nil {
+				qErr = fmt.Errorf("racekv: queue to memory node %d, region %q: %w", node, name, qErr)
+			}
+		})
+	} else {
+		wg.Go(func() {
+			if v.q, qErr = api.Queue(); qErr != nil {
+				qErr = fmt.Errorf("racekv: queue: %w", qErr)
+			} else if qErr = v.q.Connect(ctx, node, nil); qErr != nil {
+				qErr = fmt.Errorf("racekv: connect to memory node %d: %w", node, qErr)
+			}
+		})
+		wg.Go(func() {
+			if v.region, rErr = api.Region(ctx, node, name); rErr != nil {
+				rErr = fmt.Errorf("racekv: region %q of node %d: %w", name, node, rErr)
+			}
+		})
+	}
 	wg.Go(func() {
 		if v.scratch, mErr = api.RegMR(scratchSize, verbs.AccessLocalWrite); mErr != nil {
 			mErr = fmt.Errorf("racekv: register scratch: %w", mErr)

@@ -1,0 +1,110 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/client"
+	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestQueueTo: a queue made connected, with the region learned in the same
+// call, READs the region; without a name it is only connected; a region
+// not exported fails the call and leaves no queue in the daemon. The same
+// holds against a daemon without FeatureQueueTo, where the client makes
+// the three calls itself.
+func TestQueueTo(t *testing.T) {
+	e := startEnv(t)
+	for _, mode := range []string{"one call", "first protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := ctxT(t)
+			c := attach(t, e)
+			if mode == "first protocol" {
+				client.WithoutFeatures(c)
+			}
+			calls, ringCalls := daemonCalls(e, c)
+			q, g, err := c.QueueTo(ctx, 2, nil, "table")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if mode == "one call" {
+				if n, r := daemonCalls(e, c); n != calls+1 || r != ringCalls {
+					t.Fatalf("QueueTo took %d calls and %d ring calls, want 1 and 0", n-calls, r-ringCalls)
+				}
+			}
+			if g.Node() != 2 || g.Len() != 4096 || g.Access()&verbs.AccessRemoteRead == 0 {
+				t.Fatalf("region node %d, %d bytes, access %v: want node 2, 4096 bytes, readable", g.Node(), g.Len(), g.Access())
+			}
+			buf, err := c.RegMR(64, verbs.AccessLocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Deregister(buf)
+			out := run(t, ctx, q, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 17), Remote: g.At(0)})
+			if err := out[0].Err(); err != nil || string(buf.Bytes()[:17]) != "hello from node 2" {
+				t.Fatalf("READ: %v, %q", err, buf.Bytes()[:17])
+			}
+
+			q2, g2, err := c.QueueTo(ctx, 2, nil, "")
+			if err != nil || g2 != nil {
+				t.Fatalf("QueueTo without a name: region %v, %v", g2, err)
+			}
+			defer q2.Close()
+			out = run(t, ctx, q2, krcore.Request{ID: 2, Op: verbs.OpRead, Local: buf.Range(17, 4), Remote: g.At(0)})
+			if err := out[0].Err(); err != nil || string(buf.Bytes()[17:21]) != "hell" {
+				t.Fatalf("READ on a queue made without a region: %v, %q", err, buf.Bytes()[17:21])
+			}
+
+			before := daemonVQs(e, c)
+			if _, _, err := c.QueueTo(ctx, 2, nil, "no such region"); !errors.Is(err, krcore.ErrNoRegion) {
+				t.Fatalf("QueueTo a region not exported: %v, want ErrNoRegion", err)
+			}
+			if n := daemonVQs(e, c); n != before {
+				t.Fatalf("the daemon holds %d of the client's queues after a failed QueueTo, want %d", n, before)
+			}
+		})
+	}
+}
+
+// daemonVQs is how many queues the daemon holds for c.
+func daemonVQs(e *env, c *client.Client) int {
+	return len(clientStatus(e, c).VQs)
+}
+
+// daemonCalls is how many calls c made to the daemon on its socket and on
+// its queues' rings.
+func daemonCalls(e *env, c *client.Client) (calls, ringCalls uint64) {
+	cs := clientStatus(e, c)
+	return cs.Calls, cs.RingCalls
+}
+
+// clientStatus is the daemon's status of c.
+func clientStatus(e *env, c *client.Client) wire.ClientStatus {
+	for _, cs := range e.srv.Status().Clients {
+		if cs.ID == c.ID() {
+			return cs
+		}
+	}
+	return wire.ClientStatus{}
+}
+
+// TestQueueToUnreachable: a QueueTo to a node that does not exist fails
+// within its context with the connect's error, and leaves no queue.
+func TestQueueToUnreachable(t *testing.T) {
+	e := startEnv(t)
+	c := attach(t, e)
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	q, g, err := c.QueueTo(ctx, 99, nil, "table")
+	if err == nil || q != nil || g != nil {
+		t.Fatalf("QueueTo node 99: %v, %v, %v: want an error and nothing", q, g, err)
+	}
+	if n := daemonVQs(e, c); n != 0 {
+		t.Fatalf("the daemon holds %d queues of the client, want 0", n)
+	}
+}
