@@ -356,7 +356,7 @@ func (c *cq) Wait(ctx context.Context) error {
 				spun = !got
 				if yielded && yieldedTo == nil {
 					yieldedTo = l
-					l.yielders.Add(1)
+					l.addYielder()
 				}
 				continue
 			case claimAsked:

@@ -74,6 +74,7 @@ var errLent = errors.New("soft: shm read role lent")
 func (l *shmLink) awaitRole() bool {
 	for {
 		seq := l.roleSeq.Load()
+		sleep := l.grace()
 		switch l.role.Load() {
 		case shmRoleBackground:
 			return true
@@ -84,8 +85,14 @@ func (l *shmLink) awaitRole() bool {
 			// ACKs wait at most until here.
 			l.flushWake()
 			idle := time.Duration(l.node.now() - l.lentAt.Load())
-			if (idle >= l.grace() || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
+			grace := l.grace()
+			if (idle >= grace || l.dead.Load() || l.pending.Load()) && l.role.CompareAndSwap(shmRoleLent, shmRoleBackground) {
 				return true
+			}
+			if idle < grace {
+				// Wake when the grace of the last lend ends: a
+				// waiter's keep does not ring this reader.
+				sleep = grace - idle
 			}
 		}
 		// The frames this reader just handled may have readied waiters
@@ -95,7 +102,7 @@ func (l *shmLink) awaitRole() bool {
 		// with its completion ran 0.53-0.6 ms later, when the lent
 		// role ran out). Let them run first, as futexSleep does.
 		runtime.Gosched()
-		futexWait(&l.roleSeq, seq, l.grace())
+		futexWait(&l.roleSeq, seq, sleep)
 	}
 }
 
@@ -174,14 +181,27 @@ func (l *shmLink) unwant(c *cq) {
 // keep ends the turn of a waiter or poller that found what it looked for:
 // the role stays lent, and the waiters that asked for it are rung. The
 // background reader is woken only if it must read: the link died or
-// output waits for room.
+// output waits for room. Else it wakes when its grace, timed from this
+// lend, ends (awaitRole): waking it to time its sleep anew cost a futex
+// wake and a thread's wake-up per request while the runtime's receive
+// waiter, which gave the role up, waits for messages (a yielder for as
+// long as the process runs).
 func (l *shmLink) keep() {
 	l.asked.Store(false)
 	l.lentAt.Store(l.node.now())
 	l.role.Swap(shmRoleLent)
 	l.ringWanters()
-	if l.dead.Load() || l.pending.Load() || l.yielders.Load() > 0 {
-		l.kickReader() // it reads now, or times its grace from now
+	if l.dead.Load() || l.pending.Load() {
+		l.kickReader() // it reads now
+	}
+}
+
+// addYielder counts a waiter that gave the role up to one that asked and
+// still waits; the first one wakes the background reader, whose sleep may
+// have been timed by the longer grace of a link without yielders.
+func (l *shmLink) addYielder() {
+	if l.yielders.Add(1) == 1 {
+		l.kickReader()
 	}
 }
 
