@@ -125,7 +125,7 @@
 //	krcore warm connects/s, 1 goroutine                            >= 1 M/s
 //	cross-process krcore cold connect / 8B READ to the MetaServer  <= 1.3x
 //	cross-process raw RC connect total / krcore warm connect       >= 100x
-//	cross-process VQ 8B READ t_typical / raw QP t_typical          <= 1.05x
+//	cross-process VQ 8B READ t_typical / raw QP t_typical          <= 1.1x
 //	full mesh of -nodes: krcore and raw RC times and their ratio   (no target)
 //
 // and soft targets (issue 16 section 3; MEASUREMENTS.md, "Runtime cost"):

@@ -31,8 +31,10 @@ const (
 	// A raw RC connection costs a handshake with the peer; a warm VQ
 	// connect does not.
 	targetRCVsWarm = 100
-	// A VQ adds little to a private QP's sync 8 B READ.
-	targetVQVsQPRead = 1.05
+	// A VQ adds little to a private QP's sync 8 B READ: across processes
+	// (on one host the shared-memory link), within 1.1x, issue 16's
+	// target ("KRCore's own figures on the shm link").
+	targetVQVsQPRead = 1.1
 
 	// Issue 16: two processes of one host on the shared-memory link move
 	// memory at memory speed, not at TCP's.
