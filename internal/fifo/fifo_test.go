@@ -43,3 +43,33 @@ func TestFIFO(t *testing.T) {
 		t.Fatalf("a bounded fifo allocates %.1f times a pop and push", allocs)
 	}
 }
+
+// TestFIFOMovesAmortised: a queue kept at a bounded length by a pop and a
+// push at a time moves its items down only once per as many pops (not on
+// every push once its array is full), and its array stays bounded.
+func TestFIFOMovesAmortised(t *testing.T) {
+	const live = 16
+	var f FIFO[int]
+	for i := range live {
+		f.Push(i)
+	}
+	moves, next := 0, live
+	for range 10000 {
+		f.Drop(1)
+		headBefore := f.head
+		f.Push(next)
+		next++
+		if f.head == 0 && headBefore > 0 {
+			moves++
+		}
+		if got := f.Items(); got[0] != next-live || got[len(got)-1] != next-1 || len(got) != live {
+			t.Fatalf("after push of %d: items %d..%d (%d), want %d..%d", next-1, got[0], got[len(got)-1], len(got), next-live, next-1)
+		}
+	}
+	if moves > 10000/live+1 {
+		t.Fatalf("the items moved down %d times in 10000 pushes: more than once per %d pops", moves, live)
+	}
+	if cap(f.s) > 4*live {
+		t.Fatalf("array of %d for a queue of %d", cap(f.s), live)
+	}
+}
