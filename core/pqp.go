@@ -22,9 +22,16 @@ const hdrWrite = 1 << 31
 // and the 4-byte count of bytes written.
 const notifyLen = hdrLen + 4
 
-// hdrSlot is the room a header slot of a physical QP holds: a
-// notification's, rounded up to keep slots 8-byte aligned.
-const hdrSlot = 24
+// hdrSlot is the room a header slot of a physical QP holds: the header
+// and a message of up to hdrPayload bytes (two cache lines). A message
+// that fits is copied behind its header when posted and goes out as one
+// scatter-gather entry: the RNIC gathers each entry on its own (on the
+// soft RNIC a lookup of its key and four atomic operations, more than
+// copying a hundred bytes), and a raw QP's SEND is one entry too.
+const hdrSlot = 128
+
+// hdrPayload is the largest message that travels in its header slot.
+const hdrPayload = hdrSlot - hdrLen
 
 // rec is one request on a physical QP, kept until it completes so it can be
 // reposted if another VQ's request breaks the QP.
@@ -43,6 +50,10 @@ type rec struct {
 	swap     uint64
 	dstPort  uint32
 	msgImm   bool // a user SEND_WITH_IMM: imm travels in the header
+	// src is the local MR of a message of up to hdrPayload bytes, which
+	// is copied into the header slot when posted (see hdrSlot); nil for
+	// anything else. The request holds the MR until it finishes.
+	src *MR
 	// notify: a WRITE_WITH_IMM on a VQ connected to a port, posted as a
 	// WRITE and, behind it on the same QP, a SEND_WITH_IMM notification
 	// to dstPort (see pqp.appendWRs).
@@ -285,7 +296,7 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 			wr.Imm |= portHasImm
 		}
 	}
-	if r.hasLocal && !r.notify {
+	if r.hasLocal && !r.notify && r.src == nil {
 		p.sges = append(p.sges, r.local)
 	}
 	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
@@ -302,7 +313,8 @@ func (p *pqp) localSGL(r *rec) []verbs.SGE {
 }
 
 // header fills the header slot of sequence seq for r's message or
-// notification and returns its SGE.
+// notification, with the message itself if it travels there (r.src), and
+// returns its SGE.
 func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
 	slot := p.slot(seq) * hdrSlot
 	h := p.hdr.Bytes()[slot : slot+hdrSlot]
@@ -310,6 +322,11 @@ func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
 	le.PutUint64(h, p.rt.node)
 	le.PutUint32(h[8:], r.q.port.Load())
 	le.PutUint32(h[12:], r.imm)
+	if r.src != nil {
+		off := r.local.Addr - r.src.addr
+		n := copy(h[hdrLen:], r.src.Bytes()[off:off+uint64(r.local.Length)])
+		return sge(p.hdr, p.hdr.Range(slot, hdrLen+n))
+	}
 	if !r.notify {
 		return sge(p.hdr, p.hdr.Range(slot, hdrLen))
 	}

@@ -308,6 +308,9 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
+		if r.Local.Len > 0 && r.Local.Len <= hdrPayload {
+			x.src = m
+		}
 	} else {
 		x.raddr, x.rkey = g.addr+r.Remote.Off, g.rkey
 	}
