@@ -66,7 +66,10 @@ func TestShmRungWaiterRunsAtOnce(t *testing.T) {
 		}
 	}
 	t.Logf("%d SENDs in %v, %d of them read by the waiter", rounds, time.Since(start), read)
-	if read < rounds/2 {
+	// With the bug every SEND waited out the grace and none was read by
+	// its waiter; under -race at load 8 runs read 14-39 of 40 (2 of 20
+	// below half), the slow rounds the ones whose waiter ran late.
+	if read < rounds/8 {
 		t.Fatalf("%d of %d SENDs' completions were read by their waiter: it ran only after the role was taken back", read, rounds)
 	}
 }

@@ -57,10 +57,18 @@ func TestSoftShm(t *testing.T) {
 	}, conformance.Options{RetryTimeout: retryTimeout, KillLink: killNode, HoldResponses: holdResponses})
 }
 
+// dialTimeout bounds a link's setup (a TCP connect, the shared-memory
+// link's hello). It defaults to the retry timeout, and under -race at load
+// 10-14 a hello took longer than retryTimeout: the requests waiting for
+// the link failed with RETRY_EXC_ERR, no test's subject. A link to a
+// closed node (killNode) is refused at once whatever this is.
+const dialTimeout = 5 * time.Second
+
 // newNode starts a soft node on fab, or on no fabric (TCP only) if nil.
 func newNode(t testing.TB, fab *soft.Fabric, cfg soft.Config) *soft.Node {
 	t.Helper()
 	cfg.RetryTimeout = retryTimeout
+	cfg.DialTimeout = dialTimeout
 	var (
 		n   *soft.Node
 		err error
