@@ -133,24 +133,31 @@ func parseShmHello(b []byte) (uint8, string, error) {
 
 // sameUser checks that the process at the other end of c runs as this one.
 func sameUser(c *net.UnixConn) error {
-	rc, err := c.SyscallConn()
+	cred, err := peerCred(c)
 	if err != nil {
 		return err
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return fmt.Errorf("soft: shm peer (pid %d) runs as uid %d, this process %d", cred.Pid, cred.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// peerCred is the credentials of the process at the other end of c, as
+// the kernel recorded them when it connected (SO_PEERCRED).
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	if cerr != nil {
-		return cerr
-	}
-	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("soft: shm peer (pid %d) runs as uid %d, this process %d", cred.Pid, cred.Uid, os.Getuid())
-	}
-	return nil
+	return cred, cerr
 }
 
 // readHello reads a hello, and the descriptors sent with it.

@@ -583,15 +583,9 @@ func (l *shmLink) closePlace() {
 // its files and knowing when it has exited.
 func (l *shmLink) watchPeer() {
 	l.pidfd = -1
-	rc, err := l.conn.SyscallConn()
-	if err != nil {
-		return
+	if cred, err := peerCred(l.conn); err == nil {
+		l.pid = int(cred.Pid)
 	}
-	rc.Control(func(fd uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			l.pid = int(cred.Pid)
-		}
-	})
 	if l.pid > 0 {
 		if fd, err := unix.PidfdOpen(l.pid, 0); err == nil {
 			l.pidfd = fd
