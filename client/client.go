@@ -101,6 +101,7 @@ func (c *Client) read() {
 	defer close(c.done)
 	reason := "connection closed"
 	rx := wire.NewReceiver(c.conn)
+	defer rx.Release()
 	for {
 		m, err := rx.Recv()
 		if err != nil {

@@ -96,6 +96,7 @@ func (ss *session) serve() {
 	go ss.pump.run()
 	defer ss.reclaim()
 	rx := wire.NewReceiver(ss.conn)
+	defer rx.Release()
 	for {
 		m, err := rx.Recv()
 		if err != nil {

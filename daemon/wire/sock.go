@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/krcore/krcore/verbs"
 	"golang.org/x/sys/unix"
@@ -46,27 +47,46 @@ func Send(c *net.UnixConn, m *Msg) error {
 // caller's, even when it returns an error with a message. A loop that
 // reads one connection keeps a Receiver instead: Recv takes a buffer of
 // MaxMessage bytes for every message.
-func Recv(c *net.UnixConn) (*Msg, error) { return NewReceiver(c).Recv() }
+func Recv(c *net.UnixConn) (*Msg, error) {
+	r := NewReceiver(c)
+	defer r.Release()
+	return r.Recv()
+}
 
 // Receiver reads the messages of one connection, one goroutine at a time,
 // through buffers it keeps: a message then costs an allocation of its own
 // length. A fresh MaxMessage buffer per message (64 KiB, zeroed, and
 // garbage after) was most of a small control call's work on either side.
+// The buffer comes from a pool and goes back with Release: krcored makes a
+// Receiver per client, and a client per newcomer, whose 64 KiB were most
+// of what a newcomer allocated in krcored.
 type Receiver struct {
 	c   *net.UnixConn
-	b   []byte
+	b   *[MaxMessage]byte
 	oob []byte
 }
 
+// recvBufs are Receivers' message buffers.
+var recvBufs = sync.Pool{New: func() any { return new([MaxMessage]byte) }}
+
 // NewReceiver is a Receiver of c's messages.
 func NewReceiver(c *net.UnixConn) *Receiver {
-	return &Receiver{c: c, b: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+	return &Receiver{c: c, b: recvBufs.Get().(*[MaxMessage]byte), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+}
+
+// Release gives the Receiver's buffer back; the Receiver is not used
+// again.
+func (r *Receiver) Release() {
+	if r.b != nil {
+		recvBufs.Put(r.b)
+		r.b = nil
+	}
 }
 
 // Recv reads the next message, as Recv does; the message holds a copy of
 // its bytes, not the Receiver's buffer.
 func (r *Receiver) Recv() (*Msg, error) {
-	n, oobn, flags, _, err := r.c.ReadMsgUnix(r.b, r.oob)
+	n, oobn, flags, _, err := r.c.ReadMsgUnix(r.b[:], r.oob)
 	if err != nil {
 		return nil, err
 	}
