@@ -20,6 +20,10 @@ const (
 	flagUrgPending    = 0x40
 	flagUrgPresent    = 0x20
 	flagCursorRequest = 0x10 // the sender asks for a consumer cursor update
+	// flagWindowLag (not in RFC 7609): the sender's last wait for window
+	// was long (lagWait): the time the cursor takes to come back bounds
+	// the stream, and a larger buffer would carry more meanwhile.
+	flagWindowLag = 0x08
 )
 
 // Connection state flags.

@@ -101,8 +101,12 @@
 // window twice since its last change (a stream whose reader keeps up,
 // which a buffer bounds to one buffer's worth per cursor round trip)
 // offers the peer a buffer four times larger, up to
-// NodeOptions.MaxBufferSize, in a move message (not in RFC 7609, whose
-// RMBs keep their size): the peer WRITEs every later byte there, and says
+// NodeOptions.MaxBufferSize (past 1 MiB only for a writer that said
+// twice, with a CDC flag not in RFC 7609, that its waits for window took
+// a millisecond or more: there the cursor's trip back bounds the stream,
+// as through krcored, while in one process 4 MiB buffers streamed slower
+// than 1 MiB), in a move message (not in RFC 7609, whose RMBs keep their
+// size): the peer WRITEs every later byte there, and says
 // from which stream position with a CDC flag on the same queue, behind
 // the bytes before it; the receiver reads its old buffer to that point,
 // then gives it back. A grown buffer whose connection idles (nothing

@@ -22,10 +22,16 @@ import (
 // memory bound is taken (many connections, each small); a receiver whose
 // peer waits for window again and again (bulk) moves to a buffer four
 // times larger, up to NodeOptions.MaxBufferSize, while the bound allows.
+// A stream's window must cover what the link carries while a cursor
+// update crosses back: through krcored an update takes milliseconds, so
+// the default maximum is 4 MiB, though past 1 MiB a buffer grows only
+// for a writer whose waits for window are that long (lagBuffer); such a
+// connection holds 4 MiB at the receiver and as much staging at the
+// writer, within MaxMemory.
 const (
 	DefaultBufferSize    = 64 << 10
 	MinBufferSize        = 16 << 10
-	DefaultMaxBufferSize = 1 << 20
+	DefaultMaxBufferSize = 4 << 20
 	// DefaultMaxMemory bounds the registered buffer memory (receive and
 	// staging) of a Node when NodeOptions.MaxMemory is 0.
 	DefaultMaxMemory = 256 << 20

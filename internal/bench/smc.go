@@ -76,7 +76,7 @@ const (
 	smcStreamSize       = 64 << 10
 	// smcBufferSize is the buffer of the Nodes of smc-rtt, smc-stream
 	// and smc-connect: 0, adapting (smc.NodeOptions' defaults: 64 KiB,
-	// growing for a stream up to 1 MiB).
+	// growing for a stream up to smc.DefaultMaxBufferSize).
 	smcBufferSize = 0
 	// smcSmallBuffer is the buffer of the Nodes of smc-many and
 	// smc-connect-first: many connections, little data each.
