@@ -84,7 +84,7 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 // VQ it belongs to. Whoever calls it does the work; if another goroutine is
 // already polling it returns at once.
 func (pl *poller) poll() int {
-	return pl.pollFor(nil, nil)
+	return pl.pollFor(nil, nil, nil)
 }
 
 // ownRun is a run of one queue's outcomes that a poll hands back to the
@@ -96,15 +96,24 @@ type ownRun struct {
 	n  int
 }
 
+// ownMsgs takes the messages to a queue's port that a poll of the receive
+// queue finds while the queue holds none, for the queue's PopMsgs that
+// polls (see receiver.onWC).
+type ownMsgs struct {
+	out []krcore.Message
+	n   int
+}
+
 // pollFor is poll that hands back, in mine (if not nil), up to
 // len(mine.fs) outcomes of self's requests instead of finishing them: a
 // caller that pops self's completions next finishes them under the same
-// lock of self's mutex.
-func (pl *poller) pollFor(self *Queue, mine *ownRun) int {
+// lock of self's mutex. Likewise msgs (if not nil) takes messages to
+// self's port.
+func (pl *poller) pollFor(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 	if !pl.mu.TryLock() {
 		return 0
 	}
-	n := pl.pollLocked(self, mine)
+	n := pl.pollLocked(self, mine, msgs)
 	pl.mu.Unlock()
 	return n
 }
@@ -120,11 +129,11 @@ func (pl *poller) pollFor(self *Queue, mine *ownRun) int {
 func (pl *poller) pollAwake() {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	pl.pollLocked(nil, nil)
+	pl.pollLocked(nil, nil, nil)
 }
 
 // pollLocked is pollFor's work; pl.mu held.
-func (pl *poller) pollLocked(self *Queue, mine *ownRun) int {
+func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 	rt := pl.rt
 	n, err := pl.cq.Poll(pl.wcs)
 	if err != nil {
@@ -141,7 +150,7 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun) int {
 	for i := 0; i < n; i++ {
 		wc := &pl.wcs[i]
 		if wc.ID&recvBit != 0 {
-			rt.recv.onWC(wc)
+			rt.recv.onWC(wc, self, msgs)
 			continue
 		}
 		if p := pl.pqpOf(m, wc.QPN); p != nil {

@@ -530,7 +530,7 @@ func (q *Queue) pop() {
 // itself, so a spinning caller needs no other goroutine.
 func (q *Queue) Pop(out []krcore.Completion) int {
 	var mine ownRun
-	q.rt.sends.pollFor(q, &mine)
+	q.rt.sends.pollFor(q, &mine, nil)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.finishRunLocked(mine.fs[:mine.n])

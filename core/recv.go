@@ -102,7 +102,8 @@ func (r *receiver) repost() error {
 }
 
 // onWC dispatches a receive completion by its opcode and releases its
-// slot. Only a SEND carries
+// slot; a message to self's port goes to msgs if it can (see
+// Queue.deliverTo). Only a SEND carries
 // a message: the runtime's own SENDs travel as SEND_WITH_IMM whose
 // immediate names the destination port, behind a header; a header marked
 // hdrWrite is the notification of a runtime's WRITE_WITH_IMM. A raw
@@ -110,7 +111,7 @@ func (r *receiver) repost() error {
 // bytes went to the writer's target, not to the slot, which still holds
 // whatever an earlier SEND left there: it is counted and its slot
 // released, never read.
-func (r *receiver) onWC(wc *verbs.WC) {
+func (r *receiver) onWC(wc *verbs.WC, self *Queue, msgs *ownMsgs) {
 	i := int(wc.ID &^ recvBit)
 	defer r.release(i)
 	switch {
@@ -143,7 +144,14 @@ func (r *receiver) onWC(wc *verbs.WC) {
 	if ports := r.rt.portView.Load(); ports != nil {
 		q = (*ports)[port]
 	}
-	if q == nil || !q.deliver(m, data) {
+	switch {
+	case q == nil:
+		r.rt.count(&r.rt.stats.dropped)
+	case q == self && msgs != nil:
+		if !q.deliverTo(m, data, msgs) {
+			r.rt.count(&r.rt.stats.dropped)
+		}
+	case !q.deliver(m, data):
 		r.rt.count(&r.rt.stats.dropped)
 	}
 }
@@ -316,6 +324,14 @@ func (in *inbox) bufOf(b krcore.Local) *krcore.Local {
 // A WRITE_WITH_IMM's notification has no payload and takes no buffer: it
 // joins the received messages in its order.
 func (q *Queue) deliver(m krcore.Message, data []byte) bool {
+	return q.deliverTo(m, data, nil)
+}
+
+// deliverTo is deliver for the queue's own PopMsgs polling the receive
+// queue (msgs not nil): a message that finds none ready before it and
+// room in msgs goes there, popped as it is delivered, under one lock of
+// q.mu and without a wake-up (the one it would wake is its taker).
+func (q *Queue) deliverTo(m krcore.Message, data []byte, msgs *ownMsgs) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	in := &q.msgs
@@ -341,6 +357,11 @@ func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 		m.Data = append([]byte(nil), data...)
 	default:
 		return false
+	}
+	if msgs != nil && in.ready.Len() == 0 && msgs.n < len(msgs.out) {
+		msgs.out[msgs.n] = m
+		msgs.n++
+		return true
 	}
 	in.ready.Push(m)
 	q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
@@ -459,7 +480,13 @@ func (q *Queue) PopMsgs(out []krcore.Message) int {
 	if n := q.popMsgs(out); n > 0 {
 		return n
 	}
-	q.rt.recvs.poll()
+	// What the poll finds for q while none is ready comes straight here;
+	// anything behind those (out full) is in the inbox for the next call.
+	own := ownMsgs{out: out}
+	q.rt.recvs.pollFor(q, nil, &own)
+	if own.n > 0 {
+		return own.n
+	}
 	return q.popMsgs(out)
 }
 

@@ -55,3 +55,48 @@ func TestSendSizes(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestPopMsgsOrder: a PopMsgs that polls the receive queue itself hands
+// back messages in arrival order, as many as out holds, the rest on the
+// next call, whether they landed in a posted buffer or were kept as a copy
+// (fewer buffers than messages), and whether the runtime's own receive
+// waiter dispatched some of them first.
+func TestPopMsgsOrder(t *testing.T) {
+	c := start(t, 2, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	srv, _ := b.Queue()
+	defer srv.Close()
+	if err := srv.Bind(7); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := b.RegMR(4096, verbs.AccessLocalWrite)
+	cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
+	src, _ := a.RegMR(64, verbs.AccessLocalWrite)
+	const total = 40
+	for round := range total / 5 {
+		if err := srv.PushRecv(in.Range(0, 64), in.Range(64, 64)); err != nil { // 2 of every 5 land in a buffer
+			t.Fatal(err)
+		}
+		for k := range 5 {
+			src.Bytes()[0] = byte(round*5 + k)
+			if _, err := cli.Push(ctx(t), true, krcore.Request{ID: uint64(k), Op: verbs.OpSend, Local: src.Range(0, 1)}); err != nil {
+				t.Fatal(err)
+			}
+			pop1(t, cli)
+		}
+		var out [2]krcore.Message
+		for next := round * 5; next < round*5+5; {
+			n := srv.PopMsgs(out[:])
+			for _, m := range out[:n] {
+				data := m.Data
+				if m.Buf != nil {
+					data = m.Buf.MR.Bytes()[m.Buf.Off : m.Buf.Off+m.Len]
+				}
+				if m.Status != verbs.Success || m.Len != 1 || data[0] != byte(next) {
+					t.Fatalf("message %d: %+v %v", next, m, data)
+				}
+				next++
+			}
+		}
+	}
+}
