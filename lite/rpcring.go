@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	mrand "math/rand/v2"
 	"runtime"
 	"sync"
@@ -42,7 +41,7 @@ const (
 const replyTagLen = 8
 
 // replyTag is the tag a reply to the call of generation gen carries in
-// front of its body. token is the session's (replyToken), known to the
+// front of its body. token is the session's (newReplyToken), known to the
 // caller and the callee alone; the generation makes a tag good for one
 // call. A reply notification does not say what its WRITE wrote, and a
 // callee answers from queues that hold no port, so the port a notification
@@ -54,19 +53,33 @@ const replyTagLen = 8
 // matches.
 func replyTag(token uint64, gen uint16) uint64 { return token ^ uint64(gen) | 1<<63 }
 
-// replyToken is the reply token of the session whose reply area is
-// exported as replyAs: a hash of that name, a fresh one per session
-// (freshName) that only the caller and the callee learn (the caller sends
-// it to the callee's port alone, and exports the area to that port alone).
-func replyToken(replyAs string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(replyAs))
-	return h.Sum64()
+// newReplyToken is a fresh session's reply token: random, and sent to the
+// callee's port alone (opRPCOpen), so only the caller and the callee know
+// it. It is not derived from the reply area's export name: names are not
+// secret (krcored's status lists every client's exports to any client).
+func newReplyToken() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// openBody is opRPCOpen's name field: the session's reply token (8 bytes)
+// and then its reply area's export name; parseOpen reads it back (ok false
+// if it holds no name).
+func openBody(token uint64, replyAs string) string {
+	return string(binary.LittleEndian.AppendUint64(nil, token)) + replyAs
+}
+
+func parseOpen(body string) (token uint64, replyAs string, ok bool) {
+	if len(body) <= 8 {
+		return 0, "", false
+	}
+	return binary.LittleEndian.Uint64([]byte(body[:8])), body[8:], true
 }
 
 // opRPCOpen (caller to callee, through request): make a ring for me; the
-// name is my reply area's export name. The reply's name is the ring's
-// epoch (1 byte) and export name.
+// name is openBody: my reply token and my reply area's export name. The
+// reply's name is the ring's epoch (1 byte) and export name.
 const opRPCOpen byte = 0x10
 
 // The immediate of an RPC WRITE_WITH_IMM: kind(2) slot(6) epoch(8) gen(16).
@@ -152,7 +165,7 @@ type session struct {
 	ring    krcore.Region
 	reply   krcore.MR
 	replyAs string // export name of reply
-	token   uint64 // replyToken(replyAs)
+	token   uint64 // newReplyToken, see replyTag
 	free    chan uint8
 
 	mu       sync.Mutex // gen, inflight, gone, why; reply's memory while read
@@ -187,7 +200,7 @@ type ring struct {
 	mr      krcore.MR
 	export  string
 	replyAs string // the caller's reply area
-	token   uint64 // replyToken(replyAs)
+	token   uint64 // the caller session's, see replyTag
 
 	mu    sync.Mutex // reply
 	reply krcore.Region
@@ -253,13 +266,13 @@ func (n *Node) setupSession(ctx context.Context, s *session) error {
 		return err
 	}
 	s.replyAs = freshName("reply", s.node)
-	s.token = replyToken(s.replyAs)
+	s.token = newReplyToken()
 	callee := krcore.Principal{Node: s.node, Port: n.port}
 	if err = n.api.Export(s.replyAs, s.reply, 0, s.reply.Len(), verbs.AccessRemoteWrite, callee); err != nil {
 		s.replyAs = ""
 		return err
 	}
-	rep, err := n.request(ctx, s.node, ctlMsg{kind: opRPCOpen, name: s.replyAs})
+	rep, err := n.request(ctx, s.node, ctlMsg{kind: opRPCOpen, name: openBody(s.token, s.replyAs)})
 	if err == nil && rep.code != codeOK {
 		err = fmt.Errorf("the callee refused a ring: %w", replyErr(rep))
 	}
@@ -315,17 +328,18 @@ func (n *Node) teardown(s *session, cause error) {
 // node, exported to it alone with remote write only under a fresh name,
 // replacing the one the node had. The reply's name is the ring's epoch and
 // export name.
-func (n *Node) openRing(from krcore.Principal, replyAs string) (string, byte) {
+func (n *Node) openRing(from krcore.Principal, body string) (string, byte) {
 	caller := from.Node
 	r := n.rpcInit()
-	if replyAs == "" {
+	token, replyAs, ok := parseOpen(body)
+	if !ok {
 		return "", codeFailed
 	}
 	mr, err := n.api.RegMR(rpcSlots*rpcSlotSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return "", codeFailed
 	}
-	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs, token: replyToken(replyAs)}
+	g := &ring{caller: caller, mr: mr, export: freshName("ring", caller), replyAs: replyAs, token: token}
 	if err := n.api.Export(g.export, mr, 0, mr.Len(), verbs.AccessRemoteWrite, from); err != nil {
 		n.api.Deregister(mr)
 		return "", codeFailed
