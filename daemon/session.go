@@ -437,9 +437,19 @@ func (ss *session) queue(m *wire.Msg, r *wire.Msg) error {
 		return err
 	}
 	m.FDs = nil
+	// Counted again as it joins: OpQueues that connect run beside each
+	// other (startRemote), so others may have joined since the check
+	// above, which only spares a client over its limit the mappings.
 	ss.mu.Lock()
-	ss.vqs[v.id] = v
+	over := len(ss.vqs) >= ss.s.cfg.MaxVQs
+	if !over {
+		ss.vqs[v.id] = v
+	}
 	ss.mu.Unlock()
+	if over {
+		v.close()
+		return fmt.Errorf("queue: client limit of %d VQs: %w", ss.s.cfg.MaxVQs, verbs.ErrLimit)
+	}
 	v.start()
 	if !m.More() {
 		r.U64(v.id)
