@@ -28,7 +28,7 @@ func TestSendSizes(t *testing.T) {
 		for i := range src.Bytes() {
 			src.Bytes()[i] = byte(i*7 + i/251)
 		}
-		for k, size := range []int{1, 64, 111, 112, 113, 500, 4096} {
+		for k, size := range []int{0, 1, 64, 111, 112, 113, 500, 4096} {
 			off := 4096 - size/2 - k // not aligned, and away from the MR's start
 			op := verbs.OpSend
 			if k%2 == 1 {
