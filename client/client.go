@@ -54,6 +54,10 @@ type Client struct {
 	sendMu  sync.Mutex
 	mu      sync.Mutex
 	pending map[uint64]chan *wire.Msg
+	// orphans undo what the daemon did for calls whose callers stopped
+	// waiting (callUndo), when their responses come.
+	orphans map[uint64]func(*wire.Msg)
+	undos   sync.WaitGroup // orphans running; Close waits for them
 	gone    error
 	closed  bool // Close was called
 	vqs     map[*VQ]struct{}
@@ -76,7 +80,7 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, krcore.ErrDaemonGone, err)
 	}
-	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg),
+	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg), orphans: make(map[uint64]func(*wire.Msg)),
 		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{})}
 	go c.read()
 	r, err := c.call(ctx, wire.NewMsg(wire.OpHello, 0).U32(wire.Version))
@@ -115,9 +119,16 @@ func (c *Client) read() {
 		c.mu.Lock()
 		ch := c.pending[m.Seq]
 		delete(c.pending, m.Seq)
+		undo := c.orphans[m.Seq]
+		delete(c.orphans, m.Seq)
 		c.mu.Unlock()
-		if ch != nil {
+		switch {
+		case ch != nil:
 			ch <- m
+		case undo != nil && m.Code == wire.CodeOK:
+			// Not here: its request goes out on the connection this
+			// loop drains.
+			c.undos.Go(func() { undo(m) })
 		}
 	}
 	c.markGone(reason)
@@ -149,6 +160,13 @@ func (c *Client) err() error {
 
 // call sends a request and waits for its response.
 func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
+	return c.callUndo(ctx, m, nil)
+}
+
+// callUndo is call for a request that makes something in the daemon:
+// if ctx ends first, undo (if not nil) gets the successful response when
+// it comes, to release what the daemon made for a caller that gave up.
+func (c *Client) callUndo(ctx context.Context, m *wire.Msg, undo func(*wire.Msg)) (*wire.Msg, error) {
 	m.Seq = c.seq.Add(1)
 	ch := make(chan *wire.Msg, 1)
 	c.mu.Lock()
@@ -181,8 +199,36 @@ func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
 	case <-c.done:
 		return nil, c.err()
 	case <-ctx.Done():
+		if undo != nil {
+			c.orphan(m.Seq, ch, undo)
+		}
 		return nil, fmt.Errorf("client: op %d: %w", m.Op, ctx.Err())
 	}
+}
+
+// orphan hands the response to call seq, which its caller no longer waits
+// for on ch, to undo: when it comes (read), or now if read passed it on
+// meanwhile.
+func (c *Client) orphan(seq uint64, ch chan *wire.Msg, undo func(*wire.Msg)) {
+	c.mu.Lock()
+	if _, waiting := c.pending[seq]; waiting {
+		delete(c.pending, seq)
+		c.orphans[seq] = undo
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if r := <-ch; r.Code == wire.CodeOK { // read took it from pending: it is on its way
+		undo(r)
+	}
+}
+
+// post sends m and does not wait for its response (read drops it).
+func (c *Client) post(m *wire.Msg) error {
+	m.Seq = c.seq.Add(1)
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return wire.Send(c.conn, m)
 }
 
 // callT is call bounded by the client's timeout, for the API's calls
@@ -367,6 +413,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.conn.Close()
 	<-c.done
+	c.undos.Wait()
 	c.mu.Lock()
 	vqs := make([]*VQ, 0, len(c.vqs))
 	for v := range c.vqs {

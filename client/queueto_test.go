@@ -108,3 +108,27 @@ func TestQueueToUnreachable(t *testing.T) {
 		t.Fatalf("the daemon holds %d queues of the client, want 0", n)
 	}
 }
+
+// TestQueueToGivenUp: a QueueTo whose context ends before krcored answers
+// leaves no queue in the daemon once the answer comes (the client closes
+// it), and the client goes on making queues.
+func TestQueueToGivenUp(t *testing.T) {
+	e := startEnv(t)
+	c := attach(t, e)
+	for range 10 {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		cancel() // sent, then given up at once: the answer comes later
+		if q, _, err := c.QueueTo(ctx, 2, nil, "table"); !errors.Is(err, context.Canceled) {
+			if err == nil {
+				q.Close()
+			}
+			t.Logf("QueueTo with an ended context: %v (the answer came first)", err)
+		}
+	}
+	waitFor(t, "the daemon to hold none of the client's queues", func() bool { return daemonVQs(e, c) == 0 })
+	q, err := c.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+}

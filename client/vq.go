@@ -99,7 +99,7 @@ func (c *Client) openVQ(ctx context.Context, body func(*wire.Msg)) (*VQ, *wire.M
 	if body != nil {
 		body(m)
 	}
-	r, err := c.call(ctx, m)
+	r, err := c.callUndo(ctx, m, c.closeOrphanVQ)
 	if err == nil {
 		v.id = r.GetU64()
 		err = r.Err()
@@ -112,6 +112,14 @@ func (c *Client) openVQ(ctx context.Context, body func(*wire.Msg)) (*VQ, *wire.M
 	c.vqs[v] = struct{}{}
 	c.mu.Unlock()
 	return v, r, nil
+}
+
+// closeOrphanVQ closes in the daemon the queue an OpQueue's response r
+// names, made for a caller that stopped waiting.
+func (c *Client) closeOrphanVQ(r *wire.Msg) {
+	if id := r.GetU64(); r.Err() == nil {
+		c.post(wire.NewMsg(wire.OpCloseVQ, 0).U64(id))
+	}
 }
 
 // QueueTo makes a virtual queue connected to node, as Queue and then the
