@@ -223,6 +223,14 @@ func (c *Client) orphan(seq uint64, ch chan *wire.Msg, undo func(*wire.Msg)) {
 	}
 }
 
+// deregisterOrphan deregisters in the daemon the MR an OpRegister's
+// response r names, registered for a caller that stopped waiting.
+func (c *Client) deregisterOrphan(r *wire.Msg) {
+	if id := r.GetU64(); r.Err() == nil {
+		c.post(wire.NewMsg(wire.OpDeregister, 0).U64(id))
+	}
+}
+
 // post sends m and does not wait for its response (read drops it).
 func (c *Client) post(m *wire.Msg) error {
 	m.Seq = c.seq.Add(1)
@@ -278,7 +286,9 @@ func (c *Client) Register(buf []byte, access verbs.Access) (krcore.MR, error) {
 	}
 	m := wire.NewMsg(wire.OpRegister, 0).U64(uint64(off)).U64(uint64(len(buf))).U32(uint32(access))
 	m.FDs = []int{blk.FD()}
-	r, err := c.callT(m)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	r, err := c.callUndo(ctx, m, c.deregisterOrphan)
 	if err != nil {
 		return nil, fmt.Errorf("client: register %d bytes: %w", len(buf), err)
 	}

@@ -132,3 +132,21 @@ func TestQueueToGivenUp(t *testing.T) {
 	}
 	q.Close()
 }
+
+// TestRegisterGivenUp: a RegMR that times out before krcored answers
+// leaves no registration in the daemon once the answer comes.
+func TestRegisterGivenUp(t *testing.T) {
+	e := startEnv(t)
+	c, err := client.Attach(ctxT(t), client.Options{Socket: e.sock, CallTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 10 {
+		if m, err := c.RegMR(4096, verbs.AccessLocalWrite); err == nil {
+			t.Log("RegMR answered within a nanosecond")
+			c.Deregister(m)
+		}
+	}
+	waitFor(t, "the daemon to hold none of the client's MRs", func() bool { return clientStatus(e, c).MRs == 0 })
+}
