@@ -337,6 +337,21 @@ func TestHostileControl(t *testing.T) {
 		{name: "queue good (the cases below differ in one descriptor)", hello: true, msg: func(t *testing.T) *wire.Msg {
 			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
 		}},
+		{name: "queue with a short body (FeatureQueueTo)", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0).U64(2), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue to node 0", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0).U64(0).U8(0).U32(0).Str(""), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue to a reserved port", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0).U64(2).U8(1).U32(1<<31).Str(""), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue with a region name too long", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0).U64(2).U8(0).U32(0).Str(strings.Repeat("n", 1000)), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}, want: verbs.ErrInvalid},
+		{name: "queue with a region not exported", hello: true, msg: func(t *testing.T) *wire.Msg {
+			return withFDs(wire.NewMsg(wire.OpQueue, 0).U64(2).U8(0).U32(0).Str("no such region"), memfd(t, ringSize, true), eventfd(t), eventfd(t), eventfd(t), eventfd(t))
+		}, want: krcore.ErrNoRegion},
 		{name: "queue with a pipe for a bell", hello: true, msg: func(t *testing.T) *wire.Msg {
 			return withFDs(wire.NewMsg(wire.OpQueue, 0), memfd(t, ringSize, true), eventfd(t), pipe(t), eventfd(t))
 		}, want: verbs.ErrInvalid},
