@@ -348,7 +348,11 @@ func (c *Client) Export(name string, mr krcore.MR, off, n int, access verbs.Acce
 			m.U64(p.Node).U32(p.Port)
 		}
 	}
-	_, err := c.callT(m)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	// Given up on, a made export would keep the name taken (a retry's
+	// ErrBusy) and the memory open until the client detached.
+	_, err := c.callUndo(ctx, m, func(*wire.Msg) { c.post(wire.NewMsg(wire.OpUnexport, 0).Str(name)) })
 	return wrap("export", err)
 }
 

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"time"
+
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
 )
@@ -34,3 +36,6 @@ func DebugCompleted(q krcore.VQ) int {
 // WithoutFeatures makes c speak to its daemon as to one of the first
 // protocol, which offers no feature beyond it.
 func WithoutFeatures(c *Client) { c.features = 0 }
+
+// SetCallTimeout sets the bound of c's calls that take no context.
+func SetCallTimeout(c *Client, d time.Duration) { c.timeout = d }

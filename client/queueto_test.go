@@ -150,3 +150,29 @@ func TestRegisterGivenUp(t *testing.T) {
 	}
 	waitFor(t, "the daemon to hold none of the client's MRs", func() bool { return clientStatus(e, c).MRs == 0 })
 }
+
+// TestExportGivenUp: an Export that times out before krcored answers
+// leaves the name free once the answer comes: exporting it again works.
+func TestExportGivenUp(t *testing.T) {
+	e := startEnv(t)
+	c := attach(t, e)
+	m, err := c.RegMR(4096, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.SetCallTimeout(c, time.Nanosecond)
+	for range 10 {
+		if err := c.Export("given-up", m, 0, 64, verbs.AccessRemoteRead); err == nil {
+			t.Log("Export answered within a nanosecond")
+			c.Unexport("given-up")
+		}
+	}
+	client.SetCallTimeout(c, 10*time.Second)
+	// The daemon answers a client's calls in turn: once this one is
+	// answered, the given-up Exports were too: none is made after.
+	c.Stats()
+	waitFor(t, "the daemon to hold none of the client's exports", func() bool { return len(clientStatus(e, c).Exports) == 0 })
+	if err := c.Export("given-up", m, 0, 64, verbs.AccessRemoteRead); err != nil {
+		t.Fatalf("exporting the name again: %v", err)
+	}
+}
