@@ -113,9 +113,7 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 			continue
 		}
 		if lk == nil {
-			if q.done == idx {
-				q.deadline.Store(w.sentAt + int64(q.timeout))
-			}
+			q.awaitLink(w, idx)
 			return nil, 0, false
 		}
 		if sl, ok := lk.(*shmLink); ok && q.typ == verbs.RC && q.done == idx {
@@ -275,6 +273,33 @@ func (q *qp) route(w *wqe) link {
 		q.dcAddr, q.dcLink = w.dest, ml
 	}
 	return lk
+}
+
+// awaitLink arms the timeout of w, the request at idx, which waits for a
+// link to its destination; q.mu is held. The transport timer starts when a
+// request goes out, as on an RNIC: while a link is being set up (a TCP
+// connect, a shared-memory hello: DialTimeout bounds each) an RC or DC
+// request has not gone out, so it may wait DialTimeout more than its own
+// timeout from its first try, and its timer restarts when it goes out.
+// Redials do not extend that bound, and once no set-up is under way the
+// timeout from its first try applies. A datagram waits its timeout only:
+// one whose link does not come up is lost (next).
+func (q *qp) awaitLink(w *wqe, idx uint64) {
+	dest, from := w.dest, w.sentAt
+	if q.typ == verbs.RC || q.typ == verbs.UC {
+		dest = q.dest.Addr
+	}
+	if w.linkFrom != 0 {
+		from = w.linkFrom
+	}
+	wait := q.timeout
+	if (q.typ == verbs.RC || q.typ == verbs.DCI) && q.node.linkComing(dest) {
+		w.linkFrom, w.sentAt = from, 0
+		wait += q.node.cfg.DialTimeout
+	}
+	if q.done == idx {
+		q.deadline.Store(from + int64(wait))
+	}
 }
 
 // build fills f with w's request, checking the local side: SGEs inside

@@ -182,6 +182,15 @@ func (n *Node) unreachable(addr string) bool {
 	return l != nil && l.conn == nil && !l.dialing && !l.lastFail.IsZero()
 }
 
+// linkComing reports whether a link to addr is being set up: a TCP
+// connect or a shared-memory hello under way.
+func (n *Node) linkComing(addr string) bool {
+	n.linkMu.Lock()
+	defer n.linkMu.Unlock()
+	s, t := n.shm[addr], n.tcp[addr]
+	return s != nil && s.dialing || t != nil && t.dialing
+}
+
 // memLinkTo makes (or finds) the in-memory link pair between n and peer.
 func (n *Node) memLinkTo(peer *Node) *memLink {
 	n.mem.mu.Lock()

@@ -22,6 +22,7 @@ type wqe struct {
 	psn      uint32
 	signaled bool
 	sentAt   int64
+	linkFrom int64  // first try while its link was being set up; 0 if none
 	dest     string // DCI/UD destination address
 }
 
@@ -444,7 +445,7 @@ func (q *qp) enqueue(wr *verbs.SendWR) error {
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.wr.SGL = w.sgl
 	w.signaled = q.sigAll || wr.Flags&verbs.Signaled != 0
-	w.sentAt = 0
+	w.sentAt, w.linkFrom = 0, 0
 	w.dest = dest
 	q.posted++
 	return nil

@@ -157,7 +157,9 @@ type Config struct {
 	// link, a peer QP that does not exist) before RETRY_EXC_ERR, when the
 	// QP's own Timeout*RetryCount is not set. Default DefaultRetryTimeout.
 	RetryTimeout time.Duration
-	// DialTimeout bounds one TCP connect; default RetryTimeout.
+	// DialTimeout bounds one link set-up (a TCP connect and its hello, a
+	// shared-memory hello); default RetryTimeout. A request waiting for its
+	// link has not gone out: its retry timeout runs once the set-up ends.
 	DialTimeout time.Duration
 	// Attr overrides the device limits; zero fields keep the defaults.
 	Attr verbs.DeviceAttr

@@ -10,10 +10,10 @@ import (
 	"github.com/krcore/krcore/verbs"
 )
 
-// stalledPeer accepts one link, answers its hello and then never reads
-// again, as a peer whose process hangs with its connection open. It
-// returns the peer's address.
-func stalledPeer(t *testing.T) string {
+// stalledPeer accepts one link, answers its hello helloAfter later and
+// then never reads again, as a peer whose process hangs with its
+// connection open. It returns the peer's address.
+func stalledPeer(t *testing.T, helloAfter time.Duration) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,6 +29,7 @@ func stalledPeer(t *testing.T) string {
 		var f frame
 		var hdr [4 + headerLen]byte
 		if _, err := readFrame(conn, hdr[:], &f); err == nil {
+			time.Sleep(helloAfter) // a slow peer, not a cost
 			writeHello(conn, frameHelloAck, 0, ln.Addr().String())
 		}
 		accepted <- conn
@@ -49,7 +50,7 @@ func stalledPeer(t *testing.T) string {
 // registered memory), and nothing hangs.
 func TestHeldOffRequestsTimeOut(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	peer := stalledPeer(t)
+	peer := stalledPeer(t, 0)
 	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: timeout, TCPOnly: true})
 	if err != nil {
 		t.Fatal(err)
