@@ -438,7 +438,7 @@ func (q *qp) answer(f *frame, r io.Reader) {
 	}
 	switch f.syn {
 	case synAck:
-		st, n := q.land(w, f, r)
+		st, n := q.land(w, idx, f, r)
 		if st == statusLost {
 			return // the retry timer fails it, as a response lost on the wire
 		}
@@ -465,31 +465,21 @@ const synLost = numSyndromes
 
 // statusLost is land's verdict on a response cut short by its link
 // failing: like a response lost on the wire, it completes nothing, and the
-// request fails with RETRY_EXC_ERR when its retry timer runs out.
+// request fails with RETRY_EXC_ERR when its retry timer runs out. It is
+// also the verdict on a READ response whose request failed or was flushed
+// while its data landed: the request is done already.
 const statusLost = verbs.Status(255)
 
 // land places a READ's data or an atomic's original value in the
 // requester's SGEs, and returns the status and the bytes the request moved
-// (for a WC's ByteLen).
-func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
+// (for a WC's ByteLen). w is send queue slot idx; q.mu is held.
+func (q *qp) land(w *wqe, idx uint64, f *frame, r io.Reader) (verbs.Status, uint32) {
 	switch w.wr.Op {
 	case verbs.OpRead:
 		if f.plen != uint32(w.wr.Len()) {
 			return verbs.BadRespErr, 0
 		}
-		for _, s := range w.wr.SGL {
-			m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(s.Length), verbs.AccessLocalWrite)
-			if !ok {
-				return verbs.LocProtErr, 0
-			}
-			_, err := io.ReadFull(r, b)
-			m.done()
-			if err != nil {
-				// The link died in the middle of the response.
-				return statusLost, 0
-			}
-		}
-		return verbs.Success, f.plen
+		return q.landRead(w, idx, f, r)
 	case verbs.OpCompareSwap, verbs.OpFetchAdd:
 		s := w.wr.SGL[0]
 		m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, 8, verbs.AccessLocalWrite)
@@ -501,6 +491,44 @@ func (q *qp) land(w *wqe, f *frame, r io.Reader) (verbs.Status, uint32) {
 		return verbs.Success, 8
 	}
 	return verbs.Success, uint32(w.wr.Len()) // a WRITE or SEND the ACK says landed
+}
+
+// landRead reads a READ response's payload from r into w's SGEs; w is
+// send queue slot idx, and q.mu is held, but not while it reads. A
+// response larger than what the link holds lands piecewise as its bytes
+// arrive, and its sender may stall in its middle (a peer process stopped,
+// or short of CPU): a QP lock held meanwhile would block every PostSend,
+// poll and retry timer of the QP, and whatever waits on them, until the
+// peer ran again. Unlocked, the request may fail, flush or be reset
+// meanwhile; its data has landed then as a failed READ's does
+// (undefined), and the response completes nothing (statusLost).
+func (q *qp) landRead(w *wqe, idx uint64, f *frame, r io.Reader) (verbs.Status, uint32) {
+	var short [4]verbs.SGE
+	sgl := append(short[:0], w.wr.SGL...) // the slot may be reused meanwhile
+	gen := q.sqGen.Load()
+	q.mu.Unlock()
+	st := verbs.Success
+	for _, s := range sgl {
+		m, b, ok := q.node.acquire(s.LKey, q.pd, s.Addr, uint64(s.Length), verbs.AccessLocalWrite)
+		if !ok {
+			st = verbs.LocProtErr
+			break
+		}
+		_, err := io.ReadFull(r, b)
+		m.done()
+		if err != nil {
+			st = statusLost // the link died in the middle of the response
+			break
+		}
+	}
+	q.mu.Lock()
+	if q.sqGen.Load() != gen || q.done != idx || q.sent <= idx || q.gen != f.gen || w.psn != f.psn {
+		return statusLost, 0
+	}
+	if st != verbs.Success {
+		return st, 0
+	}
+	return verbs.Success, f.plen
 }
 
 // backOff handles an RNR NAK: wait the responder's timer, then go back to
