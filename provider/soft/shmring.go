@@ -182,8 +182,14 @@ func osYield() {
 const shmWakeRoom = shmRingSize / 4
 
 // shmIdle is how long after its last work a reader sleeps on the futex
-// rather than the socket; a futex sleep ends after it, too.
-const shmIdle = 5 * time.Millisecond
+// rather than the socket; a futex sleep ends after it, too. It is short
+// because a futex wait is a system call that keeps its thread's P: with as
+// many readers asleep on futexes as the process has Ps, no thread polls
+// the network and nothing runs the goroutines readied on those Ps, until
+// a wait ends or the runtime's monitor takes a P back, which on a quiet
+// process it does every 10 ms. Past shmIdle a reader sleeps on the socket,
+// parked, and a waiter reading the link hands its role back and parks.
+const shmIdle = 200 * time.Microsecond
 
 // How a side's reader sleeps (its sleeping word).
 const (
