@@ -191,6 +191,13 @@ const shmWakeRoom = shmRingSize / 4
 // parked, and a waiter reading the link hands its role back and parks.
 const shmIdle = 200 * time.Microsecond
 
+// shmFrameIdle is how long a reader in the middle of a frame, whose rest
+// is due, keeps sleeping on the futex (shmIdle at a time) after its last
+// work. With shmIdle there alone, client's TestReclaimDrains hung in 2 of
+// 5 runs with such a reader asleep on the socket (the hang seen once
+// before with 5 ms, not understood); with 5 ms here it passed 6 of 6.
+const shmFrameIdle = 5 * time.Millisecond
+
 // How a side's reader sleeps (its sleeping word).
 const (
 	sleepFutex = 1
@@ -663,7 +670,7 @@ func (l *shmLink) await(n uint64, lend bool) error {
 			polls++
 			continue
 		}
-		if err := l.sleep(n); err != nil {
+		if err := l.sleep(n, lend); err != nil {
 			return err
 		}
 		slept = true
@@ -671,10 +678,12 @@ func (l *shmLink) await(n uint64, lend bool) error {
 	}
 }
 
-// sleep waits to be woken unless work came meanwhile.
-func (l *shmLink) sleep(n uint64) error {
+// sleep waits to be woken unless work came meanwhile; between frames
+// (lend) on the socket once the link has been idle for shmIdle, in the
+// middle of one for shmFrameIdle.
+func (l *shmLink) sleep(n uint64, lend bool) error {
 	how := uint32(sleepSock)
-	if time.Since(l.busy) < shmIdle {
+	if idle := time.Since(l.busy); idle < shmIdle || !lend && idle < shmFrameIdle {
 		how = sleepFutex
 	}
 	if !l.arm(how, n) {
