@@ -193,9 +193,9 @@ const shmIdle = 200 * time.Microsecond
 
 // shmFrameIdle is how long a reader in the middle of a frame, whose rest
 // is due, keeps sleeping on the futex (shmIdle at a time) after its last
-// work. With shmIdle there alone, client's TestReclaimDrains hung in 2 of
-// 5 runs with such a reader asleep on the socket (the hang seen once
-// before with 5 ms, not understood); with 5 ms here it passed 6 of 6.
+// work. With shmIdle there too, client's TestReclaimDrains hung with such
+// a reader asleep on the socket (MEASUREMENTS.md, "krcored's Ps held by
+// futex sleeps"); why the socket sleep matters there is not known.
 const shmFrameIdle = 5 * time.Millisecond
 
 // How a side's reader sleeps (its sleeping word).
