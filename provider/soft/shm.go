@@ -390,6 +390,7 @@ func (n *Node) adoptShm(peer string, conn *net.UnixConn, seg *shmSeg) (*shmLink,
 func (l *shmLink) attach(conn *net.UnixConn, seg *shmSeg, side int) {
 	rc, _ := conn.SyscallConn()
 	l.conn, l.rc, l.seg, l.side = conn, rc, seg, side
+	l.bellFn = l.writeBell
 	l.in, l.out = 1-side, side
 	l.why = nil
 	l.up = true

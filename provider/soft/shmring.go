@@ -278,8 +278,9 @@ type shmLink struct {
 	seg     *shmSeg
 	conn    *net.UnixConn
 	rc      syscall.RawConn
-	side    int // 0: this node dialled; 1: it accepted
-	in, out int // ring numbers
+	bellFn  func(fd uintptr) bool // writeBell, made once: a method value allocates
+	side    int                   // 0: this node dialled; 1: it accepted
+	in, out int                   // ring numbers
 	dead    atomic.Bool
 
 	wmu      sync.Mutex
@@ -545,7 +546,7 @@ func (l *shmLink) ring(side int) {
 	case sleepFutex:
 		futexWake(w)
 	case sleepSock:
-		l.rc.Write(l.writeBell)
+		l.rc.Write(l.bellFn)
 	}
 }
 
