@@ -260,6 +260,11 @@ const silentAttempts = 3
 // and context.DeadlineExceeded: the peer was silent, not merely slow to
 // be asked.
 func (e *Endpoint) Call(ctx context.Context, to Dest, id uint64, msg []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		// A reply can be back before the first wait looks at ctx: a
+		// call whose context is done must not be sent at all.
+		return nil, err
+	}
 	timeout := e.cfg.Timeout
 	var last error
 	for i := range e.cfg.Attempts {
