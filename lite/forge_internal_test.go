@@ -83,26 +83,9 @@ func TestForgedReply(t *testing.T) {
 func TestForgedRPCReply(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	callerAPI, forger := core.Embed(c.Node(1)), core.Embed(c.Node(2))
-	caller, err := Open(ctx, callerAPI, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caller.Close()
-	callee, err := Open(ctx, core.Embed(c.Node(2)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer callee.Close()
-	svc, err := callee.RegisterRPC(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRPCRig(ctx, t)
+	c, callerAPI, caller, svc := r.c, r.callerAPI, r.caller, r.svc
+	forger := core.Embed(c.Node(2))
 	open, _ := callerAPI.RegMR(64, verbs.AccessAll)
 	if err := callerAPI.Export("open", open, 0, 64, verbs.AccessRemoteWrite); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -21,25 +20,8 @@ import (
 func TestLateReplyFreesSlotOnRetire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	caller, err := Open(ctx, core.Embed(c.Node(1)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caller.Close()
-	callee, err := Open(ctx, core.Embed(c.Node(2)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer callee.Close()
-	svc, err := callee.RegisterRPC(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRPCRig(ctx, t)
+	c, caller, callee, svc := r.c, r.caller, r.callee, r.svc
 	gaveUp := make(chan error, 1)
 	go func() {
 		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)

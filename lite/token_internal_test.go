@@ -5,9 +5,6 @@ import (
 	"hash/fnv"
 	"testing"
 	"time"
-
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 )
 
 // TestReplyTokenNotFromName: a session's reply token, which a reply's tag
@@ -17,25 +14,8 @@ import (
 func TestReplyTokenNotFromName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	caller, err := Open(ctx, core.Embed(c.Node(1)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caller.Close()
-	callee, err := Open(ctx, core.Embed(c.Node(2)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer callee.Close()
-	svc, err := callee.RegisterRPC(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRPCRig(ctx, t)
+	caller, callee, svc := r.caller, r.callee, r.svc
 	go func() {
 		if call, err := svc.Recv(ctx); err == nil {
 			svc.Reply(ctx, call, []byte("answer"))
