@@ -188,10 +188,27 @@ func (n *Node) newQP(p *pd, init verbs.QPInit) (*qp, error) {
 		sigAll: init.SignalAll, dcKey: init.DCKey, initPSN: uint32(n.keys.next()) & psnMask,
 		sq: make([]wqe, c.MaxSendWR),
 	}
+	slot := sgeSlots(len(q.sq), c.MaxSendSGE)
+	for i := range q.sq {
+		q.sq[i].sgl = slot(i)
+	}
 	if s == nil && init.Type != verbs.DCI {
 		q.rq = make([]rwqe, c.MaxRecvWR)
+		slot := sgeSlots(len(q.rq), c.MaxRecvSGE)
+		for i := range q.rq {
+			q.rq[i].sgl = slot(i)
+		}
 	}
 	return q, nil
+}
+
+// sgeSlots cuts SGE storage for n queue slots of room SGEs each from one
+// array made now, as a driver sizes a queue's buffer for its capabilities:
+// slot(i) is empty with capacity room, so a request copied into a slot
+// allocates nothing, even at the slot's first use.
+func sgeSlots(n, room int) func(i int) []verbs.SGE {
+	buf := make([]verbs.SGE, n*room)
+	return func(i int) []verbs.SGE { return buf[i*room : i*room : (i+1)*room] }
 }
 
 func (q *qp) Num() uint32        { return q.num }

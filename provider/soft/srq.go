@@ -35,6 +35,10 @@ func (p *pd) CreateSRQ(init verbs.SRQInit) (verbs.SRQ, error) {
 		return nil, err
 	}
 	s := &srq{pd: p, maxSGE: max(init.MaxSGE, 1), ring: make([]rwqe, init.MaxWR)}
+	slot := sgeSlots(len(s.ring), s.maxSGE)
+	for i := range s.ring {
+		s.ring[i].sgl = slot(i)
+	}
 	if err := track(n, n.srqs, s); err != nil {
 		p.refs.Add(-1)
 		n.release(&n.counts.srq)
