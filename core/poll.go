@@ -167,9 +167,11 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 		} else {
 			q.finishRun(rest[:k])
 		}
+		for i := range rest[:k] {
+			rest[i].q = nil // the scratch keeps no queue alive
+		}
 		rest = rest[k:]
 	}
-	clear(fin)
 	pl.fin = fin[:0]
 	return n
 }

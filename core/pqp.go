@@ -352,7 +352,13 @@ type finished struct {
 // finished; a failed one starts recovery.
 func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	out = p.completeLocked(wc, out)
+	p.mu.Unlock()
+	return out
+}
+
+// completeLocked is complete with p.mu held.
+func (p *pqp) completeLocked(wc *verbs.WC, out []finished) []finished {
 	seq, ok := p.seqOf(wc.ID)
 	if !ok {
 		return out // stale: from before a recovery

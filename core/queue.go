@@ -174,7 +174,13 @@ func (q *Queue) movable(node krcore.NodeID, p *peer) error {
 // popped), or ctx ends.
 func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (int, error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	n, err := q.pushLocked(ctx, wait, reqs)
+	q.mu.Unlock()
+	return n, err
+}
+
+// pushLocked is Push with q.mu held (released while waiting for credit).
+func (q *Queue) pushLocked(ctx context.Context, wait bool, reqs []krcore.Request) (int, error) {
 	if err := q.usable(); err != nil {
 		return 0, err
 	}
@@ -182,10 +188,9 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 		return 0, err
 	}
 	batch := q.batch[:0]
-	defer func() { clear(batch); q.batch = batch[:0] }()
 	for i := range reqs {
 		for q.full() {
-			q.postLocked(batch)
+			q.postBatch(batch)
 			batch = batch[:0]
 			if !wait {
 				return i, fmt.Errorf("core: push: %d outstanding: %w", q.rt.cfg.Credits, krcore.ErrNoCredit)
@@ -199,13 +204,24 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 			batch = batch[:len(batch)+1]
 		} else {
 			batch = append(batch, rec{})
+			q.batch = batch
 		}
 		if !q.accept(&reqs[i], &batch[len(batch)-1]) {
 			batch = batch[:len(batch)-1]
 		}
 	}
-	q.postLocked(batch)
+	q.postBatch(batch)
 	return len(reqs), nil
+}
+
+// postBatch posts the records of q's scratch batch (postLocked) and then
+// drops their pointers, so that the scratch keeps no MR or target alive;
+// the rest of a record is overwritten whole by the next accept. q.mu held.
+func (q *Queue) postBatch(batch []rec) {
+	q.postLocked(batch)
+	for i := range batch {
+		batch[i].q, batch[i].target, batch[i].src = nil, nil, nil
+	}
 }
 
 // PushOne is Push of one request (see krcore.VQ.PushOne).
@@ -532,9 +548,10 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 	var mine ownRun
 	q.rt.sends.pollFor(q, &mine, nil)
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.finishRunLocked(mine.fs[:mine.n])
-	return q.popLocked(out)
+	n := q.popLocked(out)
+	q.mu.Unlock()
+	return n
 }
 
 func (q *Queue) popReady(out []krcore.Completion) int {
