@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,8 +62,12 @@ func TestQueueTo(t *testing.T) {
 			}
 
 			before := daemonVQs(e, c)
-			if _, _, err := c.QueueTo(ctx, 2, nil, "no such region"); !errors.Is(err, krcore.ErrNoRegion) {
+			_, _, err = c.QueueTo(ctx, 2, nil, "no such region")
+			if !errors.Is(err, krcore.ErrNoRegion) {
 				t.Fatalf("QueueTo a region not exported: %v, want ErrNoRegion", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "node 2") || !strings.Contains(msg, `"no such region"`) {
+				t.Fatalf("QueueTo's error %q does not name the node and the region", msg)
 			}
 			if n := daemonVQs(e, c); n != before {
 				t.Fatalf("the daemon holds %d of the client's queues after a failed QueueTo, want %d", n, before)
@@ -94,18 +99,30 @@ func clientStatus(e *env, c *client.Client) wire.ClientStatus {
 }
 
 // TestQueueToUnreachable: a QueueTo to a node that does not exist fails
-// within its context with the connect's error, and leaves no queue.
+// within its context with the connect's error, which names the node and
+// the region asked for, and leaves no queue; so too against a daemon
+// without FeatureQueueTo.
 func TestQueueToUnreachable(t *testing.T) {
 	e := startEnv(t)
-	c := attach(t, e)
-	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
-	defer cancel()
-	q, g, err := c.QueueTo(ctx, 99, nil, "table")
-	if err == nil || q != nil || g != nil {
-		t.Fatalf("QueueTo node 99: %v, %v, %v: want an error and nothing", q, g, err)
-	}
-	if n := daemonVQs(e, c); n != 0 {
-		t.Fatalf("the daemon holds %d queues of the client, want 0", n)
+	for _, mode := range []string{"one call", "first protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			c := attach(t, e)
+			if mode == "first protocol" {
+				client.WithoutFeatures(c)
+			}
+			ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+			defer cancel()
+			q, g, err := c.QueueTo(ctx, 99, nil, "table")
+			if err == nil || q != nil || g != nil {
+				t.Fatalf("QueueTo node 99: %v, %v, %v: want an error and nothing", q, g, err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "node 99") || !strings.Contains(msg, `"table"`) {
+				t.Fatalf("QueueTo's error %q does not name the node and the region", msg)
+			}
+			if n := daemonVQs(e, c); n != 0 {
+				t.Fatalf("the daemon holds %d queues of the client, want 0", n)
+			}
+		})
 	}
 }
 

@@ -129,8 +129,21 @@ func (c *Client) closeOrphanVQ(r *wire.Msg) {
 // (wire.FeatureQueueTo) does all of it in one round trip, and looks the
 // region up while it connects, where Queue, Connect and Region are three
 // round trips one after another, the way a newcomer's first steps went.
-// The region is nil when name is empty. On an error no queue is left.
+// The region is nil when name is empty. On an error no queue is left, and
+// the error names the node and the region.
 func (c *Client) QueueTo(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error) {
+	q, g, err := c.queueTo(ctx, node, opts, name)
+	if err != nil {
+		if name != "" {
+			return nil, nil, fmt.Errorf("client: queue to node %d, region %q: %w", node, name, err)
+		}
+		return nil, nil, fmt.Errorf("client: queue to node %d: %w", node, err)
+	}
+	return q, g, nil
+}
+
+// queueTo is QueueTo, its errors not yet naming the node and region.
+func (c *Client) queueTo(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error) {
 	if c.features&wire.FeatureQueueTo == 0 {
 		return c.queueThenConnect(ctx, node, opts, name)
 	}
@@ -144,7 +157,7 @@ func (c *Client) QueueTo(ctx context.Context, node krcore.NodeID, opts *krcore.C
 	}
 	v, r, err := c.openVQ(ctx, func(m *wire.Msg) { m.U64(node).U8(flag).U32(port).Str(name) })
 	if err != nil {
-		return nil, nil, fmt.Errorf("client: queue to node %d: %w", node, err)
+		return nil, nil, err
 	}
 	v.mu.Lock()
 	v.node, v.toPort = node, toPort
