@@ -64,6 +64,12 @@ type Config struct {
 	// CallTimeout bounds a control request that talks to other nodes
 	// (Connect, Region); default 5s.
 	CallTimeout time.Duration `json:"call_timeout"`
+	// SendTimeout bounds a message's wait for room in a client's socket;
+	// default 5s. Only a client that leaves its replies unread fills the
+	// socket: past the bound the daemon drops it and reclaims what it
+	// owned, instead of leaving the goroutine that answers it (and Close,
+	// whose goodbye waits behind that answer) blocked for good.
+	SendTimeout time.Duration `json:"-"` // not in krcored's config file: the default serves
 	// Logger receives the daemon's events; default slog.Default().
 	Logger *slog.Logger `json:"-"`
 }
@@ -131,6 +137,9 @@ func New(rt *core.Runtime, cfg Config) (*Server, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 5 * time.Second
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 5 * time.Second
 	}
 	if cfg.ShareQuantum == 0 && runtime.NumCPU() <= 4 {
 		cfg.ShareQuantum = DefaultShareQuantum

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
@@ -143,10 +144,19 @@ func (ss *session) startRemote(m *wire.Msg) bool {
 	return true
 }
 
+// send sends m to the client, waiting at most Config.SendTimeout for room
+// in its socket. A send that fails closes the connection: serve's loop
+// then ends and the client is reclaimed, so a client that stops reading
+// holds no goroutine of the daemon.
 func (ss *session) send(m *wire.Msg) error {
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
-	return wire.Send(ss.conn, m)
+	ss.conn.SetWriteDeadline(time.Now().Add(ss.s.cfg.SendTimeout))
+	err := wire.Send(ss.conn, m)
+	if err != nil {
+		ss.conn.Close()
+	}
+	return err
 }
 
 // bye tells the client the daemon is going, then drops it.
