@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -77,12 +78,35 @@ func (ss *session) snapshot() wire.ClientStatus {
 }
 
 func (ss *session) status(r *wire.Msg) error {
-	b, err := encodeStatus(ss.s.Status(), wire.MaxMessage-wire.HeaderLen-2)
+	st := visibleTo(ss.s.Status(), ss.cred.Uid, uint32(os.Geteuid()))
+	b, err := encodeStatus(st, wire.MaxMessage-wire.HeaderLen-2)
 	if err != nil {
 		return err
 	}
 	r.Str(string(b))
 	return nil
+}
+
+// visibleTo is st as a client of user uid sees it through OpStatus, the
+// daemon running as user owner: root and the daemon's owner see every
+// client; any other user sees its own clients in full and the others only
+// counted (ClientsHidden), since a client's rows name its exports, its
+// process and the nodes and ports its queues talk to, which are no other
+// user's business. The node's own state (runtime, pool, meta cache) is
+// every client's.
+func visibleTo(st wire.Status, uid, owner uint32) wire.Status {
+	if uid == 0 || uid == owner {
+		return st
+	}
+	mine := make([]wire.ClientStatus, 0, len(st.Clients))
+	for _, c := range st.Clients {
+		if c.UID == uid {
+			mine = append(mine, c)
+		}
+	}
+	st.ClientsHidden = len(st.Clients) - len(mine)
+	st.Clients = mine
+	return st
 }
 
 // encodeStatus is st as JSON in at most limit bytes. If it does not fit,

@@ -3,6 +3,8 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/krcore/krcore/core"
@@ -71,5 +73,42 @@ func TestQPStatusShape(t *testing.T) {
 	}
 	if b, _ := json.Marshal(qpStatuses(nil)); string(b) != "[]" {
 		t.Errorf("no QPs encode as %s, want []", b)
+	}
+}
+
+// TestStatusVisibleTo: through OpStatus root and the daemon's owner see
+// every client; another user sees its own clients in full and the others
+// only counted, none of their export names, pids or queues.
+func TestStatusVisibleTo(t *testing.T) {
+	st := wire.Status{Node: 1, Clients: []wire.ClientStatus{
+		{ID: 1, PID: 11, UID: 1000, Exports: []string{"alice-secret"}, VQs: []wire.VQStatus{{ID: 5, Node: 2, Port: 7}}},
+		{ID: 2, PID: 22, UID: 1001, Exports: []string{"bob-table"}},
+		{ID: 3, PID: 33, UID: 1000},
+	}}
+	for _, c := range []struct {
+		uid, owner uint32
+		ids        []uint64
+		hidden     int
+	}{
+		{0, 999, []uint64{1, 2, 3}, 0},
+		{999, 999, []uint64{1, 2, 3}, 0},
+		{1000, 999, []uint64{1, 3}, 1},
+		{1001, 999, []uint64{2}, 2},
+		{1002, 999, nil, 3},
+	} {
+		got := visibleTo(st, c.uid, c.owner)
+		var ids []uint64
+		for _, x := range got.Clients {
+			ids = append(ids, x.ID)
+		}
+		if !slices.Equal(ids, c.ids) || got.ClientsHidden != c.hidden {
+			t.Errorf("uid %d: clients %v, %d hidden; want %v, %d hidden", c.uid, ids, got.ClientsHidden, c.ids, c.hidden)
+		}
+		if b, _ := json.Marshal(got); c.uid == 1001 && (strings.Contains(string(b), "alice-secret") || strings.Contains(string(b), `"pid":11`)) {
+			t.Errorf("uid 1001 sees another user's client: %s", b)
+		}
+	}
+	if len(st.Clients) != 3 {
+		t.Errorf("visibleTo changed its argument's clients: %d left", len(st.Clients))
 	}
 }

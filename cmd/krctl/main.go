@@ -7,6 +7,10 @@
 // Tables are in the style of smcss; -json prints the daemon's status
 // document (wire.Status) or the listed part of it.
 //
+// The daemon shows a user other than root and its own only that user's
+// clients (list clients, vqs); the others are counted in status's clients
+// and in "clients_hidden".
+//
 // list qps prints one row per shared physical QP of the node (the DC
 // target, the DC initiators, the RC QPs, those entering or leaving the
 // pool included): its type, number, peer node and the peer's QP (RC
@@ -247,13 +251,16 @@ func table(w io.Writer, st *wire.Status, what string) {
 	switch what {
 	case "status":
 		fmt.Fprintf(w, "node\t%d\nsocket\t%s\nuptime\t%s\nclients\t%d\nvqs\t%d\ndcis\t%d\nrc qps\t%d\nmeta cache\t%d\nconnects\t%d\nrefusals\t%d\nrecoveries\t%d\n",
-			st.Node, st.Socket, st.Uptime, len(st.Clients), st.Runtime.VQs, st.Runtime.DCIs, st.Runtime.RCs,
+			st.Node, st.Socket, st.Uptime, len(st.Clients)+st.ClientsHidden, st.Runtime.VQs, st.Runtime.DCIs, st.Runtime.RCs,
 			len(st.MetaEntries)+st.MetaOmitted, st.Runtime.Connects, st.Runtime.Refusals, st.Runtime.Recoveries)
 	case "clients":
 		fmt.Fprintln(w, "ID\tPID\tUID\tGID\tVQS\tMRS\tMR_BYTES\tREGIONS\tPUSHES\tCOMPLETIONS\tREFUSALS\tNAPS\tEXPORTS")
 		for _, c := range st.Clients {
 			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.ID, c.PID, c.UID, c.GID, len(c.VQs), c.MRs,
 				c.MRBytes, c.Regions, c.Pushes, c.Completions, c.Refusals, c.Naps, strings.Join(c.Exports, ","))
+		}
+		if st.ClientsHidden > 0 {
+			fmt.Fprintf(w, "(%d clients of other users not shown)\n", st.ClientsHidden)
 		}
 	case "vqs":
 		fmt.Fprintln(w, "CLIENT\tPID\tVQ\tNODE\tPORT\tOUTSTANDING")

@@ -29,12 +29,16 @@ type Status struct {
 	MetaEntries []meta.CacheEntry `json:"meta_entries"`
 	// QPsOmitted and MetaOmitted count rows left out of QPs and
 	// MetaEntries because the status would not fit a wire message.
-	QPsOmitted  int            `json:"qps_omitted,omitempty"`
-	MetaOmitted int            `json:"meta_entries_omitted,omitempty"`
-	Attached    uint64         `json:"clients_attached_total"`
-	Reclaim     uint64         `json:"clients_reclaimed_total"`
-	Denied      uint64         `json:"clients_denied_total"`
-	Clients     []ClientStatus `json:"clients"`
+	QPsOmitted  int    `json:"qps_omitted,omitempty"`
+	MetaOmitted int    `json:"meta_entries_omitted,omitempty"`
+	Attached    uint64 `json:"clients_attached_total"`
+	Reclaim     uint64 `json:"clients_reclaimed_total"`
+	Denied      uint64 `json:"clients_denied_total"`
+	// Clients lists the attached clients; a client of a user other than
+	// root and the daemon's sees only its own user's here, and the others
+	// counted in ClientsHidden.
+	Clients       []ClientStatus `json:"clients"`
+	ClientsHidden int            `json:"clients_hidden,omitempty"`
 }
 
 // PoolQPs counts the node's shared physical QPs of one type.
