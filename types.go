@@ -44,6 +44,16 @@ type Region interface {
 	At(off uint64) Remote
 }
 
+// Forgetter is a Region whose runtime keeps something for it until told
+// otherwise: a region learned through krcored is an entry in the daemon,
+// held until the client detaches. Forget drops it; requests naming the
+// region afterwards are refused. A Region learned in process holds nothing
+// beyond itself and is not a Forgetter.
+type Forgetter interface {
+	Region
+	Forget() error
+}
+
 // Local is a range of a local MR.
 type Local struct {
 	MR  MR

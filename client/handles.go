@@ -1,9 +1,11 @@
 package client
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/daemon/wire"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -20,8 +22,8 @@ type mr struct {
 }
 
 var (
-	_ krcore.MR     = (*mr)(nil)
-	_ krcore.Region = (*region)(nil)
+	_ krcore.MR        = (*mr)(nil)
+	_ krcore.Forgetter = (*region)(nil)
 )
 
 // Bytes is the registered memory, or nil once Deregister released it.
@@ -51,6 +53,23 @@ type region struct {
 	name   string
 	len    uint64
 	access verbs.Access
+	gone   atomic.Bool // forgotten: requests naming it are refused
+}
+
+// Forget drops the daemon's entry for the region (krcore.Forgetter), which
+// otherwise stays until the client detaches; requests naming the region
+// afterwards are refused here, before they reach the daemon. It does not
+// wait for the daemon's answer, so it may be called under a caller's
+// lock. A daemon without wire.FeatureForget keeps the entry. A second
+// Forget does nothing.
+func (g *region) Forget() error {
+	if g.gone.Swap(true) || g.c.features&wire.FeatureForget == 0 {
+		return nil
+	}
+	if err := g.c.post(wire.NewMsg(wire.OpForget, 0).U64(g.id)); err != nil {
+		return fmt.Errorf("client: forget region %q of node %d: %w", g.name, g.node, err)
+	}
+	return nil
 }
 
 // Node is the node that exports the region.
@@ -87,7 +106,7 @@ func (c *Client) MRID(m krcore.MR) (id uint64, ok bool) {
 
 // regionID is the daemon's id of a region this client learned, or 0.
 func (c *Client) regionID(h krcore.Region) uint64 {
-	if g, ok := h.(*region); ok && g != nil && g.c == c {
+	if g, ok := h.(*region); ok && g != nil && g.c == c && !g.gone.Load() {
 		return g.id
 	}
 	return 0

@@ -16,9 +16,8 @@ func StealMR(c *Client, m krcore.MR) krcore.MR {
 
 // StealRegion is StealMR for a region another client learned.
 func StealRegion(c *Client, g krcore.Region) krcore.Region {
-	o := *g.(*region)
-	o.c = c
-	return &o
+	o := g.(*region)
+	return &region{c: c, id: o.id, node: o.node, name: o.name, len: o.len, access: o.access}
 }
 
 // DebugCompleted is how many completions wait on q's completion ring,

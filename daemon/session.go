@@ -217,6 +217,8 @@ func (ss *session) handleOp(m *wire.Msg, r *wire.Msg) error {
 		return ss.report(m)
 	case wire.OpReports:
 		return ss.listReports(m, r)
+	case wire.OpForget:
+		return ss.forget(m.GetU64(), m.Err())
 	default:
 		return fmt.Errorf("unknown op %d: %w", m.Op, verbs.ErrInvalid)
 	}
@@ -422,6 +424,23 @@ func (ss *session) addRegion(g krcore.Region, r *wire.Msg) {
 	ss.regions[id] = g
 	ss.mu.Unlock()
 	r.U64(id).U64(g.Len()).U32(uint32(g.Access()))
+}
+
+// forget drops a region the client learned (OpForget), whose entry
+// would otherwise stay until the client detaches. Requests taken off the
+// client's rings before hold the region itself and go on.
+func (ss *session) forget(id uint64, err error) error {
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	_, mine := ss.regions[id]
+	delete(ss.regions, id)
+	ss.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("forget region %d: not this client's: %w", id, krcore.ErrRefused)
+	}
+	return nil
 }
 
 // regionByID is the client's region, or nil.

@@ -17,7 +17,7 @@ const Version = 1
 // each, sent after OpHello's response fields: a client that finds no word
 // there speaks to a daemon of the first protocol (Version stays 1, so
 // that old clients and daemons keep attaching to new ones).
-const Features = FeatureClientAny | FeatureQueueTo
+const Features = FeatureClientAny | FeatureQueueTo | FeatureForget
 
 // Feature bits.
 const (
@@ -27,6 +27,8 @@ const (
 	// FeatureQueueTo: OpQueue may carry a body, and then the daemon
 	// connects the new queue and looks a region up before it answers.
 	FeatureQueueTo
+	// FeatureForget: the daemon takes OpForget.
+	FeatureForget
 )
 
 // Op names a control message.
@@ -51,6 +53,7 @@ const (
 	OpVQRegion                 // u64 vq, str name; as OpRegion, asking as the port the VQ is bound to
 	OpReport                   // str name, str JSON (empty: withdraw); - (see Report)
 	OpReports                  // str prefix, u32 skip; u32 total, u32 k, k of PutReport's entry
+	OpForget                   // u64 region; - (FeatureForget)
 )
 
 // HeaderLen is the length of a control message's header.
