@@ -133,6 +133,7 @@ type Conn struct {
 	pre              []byte // the application's bytes read during detection
 	hsErr            error  // a handshake that failed past the point of fallback
 	stripCLC         bool   // a timed-out client: a late CLC reply may lead the stream
+	acceptRest       []byte // what Accept could not write of its CLC accept (answerNow)
 
 	dmu       sync.Mutex // sawBytes, committed: a server's detection
 	sawBytes  bool

@@ -116,12 +116,13 @@ func signal(ch chan struct{}) {
 }
 
 // setupQueue takes a staging buffer and a token: what this side names in
-// its proposal or accept.
-func (c *Conn) setupQueue() (Reason, error) {
+// its proposal or accept. With wait false it fails with errWouldWait
+// rather than register a slab.
+func (c *Conn) setupQueue(wait bool) (Reason, error) {
 	n := c.node
 	c.start = n.firstSize()
 	var err error
-	if c.stage, err = n.stagePool(c.start).get(); err != nil {
+	if c.stage, err = n.stagePool(c.start).take(wait); err != nil {
 		return ReasonMem, err
 	}
 	tok, err := n.register(c)
@@ -135,9 +136,9 @@ func (c *Conn) setupQueue() (Reason, error) {
 }
 
 // setupRMB takes a receive buffer from the slabs exported to the peer
-// endpoint alone.
-func (c *Conn) setupRMB(peer krcore.Principal) (Reason, error) {
-	b, err := c.node.rmbPool(peer, c.start).get()
+// endpoint alone (with wait false, from the slabs there are).
+func (c *Conn) setupRMB(peer krcore.Principal, wait bool) (Reason, error) {
+	b, err := c.node.rmbPool(peer, c.start).take(wait)
 	if errors.Is(err, errNoMemory) {
 		return ReasonMem, err
 	}
@@ -154,7 +155,9 @@ func (c *Conn) setupRMB(peer krcore.Principal) (Reason, error) {
 
 // connectPeer points the queue at the peer's port, named in m (a
 // proposal or an accept): notifications from its node count from now on.
-func (c *Conn) connectPeer(ctx context.Context, m *clcMsg) (Reason, error) {
+// With wait false it fails with errWouldWait rather than connect a new
+// queue.
+func (c *Conn) connectPeer(ctx context.Context, m *clcMsg, wait bool) (Reason, error) {
 	if m.token == 0 || m.port == 0 {
 		return ReasonConfig, fmt.Errorf("smc: the peer's token %d, port %d: %w", m.token, m.port, krcore.ErrInvalid)
 	}
@@ -162,7 +165,7 @@ func (c *Conn) connectPeer(ctx context.Context, m *clcMsg) (Reason, error) {
 	c.peerNode, c.pToken = m.node, m.token
 	c.mu.Unlock()
 	c.peerAt = krcore.Principal{Node: m.node, Port: m.port}
-	q, err := c.node.queue(ctx, c.peerAt)
+	q, err := c.node.queue(ctx, c.peerAt, wait)
 	if err != nil {
 		return ReasonLink, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/krcore/krcore"
@@ -61,7 +62,19 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if c.node != nil {
 		c.node.track(c)
 	}
-	go c.detect() // owned by c: Close ends it
+	// Each goroutine is owned by c: Close ends it.
+	switch p, err := c.proposalWaiting(); {
+	case err != nil:
+		c.hsErr = fmt.Errorf("smc: handshake: %v: %w", err, errAborted)
+		c.tcp.Close()
+		c.decide(Mode{Reason: ReasonSync, Err: err}, true)
+	case p == nil:
+		go c.detect()
+	case c.answerNow(p):
+		go c.awaitConfirm()
+	default:
+		go c.settleProposal(p)
+	}
 	return c, nil
 }
 
@@ -93,15 +106,9 @@ func DialContext(ctx context.Context, network, addr string, opts *Options) (net.
 	if opts.RDMA != nil {
 		return dialRDMA(ctx, network, addr, opts)
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, network, addr)
+	tc, err := dialTCP(ctx, network, addr)
 	if err != nil {
 		return nil, err
-	}
-	tc, ok := nc.(*net.TCPConn)
-	if !ok {
-		nc.Close()
-		return nil, fmt.Errorf("smc: dial %s: not TCP: %w", network, krcore.ErrInvalid)
 	}
 	c := newConn(tc, opts, false)
 	m := c.clientHandshake(ctx)
@@ -127,7 +134,7 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	if c.node == nil {
 		return Mode{Reason: ReasonNoRuntime}
 	}
-	if r, err := c.setupQueue(); err != nil {
+	if r, err := c.setupQueue(true); err != nil {
 		c.releaseLocal()
 		return Mode{Reason: r, Err: err}
 	}
@@ -142,12 +149,12 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
 	}
-	r, err := c.connectPeer(hctx, m)
+	r, err := c.connectPeer(hctx, m, true)
 	if err == nil {
 		r, err = c.learnBuffer(hctx, m)
 	}
 	if err == nil {
-		r, err = c.setupRMB(krcore.Principal{Node: m.node, Port: m.port})
+		r, err = c.setupRMB(krcore.Principal{Node: m.node, Port: m.port}, true)
 	}
 	if err != nil {
 		c.decline(r)
@@ -240,21 +247,28 @@ func (c *Conn) detect() {
 		c.pre = raw
 		c.decide(Mode{Reason: ReasonPeerNoSMC}, true)
 	default:
-		mode := c.serverHandshake(m)
-		if mode.SMC {
-			c.startSMC()
-		}
-		c.decide(mode, true)
+		c.settleProposal(m)
 	}
+}
+
+// settleProposal runs the server's handshake on proposal p and settles
+// the connection by its outcome.
+func (c *Conn) settleProposal(p *clcMsg) {
+	c.settleServer(c.serverHandshake(p))
+}
+
+// settleServer starts the SMC side of an accepted connection whose handshake
+// ended in mode m, and records m.
+func (c *Conn) settleServer(m Mode) {
+	if m.SMC {
+		c.startSMC()
+	}
+	c.decide(m, true)
 }
 
 // serverHandshake answers a proposal: an accept offering a buffer
 // exported to the client's endpoint alone, then the client's confirm
-// (offering its buffer, exported to this side) or decline. A client that
-// answers neither in time, or whose buffer cannot be found after it
-// confirmed, breaks the connection: it may be writing already, so TCP is
-// not safe; reads and writes fail and the client sees the TCP connection
-// end.
+// (offering its buffer, exported to this side) or decline.
 func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	if c.node == nil {
 		c.decline(ReasonNoRuntime)
@@ -262,36 +276,141 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 	}
 	hctx, cancel := c.bound(context.Background())
 	defer cancel()
-	r, err := c.setupQueue()
-	if err == nil {
-		r, err = c.connectPeer(hctx, p)
-	}
-	if err == nil {
-		r, err = c.setupRMB(krcore.Principal{Node: p.node, Port: p.port})
-	}
-	if err != nil {
+	if r, err := c.prepareAccept(hctx, p, true); err != nil {
 		c.decline(r)
 		c.releaseLocal()
 		return Mode{Reason: r, Err: err}
 	}
-	m, err := c.exchange(c.offer(clcAccept), clcConfirm, clcDecline)
+	_, err := c.tcp.Write(c.offer(clcAccept).encode())
+	return c.confirmation(hctx, err)
+}
+
+// prepareAccept takes what the accept names: a staging buffer, a token, a
+// queue to the client's port and a receive buffer exported to it. With
+// wait false it fails with errWouldWait rather than register, export or
+// connect anything.
+func (c *Conn) prepareAccept(ctx context.Context, p *clcMsg, wait bool) (Reason, error) {
+	r, err := c.setupQueue(wait)
+	if err == nil {
+		r, err = c.connectPeer(ctx, p, wait)
+	}
+	if err == nil {
+		r, err = c.setupRMB(krcore.Principal{Node: p.node, Port: p.port}, wait)
+	}
+	return r, err
+}
+
+// confirmation reads the client's answer to the accept (whose write failed
+// with sent) and learns its buffer. A client that answers neither in
+// time, or whose buffer cannot be found after it confirmed, breaks the
+// connection: it may be writing already, so TCP is not safe; reads and
+// writes fail and the client sees the TCP connection end.
+func (c *Conn) confirmation(ctx context.Context, sent error) Mode {
+	var m *clcMsg
+	err := sent
+	if err == nil {
+		m, _, err = readCLC(c.tcp, clcConfirm, clcDecline)
+	}
 	switch {
 	case err != nil:
 		c.releaseLocal()
-		c.pre = nil
 		c.hsErr = fmt.Errorf("smc: handshake: no confirm from the client (%v): %w", err, errAborted)
 		return Mode{Reason: ReasonSync, Err: err}
 	case m.typ == clcDecline:
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
 	}
-	if r, err := c.learnBuffer(hctx, m); err != nil {
+	if r, err := c.learnBuffer(ctx, m); err != nil {
 		c.releaseLocal()
 		c.tcp.Close()
 		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer (%v): %w", err, errAborted)
 		return Mode{Reason: r, Err: err}
 	}
 	return Mode{SMC: true}
+}
+
+// proposalWaiting takes a client's proposal off the TCP connection if the
+// whole of it is there already, without waiting, so that Accept can
+// answer it itself: a connection handed to a goroutine to detect waits
+// for that goroutine to run, a wake-up on a loaded machine, while the
+// client waits for the answer. Nil when no whole proposal waits (nothing
+// came yet, part of one, or bytes that are not one: the detection reads
+// them as they are). An error: part of a proposal was taken, the
+// connection is broken.
+func (c *Conn) proposalWaiting() (*clcMsg, error) {
+	if c.node == nil {
+		return nil, nil
+	}
+	rc, err := c.tcp.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	var buf [clcMaxLen]byte
+	var m *clcMsg
+	var broken error
+	rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err != nil || n <= 0 {
+			return true
+		}
+		p, raw, err := readCLC(bytes.NewReader(buf[:n]), clcProposal)
+		if err != nil {
+			return true
+		}
+		// The peeked bytes are in the socket: this read takes them all.
+		if k, _, err := syscall.Recvfrom(int(fd), buf[:len(raw)], syscall.MSG_DONTWAIT); err == nil && k == len(raw) {
+			m = p
+		} else {
+			broken = fmt.Errorf("smc: the proposal's %d bytes read as %d (%v)", len(raw), k, err)
+		}
+		return true
+	})
+	if m != nil || broken != nil {
+		c.dmu.Lock()
+		c.markSaw()
+		c.dmu.Unlock()
+	}
+	return m, broken
+}
+
+// answerNow runs the server's handshake up to its accept in Accept's
+// goroutine, for a proposal p that proposalWaiting took, when everything
+// the accept names is at hand: false (nothing kept) when a buffer, a
+// slab or a queue would have to be made, which the detection goroutine
+// then does (a peer or krcored that is slow to answer must not hold up
+// Accept).
+func (c *Conn) answerNow(p *clcMsg) bool {
+	if _, err := c.prepareAccept(context.Background(), p, false); err != nil {
+		c.releaseLocal()
+		return false
+	}
+	b := c.offer(clcAccept).encode()
+	// One attempt that never waits: a fresh connection's socket buffer
+	// takes a CLC message; what it does not take awaitConfirm writes.
+	c.acceptRest = b
+	if rc, err := c.tcp.SyscallConn(); err == nil {
+		rc.Write(func(fd uintptr) bool {
+			if n, err := syscall.Write(int(fd), b); err == nil && n > 0 {
+				c.acceptRest = b[n:]
+			}
+			return true
+		})
+	}
+	return true
+}
+
+// awaitConfirm is the rest of a handshake answerNow began: the accept's
+// unsent bytes, then the client's confirm; it settles the connection.
+func (c *Conn) awaitConfirm() {
+	hctx, cancel := c.bound(context.Background())
+	var err error
+	if len(c.acceptRest) > 0 {
+		_, err = c.tcp.Write(c.acceptRest)
+	}
+	c.acceptRest = nil
+	m := c.confirmation(hctx, err)
+	cancel()
+	c.settleServer(m)
 }
 
 // markSaw records that bytes came from the client; dmu held.

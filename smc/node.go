@@ -555,8 +555,9 @@ const queuesPerPeer = 4
 // queue returns a queue connected to peer's port: an unused one when
 // there is one, a new one while fewer than queuesPerPeer are connected,
 // else the least used. Through krcored a new queue and its connect cost
-// two round trips to the daemon.
-func (n *Node) queue(ctx context.Context, peer krcore.Principal) (*sharedQueue, error) {
+// two round trips to the daemon; with wait false, a queue that would be
+// new fails with errWouldWait instead.
+func (n *Node) queue(ctx context.Context, peer krcore.Principal, wait bool) (*sharedQueue, error) {
 	n.mu.Lock()
 	if n.queues == nil {
 		n.mu.Unlock()
@@ -575,6 +576,9 @@ func (n *Node) queue(ctx context.Context, peer krcore.Principal) (*sharedQueue, 
 		return best, nil
 	}
 	n.mu.Unlock()
+	if !wait {
+		return nil, errWouldWait
+	}
 	q, err := n.api.Queue()
 	if err != nil {
 		return nil, err
@@ -661,6 +665,10 @@ type budget struct {
 	max  int64
 }
 
+// errWouldWait: a step asked not to wait (Accept answering a proposal
+// itself) needs to register, export or connect something first.
+var errWouldWait = errors.New("smc: the step would wait")
+
 // errNoMemory: a slab would pass the Node's memory bound.
 var errNoMemory = errors.New("smc: the Node's buffer memory bound (NodeOptions.MaxMemory) is reached")
 
@@ -711,10 +719,17 @@ type buffer struct {
 func (b buffer) bytes(size int) []byte { return b.s.mr.Bytes()[b.off : b.off+size] }
 
 // get takes a free buffer, registering a new slab when none is left.
-func (p *bufPool) get() (buffer, error) {
+func (p *bufPool) get() (buffer, error) { return p.take(true) }
+
+// take is get, failing with errWouldWait instead of registering a slab
+// unless grow.
+func (p *bufPool) take(grow bool) (buffer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.free) == 0 {
+		if !grow {
+			return buffer{}, errWouldWait
+		}
 		if err := p.grow(); err != nil {
 			return buffer{}, err
 		}
