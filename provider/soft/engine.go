@@ -265,7 +265,7 @@ func (q *qp) route(w *wqe) link {
 		}
 		return q.link
 	}
-	if l := q.dcLink; l != nil && q.dcAddr == w.dest && !l.to.closed.Load() {
+	if l := q.dcLink; l != nil && sameString(q.dcAddr, w.dest) && !l.to.closed.Load() {
 		return l
 	}
 	lk := q.node.route(w.dest, q)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -287,23 +288,32 @@ const maxDCSources = 1 << 14
 // dcInSequence reports whether a DCI request is the next one expected from
 // its sender, starting a new sequence for a new generation; q.mu is held.
 func (q *qp) dcInSequence(peer string, f *frame) (*dcConn, bool) {
-	src := dcSource{peer, f.srcQPN}
 	c := q.dcLastConn
-	if c == nil || q.dcLast != src {
-		c = q.dcSeq[src]
-	}
-	switch {
-	case c == nil:
-		if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
-			q.dcSeq = make(map[dcSource]*dcConn)
+	if c == nil || q.dcLast.qpn != f.srcQPN || !sameString(q.dcLast.addr, peer) {
+		src := dcSource{peer, f.srcQPN}
+		if c = q.dcSeq[src]; c == nil {
+			if q.dcSeq == nil || len(q.dcSeq) >= maxDCSources {
+				q.dcSeq = make(map[dcSource]*dcConn)
+			}
+			c = &dcConn{gen: f.gen, expect: f.psn}
+			q.dcSeq[src] = c
 		}
-		c = &dcConn{gen: f.gen, expect: f.psn}
-		q.dcSeq[src] = c
-	case c.gen != f.gen || f.flags&flagDCConnect != 0:
+		q.dcLast, q.dcLastConn = src, c
+	}
+	if c.gen != f.gen || f.flags&flagDCConnect != 0 {
 		c.gen, c.expect = f.gen, f.psn
 	}
-	q.dcLast, q.dcLastConn = src, c
 	return c, c.expect == f.psn
+}
+
+// sameString is a == b, deciding without comparing bytes when both are
+// the same string (a link's peer address, a request's destination): the
+// per-request checks of the DC path compare a string with itself.
+func sameString(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b) || a == b
 }
 
 // Modify applies a state transition: verbs.CheckTransition decides
