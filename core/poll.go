@@ -163,7 +163,12 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 			k++
 		}
 		if q == self && mine != nil && mine.n+k <= len(mine.fs) {
-			mine.n += copy(mine.fs[mine.n:], rest[:k])
+			for i := range rest[:k] {
+				// Element by element: copy of a type with
+				// pointers is a runtime call (typedslicecopy).
+				mine.fs[mine.n] = rest[i]
+				mine.n++
+			}
 		} else {
 			q.finishRun(rest[:k])
 		}
