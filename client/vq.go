@@ -172,28 +172,14 @@ func (c *Client) queueTo(ctx context.Context, node krcore.NodeID, opts *krcore.C
 	return v, g, nil
 }
 
-// queueThenConnect is QueueTo for a daemon without FeatureQueueTo.
-func (c *Client) queueThenConnect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (_ krcore.VQ, _ krcore.Region, err error) {
+// queueThenConnect is QueueTo for a daemon without FeatureQueueTo: the
+// queue made within ctx, then krcore.ConnectQueue.
+func (c *Client) queueThenConnect(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error) {
 	v, _, err := c.openVQ(ctx, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, v.Close())
-		}
-	}()
-	if err := v.Connect(ctx, node, opts); err != nil {
-		return nil, nil, err
-	}
-	if name == "" {
-		return v, nil, nil
-	}
-	g, err := v.Region(ctx, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return v, g, nil
+	return krcore.ConnectQueue(ctx, v, node, opts, name)
 }
 
 func (v *VQ) alloc() error {

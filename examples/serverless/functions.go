@@ -202,32 +202,6 @@ func exportState(api krcore.API, a fnArgs, r *report, clock *lapper) error {
 	return err
 }
 
-// dialQueue makes a queue connected to node and learns the region it exports
-// under name: through krcored in one round trip (client.QueueTo), with a
-// runtime of its own by Queue, Connect and the queue's Region.
-func dialQueue(ctx context.Context, api krcore.API, node krcore.NodeID, name string) (_ krcore.VQ, _ krcore.Region, err error) {
-	if cl, ok := api.(*client.Client); ok {
-		return cl.QueueTo(ctx, node, nil, name)
-	}
-	q, err := api.Queue()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, q.Close())
-		}
-	}()
-	if err := q.Connect(ctx, node, nil); err != nil {
-		return nil, nil, err
-	}
-	region, err := q.Region(ctx, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return q, region, nil
-}
-
 // readKrcore connects a VQ to the producer's node, learns its region and
 // READs it whole into an MR; release closes the queue and the runtime.
 func readKrcore(ctx context.Context, a fnArgs, r *report) (_ []byte, release func() error, err error) {
@@ -237,7 +211,7 @@ func readKrcore(ctx context.Context, a fnArgs, r *report) (_ []byte, release fun
 		return nil, nil, err
 	}
 	r.Attach = int64(time.Since(clock.last))
-	q, region, err := dialQueue(ctx, api, krcore.NodeID(a.peer), a.name)
+	q, region, err := krcore.QueueTo(ctx, api, krcore.NodeID(a.peer), nil, a.name)
 	if err != nil {
 		closeAPI()
 		return nil, nil, err

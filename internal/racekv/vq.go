@@ -21,12 +21,6 @@ type VQ struct {
 	comps   []krcore.Completion
 }
 
-// queueDialer is an API that makes a queue, connects it and learns a
-// region in one step: client.Client, one round trip to krcored.
-type queueDialer interface {
-	QueueTo(ctx context.Context, node krcore.NodeID, opts *krcore.ConnectOptions, name string) (krcore.VQ, krcore.Region, error)
-}
-
 // DialVQ connects a queue of api to node and learns the table region it
 // exports under name (Node.Name). The three things it needs (the queue,
 // connected; the region; a registered scratch buffer) do not depend on
@@ -44,7 +38,7 @@ func DialVQ(ctx context.Context, api krcore.API, node krcore.NodeID, name string
 	}()
 	var wg sync.WaitGroup
 	var qErr, rErr, mErr error
-	if d, ok := api.(queueDialer); ok {
+	if d, ok := api.(krcore.QueueDialer); ok {
 		wg.Go(func() {
 			if v.q, v.region, qErr = d.QueueTo(ctx, node, nil, name); qErr != nil {
 				qErr = fmt.Errorf("racekv: queue to memory node %d, region %q: %w", node, name, qErr)
