@@ -123,6 +123,21 @@ func mustQueue(t *testing.T, rt *core.Runtime, node krcore.NodeID, opts ...*krco
 	return q
 }
 
+// portPair is a SEND test's two ends on c: node 2's queue bound to port 7
+// (srv) and node 1's connected to it (cli), both closed when t ends.
+func portPair(t *testing.T, c *cluster.Cluster) (srv, cli *core.Queue) {
+	t.Helper()
+	srv, err := c.Node(2).Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.Bind(7); err != nil {
+		t.Fatal(err)
+	}
+	return srv, mustQueue(t, c.Node(1), 2, &krcore.ConnectOptions{Port: 7})
+}
+
 func pop1(t *testing.T, q *core.Queue) krcore.Completion {
 	t.Helper()
 	var out [1]krcore.Completion
@@ -175,14 +190,9 @@ func TestTwoSided(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c := m.start(t, 2, core.Config{})
 		a, b := c.Node(1), c.Node(2)
-		srv, _ := b.Queue()
-		defer srv.Close()
-		if err := srv.Bind(7); err != nil {
-			t.Fatal(err)
-		}
+		srv, cli := portPair(t, c)
 		buf, _ := b.RegMR(4096, verbs.AccessLocalWrite)
 		srv.PushRecv(buf.Range(0, 64), buf.Range(64, 64))
-		cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 		if err := cli.Bind(8); err != nil {
 			t.Fatal(err)
 		}

@@ -23,12 +23,7 @@ func TestRecvWaiterRests(t *testing.T) {
 	t.Cleanup(func() { core.SetRestRound(old) }) // after the cluster's close: its waiter reads it
 	c := start(t, 2, core.Config{})
 	a, b := c.Node(1), c.Node(2)
-	srv, _ := b.Queue()
-	defer srv.Close()
-	if err := srv.Bind(7); err != nil {
-		t.Fatal(err)
-	}
-	cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
+	srv, cli := portPair(t, c)
 	msg, _ := a.RegMR(64, verbs.AccessLocalWrite)
 	send := func(id uint64) {
 		t.Helper()

@@ -17,13 +17,8 @@ func TestSendSizes(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c := m.start(t, 2, core.Config{})
 		a, b := c.Node(1), c.Node(2)
-		srv, _ := b.Queue()
-		defer srv.Close()
-		if err := srv.Bind(7); err != nil {
-			t.Fatal(err)
-		}
+		srv, cli := portPair(t, c)
 		in, _ := b.RegMR(4096, verbs.AccessLocalWrite)
-		cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 		src, _ := a.RegMR(2*4096, verbs.AccessLocalWrite)
 		for i := range src.Bytes() {
 			src.Bytes()[i] = byte(i*7 + i/251)
@@ -64,13 +59,8 @@ func TestSendSizes(t *testing.T) {
 func TestPopMsgsOrder(t *testing.T) {
 	c := start(t, 2, core.Config{})
 	a, b := c.Node(1), c.Node(2)
-	srv, _ := b.Queue()
-	defer srv.Close()
-	if err := srv.Bind(7); err != nil {
-		t.Fatal(err)
-	}
+	srv, cli := portPair(t, c)
 	in, _ := b.RegMR(4096, verbs.AccessLocalWrite)
-	cli := mustQueue(t, a, 2, &krcore.ConnectOptions{Port: 7})
 	src, _ := a.RegMR(64, verbs.AccessLocalWrite)
 	const total = 40
 	for round := range total / 5 {
