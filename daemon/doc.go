@@ -17,7 +17,10 @@
 // another client's MR or region refuses the request (an error completion,
 // in order, on that VQ only) as the runtime refuses any malformed request.
 // SO_PEERCRED identifies the peer; Config.AllowUIDs and AllowGIDs restrict
-// who may attach. Per-client limits bound VQs and registered bytes.
+// who may attach. Per-client limits bound VQs and registered bytes. A
+// region learned stays until the client forgets it (OpForget) or detaches.
+// A reply waits Config.SendTimeout at most for room in the client's
+// socket: a client that leaves its replies unread is dropped.
 //
 // # Data path
 //
@@ -45,8 +48,10 @@
 // Server.Status (OpStatus, krctl) snapshots the daemon: the runtime's
 // counters, its shared QPs counted by type and listed one by one
 // (core.Runtime.PoolQPs), the meta cache's counters and entries, and every
-// client with its VQs. A status too large for one message loses meta cache
-// entries, then QP rows, and says how many.
+// client with its VQs. Through OpStatus a client of a user other than root
+// and the daemon's own sees only its own user's clients, the others
+// counted. A status too large for one message loses meta cache entries,
+// then QP rows, and says how many.
 //
 // # Reports
 //

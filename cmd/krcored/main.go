@@ -23,7 +23,9 @@
 // -metrics serves Prometheus metrics over HTTP at ADDR/metrics: the
 // node's and each attached client's counters, latency histograms of
 // Connects and of requests (by opcode and size, and by client), and the
-// process's and Go runtime's metrics. -pprof adds the Go profiles at
+// process's and Go runtime's metrics; each client's series carry its pid
+// and uid, which OpStatus shows other users only as counts, so ADDR is for
+// operators. -pprof adds the Go profiles at
 // ADDR/debug/pprof/ (net/http/pprof); it is off by default, since they show
 // the daemon's memory and command line to whoever reaches ADDR.
 //
