@@ -423,14 +423,19 @@ func settled(label string, conn net.Conn) error {
 }
 
 // dialSMCBench dials the bench server and names the connection's role in
-// its first byte: 'p' echoes, 's' sinks. opts nil dials plain TCP.
+// its first byte: 'p' echoes, 's' sinks. opts nil dials plain Go TCP
+// (net.Dialer: smc.Dial connects differently, see smc/dial.go).
 func dialSMCBench(ctx context.Context, timeout time.Duration, addr string, opts *smc.Options, role byte) (net.Conn, error) {
-	if opts == nil {
-		opts = &smc.Options{}
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := smc.DialContext(ctx, "tcp", addr, opts)
+	var conn net.Conn
+	var err error
+	if opts == nil {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = smc.DialContext(ctx, "tcp", addr, opts)
+	}
 	if err != nil {
 		return nil, err
 	}
