@@ -54,6 +54,15 @@ type Forgetter interface {
 	Forget() error
 }
 
+// Forget forgets r if it is a Forgetter; any other Region holds nothing to
+// forget. It does not wait for krcored.
+func Forget(r Region) error {
+	if f, ok := r.(Forgetter); ok {
+		return f.Forget()
+	}
+	return nil
+}
+
 // Local is a range of a local MR.
 type Local struct {
 	MR  MR

@@ -402,6 +402,7 @@ func (n *Node) remoteCopy(ctx context.Context, from krcore.Principal, a memArgs)
 		}
 		return failure(codeFailed, "src at node %d: %v", a.srcNode, err)
 	}
+	defer krcore.Forget(region) // looked up for this copy alone
 	if a.srcOff > region.Len() || a.n > region.Len()-a.srcOff {
 		return failure(codeInvalid, "%d bytes at %d of src's %d", a.n, a.srcOff, region.Len())
 	}

@@ -163,6 +163,18 @@ func TestMemcpy(t *testing.T) {
 					t.Fatalf("Memcpy %+v: dst differs from the model", c)
 				}
 			}
+			// The caller's node READs through the grant it learns for the
+			// copy: through krcored the daemon's table of its regions stays
+			// as it was.
+			held := testcluster.DaemonRegions(t, api)
+			for range 5 {
+				if err := mapper.Memcpy(ctx, h["c1"], 0, h["b2"], 0, 4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := testcluster.DaemonRegions(t, api); n != held {
+				t.Errorf("krcored holds %d regions of the caller after 5 copies, %d before", n, held)
+			}
 			before := append([]byte(nil), lmrs["a2"].Bytes()...)
 			ro := mapLMR(t, mapper, 2, "a2", lite.Read)
 			if err := mapper.Memcpy(ctx, ro, 0, h["b2"], 0, 100); !errors.Is(err, lite.ErrPerm) {

@@ -2,7 +2,6 @@ package smc_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/client"
-	"github.com/krcore/krcore/daemon/wire"
+	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/smc"
 )
 
@@ -217,7 +214,7 @@ func TestReleasedSlabsForgotten(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				cached, moved := smc.Regions(cliNode)
-				held := daemonRegions(t, clients[mode])
+				held := testcluster.DaemonRegions(t, clients[mode])
 				if moved <= smc.IdleRegions && held <= cached {
 					t.Logf("%d lookups; %d regions cached, %d of them learned mid-stream; krcored holds %d", cliNode.Stats().Lookups, cached, moved, held)
 					return
@@ -229,30 +226,6 @@ func TestReleasedSlabsForgotten(t *testing.T) {
 			}
 		})
 	}
-}
-
-// daemonRegions is how many regions krcored holds for api, a client of
-// it; 0 for an embedded runtime.
-func daemonRegions(t *testing.T, api krcore.API) int {
-	c, ok := api.(*client.Client)
-	if !ok {
-		return 0
-	}
-	b, err := c.Status(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st wire.Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
-	for _, cs := range st.Clients {
-		if cs.ID == c.ID() {
-			return cs.Regions
-		}
-	}
-	t.Fatalf("krcored does not list client %d", c.ID())
-	return 0
 }
 
 // growAll streams 8 MiB on each of k new connections of cli to ln at once

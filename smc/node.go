@@ -315,7 +315,7 @@ func (n *Node) Close() error {
 	n.mu.Lock()
 	stages := slices.Collect(maps.Values(n.stages))
 	for k, l := range n.regions {
-		forget(l.r)
+		krcore.Forget(l.r)
 		delete(n.regions, k)
 	}
 	n.mu.Unlock()
@@ -489,7 +489,7 @@ func (n *Node) useRegion(k regionKey, r krcore.Region, moved bool) krcore.Region
 		l = &learned{r: r, moved: moved}
 		n.regions[k] = l
 	case r != nil && r != l.r: // learned twice at once: one is kept
-		forget(r)
+		krcore.Forget(r)
 	}
 	if l.users == 0 && l.idle != 0 {
 		l.idle = 0
@@ -525,7 +525,7 @@ func (n *Node) putRegion(node krcore.NodeID, name string) {
 		if o := n.regions[old.k]; o != nil && o.idle == old.seq {
 			delete(n.regions, old.k)
 			n.idleN--
-			forget(o.r)
+			krcore.Forget(o.r) // it does not wait for krcored: fine under n.mu
 		}
 	}
 	if len(n.idle) > 4*idleRegions { // stale entries of regions used again
@@ -533,17 +533,6 @@ func (n *Node) putRegion(node krcore.NodeID, name string) {
 			o := n.regions[e.k]
 			return o == nil || o.idle != e.seq
 		})
-	}
-}
-
-// forget drops what the API keeps for r where it was learned (through
-// krcored, the daemon's entry for it, held until the client detaches
-// otherwise). It does not wait for krcored, so it runs under n.mu; its
-// error is the client's connection failing, which the Node's next call
-// meets.
-func forget(r krcore.Region) {
-	if f, ok := r.(krcore.Forgetter); ok {
-		f.Forget()
 	}
 }
 

@@ -6,6 +6,7 @@ package testcluster
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/daemon"
+	"github.com/krcore/krcore/daemon/wire"
 )
 
 // setupTimeout bounds starting a cluster or attaching a client.
@@ -76,4 +78,31 @@ func APIs(t testing.TB, nodes int) ([]krcore.API, map[string]krcore.API) {
 		others = append(others, core.Embed(c.Node(id)))
 	}
 	return others, map[string]krcore.API{"embedded": core.Embed(c.Node(1)), "daemon": Attach(t, sock)}
+}
+
+// DaemonRegions is how many regions krcored holds for api, its client (as
+// the client's own status shows it); 0 for an embedded runtime.
+func DaemonRegions(t testing.TB, api krcore.API) int {
+	t.Helper()
+	c, ok := api.(*client.Client)
+	if !ok {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	b, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st wire.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range st.Clients {
+		if cs.ID == c.ID() {
+			return cs.Regions
+		}
+	}
+	t.Fatalf("krcored does not list client %d", c.ID())
+	return 0
 }
