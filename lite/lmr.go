@@ -71,6 +71,14 @@ type mapping struct {
 	regions []krcore.Region // the grant on each node of lay, in its order
 }
 
+// forget drops the mapping's regions where the API keeps them (through
+// krcored, the daemon's entries: krcore.Forget); m is not used after.
+func (m *mapping) forget() {
+	for _, r := range m.regions {
+		krcore.Forget(r)
+	}
+}
+
 // Handle names a mapping of an LMR. It is opaque and valid only in the
 // Node that made it (Map): another Node refuses it with ErrBadHandle.
 type Handle struct {
@@ -351,6 +359,7 @@ func (n *Node) Unmap(ctx context.Context, h Handle) error {
 	delete(n.maps, h.id)
 	n.forgetLoans(m.master, m.export) // the master withdraws them with the grant
 	n.mu.Unlock()
+	m.forget()
 	r, err := n.request(ctx, m.master, ctlMsg{kind: opUnmap, name: m.export})
 	if err == nil && r.code != codeFreed {
 		err = replyErr(r)

@@ -114,10 +114,12 @@ func (n *Node) copyLMR(ctx context.Context, old layout, oldIDs []string, nu layo
 	if err != nil {
 		return err
 	}
+	defer from.forget()
 	to, err := n.mapping(ctx, self, "", exp, nu)
 	if err != nil {
 		return err
 	}
+	defer to.forget()
 	buf := make([]byte, bounceSize)
 	n.dataMu.Lock()
 	defer n.dataMu.Unlock()
@@ -140,6 +142,7 @@ func (n *Node) mapping(ctx context.Context, master krcore.NodeID, name, exp stri
 	for _, node := range lay.nodes {
 		r, err := n.region(ctx, node, exportName(exp, lay.gen))
 		if err != nil {
+			m.forget()
 			return nil, err
 		}
 		m.regions = append(m.regions, r)
