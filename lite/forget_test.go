@@ -3,6 +3,7 @@ package lite_test
 import (
 	"testing"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/internal/testcluster"
 	"github.com/krcore/krcore/lite"
 )
@@ -33,5 +34,32 @@ func TestUnmapForgets(t *testing.T) {
 	}
 	if n := testcluster.DaemonRegions(t, api); n != held {
 		t.Errorf("krcored holds %d regions of the mapper after 5 maps unmapped, %d before", n, held)
+	}
+}
+
+// TestRPCForgets: through krcored, a caller's Node that closes leaves none
+// of the regions its RPC sessions learned (the callee's ring) in the
+// daemon, and a callee's Node none of its callers' reply areas.
+func TestRPCForgets(t *testing.T) {
+	otherAPI, apis := apis(t)
+	api := apis["daemon"]
+	ctx := ctxT(t)
+	held := testcluster.DaemonRegions(t, api)
+	for _, side := range []string{"caller", "callee"} {
+		server, caller := open(t, otherAPI), open(t, api)
+		callee, to := server, krcore.NodeID(2)
+		if side == "callee" {
+			caller, callee, to = server, caller, 1
+		}
+		echo(t, callee, 7)
+		resp := make([]byte, 16)
+		if _, err := caller.Call(ctx, to, 7, []byte("ping"), resp); err != nil {
+			t.Fatal(err)
+		}
+		caller.Close()
+		callee.Close()
+		if n := testcluster.DaemonRegions(t, api); n != held {
+			t.Errorf("%s through krcored: it holds %d regions of the client after the Node closed, %d before", side, n, held)
+		}
 	}
 }

@@ -321,6 +321,9 @@ func (n *Node) teardown(s *session, cause error) {
 		if s.reply != nil {
 			n.api.Deregister(s.reply) // under s.mu: no take reads it meanwhile
 		}
+		if s.ring != nil {
+			krcore.Forget(s.ring) // the callee's ring, as krcored keeps it
+		}
 	})
 }
 
@@ -365,6 +368,11 @@ func (n *Node) openRing(from krcore.Principal, body string) (string, byte) {
 func (n *Node) dropRing(g *ring) {
 	n.api.Unexport(g.export)
 	n.api.Deregister(g.mr)
+	g.mu.Lock()
+	if g.reply != nil {
+		krcore.Forget(g.reply) // the caller's reply area, as krcored keeps it
+	}
+	g.mu.Unlock()
 }
 
 // replyRegion is the caller's reply area, learned on the first reply.
