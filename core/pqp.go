@@ -352,15 +352,9 @@ type finished struct {
 // finished; a failed one starts recovery.
 func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
 	p.mu.Lock()
-	out = p.completeLocked(wc, out)
-	p.mu.Unlock()
-	return out
-}
-
-// completeLocked is complete with p.mu held.
-func (p *pqp) completeLocked(wc *verbs.WC, out []finished) []finished {
 	seq, ok := p.seqOf(wc.ID)
 	if !ok {
+		p.mu.Unlock()
 		return out // stale: from before a recovery
 	}
 	for p.base < seq {
@@ -371,9 +365,11 @@ func (p *pqp) completeLocked(wc *verbs.WC, out []finished) []finished {
 		if len(p.backlog) > 0 {
 			out = appendLost(out, p.drainLocked())
 		}
-		return out
+	} else {
+		out = p.failLocked(wc.Status, out)
 	}
-	return p.failLocked(wc.Status, out)
+	p.mu.Unlock()
+	return out
 }
 
 func appendLost(out []finished, lost []rec) []finished {

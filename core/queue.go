@@ -173,18 +173,14 @@ func (q *Queue) movable(node krcore.NodeID, p *peer) error {
 // unless wait is true: then it waits until requests complete (or are
 // popped), or ctx ends.
 func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (int, error) {
+	// Unlocked on each return, not deferred: this is every request's path.
 	q.mu.Lock()
-	n, err := q.pushLocked(ctx, wait, reqs)
-	q.mu.Unlock()
-	return n, err
-}
-
-// pushLocked is Push with q.mu held (released while waiting for credit).
-func (q *Queue) pushLocked(ctx context.Context, wait bool, reqs []krcore.Request) (int, error) {
 	if err := q.usable(); err != nil {
+		q.mu.Unlock()
 		return 0, err
 	}
 	if err := q.routeLocked(ctx); err != nil {
+		q.mu.Unlock()
 		return 0, err
 	}
 	batch := q.batch[:0]
@@ -193,9 +189,11 @@ func (q *Queue) pushLocked(ctx context.Context, wait bool, reqs []krcore.Request
 			q.postBatch(batch)
 			batch = batch[:0]
 			if !wait {
+				q.mu.Unlock()
 				return i, fmt.Errorf("core: push: %d outstanding: %w", q.rt.cfg.Credits, krcore.ErrNoCredit)
 			}
 			if err := q.waitCredit(ctx); err != nil {
+				q.mu.Unlock()
 				return i, err
 			}
 		}
@@ -211,6 +209,7 @@ func (q *Queue) pushLocked(ctx context.Context, wait bool, reqs []krcore.Request
 		}
 	}
 	q.postBatch(batch)
+	q.mu.Unlock()
 	return len(reqs), nil
 }
 
@@ -234,8 +233,16 @@ func (q *Queue) PushOne(ctx context.Context, wait bool, req krcore.Request) erro
 // RC QP, which may have been evicted while the queue was idle), making one
 // within ctx; q.mu held, released while making it.
 func (q *Queue) routeLocked(ctx context.Context) error {
+	if q.rt.dc {
+		return nil // a DCI always routes: the check the compiler inlines
+	}
+	return q.routeRC(ctx)
+}
+
+// routeRC is routeLocked without DC.
+func (q *Queue) routeRC(ctx context.Context) error {
 	p := q.peer
-	if q.rt.dc || q.rt.routes.routable(p) {
+	if q.rt.routes.routable(p) {
 		return nil
 	}
 	q.mu.Unlock()
@@ -260,6 +267,14 @@ func (q *Queue) CanPush() bool {
 func (q *Queue) full() bool { return q.credits == 0 || q.n == len(q.ents) }
 
 func (q *Queue) usable() error {
+	if !q.closed && q.peer != nil {
+		return nil // the check the compiler inlines; the errors are built apart
+	}
+	return q.unusable()
+}
+
+// unusable is usable's error.
+func (q *Queue) unusable() error {
 	switch {
 	case q.closed:
 		return fmt.Errorf("core: queue: %w", krcore.ErrClosed)
@@ -305,9 +320,15 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	}
 	held := false
 	if ref == nil && r.Local.Len > 0 {
-		var ok bool
-		if held, ok = q.holdMR(m); !ok {
-			ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
+		if m == q.hold && m.live() {
+			// holdMR's common case, without the call.
+			q.holdRefs++
+			held = true
+		} else {
+			var ok bool
+			if held, ok = q.holdMR(m); !ok {
+				ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
+			}
 		}
 	}
 	if ref != nil {
@@ -449,7 +470,14 @@ func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 	e := &q.ents[q.slot(i)]
 	if m := e.mr; m != nil && !e.done {
 		e.mr = nil
-		q.releaseMR(m, e.held)
+		// A request relying on the queue's hold releases it; the hold
+		// goes with the last one once m is deregistered or the queue
+		// closed. One with a use of its own drops it.
+		if !e.held {
+			m.unuse()
+		} else if q.holdRefs--; q.holdRefs == 0 && (q.closed || !m.live()) {
+			q.dropHold(m)
+		}
 	}
 	e.done, e.status, e.n = true, st, n
 }
@@ -479,18 +507,10 @@ func (q *Queue) holdMR(m *MR) (held, ok bool) {
 	return true, true
 }
 
-// releaseMR releases a finished request's hold of m; q.mu held. The
-// queue's hold goes with the last request relying on it once m is
-// deregistered or the queue closed.
-func (q *Queue) releaseMR(m *MR, held bool) {
-	if !held {
-		m.unuse()
-		return
-	}
-	if q.holdRefs--; q.holdRefs == 0 && (q.closed || !m.live()) {
-		q.hold = nil
-		m.unuse()
-	}
+// dropHold drops the queue's hold of m; q.mu held.
+func (q *Queue) dropHold(m *MR) {
+	q.hold = nil
+	m.unuse()
 }
 
 // dropIdleHold drops the queue's hold of m if no request relies on it;

@@ -24,13 +24,14 @@ import (
 // when there is neither (RC-only, while the peer has no RC QP). A VQ
 // always maps to the same QP of a kind, so its requests stay in order.
 func pickQP(vq uint32, rcs, dcis []*pqp) *pqp {
-	if len(rcs) > 0 {
-		return rcs[spread(vq, len(rcs))]
+	qps := rcs
+	if len(qps) == 0 {
+		qps = dcis
 	}
-	if len(dcis) > 0 {
-		return dcis[spread(vq, len(dcis))]
+	if len(qps) == 0 {
+		return nil
 	}
-	return nil
+	return qps[spread(vq, len(qps))] // one spread: small enough to inline
 }
 
 // spread is vq modulo n (n > 0): by a mask when n is a power of two (the
