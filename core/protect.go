@@ -57,6 +57,27 @@ func check(r *krcore.Request, m *MR, g *grant, twoSided bool, lim limits) *refus
 // checkLocal checks the request's local buffer.
 func checkLocal(r *krcore.Request, m *MR, lim limits) *refusal {
 	l := &r.Local
+	// Every request's case first, without the refusals' formatting: a
+	// non-empty range inside a live MR of the runtime, for an operation
+	// that reads it, or a READ into an MR with LOCAL_WRITE. Whatever
+	// else, localRefusal decides, the same checks in full.
+	if l.Len > 0 && l.Off >= 0 && uint64(l.Len) <= lim.maxMsg && m != nil && l.Off <= m.n && l.Len <= m.n-l.Off && m.live() {
+		switch r.Op {
+		case verbs.OpSend, verbs.OpSendImm, verbs.OpWrite, verbs.OpWriteImm:
+			return nil
+		case verbs.OpRead:
+			if m.access&verbs.AccessLocalWrite != 0 {
+				return nil
+			}
+		}
+	}
+	return localRefusal(r, m, lim)
+}
+
+// localRefusal is checkLocal in full: nil or why the local buffer is
+// refused.
+func localRefusal(r *krcore.Request, m *MR, lim limits) *refusal {
+	l := &r.Local
 	n := uint64(l.Len)
 	switch {
 	case l.Len < 0 || l.Off < 0:
@@ -87,6 +108,23 @@ func checkLocal(r *krcore.Request, m *MR, lim limits) *refusal {
 // checkRemote checks a one-sided request's remote range against g, the
 // record of its region.
 func checkRemote(r *krcore.Request, g *grant) *refusal {
+	// A READ or WRITE inside the region with its access, decided without
+	// the refusals' formatting; whatever else, remoteRefusal decides.
+	if g != nil && (r.Op == verbs.OpRead || r.Op == verbs.OpWrite || r.Op == verbs.OpWriteImm) {
+		n, off := uint64(r.Local.Len), r.Remote.Off
+		need := verbs.AccessRemoteWrite
+		if r.Op == verbs.OpRead {
+			need = verbs.AccessRemoteRead
+		}
+		if off <= g.len && n <= g.len-off && g.access&need == need {
+			return nil
+		}
+	}
+	return remoteRefusal(r, g)
+}
+
+// remoteRefusal is checkRemote in full.
+func remoteRefusal(r *krcore.Request, g *grant) *refusal {
 	if g == nil {
 		return &refusal{verbs.RemInvReqErr, fmt.Sprintf("%s without a remote region", r.Op)}
 	}

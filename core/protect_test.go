@@ -75,7 +75,19 @@ func FuzzCheck(f *testing.F) {
 		if which&4 != 0 {
 			r.Remote.Region = nil
 		}
-		if check(&r, localOf(&r), grantOf(r.Remote.Region), two, limits{maxMsg: 1 << 20}) != nil {
+		lim := limits{maxMsg: 1 << 20}
+		sameAsFull(t, &r, lim)
+		if which&8 != 0 { // the fast paths on a writable region and a dead MR too
+			w := &Region{g: &grant{name: "w", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteWrite}}
+			dead := &MR{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}
+			dead.dead.Store(true)
+			v := r
+			v.Remote.Region = w
+			sameAsFull(t, &v, lim)
+			v.Local.MR = dead
+			sameAsFull(t, &v, lim)
+		}
+		if check(&r, localOf(&r), grantOf(r.Remote.Region), two, lim) != nil {
 			return
 		}
 		if !r.Op.Valid() {
@@ -91,6 +103,20 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("%s accepted on a read-only region", r.Op)
 		}
 	})
+}
+
+// sameAsFull fails t unless checkLocal and checkRemote, with their fast
+// paths, accept r exactly when their full checks (localRefusal,
+// remoteRefusal) do.
+func sameAsFull(t *testing.T, r *krcore.Request, lim limits) {
+	t.Helper()
+	m, g := localOf(r), grantOf(r.Remote.Region)
+	if fast, full := checkLocal(r, m, lim), localRefusal(r, m, lim); (fast == nil) != (full == nil) {
+		t.Fatalf("%s local %+v: checkLocal %v, in full %v", r.Op, r.Local, fast, full)
+	}
+	if fast, full := checkRemote(r, g), remoteRefusal(r, g); (fast == nil) != (full == nil) {
+		t.Fatalf("%s %d B at remote %d: checkRemote %v, in full %v", r.Op, r.Local.Len, r.Remote.Off, fast, full)
+	}
 }
 
 // localOf is the MR behind r's local handle, as Queue.accept resolves it
