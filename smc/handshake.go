@@ -151,10 +151,7 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 	}
 	r, err := c.connectPeer(hctx, m, true)
 	if err == nil {
-		r, err = c.learnBuffer(hctx, m)
-	}
-	if err == nil {
-		r, err = c.setupRMB(krcore.Principal{Node: m.node, Port: m.port}, true)
+		r, err = c.learnAndTake(hctx, m)
 	}
 	if err != nil {
 		c.decline(r)
@@ -167,6 +164,36 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 		return Mode{Reason: ReasonSync, Err: err}
 	}
 	return Mode{SMC: true}
+}
+
+// learnAndTake learns the server's buffer from its accept m and takes
+// this side's receive buffer. When the receive buffer needs a new slab
+// (a first connection to the peer), the lookup runs meanwhile: through
+// krcored the lookup and the slab's registration and export are each a
+// round trip to the daemon, together most of a first connect.
+func (c *Conn) learnAndTake(ctx context.Context, m *clcMsg) (Reason, error) {
+	peer := krcore.Principal{Node: m.node, Port: m.port}
+	if r, err := c.setupRMB(peer, false); !errors.Is(err, errWouldWait) {
+		if err != nil {
+			return r, err
+		}
+		return c.learnBuffer(ctx, m)
+	}
+	type learned struct {
+		r   Reason
+		err error
+	}
+	lookup := make(chan learned, 1)
+	go func() { // owned by this call, which waits for it
+		r, err := c.learnBuffer(ctx, m)
+		lookup <- learned{r, err}
+	}()
+	r, err := c.setupRMB(peer, true)
+	l := <-lookup
+	if l.err != nil {
+		return l.r, l.err
+	}
+	return r, err
 }
 
 // unanswered is the mode of a client whose proposal got no CLC answer:
