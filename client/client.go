@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ type Client struct {
 	timeout  time.Duration
 
 	seq     atomic.Uint64
-	sendMu  sync.Mutex
+	sendTok chan struct{} // held by the one sender: each sets the connection's write deadline
 	mu      sync.Mutex
 	pending map[uint64]chan *wire.Msg
 	// orphans undo what the daemon did for calls whose callers stopped
@@ -81,7 +82,8 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, krcore.ErrDaemonGone, err)
 	}
 	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg), orphans: make(map[uint64]func(*wire.Msg)),
-		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{})}
+		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{}),
+		sendTok: make(chan struct{}, 1)}
 	go c.read()
 	r, err := c.call(ctx, wire.NewMsg(wire.OpHello, 0).U32(wire.Version))
 	if err != nil {
@@ -181,12 +183,12 @@ func (c *Client) callUndo(ctx context.Context, m *wire.Msg, undo func(*wire.Msg)
 		delete(c.pending, m.Seq)
 		c.mu.Unlock()
 	}()
-	c.sendMu.Lock()
-	err := wire.Send(c.conn, m)
-	c.sendMu.Unlock()
+	err := c.send(ctx, m)
 	switch {
 	case errors.Is(err, verbs.ErrInvalid): // not sent: too long
 		return nil, fmt.Errorf("client: %w", err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled): // not sent
+		return nil, fmt.Errorf("client: op %d: %w", m.Op, err)
 	case err != nil:
 		if gone := c.err(); gone != nil {
 			return nil, gone
@@ -231,12 +233,43 @@ func (c *Client) deregisterOrphan(r *wire.Msg) {
 	}
 }
 
-// post sends m and does not wait for its response (read drops it).
+// post sends m and does not wait for its response (read drops it); the
+// send waits the client's call timeout at most.
 func (c *Client) post(m *wire.Msg) error {
 	m.Seq = c.seq.Add(1)
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	return wire.Send(c.conn, m)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	return c.send(ctx, m)
+}
+
+// send sends m, waiting for its turn and for room in the socket, which a
+// daemon that stops reading fills, no longer than ctx allows. A send cut
+// short sent nothing: the socket takes a message whole or not at all.
+func (c *Client) send(ctx context.Context, m *wire.Msg) error {
+	select {
+	case c.sendTok <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.sendTok }()
+	dl, _ := ctx.Deadline() // none: zero, no deadline
+	c.conn.SetWriteDeadline(dl)
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.conn.SetWriteDeadline(time.Unix(1, 0)) // in the past: the send returns
+		close(cut)
+	})
+	err := wire.Send(c.conn, m)
+	if !stop() {
+		<-cut // the next sender's deadline is not overwritten
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, os.ErrDeadlineExceeded): // ctx's deadline, reached by the socket's timer first
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // callT is call bounded by the client's timeout, for the API's calls
