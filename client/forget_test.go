@@ -12,7 +12,7 @@ import (
 // table of the client's regions as it was once each is forgotten (it grew
 // by one a lookup until the client detached); a request naming a
 // forgotten region is refused, and another handle on the same region still
-// READs. Against a daemon without FeatureForget, Forget does nothing.
+// READs, whatever another client that forged a handle on it forgets. Against a daemon without FeatureForget, Forget does nothing.
 func TestForgetRegion(t *testing.T) {
 	e := startEnv(t)
 	for _, mode := range []string{"forget", "first protocol"} {
@@ -63,6 +63,15 @@ func TestForgetRegion(t *testing.T) {
 			out := run(t, ctx, q, krcore.Request{ID: 1, Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0)})
 			if out[0].Err() == nil {
 				t.Error("a READ of a forgotten region succeeded")
+			}
+			// Another client that forges a handle on keep (its id) forgets
+			// nothing of this one's.
+			other := attach(t, e)
+			if err := client.StealRegion(other, keep).(krcore.Forgetter).Forget(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Status(ctx); err != nil { // after the forget
+				t.Fatal(err)
 			}
 			out = run(t, ctx, q, krcore.Request{ID: 2, Op: verbs.OpRead, Local: buf.Range(0, 5), Remote: keep.At(0)})
 			if err := out[0].Err(); err != nil || string(buf.Bytes()[:5]) != "hello" {

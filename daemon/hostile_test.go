@@ -325,6 +325,9 @@ func TestHostileControl(t *testing.T) {
 			return withFDs(wire.NewMsg(wire.OpRegister, 0).U64(0).U64(4096).U32(uint32(verbs.AccessAll)), memfd(t, 4096, true), memfd(t, 4096, true))
 		}, want: verbs.ErrInvalid},
 		{name: "deregister unknown", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpDeregister, 0).U64(12345) }, want: krcore.ErrRefused},
+		{name: "forget unknown region", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpForget, 0).U64(12345) }, want: krcore.ErrRefused},
+		{name: "forget short", hello: true, msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpForget, 0).U32(1) }, want: verbs.ErrInvalid},
+		{name: "forget before hello", msg: func(*testing.T) *wire.Msg { return wire.NewMsg(wire.OpForget, 0).U64(1) }, want: verbs.ErrInvalid},
 		{name: "export unknown MR", hello: true, msg: func(*testing.T) *wire.Msg {
 			return wire.NewMsg(wire.OpExport, 0).Str("x").U64(12345).U64(0).U64(8).U32(uint32(verbs.AccessRemoteRead))
 		}, want: krcore.ErrRefused},
