@@ -59,7 +59,8 @@
 // of 48 KiB each), replaced by name and dropped when it detaches: what a
 // library running in its process over krcore tells krctl and /metrics
 // about itself, since the daemon cannot see it. Server.Reports lists them
-// (OpReports, krctl smc); package smc's Nodes report their connections and
+// (OpReports, krctl smc, which shows a user other than root and the
+// daemon's own only its own user's); package smc's Nodes report their connections and
 // counters under "smc/PORT", which the metrics collector exports as
 // krcored_smc_* series by client and port.
 //

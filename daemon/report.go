@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -83,6 +84,13 @@ func (s *Server) Reports(prefix string) []wire.Report {
 	return out
 }
 
+// reportsVisibleTo is rs as a client of user uid sees them through
+// OpReports, the daemon running as user owner: those it may see (sees),
+// as for the status's clients.
+func reportsVisibleTo(rs []wire.Report, uid, owner uint32) []wire.Report {
+	return slices.DeleteFunc(rs, func(r wire.Report) bool { return !sees(uid, owner, r.UID) })
+}
+
 // listReports answers OpReports: the reports from the skip-th on, as many as
 // fit a message; the total tells the client whether to ask again.
 func (ss *session) listReports(m *wire.Msg, r *wire.Msg) error {
@@ -90,7 +98,7 @@ func (ss *session) listReports(m *wire.Msg, r *wire.Msg) error {
 	if err := m.Err(); err != nil {
 		return fmt.Errorf("reports: %w", err)
 	}
-	all := ss.s.Reports(prefix)
+	all := reportsVisibleTo(ss.s.Reports(prefix), ss.cred.Uid, uint32(os.Geteuid()))
 	r.U32(uint32(len(all)))
 	if int(skip) >= len(all) {
 		r.U32(0)

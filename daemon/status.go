@@ -100,13 +100,20 @@ func visibleTo(st wire.Status, uid, owner uint32) wire.Status {
 	}
 	mine := make([]wire.ClientStatus, 0, len(st.Clients))
 	for _, c := range st.Clients {
-		if c.UID == uid {
+		if sees(uid, owner, c.UID) {
 			mine = append(mine, c)
 		}
 	}
 	st.ClientsHidden = len(st.Clients) - len(mine)
 	st.Clients = mine
 	return st
+}
+
+// sees reports whether a client of user viewer may see what a client of
+// user subject owns (its status row, its reports), the daemon running as
+// user owner: root, the owner and the subject's own user may.
+func sees(viewer, owner, subject uint32) bool {
+	return viewer == 0 || viewer == owner || viewer == subject
 }
 
 // encodeStatus is st as JSON in at most limit bytes. If it does not fit,

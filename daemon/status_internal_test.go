@@ -112,3 +112,23 @@ func TestStatusVisibleTo(t *testing.T) {
 		t.Errorf("visibleTo changed its argument's clients: %d left", len(st.Clients))
 	}
 }
+
+// TestReportsVisibleTo: OpReports shows a user other than root and the
+// daemon's owner only its own user's clients' reports.
+func TestReportsVisibleTo(t *testing.T) {
+	all := func() []wire.Report {
+		return []wire.Report{{Client: 1, UID: 1000, Name: "smc/1"}, {Client: 2, UID: 1001, Name: "smc/2"}, {Client: 3, UID: 1000, Name: "smc/3"}}
+	}
+	for _, c := range []struct {
+		uid     uint32
+		clients []uint64
+	}{{0, []uint64{1, 2, 3}}, {999, []uint64{1, 2, 3}}, {1000, []uint64{1, 3}}, {1001, []uint64{2}}, {1002, nil}} {
+		var got []uint64
+		for _, r := range reportsVisibleTo(all(), c.uid, 999) {
+			got = append(got, r.Client)
+		}
+		if !slices.Equal(got, c.clients) {
+			t.Errorf("uid %d sees the reports of clients %v, want %v", c.uid, got, c.clients)
+		}
+	}
+}

@@ -8,8 +8,8 @@
 // document (wire.Status) or the listed part of it.
 //
 // The daemon shows a user other than root and its own only that user's
-// clients (list clients, vqs); the others are counted in status's clients
-// and in "clients_hidden".
+// clients (list clients, vqs) and reports (smc); the other clients are
+// counted in status's clients and in "clients_hidden".
 //
 // list qps prints one row per shared physical QP of the node (the DC
 // target, the DC initiators, the RC QPs, those entering or leaving the
