@@ -21,10 +21,13 @@ const (
 	probeTimeout = 8 * ctlTimeout
 )
 
-// deathNote is why and since when a peer is known dead.
+// deathNote is why and since when a peer is known dead, and the channel
+// that wakes its probe (probeSoon): made at the death, not with the peer,
+// so a cold connect allocates none.
 type deathNote struct {
-	since time.Time
-	cause error
+	since    time.Time
+	cause    error
+	probeNow chan struct{}
 }
 
 // deadErr is nil while p is not known dead, else an error naming it and
@@ -41,12 +44,13 @@ func (p *peer) deadErr() error {
 // markDead records that p stopped answering and starts the probe that
 // finds it alive again.
 func (rt *Runtime) markDead(p *peer, cause error) {
-	if !p.dead.CompareAndSwap(nil, &deathNote{since: time.Now(), cause: cause}) {
+	d := &deathNote{since: time.Now(), cause: cause, probeNow: make(chan struct{}, 1)}
+	if !p.dead.CompareAndSwap(nil, d) {
 		return
 	}
 	rt.count(&rt.stats.peersDead)
 	rt.log.Warn("peer dead: failing its requests at once until it answers again", "peer", p.node, "cause", cause)
-	rt.background(func() { rt.probe(p) })
+	rt.background(func() { rt.probe(p, d) })
 }
 
 // confirmDead marks p dead after a control call to it went unanswered
@@ -65,8 +69,8 @@ func (rt *Runtime) confirmDead(p *peer, cause error) {
 }
 
 // probe pings a dead peer, backing off, until it answers (the peer is
-// alive again) or the runtime stops.
-func (rt *Runtime) probe(p *peer) {
+// alive again) or the runtime stops; d is the death it probes for.
+func (rt *Runtime) probe(p *peer, d *deathNote) {
 	ctx, cancel := rt.untilStop()
 	defer cancel()
 	wait := probeFirst
@@ -77,7 +81,7 @@ func (rt *Runtime) probe(p *peer) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-p.probeNow:
+		case <-d.probeNow:
 		}
 		err := rt.ping(ctx, p)
 		if err == nil {
@@ -109,11 +113,12 @@ func (rt *Runtime) ping(ctx context.Context, p *peer) error {
 
 // probeSoon makes a dead peer's probe ping it now: something came from it.
 func (p *peer) probeSoon() {
-	if p.dead.Load() == nil {
+	d := p.dead.Load()
+	if d == nil {
 		return
 	}
 	select {
-	case p.probeNow <- struct{}{}:
+	case d.probeNow <- struct{}{}:
 	default:
 	}
 }

@@ -33,10 +33,8 @@ type peer struct {
 	tgt  atomic.Pointer[target]
 	rcl  atomic.Pointer[[]*pqp] // RC QPs VQs may use
 	ops  atomic.Uint64          // requests posted, for hotness (see pqp.countOp)
-	// dead is set while the peer is known dead (see markDead); probeNow
-	// wakes its probe.
-	dead     atomic.Pointer[deathNote]
-	probeNow chan struct{}
+	// dead is set while the peer is known dead (see markDead).
+	dead atomic.Pointer[deathNote]
 
 	mu       sync.Mutex // guards the fields below and RC changes
 	building bool
@@ -85,12 +83,12 @@ func (rt *Runtime) peerFor(ctx context.Context, node krcore.NodeID) (*peer, erro
 	if err != nil {
 		return nil, fmt.Errorf("core: connect to node %d: %w", node, lookupErr(err))
 	}
-	p = &peer{rt: rt, node: node, probeNow: make(chan struct{}, 1)}
-	t, err := rt.newTarget(p, rec)
-	if err != nil {
+	b := &born{p: peer{rt: rt, node: node}}
+	p = &b.p
+	if err := rt.setTarget(&b.t, p, rec); err != nil {
 		return nil, err
 	}
-	p.tgt.Store(t)
+	p.tgt.Store(&b.t)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if old := rt.peers[node]; old != nil {
@@ -115,12 +113,29 @@ func lookupErr(err error) error {
 	return fmt.Errorf("%w: %w", krcore.ErrUnreachable, err)
 }
 
+// born is a new peer with its first target, allocated together: a cold
+// connect then allocates once for both.
+type born struct {
+	p peer
+	t target
+}
+
 func (rt *Runtime) newTarget(p *peer, rec meta.Record) (*target, error) {
+	t := new(target)
+	if err := rt.setTarget(t, p, rec); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// setTarget fills t, p's target at rec.
+func (rt *Runtime) setTarget(t *target, p *peer, rec meta.Record) error {
 	ah, err := rt.addressHandle(rec.Endpoint())
 	if err != nil {
-		return nil, fmt.Errorf("core: address handle for node %d at %s: %w", rec.Node, rec.Addr, err)
+		return fmt.Errorf("core: address handle for node %d at %s: %w", rec.Node, rec.Addr, err)
 	}
-	return &target{peer: p, addr: rec.Addr, dct: rec.DCTNum, key: rec.DCKey, ctrlQPN: rec.CtrlQPN, ctrlQKey: rec.CtrlQKey, version: rec.Version, ah: ah}, nil
+	*t = target{peer: p, addr: rec.Addr, dct: rec.DCTNum, key: rec.DCKey, ctrlQPN: rec.CtrlQPN, ctrlQKey: rec.CtrlQKey, version: rec.Version, ah: ah}
+	return nil
 }
 
 // addressHandle returns the runtime's address handle for a remote port,

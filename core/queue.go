@@ -93,8 +93,7 @@ func (rt *Runtime) Queue() (*Queue, error) {
 			break
 		}
 	}
-	q := &Queue{rt: rt, id: rt.nextQ, credits: rt.cfg.Credits,
-		ents: make([]entry, completionDepth*rt.cfg.Credits)}
+	q := &Queue{rt: rt, id: rt.nextQ, credits: rt.cfg.Credits}
 	rt.queues[q.id] = q
 	return q, nil
 }
@@ -264,7 +263,11 @@ func (q *Queue) CanPush() bool {
 
 // full reports that the queue may accept no request now: all its credits
 // are in flight, or its completions wait to be popped; q.mu held.
-func (q *Queue) full() bool { return q.credits == 0 || q.n == len(q.ents) }
+func (q *Queue) full() bool { return q.credits == 0 || q.n == q.depth() }
+
+// depth is how many entries the queue's completion ring holds (ents, nil
+// until the queue's first request).
+func (q *Queue) depth() int { return completionDepth * q.rt.cfg.Credits }
 
 func (q *Queue) usable() error {
 	if !q.closed && q.peer != nil {
@@ -304,6 +307,12 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 // fills in x the record to post and reports true, unless the request was
 // refused.
 func (q *Queue) accept(r *krcore.Request, x *rec) bool {
+	if q.ents == nil {
+		// Made by the first request, not with the queue: a queue that is
+		// only connected, or only receives messages, costs no ring
+		// (24 KiB at the default credits, zeroed and scanned by the GC).
+		q.ents = make([]entry, q.depth())
+	}
 	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 	seq := q.seq + uint64(q.n)
 	q.ents[q.slot(q.n)] = e
