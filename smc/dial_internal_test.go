@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -96,25 +97,54 @@ func TestDialTCPPending(t *testing.T) {
 		}
 		break
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		tc, err := dialTCP(ctx, "tcp", addr)
-		if err == nil {
-			tc.Close()
+	// A connect under way (its SYN dropped), then room in the queue
+	// (every connection made is in it, none accepted: these accepts never
+	// wait): the SYN sent again is answered and awaitConnect returns.
+	var finished []int // connected after all (a dial above was slow): in the queue too
+	defer func() {
+		for _, f := range finished {
+			syscall.Close(f)
 		}
-		done <- err
 	}()
-	// Room in the queue: the dial's next SYN is answered.
-	for range 2 {
+	var cfd int
+	for {
+		if len(finished) > 8 {
+			t.Fatal("every connect finished: the accept queue never filled")
+		}
+		if cfd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Connect(cfd, sa); err != syscall.EINPROGRESS {
+			syscall.Close(cfd)
+			t.Fatalf("connect: %v, want EINPROGRESS", err)
+		}
+		done, err := connectDone(cfd)
+		if err != nil {
+			syscall.Close(cfd)
+			t.Fatal(err)
+		}
+		if !done {
+			break
+		}
+		finished = append(finished, cfd)
+	}
+	f := os.NewFile(uintptr(cfd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for range len(conns) + len(finished) {
 		nfd, _, err := syscall.Accept(fd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		syscall.Close(nfd)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("a dial that waited for room: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := awaitConnect(ctx, nc.(*net.TCPConn)); err != nil {
+		t.Fatalf("a connect that waited for room: %v", err)
 	}
 }
