@@ -60,6 +60,9 @@ type poller struct {
 	wake     chan struct{}
 	failed   atomic.Bool   // the CQ failed (device gone); logged once
 	sleeps   atomic.Uint64 // sleeps on the CQ (CQ.Wait calls), for tests
+	// readiedSeen is the runtime's readied count the last sleep on the
+	// CQ saw (see sleepOnCQ); guarded by waitMu.
+	readiedSeen uint64
 
 	spinScore atomic.Int32  // see spins
 	spinWaits atomic.Uint32 // waits that did not spin, for probing
@@ -448,6 +451,16 @@ func (pl *poller) sleepOnCQ(ctx context.Context, q *Queue, ready func() bool) (b
 		// watch cancelled the one before.
 		return false, err
 	}
+	if k := pl.rt.readied.Load(); k != pl.readiedSeen {
+		// A dispatch (this goroutine's, most likely) woke a waiter
+		// asleep on another queue, readied on this P: the provider's
+		// Wait may spin or sleep in a system call holding the P, and
+		// across processes the woken goroutine then ran only when that
+		// spin ended (~20 us later; the RPC callee's serving goroutine
+		// in two of three calls). Let it run first.
+		pl.readiedSeen = k
+		runtime.Gosched()
+	}
 	r := pl.lastRole
 	if r == nil || r.q != q || r.ctx != pl.sctx || r.taken.Load() {
 		r = &roleHolder{q: q, ctx: pl.sctx, cancel: pl.scancel}
@@ -534,11 +547,15 @@ func (pl *poller) wakeAll() {
 // load: its next wait looks at its state before it sleeps.
 func (rt *Runtime) kick(q *Queue) {
 	if q.waiters.Load() > 0 {
-		q.waker.wake()
+		woke := q.waker.wake()
 		for _, pl := range [...]*poller{rt.sends, rt.recvs} {
 			if r := pl.role.Load(); r != nil && r.q == q {
 				r.cancel()
+				woke = true
 			}
+		}
+		if woke {
+			rt.readied.Add(1)
 		}
 	}
 	if g := q.group.Load(); g != nil {
@@ -575,16 +592,19 @@ func (w *waker) watch() <-chan struct{} {
 }
 
 // wake wakes the goroutines watching; call it after changing the state.
-func (w *waker) wake() {
+// It reports whether any watched.
+func (w *waker) wake() bool {
 	w.gen.Add(1)
 	if !w.armed.Load() {
-		return
+		return false
 	}
 	w.mu.Lock()
-	if w.ch != nil {
+	woke := w.ch != nil
+	if woke {
 		close(w.ch)
 		w.ch = nil
 		w.armed.Store(false)
 	}
 	w.mu.Unlock()
+	return woke
 }

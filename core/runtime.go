@@ -187,6 +187,11 @@ type Runtime struct {
 	lease  meta.Lease   // the node's record in cfg.Membership, if any
 	metas  []meta.Info  // the MetaServers the meta client reads, in order
 	stats  counters
+
+	// readied counts kicks that woke a goroutine asleep on a queue (see
+	// sleepOnCQ).
+	readied atomic.Uint64
+
 	// dc: routes is dcRC, whose peers are always routable; Push tests it
 	// before asking routes (a dynamic call per request).
 	dc   bool
