@@ -31,11 +31,25 @@ func (q *qp) pump() {
 		return
 	}
 	q.pumping = true
+	var unrung *shmLink // a link this pump left its peer unrung on
 	for {
 		lk, idx, ok := q.next(&q.out)
 		if !ok {
 			break
 		}
+		sl, shm := lk.(*shmLink)
+		if unrung != nil && unrung != sl {
+			unrung.flushWake()
+			unrung = nil
+		}
+		// More of this pump's requests follow on the link: the peer's
+		// reader, if asleep, is rung once for them all (after the
+		// last), so that it wakes to a whole WRITE_WITH_IMM to a port
+		// (a WRITE and its notification) instead of waking for the
+		// WRITE alone, taking this CPU, and sleeping again before
+		// the notification is in. A large frame rings at once, as
+		// before: the peer copies it out while the next goes in.
+		lazy := shm && q.sent < q.posted && q.out.payloadLen() <= shmLazyBytes
 		// An RC QP or a DCI on a TCP link writes what is queued in one
 		// call. An RC QP's requests all go on q.link, which only a reset
 		// (under q.mu) changes; a DCI's, on the link of their target,
@@ -59,6 +73,11 @@ func (q *qp) pump() {
 			for i := range q.more[:n] {
 				q.more[i].release()
 			}
+		} else if shm {
+			sl.sendFrame(&q.out, lazy)
+			if lazy {
+				unrung = sl
+			}
 		} else {
 			lk.send(&q.out)
 		}
@@ -66,7 +85,7 @@ func (q *qp) pump() {
 		if tcp {
 			q.scq.setLink(tl)
 			q.rcq.setLink(tl)
-		} else if sl, ok := lk.(*shmLink); ok {
+		} else if shm {
 			q.scq.setShm(sl)
 			q.rcq.setShm(sl)
 		}
@@ -80,7 +99,14 @@ func (q *qp) pump() {
 	}
 	q.pumping = false
 	q.mu.Unlock()
+	if unrung != nil {
+		unrung.flushWake()
+	}
 }
+
+// shmLazyBytes bounds the payload of a request frame whose ring of a
+// sleeping peer waits for the next frame of the same pump (see pump).
+const shmLazyBytes = 4 << 10
 
 // Bounds on what the pump writes to a TCP link in one call.
 const (
