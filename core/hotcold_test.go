@@ -15,7 +15,7 @@ import (
 // evict what the initiator keeps hot: no eviction on either side, and the
 // reader's queue migrates once (DCI to RC).
 func TestHotOneWayKeepsRC(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 250})
+	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 250, Path: patientPath})
 	a, b := c.Node(1), c.Node(2)
 	q, req := reader(t, a, b, "r")
 	var out [8]krcore.Completion
@@ -63,7 +63,7 @@ func TestHotOneWayKeepsRC(t *testing.T) {
 // goroutine can stall on a loaded machine under -race: a stall as long
 // as the cold period looks like the stream's end.
 func TestReverseHotKeepsRC(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, HotOps: 20, HotWindow: 2 * time.Millisecond, ColdWindows: 250})
+	c := start(t, 2, core.Config{DCIs: 1, HotOps: 20, HotWindow: 2 * time.Millisecond, ColdWindows: 250, Path: patientPath})
 	a, b := c.Node(1), c.Node(2)
 	qa, reqA := reader(t, a, b, "r")
 	qb, reqB := reader(t, b, a, "r")
