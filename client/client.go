@@ -55,8 +55,8 @@ type Client struct {
 	sendTok chan struct{} // held by the one sender: each sets the connection's write deadline
 	mu      sync.Mutex
 	pending map[uint64]chan *wire.Msg
-	// orphans undo what the daemon did for calls whose callers stopped
-	// waiting (callUndo), when their responses come.
+	// orphans take the responses of calls whose callers stopped waiting
+	// (callLate), when they come: to undo what the daemon did for them.
 	orphans map[uint64]func(*wire.Msg)
 	undos   sync.WaitGroup // orphans running; Close waits for them
 	gone    error
@@ -127,7 +127,7 @@ func (c *Client) read() {
 		switch {
 		case ch != nil:
 			ch <- m
-		case undo != nil && m.Code == wire.CodeOK:
+		case undo != nil:
 			// Not here: its request goes out on the connection this
 			// loop drains.
 			c.undos.Go(func() { undo(m) })
@@ -169,12 +169,28 @@ func (c *Client) call(ctx context.Context, m *wire.Msg) (*wire.Msg, error) {
 // if ctx ends first, undo (if not nil) gets the successful response when
 // it comes, to release what the daemon made for a caller that gave up.
 func (c *Client) callUndo(ctx context.Context, m *wire.Msg, undo func(*wire.Msg)) (*wire.Msg, error) {
+	var late func(*wire.Msg)
+	if undo != nil {
+		late = func(r *wire.Msg) {
+			if r.Code == wire.CodeOK {
+				undo(r)
+			}
+		}
+	}
+	r, _, err := c.callLate(ctx, m, late)
+	return r, err
+}
+
+// callLate is call whose response, if ctx ends after the request went
+// out, goes to late (if not nil) whatever its code when it comes;
+// orphaned reports that late took it. A client gone never calls it.
+func (c *Client) callLate(ctx context.Context, m *wire.Msg, late func(*wire.Msg)) (_ *wire.Msg, orphaned bool, _ error) {
 	m.Seq = c.seq.Add(1)
 	ch := make(chan *wire.Msg, 1)
 	c.mu.Lock()
 	if c.gone != nil {
 		c.mu.Unlock()
-		return nil, c.gone
+		return nil, false, c.gone
 	}
 	c.pending[m.Seq] = ch
 	c.mu.Unlock()
@@ -186,43 +202,41 @@ func (c *Client) callUndo(ctx context.Context, m *wire.Msg, undo func(*wire.Msg)
 	err := c.send(ctx, m)
 	switch {
 	case errors.Is(err, verbs.ErrInvalid): // not sent: too long
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, false, fmt.Errorf("client: %w", err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled): // not sent
-		return nil, fmt.Errorf("client: op %d: %w", m.Op, err)
+		return nil, false, fmt.Errorf("client: op %d: %w", m.Op, err)
 	case err != nil:
 		if gone := c.err(); gone != nil {
-			return nil, gone
+			return nil, false, gone
 		}
-		return nil, fmt.Errorf("client: %w: %w", krcore.ErrDaemonGone, err)
+		return nil, false, fmt.Errorf("client: %w: %w", krcore.ErrDaemonGone, err)
 	}
 	select {
 	case r := <-ch:
-		return r, r.Error()
+		return r, false, r.Error()
 	case <-c.done:
-		return nil, c.err()
+		return nil, false, c.err()
 	case <-ctx.Done():
-		if undo != nil {
-			c.orphan(m.Seq, ch, undo)
+		if late != nil {
+			c.orphan(m.Seq, ch, late)
 		}
-		return nil, fmt.Errorf("client: op %d: %w", m.Op, ctx.Err())
+		return nil, late != nil, fmt.Errorf("client: op %d: %w", m.Op, ctx.Err())
 	}
 }
 
 // orphan hands the response to call seq, which its caller no longer waits
-// for on ch, to undo: when it comes (read), or now if read passed it on
+// for on ch, to late: when it comes (read), or now if read passed it on
 // meanwhile.
-func (c *Client) orphan(seq uint64, ch chan *wire.Msg, undo func(*wire.Msg)) {
+func (c *Client) orphan(seq uint64, ch chan *wire.Msg, late func(*wire.Msg)) {
 	c.mu.Lock()
 	if _, waiting := c.pending[seq]; waiting {
 		delete(c.pending, seq)
-		c.orphans[seq] = undo
+		c.orphans[seq] = late
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Unlock()
-	if r := <-ch; r.Code == wire.CodeOK { // read took it from pending: it is on its way
-		undo(r)
-	}
+	late(<-ch) // read took it from pending: it is on its way
 }
 
 // deregisterOrphan deregisters in the daemon the MR an OpRegister's

@@ -12,18 +12,56 @@ import (
 )
 
 // Bind makes the queue receive the messages sent to port on the daemon's
-// node.
+// node. A Bind or Unbind of the queue waits for the one before it to be
+// answered, even one whose caller stopped waiting: a Bind that timed out
+// and bound the port after all is unbound before the next call goes out,
+// so its undoing cannot undo the next one.
 func (v *VQ) Bind(port uint32) error {
+	what := fmt.Sprintf("bind port %d", port)
 	if v.shut.Load() { // the daemon forgot the VQ: it would refuse the id
-		return fmt.Errorf("client: bind port %d: %w", port, v.errClosed())
+		return fmt.Errorf("client: %s: %w", what, v.errClosed())
 	}
-	_, err := v.c.callT(wire.NewMsg(wire.OpBind, 0).U64(v.id).U32(port))
-	return wrap(fmt.Sprintf("bind port %d", port), err)
+	ctx, cancel := context.WithTimeout(context.Background(), v.c.timeout)
+	defer cancel()
+	if err := v.bindTurn(ctx); err != nil {
+		return wrap(what, err)
+	}
+	_, late, err := v.c.callLate(ctx, wire.NewMsg(wire.OpBind, 0).U64(v.id).U32(port), func(r *wire.Msg) {
+		if r.Code == wire.CodeOK { // bound for a caller told it failed
+			v.c.post(wire.NewMsg(wire.OpUnbind, 0).U64(v.id))
+		}
+		<-v.bindTok
+	})
+	if !late {
+		<-v.bindTok
+	}
+	return wrap(what, err)
+}
+
+// bindTurn waits for the queue's Bind and Unbind calls before to be
+// answered (bindTok); the caller gives the turn back.
+func (v *VQ) bindTurn(ctx context.Context) error {
+	select {
+	case v.bindTok <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-v.c.done:
+		return v.c.err()
+	}
 }
 
 // Unbind stops the queue receiving; messages already received stay. A
 // daemon gone has unbound it already.
-func (v *VQ) Unbind() { v.c.callT(wire.NewMsg(wire.OpUnbind, 0).U64(v.id)) }
+func (v *VQ) Unbind() {
+	ctx, cancel := context.WithTimeout(context.Background(), v.c.timeout)
+	defer cancel()
+	if v.bindTurn(ctx) != nil {
+		return
+	}
+	v.c.call(ctx, wire.NewMsg(wire.OpUnbind, 0).U64(v.id)) // late, it still goes before the next Bind
+	<-v.bindTok
+}
 
 // PushRecv posts buffers that messages to the bound port land in, in order.
 func (v *VQ) PushRecv(bufs ...krcore.Local) error {

@@ -38,7 +38,8 @@ type VQ struct {
 	cqWait  chan struct{} // one sleeper at a time per bell
 	msgWait chan struct{}
 	ctlWait chan struct{}
-	ctlMu   sync.Mutex // one control SQE in flight, so CtlDone reports ours
+	ctlMu   sync.Mutex    // one control SQE in flight, so CtlDone reports ours
+	bindTok chan struct{} // held by the Bind or Unbind call in flight, see Bind
 
 	// shut is set when Close (or Client.Close) begins; done closes then,
 	// waking waiters queued for a bell. Sleepers look at the ring's
@@ -89,7 +90,7 @@ func (c *Client) newVQ() (*VQ, error) {
 // queue's id.
 func (c *Client) openVQ(ctx context.Context, body func(*wire.Msg)) (*VQ, *wire.Msg, error) {
 	v := &VQ{c: c, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1), ctlWait: make(chan struct{}, 1),
-		done: make(chan struct{})}
+		bindTok: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := v.alloc(); err != nil {
 		v.release()
 		return nil, nil, err
