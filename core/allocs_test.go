@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -73,3 +74,57 @@ func TestPushOneAllocs(t *testing.T) {
 //
 //go:noinline
 func opaqueQueue(api krcore.API) (krcore.VQ, error) { return api.Queue() }
+
+// TestQueueRingOnFirstRequest: a VQ that is made, connected and closed
+// without a request costs no completion ring (16 KiB at the default
+// credits, which made every fresh VQ's cold connect pay the collector's
+// work), and its first request makes one and completes.
+func TestQueueRingOnFirstRequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rt := c.Node(1)
+	const n = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		q, err := rt.Queue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Connect(ctx, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+	}
+	runtime.ReadMemStats(&after)
+	// A ring is 16 KiB; the queue itself (~400 B) and what the runtime's
+	// own goroutines allocate meanwhile stay well below 6 KiB a queue.
+	per := (after.TotalAlloc - before.TotalAlloc) / n
+	t.Logf("a VQ made, connected and closed: %d B", per)
+	if per > 6<<10 {
+		t.Errorf("a VQ made, connected and closed allocated %d B, want no 16 KiB completion ring", per)
+	}
+	_, req := vqReader(t, rt, c.Node(2))
+	q, err := rt.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Connect(ctx, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]krcore.Completion, 1)
+	for i := range 600 { // past the ring's 512 entries: it wraps
+		if err := q.PushOne(ctx, false, req); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := q.PopWait(ctx, out); err != nil || out[0].Status != verbs.Success {
+			t.Fatalf("request %d: %v %v", i, err, out[0].Status)
+		}
+	}
+}

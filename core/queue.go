@@ -310,7 +310,7 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	if q.ents == nil {
 		// Made by the first request, not with the queue: a queue that is
 		// only connected, or only receives messages, costs no ring
-		// (24 KiB at the default credits, zeroed and scanned by the GC).
+		// (16 KiB at the default credits, zeroed and scanned by the GC).
 		q.ents = make([]entry, q.depth())
 	}
 	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
