@@ -63,3 +63,46 @@ func TestRPCForgets(t *testing.T) {
 		}
 	}
 }
+
+// TestMovedMappingForgets: through krcored, the regions of a mapping its
+// LMR moved away from (remapped on the next Read) leave the daemon with
+// the handle's Unmap, and those of a handle still mapped with the Node's
+// Close.
+func TestMovedMappingForgets(t *testing.T) {
+	others, mappers := testcluster.APIs(t, 3)
+	api := mappers["daemon"]
+	ctx := ctxT(t)
+	master, mapper := open(t, others[0]), open(t, api)
+	open(t, others[1]) // node 3, where the LMR moves
+	l, err := master.Malloc(ctx, "moving", 4096, lite.Read|lite.Write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := testcluster.DaemonRegions(t, api)
+	buf := make([]byte, 8)
+	var hs []lite.Handle
+	for range 2 {
+		h := mapLMR(t, mapper, 2, "moving", lite.Read)
+		if err := mapper.Read(ctx, h, 0, buf); err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	for _, to := range []krcore.NodeID{3, 2} {
+		if err := l.Move(ctx, to); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if err := mapper.Read(ctx, h, 0, buf); err != nil { // remapped
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := mapper.Unmap(ctx, hs[0]); err != nil {
+		t.Fatal(err)
+	}
+	mapper.Close()
+	if n := testcluster.DaemonRegions(t, api); n != held {
+		t.Errorf("krcored holds %d regions of the mapper after its handles were moved twice, unmapped and closed, %d before", n, held)
+	}
+}

@@ -69,13 +69,20 @@ type mapping struct {
 	export  string // the grant's
 	lay     layout
 	regions []krcore.Region // the grant on each node of lay, in its order
+	// retired are the mappings this one replaced for its handle after
+	// the LMR moved (remap), oldest first: calls begun before may still
+	// use them, so their regions are forgotten with this one's.
+	retired []*mapping
 }
 
-// forget drops the mapping's regions where the API keeps them (through
-// krcored, the daemon's entries: krcore.Forget); m is not used after.
+// forget drops the regions of the mapping and of those it replaced where
+// the API keeps them (through krcored, the daemon's entries:
+// krcore.Forget); none of them is used after.
 func (m *mapping) forget() {
-	for _, r := range m.regions {
-		krcore.Forget(r)
+	for _, o := range append(m.retired, m) {
+		for _, r := range o.regions {
+			krcore.Forget(r)
+		}
 	}
 }
 
@@ -379,12 +386,17 @@ func (n *Node) unmapAll(bound time.Duration) {
 	n.mu.Lock()
 	masters := make([]krcore.NodeID, 0, len(n.maps))
 	msgs := make([]ctlMsg, 0, len(n.maps))
+	maps := make([]*mapping, 0, len(n.maps))
 	for _, m := range n.maps {
 		n.seq++
 		masters = append(masters, m.master)
 		msgs = append(msgs, ctlMsg{kind: opUnmap, id: n.seq, port: n.port, name: m.export})
+		maps = append(maps, m)
 	}
 	n.mu.Unlock()
+	for _, m := range maps {
+		m.forget() // the handles fail from now on, as the Node's queues close
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	for i, m := range msgs {

@@ -279,7 +279,9 @@ func (n *Node) remap(ctx context.Context, h Handle, m *mapping, cause error) (*m
 	}
 	n.redone.Add(1)
 	n.mu.Lock()
-	if n.maps[h.id] != nil {
+	cur := n.maps[h.id]
+	if cur != nil {
+		nm.retired = append(cur.retired[:len(cur.retired):len(cur.retired)], cur)
 		n.maps[h.id] = nm
 	}
 	n.mu.Unlock()
