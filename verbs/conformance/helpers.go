@@ -198,6 +198,13 @@ type rcOpts struct {
 	cb        verbs.CQ   // b's CQ, if shared with other pairs
 }
 
+// patientPath is the path of a test of something other than timeouts: its
+// retry budget (Timeout*(RetryCount+1), 4 s on the soft RNIC) outlasts a
+// stall of a loaded machine, where the provider's own may not (the soft
+// suites' is 200 ms, to keep the link-death tests short), and ends before
+// the default Options.Timeout a test waits for a completion.
+var patientPath = verbs.Path{Timeout: time.Second, RetryCount: 3}
+
 // rc creates and connects an RC pair between a and b.
 func (e *env) rc(o rcOpts) *rcPair {
 	e.t.Helper()

@@ -19,13 +19,15 @@ func srqTests() []testCase {
 }
 
 // testSRQShared: three QPs draw their receives from one SRQ; each
-// completion names the QP the message came in on.
+// completion names the QP the message came in on. The pairs are patient:
+// what is tested is the sharing, and a sender's ACK is late by any stall
+// of the receiver's reading.
 func testSRQShared(t *testing.T, e *env) {
 	const qps, per, msg = 3, 2, 64
 	srq, cb := e.b.srq(16), e.b.cq(64)
 	pairs := make([]*rcPair, qps)
 	for i := range pairs {
-		pairs[i] = e.rc(rcOpts{srqB: srq, cb: cb})
+		pairs[i] = e.rc(rcOpts{srqB: srq, cb: cb, path: patientPath})
 	}
 	n, err := pairs[0].qb.PostRecv([]verbs.RecvWR{recvWR(0, e.b.mr(8, verbs.AccessAll).sge(0, 8))})
 	errIs(t, "PostRecv on a QP that uses an SRQ", err, verbs.ErrInvalid)
