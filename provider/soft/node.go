@@ -296,6 +296,14 @@ func (n *Node) release(count *int) {
 // sweepLoop fails requests whose response is overdue: the hardware retry
 // timer, which is what turns a dead link or a missing peer QP into
 // RETRY_EXC_ERR instead of a hang.
+//
+// An RNIC's timer and its receive path run on the card, so a host that
+// stalls stalls neither. Here both run in this process: a sweep that
+// comes late (the process went without a CPU) may find responses that
+// arrived during the stall still unread in the link, their reader stalled
+// with it. Such a sweep expires nothing and leaves the next, one period
+// later, to judge; only one sweep in a row is skipped, so a process
+// stalling at every tick still fails what is overdue.
 func (n *Node) sweepLoop() {
 	defer n.wg.Done()
 	period := n.cfg.RetryTimeout / 8
@@ -303,6 +311,7 @@ func (n *Node) sweepLoop() {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var qps []*qp
+	last, skipped := n.now(), false
 	for {
 		select {
 		case <-n.stop:
@@ -310,6 +319,12 @@ func (n *Node) sweepLoop() {
 		case <-t.C:
 		}
 		now := n.now()
+		var due bool
+		due, skipped = sweepDue(time.Duration(now-last), period, skipped)
+		last = now
+		if !due {
+			continue
+		}
 		qps = qps[:0]
 		n.qpMu.RLock()
 		for _, q := range n.qps {
@@ -322,6 +337,17 @@ func (n *Node) sweepLoop() {
 			q.expire(now)
 		}
 	}
+}
+
+// sweepDue decides whether a sweep that comes since after the previous
+// one (due every period) expires requests: not if it comes more than
+// two periods after it, unless the previous sweep was skipped for the same
+// reason. skip reports whether this one is skipped.
+func sweepDue(since, period time.Duration, skippedLast bool) (due, skip bool) {
+	if since > 2*period && !skippedLast {
+		return false, true
+	}
+	return true, false
 }
 
 // now is monotonic nanoseconds since the node started.
