@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/provider/soft"
 )
 
 // TestKickCountsWokenSleepers: a kick counts in Runtime.readied, which
@@ -14,19 +13,7 @@ import (
 // when it woke a goroutine asleep on the queue: a kick of a queue nobody
 // waits on readies nobody and costs the next sleeper no yield.
 func TestKickCountsWokenSleepers(t *testing.T) {
-	fab := soft.NewFabric()
-	d, err := fab.NewNode(soft.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rt, err := New(ctx, Config{Device: d, Node: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	ctx, rt := loneRuntime(t, 10*time.Second)
 	q, err := rt.Queue()
 	if err != nil {
 		t.Fatal(err)

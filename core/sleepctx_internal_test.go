@@ -11,24 +11,32 @@ import (
 	"github.com/krcore/krcore/provider/soft"
 )
 
+// loneRuntime starts a runtime, node 1, alone on a soft RNIC of its own
+// fabric; the runtime, then the device, close when the test ends; ctx ends after
+// timeout.
+func loneRuntime(t *testing.T, timeout time.Duration) (context.Context, *Runtime) {
+	t.Helper()
+	dev, err := soft.NewFabric().NewNode(soft.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	rt, err := New(ctx, Config{Device: dev, Node: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return ctx, rt
+}
+
 // TestSleepEndsWithContext: a PopWait whose sleeps on the completion
 // queue are cut short again and again by wake-ups (each cancels the sleep
 // context, and the next sleep makes a new one under the same watch of the
 // caller's context) still ends when its context does.
 func TestSleepEndsWithContext(t *testing.T) {
-	fab := soft.NewFabric()
-	dev, err := fab.NewNode(soft.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	rt, err := New(ctx, Config{Device: dev, Node: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	ctx, rt := loneRuntime(t, 20*time.Second)
 	q, err := rt.Queue()
 	if err != nil {
 		t.Fatal(err)
