@@ -3,8 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,12 +17,7 @@ import (
 // unbound). The daemon here is the test: it holds the first Bind's answer
 // until the call has given up, and checks the order of what comes next.
 func TestBindGivenUp(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "fake.sock")
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := fakeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	type step struct {
@@ -49,7 +42,7 @@ func TestBindGivenUp(t *testing.T) {
 			m.CloseFDs()
 			switch m.Op {
 			case wire.OpHello:
-				wire.Send(conn, m.Reply().U64(1).U64(1).U32(16).U32(64).U32(0))
+				wire.Send(conn, helloReply(m))
 			case wire.OpQueue:
 				wire.Send(conn, m.Reply().U64(5))
 			default:

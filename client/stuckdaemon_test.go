@@ -17,12 +17,7 @@ import (
 // daemon reads again, and so do calls waiting for their turn to send.
 // The daemon here answers HELLO and reads nothing more.
 func TestDaemonNotReading(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "stuck.sock")
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := fakeDaemon(t)
 	accepted := make(chan *net.UnixConn, 1)
 	go func() {
 		conn, err := ln.AcceptUnix()
@@ -31,7 +26,7 @@ func TestDaemonNotReading(t *testing.T) {
 			return
 		}
 		if m, err := wire.Recv(conn); err == nil {
-			wire.Send(conn, m.Reply().U64(1).U64(1).U32(16).U32(64).U32(0))
+			wire.Send(conn, helloReply(m))
 		}
 		accepted <- conn // and read no more
 	}()
@@ -74,4 +69,23 @@ func TestDaemonNotReading(t *testing.T) {
 			t.Fatal("calls of 2 ms to a daemon that reads nothing still running after 10 s")
 		}
 	}
+}
+
+// fakeDaemon listens where a client attaches, for a test that plays the
+// daemon; the listener closes when the test ends.
+func fakeDaemon(t *testing.T) (sock string, ln *net.UnixListener) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return sock, ln
+}
+
+// helloReply is a fake daemon's answer to the client's HELLO m: client
+// id 1, node 1, 16 credits, messages of up to 64 B, no features.
+func helloReply(m *wire.Msg) *wire.Msg {
+	return m.Reply().U64(1).U64(1).U32(16).U32(64).U32(0)
 }
