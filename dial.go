@@ -3,6 +3,7 @@ package krcore
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // QueueDialer is an API that makes a queue connected to a node and learns
@@ -17,6 +18,9 @@ type QueueDialer interface {
 // QueueDialer does it in one step; any other makes the queue (API.Queue)
 // and then ConnectQueue. On an error no queue is left.
 func QueueTo(ctx context.Context, api API, node NodeID, opts *ConnectOptions, name string) (VQ, Region, error) {
+	if api == nil {
+		return nil, nil, fmt.Errorf("krcore: queue to node %d: no API: %w", node, ErrInvalid)
+	}
 	if d, ok := api.(QueueDialer); ok {
 		return d.QueueTo(ctx, node, opts, name)
 	}
@@ -31,6 +35,9 @@ func QueueTo(ctx context.Context, api API, node NodeID, opts *ConnectOptions, na
 // learns the region node exports under name as q asks (VQ.Region); the
 // region is nil without a name. On an error it closes q.
 func ConnectQueue(ctx context.Context, q VQ, node NodeID, opts *ConnectOptions, name string) (_ VQ, _ Region, err error) {
+	if q == nil {
+		return nil, nil, fmt.Errorf("krcore: connect queue to node %d: no queue: %w", node, ErrInvalid)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, q.Close())

@@ -65,3 +65,15 @@ func TestQueueTo(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueToNil: QueueTo without an API and ConnectQueue without a queue
+// fail with ErrInvalid (they panicked on the nil interface).
+func TestQueueToNil(t *testing.T) {
+	ctx := context.Background()
+	if q, g, err := krcore.QueueTo(ctx, nil, 2, nil, "x"); !errors.Is(err, krcore.ErrInvalid) || q != nil || g != nil {
+		t.Errorf("QueueTo(nil API): %v, %v, %v; want ErrInvalid", q, g, err)
+	}
+	if q, g, err := krcore.ConnectQueue(ctx, nil, 2, nil, "x"); !errors.Is(err, krcore.ErrInvalid) || q != nil || g != nil {
+		t.Errorf("ConnectQueue(nil queue): %v, %v, %v; want ErrInvalid", q, g, err)
+	}
+}
