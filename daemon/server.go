@@ -68,8 +68,10 @@ type Config struct {
 	// default 5s. Only a client that leaves its replies unread fills the
 	// socket: past the bound the daemon drops it and reclaims what it
 	// owned, instead of leaving the goroutine that answers it (and Close,
-	// whose goodbye waits behind that answer) blocked for good.
-	SendTimeout time.Duration `json:"-"` // not in krcored's config file: the default serves
+	// whose goodbye waits behind that answer) blocked for good. A client
+	// that reads its socket rarely (a process stopped under a debugger, a
+	// slow link through a proxy) needs a longer bound.
+	SendTimeout time.Duration `json:"send_timeout"`
 	// Logger receives the daemon's events; default slog.Default().
 	Logger *slog.Logger `json:"-"`
 }

@@ -46,7 +46,7 @@ type config struct {
 // in) so that 0 from a flag or the file is a value checked like any other.
 func newConfig() *config {
 	return &config{Node: 1, LogLevel: "info", Provider: daemon.ProviderSoft, IBPort: 1, GIDIdx: -1,
-		Config: daemon.Config{MaxVQs: 64, MaxMRBytes: 1 << 30, ClientCredits: 256, CallTimeout: 5 * time.Second}}
+		Config: daemon.Config{MaxVQs: 64, MaxMRBytes: 1 << 30, ClientCredits: 256, CallTimeout: 5 * time.Second, SendTimeout: 5 * time.Second}}
 }
 
 // errConfig reports a configuration krcored refuses: an unknown key, a
@@ -115,6 +115,7 @@ func flags(cfg *config) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.ClientCredits, "client-credits", cfg.ClientCredits, "requests one client may have in flight over all its VQs (at least 1)")
 	fs.DurationVar(&cfg.ShareQuantum, "share-quantum", cfg.ShareQuantum, "how long a client's pump may work without a break beside an interactive client before it naps three times as long (0: 50us on nodes of at most 4 CPUs, else off; negative: off)")
 	fs.DurationVar(&cfg.CallTimeout, "call-timeout", cfg.CallTimeout, "bound on a client's control call that talks to other nodes (Connect, Region)")
+	fs.DurationVar(&cfg.SendTimeout, "send-timeout", cfg.SendTimeout, "how long a reply waits for room in a client's socket before the daemon drops the client, which leaves its replies unread")
 	fs.IntVar(&cfg.MaxVQs, "max-vqs", cfg.MaxVQs, "VQs one client may have (at least 1)")
 	fs.Int64Var(&cfg.MaxMRBytes, "max-mr-bytes", cfg.MaxMRBytes, "bytes one client may register (at least 1)")
 	return fs, file
@@ -142,8 +143,9 @@ func (cfg *config) readFile(name string) error {
 		Spin         duration `json:"spin"`
 		ShareQuantum duration `json:"share_quantum"`
 		CallTimeout  duration `json:"call_timeout"`
+		SendTimeout  duration `json:"send_timeout"`
 	}{cfg, duration{"spin", &cfg.Spin}, duration{"share_quantum", &cfg.ShareQuantum},
-		duration{"call_timeout", &cfg.CallTimeout}}
+		duration{"call_timeout", &cfg.CallTimeout}, duration{"send_timeout", &cfg.SendTimeout}}
 	if err := checkKeys(b, jsonKeys(reflect.TypeOf(keys))); err != nil {
 		return fmt.Errorf("%w: config %s: %w", errConfig, name, err)
 	}
@@ -381,6 +383,7 @@ func (cfg *config) checkRanges() error {
 		{"max_mr_bytes", "max-mr-bytes", cfg.MaxMRBytes, 1},
 		{"spin", "spin", int64(cfg.Spin), 0},
 		{"call_timeout", "call-timeout", int64(cfg.CallTimeout), 1},
+		{"send_timeout", "send-timeout", int64(cfg.SendTimeout), 1},
 	} {
 		if c.v < c.min {
 			return fmt.Errorf("%s (-%s) %s: want at least %s", c.key, c.flag, show(c.key, c.v), show(c.key, c.min))
@@ -404,7 +407,7 @@ func (cfg *config) checkMetaTable() error {
 // show prints a key's value: durations as durations.
 func show(key string, v int64) string {
 	switch key {
-	case "spin", "call_timeout":
+	case "spin", "call_timeout", "send_timeout":
 		return time.Duration(v).String()
 	}
 	return strconv.FormatInt(v, 10)

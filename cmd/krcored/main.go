@@ -7,7 +7,7 @@
 //	        [-meta "addr=HOST:PORT qpn=N qkey=N"]... [-meta-buckets N] [-meta-slots N]
 //	        [-etcd ENDPOINTS [-etcd-prefix P]]
 //	        [-metrics ADDR [-pprof]] [-log-level info]
-//	        [-spin D] [-share-quantum D] [-call-timeout D] [-client-credits N]
+//	        [-spin D] [-share-quantum D] [-call-timeout D] [-send-timeout D] [-client-credits N]
 //	        [-max-vqs N] [-max-mr-bytes N]
 //
 // The device is a soft RNIC by default: reachable by other hosts over TCP
@@ -49,7 +49,7 @@
 // The config file is one JSON object with the flags' names as keys, dashes
 // written as underscores ("socket", "group", "node", "listen", "provider",
 // "ib_dev", "ib_port", "gid_idx", "meta", "meta_buckets", "meta_slots", "etcd", "etcd_prefix", "metrics", "pprof", "log_level", "spin",
-// "share_quantum", "call_timeout", "client_credits", "max_vqs",
+// "share_quantum", "call_timeout", "send_timeout", "client_credits", "max_vqs",
 // "max_mr_bytes"), plus "allow_uids" and "allow_gids" (lists of ids); flags
 // given on the command line override it. "meta" is a list of MetaServers
 // (or one string). Durations are Go duration strings as the flags take
@@ -58,7 +58,7 @@
 // that is not one JSON object or not a regular file of at most 1 MiB, an
 // argument that is not a flag, a value of the wrong type and a value out of
 // range (from the file or a flag) are refused with the key and the reason: node, ib_port, client_credits,
-// max_vqs, max_mr_bytes and call_timeout must be at least 1, gid_idx at
+// max_vqs, max_mr_bytes, call_timeout and send_timeout must be at least 1, gid_idx at
 // least -1, spin at least 0; share_quantum takes any duration (negative:
 // pacing off).
 // SIGINT or SIGTERM shuts down gracefully: clients get OpBye and fail with

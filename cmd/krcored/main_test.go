@@ -213,6 +213,9 @@ func TestConfigRefused(t *testing.T) {
 		{file: `{"spin": "10 microseconds"}`, want: []string{`key "spin"`}},
 		{file: `{"spin": 1.5}`, want: []string{`key "spin"`, "duration"}},
 		{file: `{"call_timeout": "0s"}`, want: []string{"call_timeout", "at least 1ns"}},
+		{file: `{"send_timeout": "0s"}`, want: []string{"send_timeout", "0s", "at least 1ns"}},
+		{file: `{"send_timeout": "soon"}`, want: []string{`key "send_timeout"`}},
+		{file: `{"send_timeout": null}`, want: []string{`"send_timeout"`, "null"}},
 		{file: `{"share_quantum": true}`, want: []string{`key "share_quantum"`}},
 		{file: `{"allow_uids": [-1]}`, want: []string{"allow_uids"}},
 		{file: `{"max_vqs": "4"}`, want: []string{"max_vqs"}},
@@ -226,6 +229,7 @@ func TestConfigRefused(t *testing.T) {
 		{args: []string{"-max-mr-bytes", "-1"}, want: []string{"max_mr_bytes (-max-mr-bytes) -1"}},
 		{args: []string{"-spin", "-5us"}, want: []string{"spin (-spin) -5µs"}},
 		{args: []string{"-call-timeout", "-1s"}, want: []string{"call_timeout (-call-timeout) -1s"}},
+		{args: []string{"-send-timeout", "-2s"}, want: []string{"send_timeout (-send-timeout) -2s", "at least 1ns"}},
 		{args: []string{"-node", "0"}, want: []string{"node (-node) 0"}},
 		{args: []string{"-provider", "ibverbs", "-ib-port", "256"}, want: []string{"ib_port", "256"}},
 		{args: []string{"-log-level", "chatty"}, want: []string{"log_level", "chatty"}},
@@ -264,25 +268,29 @@ func TestConfigRefused(t *testing.T) {
 // TestConfigDurations reads the file's durations as Go duration strings, as
 // the flags take them, or as integer nanoseconds; a flag overrides the file.
 func TestConfigDurations(t *testing.T) {
-	conf := writeConfig(t, `{"spin": "10us", "share_quantum": "-1ns", "call_timeout": 2000000000, "client_credits": 16, "max_vqs": 2, "max_mr_bytes": 65536}`)
+	conf := writeConfig(t, `{"spin": "10us", "share_quantum": "-1ns", "call_timeout": 2000000000, "send_timeout": "30s", "client_credits": 16, "max_vqs": 2, "max_mr_bytes": 65536}`)
 	cfg, err := parse([]string{"-config", conf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Spin != 10*time.Microsecond || cfg.ShareQuantum != -1 || cfg.CallTimeout != 2*time.Second ||
-		cfg.ClientCredits != 16 || cfg.MaxVQs != 2 || cfg.MaxMRBytes != 65536 {
-		t.Errorf("config %+v: want spin 10us, share quantum -1ns, call timeout 2s, credits 16, 2 VQs, 64 KiB", cfg.Config)
+		cfg.SendTimeout != 30*time.Second || cfg.ClientCredits != 16 || cfg.MaxVQs != 2 || cfg.MaxMRBytes != 65536 {
+		t.Errorf("config %+v: want spin 10us, share quantum -1ns, call timeout 2s, send timeout 30s, credits 16, 2 VQs, 64 KiB", cfg.Config)
 	}
-	cfg, err = parse([]string{"-config", conf, "-spin", "3us", "-call-timeout", "1m"})
+	cfg, err = parse([]string{"-config", conf, "-spin", "3us", "-call-timeout", "1m", "-send-timeout", "1500ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Spin != 3*time.Microsecond || cfg.CallTimeout != time.Minute || cfg.ClientCredits != 16 {
-		t.Errorf("config %+v: want the flags' spin 3us and call timeout 1m, the file's credits 16", cfg.Config)
+	if cfg.Spin != 3*time.Microsecond || cfg.CallTimeout != time.Minute || cfg.SendTimeout != 1500*time.Millisecond || cfg.ClientCredits != 16 {
+		t.Errorf("config %+v: want the flags' spin 3us, call timeout 1m and send timeout 1.5s, the file's credits 16", cfg.Config)
+	}
+	if nc, err := cfg.node(); err != nil || nc.Config.SendTimeout != 1500*time.Millisecond {
+		t.Errorf("the daemon's config %+v %v: want send timeout 1.5s", nc.Config, err)
 	}
 	cfg, err = parse(nil)
-	if err != nil || cfg.ClientCredits != 256 || cfg.MaxVQs != 64 || cfg.MaxMRBytes != 1<<30 || cfg.CallTimeout != 5*time.Second {
-		t.Errorf("defaults %+v %v: want 256 credits, 64 VQs, 1 GiB, 5s", cfg, err)
+	if err != nil || cfg.ClientCredits != 256 || cfg.MaxVQs != 64 || cfg.MaxMRBytes != 1<<30 ||
+		cfg.CallTimeout != 5*time.Second || cfg.SendTimeout != 5*time.Second {
+		t.Errorf("defaults %+v %v: want 256 credits, 64 VQs, 1 GiB, 5s call and send timeouts", cfg, err)
 	}
 }
 
