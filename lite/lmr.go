@@ -358,15 +358,33 @@ func (n *Node) lookup(h Handle) (*mapping, error) {
 // Unmap forgets h and tells the LMR's master, which withdraws the grant.
 // An LMR freed already needs no withdrawal: Unmap then succeeds.
 func (n *Node) Unmap(ctx context.Context, h Handle) error {
-	m, err := n.lookup(h)
+	m, err := n.take(h)
 	if err != nil {
 		return fmt.Errorf("lite: unmap: %w", err)
 	}
+	return n.withdraw(ctx, m)
+}
+
+// take removes the mapping h stands for from this Node and forgets its
+// regions (Unmap's local half): from then on h is ErrBadHandle, and a
+// remap under way forgets what it made (remap).
+func (n *Node) take(h Handle) (*mapping, error) {
 	n.mu.Lock()
+	m := n.maps[h.id]
+	if h.n != n || m == nil {
+		n.mu.Unlock()
+		return nil, ErrBadHandle
+	}
 	delete(n.maps, h.id)
 	n.forgetLoans(m.master, m.export) // the master withdraws them with the grant
 	n.mu.Unlock()
 	m.forget()
+	return m, nil
+}
+
+// withdraw asks the master of m, taken from its handle, to withdraw its
+// grant (Unmap's remote half).
+func (n *Node) withdraw(ctx context.Context, m *mapping) error {
 	r, err := n.request(ctx, m.master, ctlMsg{kind: opUnmap, name: m.export})
 	if err == nil && r.code != codeFreed {
 		err = replyErr(r)

@@ -277,13 +277,23 @@ func (n *Node) remap(ctx context.Context, h Handle, m *mapping, cause error) (*m
 	if err != nil {
 		return nil, err
 	}
-	n.redone.Add(1)
+	// An Unmap of h (or the Node's Close) meanwhile forgot only the
+	// mappings it found: what this remap made is forgotten here.
 	n.mu.Lock()
-	cur := n.maps[h.id]
-	if cur != nil {
+	cur, closed := n.maps[h.id], n.closed
+	if cur != nil && !closed {
 		nm.retired = append(cur.retired[:len(cur.retired):len(cur.retired)], cur)
 		n.maps[h.id] = nm
 	}
 	n.mu.Unlock()
+	switch {
+	case closed:
+		nm.forget()
+		return nil, fmt.Errorf("%w; then remapping: %w", cause, krcore.ErrClosed)
+	case cur == nil:
+		nm.forget()
+		return nil, fmt.Errorf("%w; then remapping: %w", cause, ErrBadHandle)
+	}
+	n.redone.Add(1)
 	return nm, nil
 }
