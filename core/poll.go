@@ -156,7 +156,7 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 			rt.recv.onWC(wc, self, msgs)
 			continue
 		}
-		if p := pl.pqpOf(m, wc.QPN); p != nil {
+		if p := pl.pqpOf(m, wc.QPN); p != nil && (mine == nil || !p.completeOwn(wc, self, mine)) {
 			fin = p.complete(wc, fin)
 		}
 	}

@@ -216,13 +216,18 @@ func (p *pqp) postRecs(rs []rec) int {
 		p.wrs = p.appendWRs(p.wrs, r, seq, i == k-1)
 	}
 	p.used = used
+	p.postWRs()
+	return k
+}
+
+// postWRs posts the work requests built in p.wrs; p.mu held.
+func (p *pqp) postWRs() {
 	if _, err := p.qp.PostSend(p.wrs); err != nil {
 		// The QP refused (it broke meanwhile); the records stay in flight
 		// and complete through recovery when the error completion arrives.
 		p.rt.count(&p.rt.stats.postErrors)
 		p.rt.log.Debug("post refused", "qpn", p.qp.Num(), "err", err)
 	}
-	return k
 }
 
 // countOp counts a request posted for peer; p.mu held.
@@ -303,6 +308,30 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 	return wrs
 }
 
+// oneWR builds in p.wrs the work request of record r at physical
+// sequence seq, alone in its posting and so signaled, for a record that is
+// neither a message nor a notifying WRITE (appendWRs builds those). It
+// writes every field of the scratch work request in place instead of
+// zeroing it first (TestOneWR holds it to appendWRs's result); p.mu held.
+func (p *pqp) oneWR(r *rec, seq uint64) {
+	p.sinceSignal = 0
+	p.wrs = p.wrs[:1]
+	wr := &p.wrs[0]
+	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, verbs.Signaled, r.imm
+	wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
+	if t := r.target; p.rc == nil {
+		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
+	} else {
+		wr.AH, wr.RemoteQPN, wr.DCKey = nil, 0, 0
+	}
+	wr.QKey = 0
+	wr.SGL = nil
+	if r.hasLocal {
+		p.sges = append(p.sges[:0], r.local)
+		wr.SGL = p.sges[:1:1]
+	}
+}
+
 // localSGL is the SGL of r's local buffer, in the scratch SGEs.
 func (p *pqp) localSGL(r *rec) []verbs.SGE {
 	if !r.hasLocal {
@@ -370,6 +399,32 @@ func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
 	}
 	p.mu.Unlock()
 	return out
+}
+
+// completeOwn is complete for a caller that pops self's completions next
+// (see pollFor), in the common case: a success of the oldest request in
+// flight, which is self's, with nothing backlogged behind it. It hands the
+// outcome to mine, leaving out the general dispatch (the outcomes
+// gathered from every QP, then sorted out by queue), and reports true;
+// false, having done nothing, for anything else.
+func (p *pqp) completeOwn(wc *verbs.WC, self *Queue, mine *ownRun) bool {
+	if wc.Status != verbs.Success || mine.n == len(mine.fs) {
+		return false
+	}
+	p.mu.Lock()
+	r := &p.recs[p.slot(p.base)]
+	if p.n == 0 || uint32(wc.ID) != uint32(p.base) || r.q != self || len(p.backlog) > 0 {
+		p.mu.Unlock()
+		return false
+	}
+	mine.fs[mine.n] = finished{q: self, seq: r.seq, status: verbs.Success, n: r.local.Length}
+	mine.n++
+	p.used -= r.wrs()
+	*r = rec{}
+	p.base++
+	p.n--
+	p.mu.Unlock()
+	return true
 }
 
 func appendLost(out []finished, lost []rec) []finished {

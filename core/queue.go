@@ -182,6 +182,10 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 		q.mu.Unlock()
 		return 0, err
 	}
+	if len(reqs) == 1 && q.pushDirect(&reqs[0]) {
+		q.mu.Unlock()
+		return 1, nil
+	}
 	batch := q.batch[:0]
 	for i := range reqs {
 		for q.full() {
@@ -210,6 +214,48 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 	q.postBatch(batch)
 	q.mu.Unlock()
 	return len(reqs), nil
+}
+
+// pushDirect accepts r straight into the ring of the queue's route and
+// posts it, when nothing stands in the way: a credit free, nothing held
+// for a route switch, the route unchanged, the QP working with room and
+// nothing backlogged before r. That is every request of a caller that
+// waits for each, and it leaves out the scratch batch, whose record was
+// written and then copied into the ring. It reports false, having done
+// nothing, when the general path must take r; true when r was posted or
+// refused (completed with its status). q.mu held.
+func (q *Queue) pushDirect(r *krcore.Request) bool {
+	p := q.route
+	if p == nil || q.full() || len(q.held) > 0 || q.peer.routeFor(q) != p {
+		return false
+	}
+	p.mu.Lock()
+	// 2: the most work requests a record takes (rec.wrs).
+	if p.dead || p.broken || len(p.backlog) > 0 || p.n >= p.depth || p.used+2 > p.depth {
+		p.mu.Unlock()
+		return false
+	}
+	seq := p.next
+	x := &p.recs[p.slot(seq)]
+	if !q.accept(r, x) {
+		p.mu.Unlock()
+		return true
+	}
+	x.target = q.peer.target()
+	q.inflight++
+	p.next++
+	p.n++
+	p.used += x.wrs()
+	p.countOp(x.target.peer)
+	if x.op.IsSend() || x.notify {
+		p.wrs, p.sges = p.wrs[:0], p.sges[:0]
+		p.wrs = p.appendWRs(p.wrs, x, seq, true)
+	} else {
+		p.oneWR(x, seq)
+	}
+	p.postWRs()
+	p.mu.Unlock()
+	return true
 }
 
 // postBatch posts the records of q's scratch batch (postLocked) and then

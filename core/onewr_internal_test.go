@@ -1,0 +1,75 @@
+package core
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/krcore/krcore/verbs"
+)
+
+// fakeAH is an address handle for building work requests without a device.
+type fakeAH struct{}
+
+func (fakeAH) Dest() verbs.Endpoint { return verbs.Endpoint{} }
+func (fakeAH) Close() error         { return nil }
+
+// TestOneWR: the work request oneWR writes over a used scratch slot is
+// the one appendWRs builds from zero, for every record it takes (READ,
+// WRITE, atomics, with and without a local buffer, on a DCI and on an RC
+// QP), whatever the slot held before: a field of verbs.SendWR that oneWR
+// forgets is caught here, as a stale value.
+func TestOneWR(t *testing.T) {
+	q := &Queue{id: 7}
+	tg := &target{dct: 99, key: 0xdc, ah: fakeAH{}}
+	recs := []rec{
+		{op: verbs.OpRead, signaled: true, local: verbs.SGE{Addr: 4096, Length: 8, LKey: 3}, hasLocal: true, raddr: 1 << 20, rkey: 5},
+		{op: verbs.OpWrite, local: verbs.SGE{Addr: 64, Length: 100, LKey: 4}, hasLocal: true, raddr: 77, rkey: 6},
+		{op: verbs.OpWrite, raddr: 77, rkey: 6},
+		{op: verbs.OpCompareSwap, signaled: true, local: verbs.SGE{Addr: 8, Length: 8, LKey: 1}, hasLocal: true, raddr: 8, rkey: 2, cmp: 3, swap: 4},
+		{op: verbs.OpFetchAdd, local: verbs.SGE{Addr: 16, Length: 8, LKey: 1}, hasLocal: true, raddr: 24, rkey: 2, cmp: 9},
+	}
+	for _, rc := range []*peer{nil, {}} {
+		for i, r := range recs {
+			r.q, r.target = q, tg
+			p := &pqp{rc: rc, depth: 16, wrs: make([]verbs.SendWR, 0, 16), sges: make([]verbs.SGE, 0, 32)}
+			want := p.appendWRs(nil, &r, 1234, true)
+			p.wrs = p.wrs[:1]
+			fillAll(reflect.ValueOf(&p.wrs[0]).Elem())
+			p.sges = append(p.sges[:0], verbs.SGE{Addr: 1, Length: 2, LKey: 3}, verbs.SGE{Addr: 4, Length: 5, LKey: 6})
+			p.sinceSignal = 3
+			p.oneWR(&r, 1234)
+			for _, w := range [][]verbs.SendWR{p.wrs, want} {
+				if len(w[0].SGL) == 0 {
+					w[0].SGL = nil // empty either way
+				}
+			}
+			if !reflect.DeepEqual(p.wrs, want) {
+				t.Errorf("record %d (rc %v): oneWR %+v, appendWRs %+v", i, rc != nil, p.wrs, want)
+			}
+			if p.sinceSignal != 0 {
+				t.Errorf("record %d: sinceSignal %d after a signaled request", i, p.sinceSignal)
+			}
+		}
+	}
+}
+
+// fillAll sets every field of v (a struct) to a value that is not zero.
+func fillAll(v reflect.Value) {
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Int, reflect.Int32, reflect.Int64:
+			if f.CanUint() {
+				f.SetUint(0xab)
+			} else {
+				f.SetInt(0xab)
+			}
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		case reflect.Interface:
+			f.Set(reflect.ValueOf(fakeAH{}))
+		default:
+			panic("fillAll: field " + v.Type().Field(i).Name + " of kind " + f.Kind().String())
+		}
+	}
+}
