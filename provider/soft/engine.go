@@ -2,6 +2,7 @@ package soft
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -609,9 +610,16 @@ func (n *Node) serve(lk link, f *frame, r io.Reader) {
 			resp.syn, reply = synNoDCT, true
 		}
 	} else {
+		_, mem := r.(*segReader) // in memory: read at once, under q.mu
+		if !mem {
+			q.rx.Lock()
+		}
 		q.mu.Lock()
 		reply = q.execute(lk, f, r, resp)
 		q.mu.Unlock()
+		if !mem {
+			q.rx.Unlock()
+		}
 	}
 	if reply {
 		lazy := resp.syn == synAck && ackOnly(f.op) && (q.typ == verbs.RC || q.typ == verbs.DCT)
@@ -748,12 +756,51 @@ func (q *qp) remoteWrite(f *frame, r io.Reader) uint8 {
 	if !ok {
 		return synAccess
 	}
-	_, err := io.ReadFull(r, b)
+	err := q.readPayload(r, b)
 	m.done()
 	if err != nil {
-		return synLost // the link died in the middle of the payload
+		return synLost // the link died in the middle of the payload, or the QP was cut (errCut)
 	}
 	return synAck
+}
+
+// errCut is readPayload's verdict when the QP went to ERR, was reset or
+// was destroyed while it read: the request is lost, as one cut short by
+// its link (synLost), and q.cut says what became of the QP.
+var errCut = errors.New("soft: QP reset, errored or destroyed during the payload")
+
+// q.cut values.
+const (
+	cutNone    = iota
+	cutFlushed // failLocked: the QP went to ERR, its receives flushed
+	cutReset   // resetQueues: reset or destroyed, its receives dropped
+)
+
+// readPayload reads len(b) bytes of a request's payload from r into b, a
+// piece of registered memory the caller acquired; q.mu is held. From a
+// link's stream it reads with q.mu released (serve holds q.rx): a payload
+// lands as its bytes arrive, and its sender may stall in its middle (a
+// peer process stopped, or short of CPU), which must not block the QP's
+// posts, polls, Modify and Destroy, nor the node's retry sweep (expire),
+// until the peer runs again. The responder's state it checked stays
+// valid unless the QP went to ERR, was reset or was destroyed meanwhile:
+// then it fails with errCut, answers nothing and changes nothing, and the
+// bytes that landed are undefined, as a failed WRITE's are on hardware;
+// the requester's retry timer or flush ends the request. A completion is
+// never reported before the whole payload landed.
+func (q *qp) readPayload(r io.Reader, b []byte) error {
+	q.cut = cutNone
+	if _, mem := r.(*segReader); mem {
+		_, err := io.ReadFull(r, b)
+		return err
+	}
+	q.mu.Unlock()
+	_, err := io.ReadFull(r, b)
+	q.mu.Lock()
+	if q.cut != cutNone {
+		return errCut
+	}
+	return err
 }
 
 // receive consumes a posted receive for a SEND or WRITE_WITH_IMM and
@@ -771,10 +818,18 @@ func (q *qp) receive(lk link, f *frame, r io.Reader, resp *frame) uint8 {
 		wc.Op = verbs.WCRecvWriteImm
 	} else {
 		st, syn = q.scatterRecv(sgl, f, r, &wc)
-		if syn == synLost {
-			if q.untakeRecv(id, sgl) {
-				return synLost
-			}
+		switch {
+		case syn != synLost:
+		case q.cut == cutReset:
+			return synLost // dropped with the QP's other receives
+		case q.cut == cutFlushed:
+			// Flushed with the others: it was taken, not posted, when
+			// the QP went to ERR.
+			q.rcq.push(cqe{wc: verbs.WC{ID: id, Status: verbs.WRFlushErr, Op: verbs.WCRecv, QPN: q.num}})
+			return synLost
+		case q.untakeRecv(id, sgl):
+			return synLost
+		default:
 			syn = synRemoteOp
 		}
 	}
@@ -826,10 +881,10 @@ func (q *qp) scatterRecv(sgl []verbs.SGE, f *frame, r io.Reader, wc *verbs.WC) (
 		g := min(skip, k)
 		clear(b[:g])
 		skip -= g
-		_, err := io.ReadFull(r, b[g:])
+		err := q.readPayload(r, b[g:])
 		m.done()
 		if err != nil {
-			return verbs.LocLenErr, synLost // the link died in the middle of the payload
+			return verbs.LocLenErr, synLost // the link died in the middle of the payload, or the QP was cut (errCut)
 		}
 		left -= k
 	}

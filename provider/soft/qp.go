@@ -36,7 +36,9 @@ type rwqe struct {
 // qp is a queue pair. One mutex guards both its requester state (the send
 // queue) and its responder state (expected PSN, receive queue). It is never
 // held while a frame is handed to a link, so two QPs sending to each other
-// over the in-memory wire cannot deadlock.
+// over the in-memory wire cannot deadlock, nor while a request's payload
+// is read from a link's stream (readPayload): rx orders the requests a QP
+// serves from streams instead.
 type qp struct {
 	node    *Node
 	pd      *pd
@@ -53,6 +55,14 @@ type qp struct {
 	deadline atomic.Int64  // when the oldest outstanding request expires; 0 if none
 	tail     atomic.Uint64 // send queue slots below tail are free (retired by Poll)
 	sqGen    atomic.Uint64 // send queue incarnation: bumped by every reset
+
+	// rx is held by serve while it executes a request that came on a
+	// stream (TCP or shm link), across the reads of its payload, during
+	// which it releases mu: requests to one QP run one at a time and in
+	// order, from any link (a DCT's initiators, a link and the one
+	// replacing it), while posts, polls, Modify and Destroy go on. Taken
+	// before mu.
+	rx sync.Mutex
 
 	mu       sync.Mutex
 	state    verbs.QPState
@@ -93,6 +103,10 @@ type qp struct {
 	rq          []rwqe
 	rqHead, rqN int
 	destroyed   bool
+	// cut says what happened to the QP while serve read a request's
+	// payload with mu released (readPayload): cutFlushed if it went to
+	// ERR, cutReset if it was reset or destroyed.
+	cut uint8
 	// exported is the QP's entry in the node's export table as last
 	// written (shmplace.go); all zero if none.
 	exported [placeWords]uint64
@@ -266,6 +280,7 @@ func (q *qp) resetQueues() {
 	q.link = nil
 	clear(q.rq)
 	q.rqHead, q.rqN = 0, 0
+	q.cut = cutReset
 	q.dcSeq, q.dcLastConn = nil, nil
 }
 
@@ -600,6 +615,7 @@ func (q *qp) failLocked(st verbs.Status, idx uint64, culprit bool) {
 	}
 	q.done, q.sent = q.posted, q.posted
 	q.flushRecvs()
+	q.cut = max(q.cut, cutFlushed) // a reset since stands
 	q.syncExport()
 }
 
@@ -671,21 +687,26 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// takeRecv removes the oldest posted receive, from the SRQ if the QP has
-// one, appending its SGEs to sgl; q.mu is held.
-// untakeRecv puts back the receive takeRecv just took (q.mu held since),
-// for a SEND whose payload never wholly arrived because its link died: as
-// a message lost on the wire, it consumes no receive. It reports false if
-// the receive could not be put back (its SRQ filled meanwhile).
+// untakeRecv puts back the receive takeRecv just took, for a SEND whose
+// payload never wholly arrived because its link died: as a message lost
+// on the wire, it consumes no receive. It reports false if the receive
+// could not be put back (its queue filled while the payload was read).
 func (q *qp) untakeRecv(id uint64, sgl []verbs.SGE) bool {
 	if q.srq != nil {
 		return q.srq.untake(id, sgl)
 	}
+	if q.rqN == len(q.rq) {
+		return false // posted to the brim while the payload was read
+	}
 	q.rqHead = (q.rqHead + len(q.rq) - 1) % len(q.rq)
+	r := &q.rq[q.rqHead]
+	r.id, r.sgl = id, append(r.sgl[:0], sgl...)
 	q.rqN++
 	return true
 }
 
+// takeRecv removes the oldest posted receive, from the SRQ if the QP has
+// one, appending its SGEs to sgl; q.mu is held.
 func (q *qp) takeRecv(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
 	if q.srq != nil {
 		return q.srq.take(sgl)

@@ -467,7 +467,21 @@ func TestCloseSilentHello(t *testing.T) {
 // BenchmarkShmRead8 times an 8 B READ, posted and waited for, on a
 // shared-memory link between two nodes of this process (both sides'
 // schedulers are this process's: krbench demo measures across processes).
-func BenchmarkShmRead8(b *testing.B) {
+func BenchmarkShmRead8(b *testing.B) { benchShm8(b, read8) }
+
+// BenchmarkShmWrite8 times an 8 B WRITE as BenchmarkShmRead8 times a READ:
+// the responder reads its payload from the link.
+func BenchmarkShmWrite8(b *testing.B) {
+	benchShm8(b, func(x, y *side, id uint64) verbs.SendWR {
+		wr := read8(x, y, id)
+		wr.Op = verbs.OpWrite
+		return wr
+	})
+}
+
+// benchShm8 times the requests wr makes, one at a time, on a
+// shared-memory link between two nodes of this process.
+func benchShm8(b *testing.B, wr func(x, y *side, id uint64) verbs.SendWR) {
 	cfg := soft.Config{Listen: "127.0.0.1:0", RetryTimeout: time.Second}
 	x0, err := soft.NewNode(cfg)
 	if err != nil {
@@ -480,7 +494,7 @@ func BenchmarkShmRead8(b *testing.B) {
 	}
 	defer y0.Close()
 	x, y := connectPair(b, x0, y0, 4096)
-	post(b, x.qp, read8(x, y, 1))
+	post(b, x.qp, wr(x, y, 1))
 	waitWC(b, x.cq)
 	if kind, why := x0.PeerLink(y0.Addr()); kind != "shm" {
 		b.Fatalf("link %q, not shm: %v", kind, why)
@@ -489,7 +503,7 @@ func BenchmarkShmRead8(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		post(b, x.qp, read8(x, y, uint64(i)))
+		post(b, x.qp, wr(x, y, uint64(i)))
 		if wc := waitWC(b, x.cq); wc.Status != verbs.Success {
 			b.Fatal(wc)
 		}
