@@ -1,13 +1,10 @@
 package core_test
 
 import (
-	"context"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -16,13 +13,7 @@ import (
 // with PushOne and popped (PopWait, or Pop in a loop) allocates nothing; Push of the same request
 // builds its variadic slice on the heap (logged: the compiler's doing).
 func TestPushOneAllocs(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := ctx(t), benchCluster(t)
 	_, req := vqReader(t, c.Node(1), c.Node(2))
 	q, err := opaqueQueue(core.Embed(c.Node(1)))
 	if err != nil {
@@ -80,13 +71,7 @@ func opaqueQueue(api krcore.API) (krcore.VQ, error) { return api.Queue() }
 // credits, which made every fresh VQ's cold connect pay the collector's
 // work), and its first request makes one and completes.
 func TestQueueRingOnFirstRequest(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := ctx(t), benchCluster(t)
 	rt := c.Node(1)
 	const n = 200
 	var before, after runtime.MemStats

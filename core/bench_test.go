@@ -28,9 +28,11 @@ func reportCPU(b *testing.B) {
 	})
 }
 
-// benchCluster is a two-node in-process cluster for benchmarks, with the
-// RC pool disabled (VQs stay on DC) unless rc.
-func benchCluster(b *testing.B, rc ...bool) *cluster.Cluster {
+// benchCluster is a two-node in-process cluster with the default
+// timeouts, for benchmarks and the tests that count what a request costs
+// (allocs_test.go), with the RC pool disabled (VQs stay on DC) unless rc.
+// It is closed when b ends.
+func benchCluster(b testing.TB, rc ...bool) *cluster.Cluster {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
