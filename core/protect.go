@@ -54,6 +54,29 @@ func check(r *krcore.Request, m *MR, g *grant, twoSided bool, lim limits) *refus
 	return checkRemote(r, g)
 }
 
+// plainRW reports whether r is a READ or WRITE that checkOwner and check
+// both let through, decided in one pass without their calls: a range
+// inside m, a live MR of the runtime (rt), with LOCAL_WRITE for a READ,
+// and a range inside g, a region rt learned from node, with the remote
+// access the operation needs. Anything else, false: the full checks
+// decide (FuzzCheck holds plainRW to them). It is pure, like check.
+func plainRW(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, lim limits) bool {
+	l := &r.Local
+	if m == nil || g == nil || l.Len <= 0 || l.Off < 0 || uint64(l.Len) > lim.maxMsg || l.Off > m.n || l.Len > m.n-l.Off {
+		return false
+	}
+	if n, off := uint64(l.Len), r.Remote.Off; off > g.len || n > g.len-off || g.rt != rt || g.node != node || !m.live() {
+		return false
+	}
+	switch r.Op {
+	case verbs.OpRead:
+		return m.access&verbs.AccessLocalWrite != 0 && g.access&verbs.AccessRemoteRead != 0
+	case verbs.OpWrite:
+		return g.access&verbs.AccessRemoteWrite != 0
+	}
+	return false
+}
+
 // checkLocal checks the request's local buffer.
 func checkLocal(r *krcore.Request, m *MR, lim limits) *refusal {
 	l := &r.Local

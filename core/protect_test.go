@@ -77,6 +77,7 @@ func FuzzCheck(f *testing.F) {
 		}
 		lim := limits{maxMsg: 1 << 20}
 		sameAsFull(t, &r, lim)
+		plainAsFull(t, &r, two, lim)
 		if which&8 != 0 { // the fast paths on a writable region and a dead MR too
 			w := &Region{g: &grant{name: "w", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteWrite}}
 			dead := &MR{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}
@@ -84,8 +85,10 @@ func FuzzCheck(f *testing.F) {
 			v := r
 			v.Remote.Region = w
 			sameAsFull(t, &v, lim)
+			plainAsFull(t, &v, two, lim)
 			v.Local.MR = dead
 			sameAsFull(t, &v, lim)
+			plainAsFull(t, &v, two, lim)
 		}
 		if check(&r, localOf(&r), grantOf(r.Remote.Region), two, lim) != nil {
 			return
@@ -116,6 +119,25 @@ func sameAsFull(t *testing.T, r *krcore.Request, lim limits) {
 	}
 	if fast, full := checkRemote(r, g), remoteRefusal(r, g); (fast == nil) != (full == nil) {
 		t.Fatalf("%s %d B at remote %d: checkRemote %v, in full %v", r.Op, r.Local.Len, r.Remote.Off, fast, full)
+	}
+}
+
+// plainAsFull fails t if plainRW lets r through where checkOwner or check
+// would not, for a VQ of a runtime connected to the region's node and for
+// one of another runtime or connected elsewhere (checkOwner's refusals).
+func plainAsFull(t *testing.T, r *krcore.Request, twoSided bool, lim limits) {
+	t.Helper()
+	m, g := localOf(r), grantOf(r.Remote.Region)
+	for _, q := range []*Queue{{peer: &peer{}}, {peer: &peer{node: 2}}, {rt: &Runtime{}, peer: &peer{}}} {
+		if !plainRW(r, m, g, q.rt, q.peer.node, lim) {
+			continue
+		}
+		if ref := q.checkOwner(r, m, g); ref != nil {
+			t.Fatalf("%s local %+v remote %d: plainRW true, checkOwner %v", r.Op, r.Local, r.Remote.Off, ref)
+		}
+		if ref := check(r, m, g, twoSided, lim); ref != nil {
+			t.Fatalf("%s local %+v remote %d: plainRW true, check %v", r.Op, r.Local, r.Remote.Off, ref)
+		}
 	}
 }
 

@@ -366,9 +366,11 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	q.credits--
 	// Resolved once: every check and the post use these records.
 	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
-	ref := q.checkOwner(r, m, g)
-	if ref == nil {
-		ref = check(r, m, g, q.toPort, q.rt.lim)
+	var ref *refusal
+	if !plainRW(r, m, g, q.rt, q.peer.node, q.rt.lim) {
+		if ref = q.checkOwner(r, m, g); ref == nil {
+			ref = check(r, m, g, q.toPort, q.rt.lim)
+		}
 	}
 	if ref == nil && q.peer.dead.Load() != nil {
 		ref = deadRefusal
