@@ -49,8 +49,11 @@ type peer struct {
 
 func (p *peer) target() *target { return p.tgt.Load() }
 
-func (p *peer) rcs() []*pqp {
-	if l := p.rcl.Load(); l != nil {
+func (p *peer) rcs() []*pqp { return rcsOf(p.rcl.Load()) }
+
+// rcsOf is the RC QPs of list l, a value of peer.rcl.
+func rcsOf(l *[]*pqp) []*pqp {
+	if l != nil {
 		return *l
 	}
 	return nil

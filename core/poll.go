@@ -95,8 +95,15 @@ func (pl *poller) poll() int {
 // struct, filled with copy: a slice appended to down the poll path made
 // the caller's array escape, one allocation per Pop.
 type ownRun struct {
-	fs [8]finished
+	fs [8]outcome
 	n  int
+}
+
+// outcome is a finished request of the queue an ownRun is for.
+type outcome struct {
+	seq    uint64
+	n      uint32
+	status verbs.Status
 }
 
 // ownMsgs takes the messages to a queue's port that a poll of the receive
@@ -169,7 +176,7 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 			for i := range rest[:k] {
 				// Element by element: copy of a type with
 				// pointers is a runtime call (typedslicecopy).
-				mine.fs[mine.n] = rest[i]
+				mine.fs[mine.n] = outcome{seq: rest[i].seq, n: rest[i].n, status: rest[i].status}
 				mine.n++
 			}
 		} else {

@@ -417,7 +417,7 @@ func (p *pqp) completeOwn(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 		p.mu.Unlock()
 		return false
 	}
-	mine.fs[mine.n] = finished{q: self, seq: r.seq, status: verbs.Success, n: r.local.Length}
+	mine.fs[mine.n] = outcome{seq: r.seq, n: r.local.Length, status: verbs.Success}
 	mine.n++
 	p.used -= r.wrs()
 	*r = rec{}

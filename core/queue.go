@@ -44,22 +44,27 @@ type Queue struct {
 	// without it by popMsgs.
 	nready atomic.Int32
 
-	mu       sync.Mutex
-	peer     *peer
-	dstPort  uint32
-	toPort   bool // connected to a port: SEND allowed
-	route    *pqp // the physical QP requests currently go to
-	ents     []entry
-	head     int    // index of the oldest entry in ents
-	n        int    // entries in ents
-	seq      uint64 // sequence number of ents[head]
-	inflight int    // requests posted to a physical QP and not finished
-	held     []rec  // requests waiting for a route switch
-	credits  int
-	batch    []rec // scratch for Push
-	msgs     inbox
-	closed   bool
-	shut     atomic.Bool // closed, read by waiters without q.mu
+	mu      sync.Mutex
+	peer    *peer
+	dstPort uint32
+	toPort  bool // connected to a port: SEND allowed
+	route   *pqp // the physical QP requests currently go to
+	// routePeer and routeList are the peer and its list of RC QPs
+	// (peer.rcl) route was picked from: while both are current, route is
+	// what routeFor picks (the DCIs never change), known without picking.
+	routePeer *peer
+	routeList *[]*pqp
+	ents      []entry
+	head      int    // index of the oldest entry in ents
+	n         int    // entries in ents
+	seq       uint64 // sequence number of ents[head]
+	inflight  int    // requests posted to a physical QP and not finished
+	held      []rec  // requests waiting for a route switch
+	credits   int
+	batch     []rec // scratch for Push
+	msgs      inbox
+	closed    bool
+	shut      atomic.Bool // closed, read by waiters without q.mu
 	// reconnecting: RC-only mode, the peer lost its RC QPs and a goroutine
 	// is getting one for the held requests.
 	reconnecting bool
@@ -226,7 +231,7 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 // refused (completed with its status). q.mu held.
 func (q *Queue) pushDirect(r *krcore.Request) bool {
 	p := q.route
-	if p == nil || q.full() || len(q.held) > 0 || q.peer.routeFor(q) != p {
+	if p == nil || q.full() || len(q.held) > 0 || q.peer != q.routePeer || q.peer.rcl.Load() != q.routeList {
 		return false
 	}
 	p.mu.Lock()
@@ -270,6 +275,13 @@ func (q *Queue) postBatch(batch []rec) {
 
 // PushOne is Push of one request (see krcore.VQ.PushOne).
 func (q *Queue) PushOne(ctx context.Context, wait bool, req krcore.Request) error {
+	// pushDirect's case without Push's one-request slice, a copy of req.
+	q.mu.Lock()
+	if q.usable() == nil && q.rt.dc && q.pushDirect(&req) {
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
 	_, err := q.Push(ctx, wait, req)
 	return err
 }
@@ -420,7 +432,8 @@ func (q *Queue) postLocked(batch []rec) {
 	if len(batch) == 0 && len(q.held) == 0 {
 		return
 	}
-	want := q.peer.routeFor(q)
+	list := q.peer.rcl.Load()
+	want := pickQP(q.id, rcsOf(list), q.rt.dcis)
 	switch step(q.route, want, q.inflight) {
 	case stepReconnect:
 		q.held = append(q.held, batch...)
@@ -433,7 +446,7 @@ func (q *Queue) postLocked(batch []rec) {
 	case stepMigrate:
 		q.rt.count(&q.rt.stats.migrations)
 	}
-	q.route = want
+	q.route, q.routePeer, q.routeList = want, q.peer, list
 	if len(q.held) > 0 {
 		batch = append(q.held, batch...)
 		q.held = nil
@@ -525,7 +538,15 @@ func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 		return
 	}
 	e := &q.ents[q.slot(i)]
-	if m := e.mr; m != nil && !e.done {
+	if !e.done {
+		q.release(e)
+	}
+	e.done, e.status, e.n = true, st, n
+}
+
+// release releases the MR of e, an entry not yet done; q.mu held.
+func (q *Queue) release(e *entry) {
+	if m := e.mr; m != nil {
 		e.mr = nil
 		// A request relying on the queue's hold releases it; the hold
 		// goes with the last one once m is deregistered or the queue
@@ -536,7 +557,6 @@ func (q *Queue) markDone(seq uint64, st verbs.Status, n uint32) {
 			q.dropHold(m)
 		}
 	}
-	e.done, e.status, e.n = true, st, n
 }
 
 // holdMR holds m, live, for a request: by the queue's hold if m is its MR
@@ -625,10 +645,43 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 	var mine ownRun
 	q.rt.sends.pollFor(q, &mine, nil)
 	q.mu.Lock()
-	q.finishRunLocked(mine.fs[:mine.n])
-	n := q.popLocked(out)
+	k := 0
+	if mine.n > 0 {
+		k = q.finishOwn(&mine, out)
+	}
+	k += q.popLocked(out[k:])
 	q.mu.Unlock()
-	return n
+	return k
+}
+
+// finishOwn records the outcomes of q's requests that a poll handed to
+// Pop (see pollFor) and wakes q's waiters, as finishRunLocked does. The
+// first, when it is the oldest request of the queue and out has room, it
+// retires at once into out, without marking its entry done for popLocked
+// to find. It returns how many completions it put in out; q.mu held.
+func (q *Queue) finishOwn(mine *ownRun, out []krcore.Completion) int {
+	k := 0
+	for i := 0; i < mine.n; i++ {
+		o := &mine.fs[i]
+		q.inflight--
+		q.credits++
+		if i == 0 && o.seq == q.seq && q.n > 0 && len(out) > 0 && !q.ents[q.head].done {
+			e := &q.ents[q.head]
+			q.release(e)
+			if e.signaled || o.status != verbs.Success {
+				out[0] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
+				k = 1
+			}
+			q.pop()
+			continue
+		}
+		q.markDone(o.seq, o.status, o.n)
+	}
+	q.rt.kick(q)
+	if q.inflight == 0 && len(q.held) > 0 {
+		q.postLocked(nil)
+	}
+	return k
 }
 
 func (q *Queue) popReady(out []krcore.Completion) int {
