@@ -149,7 +149,8 @@ type Conn struct {
 	closeOnce  sync.Once
 	done       chan struct{} // closed by Close
 
-	link // the SMC side (data.go)
+	link    // the SMC side (data.go)
+	popWait // a waiter popping the Node's port (pop.go)
 }
 
 func newConn(tc *net.TCPConn, opts *Options, server bool) *Conn {
@@ -157,6 +158,7 @@ func newConn(tc *net.TCPConn, opts *Options, server bool) *Conn {
 		decided: make(chan struct{}), rxReady: make(chan struct{}), firstByte: make(chan struct{}),
 		done: make(chan struct{}), rd: makeDeadline(), wd: makeDeadline()}
 	c.rxSig, c.txSig, c.kick = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	c.rd.fired, c.wd.fired = c.interrupt, c.interrupt
 	return c
 }
 
@@ -368,6 +370,7 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		err = nil
 		close(c.done)
+		c.interrupt()
 		if c.node != nil {
 			c.node.untrack(c)
 		}
@@ -439,6 +442,7 @@ type deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
 	cancel chan struct{}
+	fired  func() // called once cancel closes (it ends a wait that does not watch it)
 }
 
 func makeDeadline() deadline { return deadline{cancel: make(chan struct{})} }
@@ -462,11 +466,18 @@ func (d *deadline) set(t time.Time) {
 			d.cancel = make(chan struct{})
 		}
 		ch := d.cancel
-		d.timer = time.AfterFunc(dur, func() { close(ch) })
+		d.timer = time.AfterFunc(dur, func() { close(ch); d.fire() })
 		return
 	}
 	if !closed {
 		close(d.cancel)
+		d.fire()
+	}
+}
+
+func (d *deadline) fire() {
+	if d.fired != nil {
+		d.fired()
 	}
 }
 

@@ -3,7 +3,6 @@ package smc
 import (
 	"io"
 	"net"
-	"os"
 )
 
 // WriteTo writes what the connection reads to w until EOF or an error
@@ -130,12 +129,8 @@ func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		select {
-		case <-c.rxSig:
-		case <-c.rd.wait():
-			return total, os.ErrDeadlineExceeded
-		case <-c.done:
-			return total, net.ErrClosed
+		if err := c.waitRx(); err != nil {
+			return total, err
 		}
 	}
 }

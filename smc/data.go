@@ -280,14 +280,25 @@ func (c *Conn) readSMC(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		select {
-		case <-c.rxSig:
-		case <-c.rd.wait():
-			return 0, os.ErrDeadlineExceeded
-		case <-c.done:
-			return 0, net.ErrClosed
+		if err := c.waitRx(); err != nil {
+			return 0, err
 		}
 	}
+}
+
+// waitRx waits for the reader's signal or the port (await), unless the
+// read deadline passed or the connection closed.
+func (c *Conn) waitRx() error {
+	dl := c.rd.wait()
+	select {
+	case <-dl:
+		return os.ErrDeadlineExceeded
+	case <-c.done:
+		return net.ErrClosed
+	default:
+	}
+	c.await(c.rxSig, dl)
+	return nil
 }
 
 // copyOut moves what it can of the bytes arrived into p; c.mu held. It
@@ -433,11 +444,7 @@ func (c *Conn) writeSMCAs(p []byte, urgent bool) (int, error) {
 				}
 				c.sendCDC(flags, 0)
 			}
-			select {
-			case <-c.txSig:
-			case <-c.wd.wait():
-			case <-c.done:
-			}
+			c.await(c.txSig, c.wd.wait())
 			continue
 		}
 		c.pace(&waitFrom)
@@ -760,6 +767,7 @@ func (c *Conn) fail(err error) {
 	signal(c.rxSig)
 	signal(c.txSig)
 	signal(c.kick)
+	c.interrupt()
 }
 
 // shutWrite sends the peer flags saying this side writes no more; wrMu
@@ -1006,7 +1014,7 @@ func (c *Conn) applyMove(m moveMsg) {
 	c.peer, c.peerKey, c.peerOff, c.psize, c.pbase = r, regionKey{c.peerNode, m.name}, uint64(m.off), int(m.size), c.sent
 	c.mu.Unlock()
 	c.node.putRegion(old.node, old.name)
-	signal(c.txSig)
+	c.wake(c.txSig)
 }
 
 // fitStage moves to a staging ring of size bytes, the peer's buffer's,

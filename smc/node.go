@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -86,7 +85,9 @@ type Node struct {
 	startSize, minSize, maxSize int
 	mem                         *budget
 
-	srv    krcore.VQ // bound to port; read only by serve
+	srv    krcore.VQ // bound to port; popped by whoever holds pop
+	pop    popRole
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	done   chan struct{}
 	wg     sync.WaitGroup // the connections' goroutines and report's
@@ -211,7 +212,8 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("smc: open: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	n.ctx, n.cancel = ctx, cancel
+	n.pop.wake = make(chan struct{}, 1)
 	go n.serve(ctx)
 	n.wg.Add(1)
 	go n.reaper(ctx)
@@ -323,32 +325,6 @@ func (n *Node) Close() error {
 		p.close()
 	}
 	return nil
-}
-
-// serve dispatches the port's notifications and messages to connections
-// by token until the Node closes.
-func (n *Node) serve(ctx context.Context) {
-	defer close(n.done)
-	var msgs [64]krcore.Message
-	for {
-		k, err := n.srv.PopMsgsWait(ctx, msgs[:])
-		if err != nil {
-			if ctx.Err() == nil { // not Close: the runtime failed (krcored gone)
-				n.abortAll(err)
-			}
-			return
-		}
-		for i := range msgs[:k] {
-			n.dispatch(&msgs[i])
-			msgs[i] = krcore.Message{}
-		}
-		// The readers just woken wait in this goroutine's run queue: let
-		// them run first. Its next wait may block its thread in a system
-		// call (the soft RNIC's shared-memory link sleeps on a futex),
-		// and they would wait until the Go runtime takes the queue back:
-		// 13-46 us a message, measured cross-process on two cores.
-		runtime.Gosched()
-	}
 }
 
 // abortAll fails every SMC connection of the Node, whose port can no

@@ -328,3 +328,40 @@ func TestSlabAudience(t *testing.T) {
 	}
 	transfer(t, c, s, 64<<10) // the peer still writes into it
 }
+
+// TestPortHandedOn: two connections of one Node pair, a reader blocked on
+// each; the first reader's bytes come, it returns and reads no more (it
+// popped the port, or was handed its bytes), and the second one's bytes
+// still reach it: whoever popped for both hands the port on.
+func TestPortHandedOn(t *testing.T) {
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 16 << 10})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{BufferSize: 16 << 10})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s1, c1 := pair(t, ln, &smc.Options{Node: cliNode})
+	s2, c2 := pair(t, ln, &smc.Options{Node: cliNode})
+	for _, s := range []net.Conn{s1, s2} {
+		if m := settled(t, s); !m.SMC {
+			t.Fatalf("server mode %v, want SMC", m)
+		}
+	}
+	got := make(chan byte, 2)
+	for _, s := range []net.Conn{s1, s2} {
+		go func() {
+			var b [1]byte
+			s.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := s.Read(b[:]); err != nil {
+				t.Error(err)
+			}
+			got <- b[0]
+		}()
+	}
+	for i, c := range []net.Conn{c1, c2} {
+		if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		if b := <-got; b != byte('a'+i) {
+			t.Fatalf("read %q, want %q", b, byte('a'+i))
+		}
+	}
+}
