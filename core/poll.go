@@ -157,8 +157,9 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 	pl.dispatched += uint64(n)
 	m := rt.byQPN.Load()
 	fin := pl.fin[:0]
-	for i := 0; i < n; i++ {
-		wc := &pl.wcs[i]
+	wcs := pl.wcs[:n]
+	for i := range wcs {
+		wc := &wcs[i]
 		if wc.ID&recvBit != 0 {
 			rt.recv.onWC(wc, self, msgs)
 			continue
@@ -553,6 +554,14 @@ func (pl *poller) wakeAll() {
 // nobody waits on (its user spins on Pop, or is busy elsewhere) costs a
 // load: its next wait looks at its state before it sleeps.
 func (rt *Runtime) kick(q *Queue) {
+	// The check inlined at every dispatch; the wake-ups apart.
+	if q.waiters.Load() > 0 || q.group.Load() != nil {
+		rt.wakeUp(q)
+	}
+}
+
+// wakeUp is kick's work, for a queue someone waits on or in a group.
+func (rt *Runtime) wakeUp(q *Queue) {
 	if q.waiters.Load() > 0 {
 		woke := q.waker.wake()
 		for _, pl := range [...]*poller{rt.sends, rt.recvs} {

@@ -649,7 +649,9 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 	if mine.n > 0 {
 		k = q.finishOwn(&mine, out)
 	}
-	k += q.popLocked(out[k:])
+	if q.n > 0 && k < len(out) {
+		k += q.popLocked(out[k:])
+	}
 	q.mu.Unlock()
 	return k
 }
@@ -658,24 +660,24 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 // Pop (see pollFor) and wakes q's waiters, as finishRunLocked does. The
 // first, when it is the oldest request of the queue and out has room, it
 // retires at once into out, without marking its entry done for popLocked
-// to find. It returns how many completions it put in out; q.mu held.
+// to find. mine holds one at least. It returns how many completions it
+// put in out; q.mu held.
 func (q *Queue) finishOwn(mine *ownRun, out []krcore.Completion) int {
-	k := 0
-	for i := 0; i < mine.n; i++ {
-		o := &mine.fs[i]
-		q.inflight--
-		q.credits++
-		if i == 0 && o.seq == q.seq && q.n > 0 && len(out) > 0 && !q.ents[q.head].done {
-			e := &q.ents[q.head]
-			q.release(e)
-			if e.signaled || o.status != verbs.Success {
-				out[0] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
-				k = 1
-			}
-			q.pop()
-			continue
+	k, fs := 0, mine.fs[:mine.n]
+	q.inflight -= len(fs)
+	q.credits += len(fs)
+	if o := &fs[0]; o.seq == q.seq && q.n > 0 && len(out) > 0 && !q.ents[q.head].done {
+		e := &q.ents[q.head]
+		q.release(e)
+		if e.signaled || o.status != verbs.Success {
+			out[0] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
+			k = 1
 		}
-		q.markDone(o.seq, o.status, o.n)
+		q.pop()
+		fs = fs[1:]
+	}
+	for i := range fs {
+		q.markDone(fs[i].seq, fs[i].status, fs[i].n)
 	}
 	q.rt.kick(q)
 	if q.inflight == 0 && len(q.held) > 0 {
