@@ -94,15 +94,7 @@ func TestQueueRingOnFirstRequest(t *testing.T) {
 	if per > 6<<10 {
 		t.Errorf("a VQ made, connected and closed allocated %d B, want no 16 KiB completion ring", per)
 	}
-	_, req := vqReader(t, rt, c.Node(2))
-	q, err := rt.Queue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.Connect(ctx, 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	q, req := vqReader(t, rt, c.Node(2)) // connected, no request yet
 	out := make([]krcore.Completion, 1)
 	for i := range 600 { // past the ring's 512 entries: it wraps
 		if err := q.PushOne(ctx, false, req); err != nil {
