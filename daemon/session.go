@@ -373,15 +373,12 @@ func audience(m *wire.Msg) ([]krcore.Principal, error) {
 	return to, m.Err()
 }
 
+// unexport withdraws an export the client made (OpUnexport).
 func (ss *session) unexport(name string, err error) error {
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	_, mine := ss.exports[name]
-	delete(ss.exports, name)
-	ss.mu.Unlock()
-	if !mine {
+	if _, mine := take(ss, ss.exports, name); !mine {
 		return fmt.Errorf("unexport %q: not exported by this client: %w", name, krcore.ErrRefused)
 	}
 	return ss.s.rt.Unexport(name)
@@ -433,11 +430,7 @@ func (ss *session) forget(id uint64, err error) error {
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	_, mine := ss.regions[id]
-	delete(ss.regions, id)
-	ss.mu.Unlock()
-	if !mine {
+	if _, mine := take(ss, ss.regions, id); !mine {
 		return fmt.Errorf("forget region %d: not this client's: %w", id, krcore.ErrRefused)
 	}
 	return nil
@@ -536,13 +529,19 @@ func (ss *session) dial(v *vq, m *wire.Msg) (krcore.Region, error) {
 
 // closeVQ forgets the client's VQ id and closes it.
 func (ss *session) closeVQ(id uint64) {
-	ss.mu.Lock()
-	v := ss.vqs[id]
-	delete(ss.vqs, id)
-	ss.mu.Unlock()
-	if v != nil {
+	if v, _ := take(ss, ss.vqs, id); v != nil {
 		v.close()
 	}
+}
+
+// take removes k from m, one of ss's maps (guarded by ss.mu), and returns
+// what it held.
+func take[K comparable, V any](ss *session, m map[K]V, k K) (V, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	v, ok := m[k]
+	delete(m, k)
+	return v, ok
 }
 
 // vqCall runs the control requests addressed to one VQ.
