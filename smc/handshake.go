@@ -385,10 +385,13 @@ func (c *Conn) proposalWaiting() (*clcMsg, error) {
 			return true
 		}
 		// The peeked bytes are in the socket: this read takes them all.
-		if k, _, err := syscall.Recvfrom(int(fd), buf[:len(raw)], syscall.MSG_DONTWAIT); err == nil && k == len(raw) {
+		switch k, _, err := syscall.Recvfrom(int(fd), buf[:len(raw)], syscall.MSG_DONTWAIT); {
+		case err != nil:
+			broken = fmt.Errorf("smc: reading the proposal's %d bytes: %w", len(raw), err)
+		case k != len(raw):
+			broken = fmt.Errorf("smc: the proposal's %d bytes read as %d: %w", len(raw), k, io.ErrUnexpectedEOF)
+		default:
 			m = p
-		} else {
-			broken = fmt.Errorf("smc: the proposal's %d bytes read as %d (%v)", len(raw), k, err)
 		}
 		return true
 	})
