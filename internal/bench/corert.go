@@ -76,7 +76,13 @@ func pingPong(c0, c1, rounds int) (rtt time.Duration, pinned, ok bool) {
 	var failed atomic.Bool
 	ready, done := make(chan bool, 1), make(chan time.Duration, 1)
 	defer watchProgress(&ping, &failed)()
+	// Both goroutines are this call's: it returns once they ended (the
+	// ponger at its last round or at failed, which the pinger or the
+	// watch sets), so no spinning thread outlives the block.
+	ponged := make(chan struct{})
+	defer func() { <-ponged }()
 	go func() { // its thread ends with it, pinned and locked
+		defer close(ponged)
 		if !pinThread(c1) {
 			ready <- false
 			return
