@@ -13,6 +13,7 @@ import (
 // GID is a 128-bit global identifier (an IPv6 address on RoCE).
 type GID [16]byte
 
+// String is the GID written as an IPv6 address.
 func (g GID) String() string { return net.IP(g[:]).String() }
 
 // ParseGID parses a GID in IPv6 text form.

@@ -18,6 +18,7 @@ const (
 	DCT                   // dynamically connected target
 )
 
+// String is the transport's name: RC, UC, UD, DCI, DCT.
 func (t QPType) String() string {
 	switch t {
 	case RC:
@@ -48,6 +49,7 @@ const (
 	StateErr
 )
 
+// String is the state's name as the verbs spell it: RESET, INIT, RTR, RTS, SQD, SQE, ERR.
 func (s QPState) String() string {
 	switch s {
 	case StateReset:
@@ -88,6 +90,7 @@ var opcodeNames = [...]string{
 	OpCompareSwap: "ATOMIC_CMP_AND_SWP", OpFetchAdd: "ATOMIC_FETCH_AND_ADD",
 }
 
+// String is the opcode's name.
 func (o Opcode) String() string {
 	if int(o) < len(opcodeNames) && opcodeNames[o] != "" {
 		return opcodeNames[o]
@@ -141,6 +144,7 @@ var wcOpcodeNames = [...]string{
 	WCRecvWriteImm: "RECV_RDMA_WITH_IMM",
 }
 
+// String is the completion opcode's name.
 func (o WCOpcode) String() string {
 	if int(o) < len(wcOpcodeNames) && wcOpcodeNames[o] != "" {
 		return wcOpcodeNames[o]
@@ -178,6 +182,7 @@ const (
 	AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 )
 
+// String is the flags' names joined by "|" (NONE for none), unknown bits in hex.
 func (a Access) String() string {
 	if a == 0 {
 		return "NONE"
@@ -252,6 +257,7 @@ var statusNames = [...]string{
 	"RESP_TIMEOUT_ERR", "GENERAL_ERR",
 }
 
+// String is the status's name as libibverbs spells it (REM_ACCESS_ERR), or Status(N).
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
 		return statusNames[s]

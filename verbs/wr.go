@@ -94,6 +94,7 @@ type CompletionError struct {
 	Status Status
 }
 
+// Error names the work request, its QP and its status.
 func (e *CompletionError) Error() string {
 	return fmt.Sprintf("verbs: work request %d on QP %d completed with %s", e.ID, e.QPN, e.Status)
 }

@@ -371,6 +371,7 @@ type Declined struct {
 	Ours bool
 }
 
+// Error says which side declined and why (the decline code's name and value).
 func (d *Declined) Error() string {
 	who := "the kernel"
 	if d.Ours {
