@@ -37,3 +37,54 @@ func TestBuildRCCall(t *testing.T) {
 		t.Fatal("no RC")
 	}
 }
+
+// TestRetireRCPeerSilent: an RC QP retired while its peer has gone
+// silent, not yet known dead, is destroyed once the close call finds the
+// peer dead (the call confirms the death, then fails with the silence):
+// it stayed "closing" for good, its other end never answering.
+func TestRetireRCPeerSilent(t *testing.T) {
+	fab := soft.NewFabric()
+	d1, _ := fab.NewNode(soft.Config{})
+	d2, _ := fab.NewNode(soft.Config{})
+	defer d1.Close()
+	defer d2.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	path := verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
+	a, err := New(ctx, Config{Device: d1, Node: 1, Path: path, RCPeers: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(ctx, Config{Device: d2, Node: 2, Path: path, Meta: []meta.Info{a.MetaInfo()}, RCPeers: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.peerFor(ctx, 2)
+	if err == nil {
+		err = a.buildRC(ctx, p)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq := p.rcs()[0]
+	b.Close() // silent from now on; a learns it only by asking
+	if p.deadErr() != nil {
+		t.Fatal("the peer is known dead before the close call: nothing to test")
+	}
+	a.evictRC(pq)
+	if p.deadErr() == nil {
+		t.Fatal("the close call did not find the peer dead")
+	}
+	for _, s := range a.PoolQPs() {
+		if s.Type == QPTypeRC {
+			t.Errorf("RC QP to the silent peer left %s", s.State)
+		}
+	}
+	pq.mu.Lock()
+	destroyed := pq.destroyed
+	pq.mu.Unlock()
+	if !destroyed {
+		t.Error("RC QP to the silent peer not destroyed")
+	}
+}

@@ -185,8 +185,12 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 		return // the runtime is closing; teardown destroys the QP
 	}
 	if _, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN)); err != nil {
-		if errors.Is(err, krcore.ErrPeerDead) {
-			pq.closeEnd(false) // its end is gone with it
+		// A call to a silent peer confirms its death before it fails
+		// (with the silence, not ErrPeerDead): its end is gone with it.
+		// A live peer not told keeps its end, and tells this one when it
+		// evicts it (closeRC).
+		if errors.Is(err, krcore.ErrPeerDead) || pq.rc.deadErr() != nil {
+			pq.closeEnd(false)
 		} else {
 			rt.log.Warn("peer not told of RC close", "peer", pq.rc.node, "err", err)
 		}
