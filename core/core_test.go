@@ -543,26 +543,31 @@ func TestChurnDCtoRC(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	states := samplePool(t, a, stop)
-	var wg sync.WaitGroup
-	errs := make(chan error, 12)
-	for v := 0; v < 12; v++ {
-		wg.Add(1)
-		go func(v int) {
-			defer wg.Done()
-			for round := 0; round < 3; round++ {
-				if err := runVQ(t, a, gs[(v+round)%3], v, 400); err != nil {
-					errs <- err
-					return
+	// Hot is a rate (HotOps in a HotWindow): on a loaded machine a pass
+	// may stay under it to every peer, so passes repeat, each checked,
+	// until one built an RC QP.
+	for pass := 0; pass < 10 && (pass == 0 || a.Stats().RCBuilt == 0); pass++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, 12)
+		for v := 0; v < 12; v++ {
+			wg.Add(1)
+			go func(v int) {
+				defer wg.Done()
+				for round := 0; round < 3; round++ {
+					if err := runVQ(t, a, gs[(v+round)%3], v, 400); err != nil {
+						errs <- err
+						return
+					}
 				}
-			}
-		}(v)
+			}(v)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	}
-	wg.Wait()
 	close(stop)
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
 	s := a.Stats()
 	t.Logf("stats: %+v; pool QP states sampled: %v", s, <-states)
 	if s.RCBuilt == 0 {
