@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -363,5 +364,58 @@ func TestPortHandedOn(t *testing.T) {
 		if b := <-got; b != byte('a'+i) {
 			t.Fatalf("read %q, want %q", b, byte('a'+i))
 		}
+	}
+}
+
+// TestBlockedUntil: a Read waiting for bytes and a Write waiting for
+// window (each may be popping the Node's port) end when a deadline set
+// while they wait passes, and a Read waiting ends when the connection
+// closes.
+func TestBlockedUntil(t *testing.T) {
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 16 << 10})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{BufferSize: 16 << 10})
+	ln := listen(t, &smc.Options{Node: srvNode})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode})
+	if m := settled(t, s); !m.SMC {
+		t.Fatalf("server mode %v, want SMC", m)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		_, err := s.Read(b[:])
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let it wait
+	s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("blocked read: %v, want a deadline error", err)
+	}
+	s.SetReadDeadline(time.Time{})
+
+	type result struct {
+		n   int
+		err error
+	}
+	wc := make(chan result, 1)
+	go func() {
+		n, err := c.Write(make([]byte, 1<<20)) // the server reads nothing
+		wc <- result{n, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	c.SetWriteDeadline(time.Now())
+	if r := <-wc; !errors.Is(r.err, os.ErrDeadlineExceeded) || r.n >= 1<<20 {
+		t.Fatalf("blocked write: %d bytes, %v; want fewer than all and a deadline error", r.n, r.err)
+	}
+
+	rc := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, c) // nothing comes: it waits
+		rc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	if err := <-rc; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read blocked at Close: %v, want net.ErrClosed", err)
 	}
 }
