@@ -636,6 +636,11 @@ func (q *Queue) pop() {
 	q.head = q.slot(1)
 	q.n--
 	q.seq++
+	if q.n == 0 {
+		// The next entry takes slot 0: a caller that waits for each
+		// request reuses one line instead of walking the ring.
+		q.head = 0
+	}
 }
 
 // Pop moves finished requests' completions into out, in push order, and
