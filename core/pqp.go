@@ -273,6 +273,11 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		flags = verbs.Signaled
 		p.sinceSignal = 0
 	}
+	if !r.notify && !r.op.IsSend() && len(wrs) < cap(wrs) {
+		wrs = wrs[:len(wrs)+1]
+		p.fillWR(&wrs[len(wrs)-1], r, seq, flags)
+		return wrs
+	}
 	k := len(wrs)
 	if r.notify {
 		wrs = append(wrs, verbs.SendWR{Op: verbs.OpWrite, RemoteAddr: r.raddr, RKey: r.rkey, SGL: p.localSGL(r)})
@@ -310,14 +315,21 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 
 // oneWR builds in p.wrs the work request of record r at physical
 // sequence seq, alone in its posting and so signaled, for a record that is
-// neither a message nor a notifying WRITE (appendWRs builds those). It
-// writes every field of the scratch work request in place instead of
-// zeroing it first (TestOneWR holds it to appendWRs's result); p.mu held.
+// neither a message nor a notifying WRITE (appendWRs builds those); p.mu
+// held.
 func (p *pqp) oneWR(r *rec, seq uint64) {
 	p.sinceSignal = 0
-	p.wrs = p.wrs[:1]
-	wr := &p.wrs[0]
-	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, verbs.Signaled, r.imm
+	p.wrs, p.sges = p.wrs[:1], p.sges[:0]
+	p.fillWR(&p.wrs[0], r, seq, verbs.Signaled)
+}
+
+// fillWR writes wr, a used slot of the scratch work requests, as the work
+// request of record r at physical sequence seq, a record that is neither a
+// message nor a notifying WRITE. It writes every field in place instead of
+// zeroing the slot first (TestOneWR holds it to appendWRs's result from
+// zero), its SGE appended to the scratch SGEs; p.mu held.
+func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags) {
+	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
 	wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
 	if t := r.target; p.rc == nil {
 		wr.AH, wr.RemoteQPN, wr.DCKey = t.ah, t.dct, t.key
@@ -327,8 +339,9 @@ func (p *pqp) oneWR(r *rec, seq uint64) {
 	wr.QKey = 0
 	wr.SGL = nil
 	if r.hasLocal {
-		p.sges = append(p.sges[:0], r.local)
-		wr.SGL = p.sges[:1:1]
+		n := len(p.sges)
+		p.sges = append(p.sges, r.local)
+		wr.SGL = p.sges[n : n+1 : n+1]
 	}
 }
 
