@@ -69,3 +69,33 @@ func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
 		}
 	}
 }
+
+// TestSpinOnlyWhilePumpPolls: a waiter spins after a push that found the
+// daemon's pump polling the ring, and sleeps at once after one that had to
+// ring its doorbell.
+func TestSpinOnlyWhilePumpPolls(t *testing.T) {
+	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
+		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
+	if err := v.alloc(); err != nil {
+		t.Fatal(err)
+	}
+	defer v.release()
+	ctx := context.Background()
+	for i, asleep := range []bool{false, true, false, true, true} {
+		var flag uint64
+		if asleep {
+			flag = 1
+		}
+		v.ring.Ctr(wire.DaemonSleeps).Store(flag)
+		if err := v.PushOne(ctx, false, krcore.Request{ID: uint64(i), Op: verbs.OpRead}); err != nil {
+			t.Fatal(err)
+		}
+		want := wire.SpinFor
+		if asleep {
+			want = 0
+		}
+		if got := v.spin(); got != want {
+			t.Errorf("push #%d, pump asleep %v: spin %v, want %v", i, asleep, got, want)
+		}
+	}
+}

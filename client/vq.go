@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/daemon/wire"
@@ -48,6 +49,9 @@ type VQ struct {
 	shut atomic.Bool
 	done chan struct{}
 	live sync.RWMutex
+
+	// woke is whether the last publish rang the doorbell (see spin).
+	woke atomic.Bool
 
 	mu       sync.Mutex
 	closed   bool // released: the ring is gone, left and leftMsgs hold what it held
@@ -427,7 +431,7 @@ func (v *VQ) publish() {
 		return
 	}
 	wire.Publish(r.Ctr(wire.SQTail), v.sqTail)
-	wire.Notify(r.Ctr(wire.DaemonSleeps), v.door)
+	v.woke.Store(wire.Notify(r.Ctr(wire.DaemonSleeps), v.door))
 }
 
 // waitLocked releases v.mu while it waits for cond on the completion bell.
@@ -463,11 +467,26 @@ func (v *VQ) sleep(ctx context.Context, token chan struct{}, bell *wire.Bell, fl
 		}
 		return v.c.err()
 	}
-	err := wire.Wait(ctx, ready, v.ring.Ctr(flag), bell, stop)
+	err := wire.Wait(ctx, v.spin(), ready, v.ring.Ctr(flag), bell, stop)
 	if errors.Is(err, wire.ErrBellClosed) {
 		return v.errClosed()
 	}
 	return err
+}
+
+// spin is how long a waiter polls the rings before it sleeps: SpinFor
+// while the daemon's pump polls them too (the last publish found it
+// awake), as the answer may then be a microsecond away; nothing after a
+// publish that rang the doorbell. Then the pump was asleep, no answer can
+// come before it wakes (a cross-process wake-up: several microseconds,
+// far more on a loaded machine), and on a machine of few cores a spinning
+// waiter holds the core the pump it just woke needs: the pump ran only
+// once the spin was over.
+func (v *VQ) spin() time.Duration {
+	if v.woke.Load() {
+		return 0
+	}
+	return wire.SpinFor
 }
 
 // Pop moves finished requests' completions into out, in push order. It

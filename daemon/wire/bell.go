@@ -183,10 +183,11 @@ func (b *Bell) Close() error {
 // ErrBellClosed is what Wait returns when its bell closed under it.
 var ErrBellClosed = errors.New("wire: bell closed")
 
-// Wait returns when ready reports true: it polls for SpinFor, then raises
-// flag (Publish), checks again and sleeps on bell until woken, ctx ends or stop
+// Wait returns when ready reports true: it polls for spin (SpinFor, or 0
+// when what it waits for cannot come that soon), then raises flag
+// (Publish), checks again and sleeps on bell until woken, ctx ends or stop
 // reports an error (the other side gone).
-func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bell, stop func() error) error {
+func Wait(ctx context.Context, spin time.Duration, ready func() bool, flag *atomic.Uint64, bell *Bell, stop func() error) error {
 	start := time.Now()
 	for i := 0; ; i++ {
 		if ready() {
@@ -198,7 +199,7 @@ func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bel
 		if i%16 != 15 {
 			continue
 		}
-		if time.Since(start) < SpinFor {
+		if time.Since(start) < spin {
 			runtime.Gosched()
 			continue
 		}
@@ -228,10 +229,12 @@ func Wait(ctx context.Context, ready func() bool, flag *atomic.Uint64, bell *Bel
 // krcored waited out its deadline that way).
 func Publish(c *atomic.Uint64, v uint64) { c.Swap(v) }
 
-// Notify rings bell if the other side sleeps on flag; call it after
-// publishing (Publish).
-func Notify(flag *atomic.Uint64, bell *Bell) {
-	if flag.Load() != 0 {
-		bell.Ring()
+// Notify rings bell if the other side sleeps on flag, and reports whether
+// it did; call it after publishing (Publish).
+func Notify(flag *atomic.Uint64, bell *Bell) bool {
+	if flag.Load() == 0 {
+		return false
 	}
+	bell.Ring()
+	return true
 }

@@ -66,12 +66,12 @@ func TestWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	noStop := func() error { return nil }
-	if err := Wait(ctx, ready.Load, &flag, b, noStop); err != nil {
+	if err := Wait(ctx, SpinFor, ready.Load, &flag, b, noStop); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel2()
-	if err := Wait(short, func() bool { return false }, &flag, b, noStop); !errors.Is(err, context.DeadlineExceeded) {
+	if err := Wait(short, SpinFor, func() bool { return false }, &flag, b, noStop); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Wait past its deadline: %v", err)
 	}
 }
