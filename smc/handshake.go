@@ -65,6 +65,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 	// Each goroutine is owned by c: Close ends it.
 	switch p, err := c.proposalWaiting(); {
 	case err != nil:
+		// The cause by its text only: the connection's error matches
+		// ECONNRESET (errAborted), never what a caller of Read takes
+		// for a clean end (io.EOF). Mode.Err keeps the cause itself.
 		c.hsErr = fmt.Errorf("smc: handshake: %v: %w", err, errAborted)
 		c.tcp.Close()
 		c.decide(Mode{Reason: ReasonSync, Err: err}, true)
