@@ -70,6 +70,12 @@ type poller struct {
 	// own stands for the runtime's own waiter (see serveRecvs): it never
 	// displaces another waiter, and any waiter displaces it.
 	own *Queue
+	// ownTimer bounds serveRecvs's waits aside (ownAside); only it uses it.
+	ownTimer *time.Timer
+	// asleep counts goroutines asleep in waitReady; ownLazy (the receive
+	// poller's) says serveRecvs waits aside lazily (ownAside).
+	asleep  atomic.Int32
+	ownLazy atomic.Bool
 }
 
 func newPoller(rt *Runtime, entries int) (*poller, error) {
@@ -257,7 +263,7 @@ func (pl *poller) waitReady(ctx context.Context, q *Queue, ready func() bool, ar
 		if token {
 			pl.passRole()
 		}
-		if displaced != nil {
+		if displaced != nil && (displaced != pl.own || pl.rt.sends.asleep.Load() > 0) { // see ownAside
 			pl.rt.kick(displaced)
 		}
 	}()
@@ -291,7 +297,12 @@ func (pl *poller) waitReady(ctx context.Context, q *Queue, ready func() bool, ar
 			arm()
 		}
 		pl.rt.rest.sleeping()
+		pl.asleep.Add(1)
+		if pl == pl.rt.sends && pl.rt.recvs.ownLazy.Load() { // after the Add: see ownAside
+			pl.rt.rest.wake()
+		}
 		done, err := pl.sleep(ctx, q, ready, &token, &displaced)
+		pl.asleep.Add(-1)
 		pl.rt.rest.awake()
 		if done || err != nil {
 			return err
@@ -361,8 +372,13 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, ready func() bool, token 
 			return done, err
 		case q.waker.gen.Load() != gen:
 			return false, nil // kicked since it took the role: look again
+		case q == pl.own:
+			return pl.ownAside(ctx, woken, ready, nil)
 		}
 		return pl.sleepAside(ctx, woken, ready, nil)
+	}
+	if q == pl.own {
+		return pl.ownAside(ctx, q.waker.watch(), ready, token)
 	}
 	if *displaced == nil && q != pl.own {
 		*displaced = pl.displace(q)
@@ -384,6 +400,49 @@ func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, ready f
 	case <-woken:
 	case <-wake:
 		*token = true
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-pl.rt.stop:
+		return false, errRuntimeClosed
+	}
+	return false, nil
+}
+
+// ownAside keeps serveRecvs off the receive completion queue while an
+// application waiter holds it or took it over, unless a goroutine sleeps
+// on the send queue: it looks again after restRound, when its queue is
+// kicked or such a sleeper comes (which may count on it to dispatch the
+// receive queue: PopAnyWait, a Group), not when the waiter leaves the
+// queue, and it does not take the hand-over token. A waiter that pops its
+// port in a loop (a ping-pong's reader) leaves the queue after every
+// message and is back within microseconds; when the runtime's own waiter
+// took the queue back at each leave, the next wait displaced it again, a
+// wake-up of it each way, and meanwhile it held the queue (on the soft
+// RNIC: read the shared-memory link) and handed the message over, another
+// wake-up (MEASUREMENTS.md, SMC-R session 18). Messages to ports nobody
+// waits on wait at most restRound longer. With a sleeper on the send
+// queue it waits aside as any displaced waiter does (token as
+// sleepAside's).
+func (pl *poller) ownAside(ctx context.Context, woken <-chan struct{}, ready func() bool, token *bool) (bool, error) {
+	pl.ownLazy.Store(true)
+	if pl.rt.sends.asleep.Load() != 0 { // after the Store: see waitReady
+		pl.ownLazy.Store(false)
+		return pl.sleepAside(ctx, woken, ready, token)
+	}
+	defer pl.ownLazy.Store(false)
+	if ready() {
+		return true, nil
+	}
+	if pl.ownTimer == nil {
+		pl.ownTimer = time.NewTimer(restRound)
+	} else {
+		pl.ownTimer.Reset(restRound)
+	}
+	defer pl.ownTimer.Stop()
+	select {
+	case <-woken:
+	case <-pl.rt.rest.nudge:
+	case <-pl.ownTimer.C:
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-pl.rt.stop:

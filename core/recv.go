@@ -254,14 +254,19 @@ func (r *rester) may(cq verbs.CQ) bool {
 func (r *rester) sleeping() {
 	r.sleepers.Add(1)
 	if r.resting.Load() { // after the Add: a rest that begins later sees the count
-		select {
-		case r.nudge <- struct{}{}:
-		default:
-		}
+		r.wake()
 	}
 }
 
 func (r *rester) awake() { r.sleepers.Add(-1) }
+
+// wake ends a rest, or serveRecvs's lazy wait aside (ownAside).
+func (r *rester) wake() {
+	select {
+	case r.nudge <- struct{}{}:
+	default:
+	}
+}
 
 // rest keeps serveRecvs off pl's queue while others poll it (see rester),
 // until ctx ends (its error is returned).
