@@ -47,7 +47,7 @@
  * completions never touch the socket: krc_push writes an SQE and stores the
  * submission tail, ringing the doorbell eventfd only if the daemon sleeps;
  * krc_pop reads CQEs up to the completion tail; krc_pop_wait spins for
- * KRC_SPIN_NS, then raises the sleep flag, checks again and sleeps in poll()
+ * KRC_SPIN_NS (unless the last push had to ring the doorbell), then raises the sleep flag, checks again and sleeps in poll()
  * on the completion eventfd and the socket (so a daemon that goes away wakes
  * it: the call fails with KRC_CODE_CLOSED and errno EPIPE, and requests in
  * flight are lost, which the Go client reports as WR_FLUSH_ERR).
@@ -383,6 +383,7 @@ struct krc_vq {
 	uint64_t pushed;     /* requests written (SQEs but receives) */
 	uint64_t cq_head;
 	uint64_t msg_head;
+	int woke;            /* the last publish rang the doorbell: waits do not spin */
 };
 
 /* krc_error is the text of c's last failure. */
@@ -969,12 +970,14 @@ static inline void krc__ring_bell(int fd)
 	(void)r;
 }
 
-/* krc__notify rings bell if the other side sleeps on flag; call it after
- * publishing (wire.Notify). */
-static inline void krc__notify(struct krc_vq *q, int flag, int bell)
+/* krc__notify rings bell if the other side sleeps on flag and reports
+ * whether it did; call it after publishing (wire.Notify). */
+static inline int krc__notify(struct krc_vq *q, int flag, int bell)
 {
-	if (atomic_load(krc_ring_ctr(&q->ring, flag)) != 0)
-		krc__ring_bell(bell);
+	if (atomic_load(krc_ring_ctr(&q->ring, flag)) == 0)
+		return 0;
+	krc__ring_bell(bell);
+	return 1;
 }
 
 static inline int krc__usable(struct krc_vq *q)
@@ -1007,8 +1010,10 @@ static inline int krc__msg_ready(struct krc_vq *q)
 }
 
 /* krc__wait returns 0 once ready(q) holds (wire.Wait): it polls for
- * KRC_SPIN_NS, then sets flag, checks again and sleeps on bell and the
- * socket until woken, timeout_ms passes (-1: never) or the daemon goes. */
+ * KRC_SPIN_NS (not at all when the last publish rang the doorbell: the
+ * daemon slept, and a spin would hold the core it needs to wake, as the Go
+ * client's VQ.spin), then sets flag, checks again and sleeps on bell and
+ * the socket until woken, timeout_ms passes (-1: never) or the daemon goes. */
 static inline int krc__wait(struct krc_vq *q, int (*ready)(struct krc_vq *), int flag, int bell,
 			    int timeout_ms)
 {
@@ -1016,6 +1021,7 @@ static inline int krc__wait(struct krc_vq *q, int (*ready)(struct krc_vq *), int
 	_Atomic uint64_t *f = krc_ring_ctr(&q->ring, flag);
 	uint64_t start = krc__now_ns();
 	uint64_t deadline = start + (uint64_t)timeout_ms * 1000000u;
+	uint64_t spin = q->woke ? 0 : KRC_SPIN_NS;
 	for (unsigned i = 0;; i++) {
 		if (ready(q))
 			return 0;
@@ -1024,7 +1030,7 @@ static inline int krc__wait(struct krc_vq *q, int (*ready)(struct krc_vq *), int
 		if (i % 16 != 15)
 			continue;
 		uint64_t now = krc__now_ns();
-		if (now - start < KRC_SPIN_NS)
+		if (now - start < spin)
 			continue;
 		if (timeout_ms >= 0 && now >= deadline)
 			return krc__fail(c, KRC_CODE_DEADLINE, ETIMEDOUT, "wait: timed out after %d ms",
@@ -1066,7 +1072,7 @@ static inline void krc__publish(struct krc_vq *q)
 	if (atomic_load(tail) == q->sq_tail)
 		return;
 	atomic_store(tail, q->sq_tail);
-	krc__notify(q, KRC_CTR_DAEMON_SLEEPS, q->door);
+	q->woke = krc__notify(q, KRC_CTR_DAEMON_SLEEPS, q->door);
 }
 
 /* krc_push_n submits up to n requests in order and returns how many fit the
