@@ -325,76 +325,8 @@ func TestHostileArgs(t *testing.T) {
 // their bytes, and no shared QP needed a recovery.
 func TestHostileRequests(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
-		c := m.start(t, 3, core.Config{})
-		a, b := c.Node(1), c.Node(2)
-		remote := serve(t, b, "data", 4096)
-		copy(remote.Bytes(), "0123456789abcdef")
-		roMR, _ := b.RegMR(4096, verbs.AccessAll)
-		if err := b.Export("ro", roMR, 0, 64, verbs.AccessRemoteRead); err != nil {
-			t.Fatal(err)
-		}
-		serve(t, c.Node(3), "data", 4096)
-		q := mustQueue(t, a, 2)
-		g, err := q.Region(ctx(t), "data")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ro, err := q.Region(ctx(t), "ro")
-		if err != nil {
-			t.Fatal(err)
-		}
-		of3, err := a.Region(ctx(t), 3, "data")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ofB, err := b.Region(ctx(t), 2, "data") // learned by another runtime
-		if err != nil {
-			t.Fatal(err)
-		}
-		local, _ := a.RegMR(4096, verbs.AccessAll)
-		noWrite, _ := a.RegMR(4096, verbs.AccessRemoteRead)
-		foreign, _ := b.RegMR(4096, verbs.AccessAll)
-		gone, _ := a.RegMR(4096, verbs.AccessAll)
-		a.Deregister(gone)
-		rd := func(l krcore.Local, r krcore.Remote) krcore.Request {
-			return krcore.Request{Op: verbs.OpRead, Local: l, Remote: r}
-		}
-		bad := map[string]krcore.Request{
-			"opcode 0":              {Op: 0, Local: local.Range(0, 8), Remote: g.At(0)},
-			"opcode 200":            {Op: 200, Local: local.Range(0, 8), Remote: g.At(0)},
-			"SEND without a port":   {Op: verbs.OpSend, Local: local.Range(0, 8)},
-			"READ zero length":      rd(local.Range(0, 0), g.At(0)),
-			"READ nil MR":           rd(krcore.Local{Len: 8}, g.At(0)),
-			"READ zero MR":          rd(krcore.Local{MR: &core.MR{}, Len: 8}, g.At(0)),
-			"READ foreign MR":       rd(foreign.Range(0, 8), g.At(0)),
-			"READ deregistered MR":  rd(gone.Range(0, 8), g.At(0)),
-			"READ negative off":     rd(local.Range(-8, 8), g.At(0)),
-			"READ negative len":     rd(local.Range(0, -8), g.At(0)),
-			"READ off MaxInt":       rd(local.Range(math.MaxInt, 8), g.At(0)),
-			"READ len MaxInt":       rd(local.Range(8, math.MaxInt), g.At(0)),
-			"READ past MR end":      rd(local.Range(4090, 8), g.At(0)),
-			"READ no LOCAL_WRITE":   rd(noWrite.Range(0, 8), g.At(0)),
-			"READ nil region":       rd(local.Range(0, 8), krcore.Remote{Off: 0}),
-			"READ zero region":      rd(local.Range(0, 8), krcore.Remote{Region: &core.Region{}}),
-			"READ other node":       rd(local.Range(0, 8), of3.At(0)),
-			"READ other runtime's":  rd(local.Range(0, 8), ofB.At(0)),
-			"READ remote past end":  rd(local.Range(0, 8), g.At(4090)),
-			"READ remote MaxUint64": rd(local.Range(0, 8), g.At(math.MaxUint64)),
-			"READ remote wraps":     rd(local.Range(0, 16), g.At(math.MaxUint64-7)),
-			"WRITE read-only":       {Op: verbs.OpWrite, Local: local.Range(0, 8), Remote: ro.At(0)},
-			"WRITE_IMM read-only":   {Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: ro.At(0)},
-			"WRITE nil region":      {Op: verbs.OpWrite, Local: local.Range(0, 8)},
-			"WRITE zero-len nil":    {Op: verbs.OpWrite, Remote: krcore.Remote{Region: &core.Region{}}},
-			"FAA misaligned":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(3)},
-			"CAS misaligned":        {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4092)},
-			"FAA 4 bytes":           {Op: verbs.OpFetchAdd, Local: local.Range(0, 4), Remote: g.At(0)},
-			"FAA 16 bytes":          {Op: verbs.OpFetchAdd, Local: local.Range(0, 16), Remote: g.At(0)},
-			"FAA zero length":       {Op: verbs.OpFetchAdd, Local: local.Range(0, 0), Remote: g.At(0)},
-			"CAS read-only":         {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: ro.At(0)},
-			"CAS past end":          {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4096)},
-			"FAA unsignaled":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(5), Unsignaled: true},
-			"READ unsignaled":       {Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(4095), Unsignaled: true},
-		}
+		c, q, local, g, bad := forgedRequests(t, m)
+		a := c.Node(1)
 		var out [3]krcore.Completion
 		for name, r := range bad {
 			clear(local.Bytes()[16:32])
@@ -432,6 +364,147 @@ func TestHostileRequests(t *testing.T) {
 			t.Errorf("forged requests reached a shared QP: %+v", st)
 		}
 	}, modeDC, modeNoDC)
+}
+
+// TestHostileRequestsAlone is TestHostileRequests with every request
+// pushed alone (PushOne, and Push of one), as a caller that waits for each
+// does: on a queue whose route is set and whose QP has room, that is the
+// path that accepts a request straight into the QP's ring (pushDirect),
+// under the QP's lock, and Pop's poll takes the good READs' completions
+// for itself (completeOwn). The forged request comes while the READ
+// before it may still be in flight: it completes in its place, with an
+// error status, and never reaches a shared QP.
+func TestHostileRequestsAlone(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c, q, local, g, bad := forgedRequests(t, m)
+		pushes := map[string]func(ctx context.Context, r krcore.Request) error{
+			"PushOne": func(ctx context.Context, r krcore.Request) error { return q.PushOne(ctx, true, r) },
+			"Push": func(ctx context.Context, r krcore.Request) error {
+				_, err := q.Push(ctx, true, r)
+				return err
+			},
+		}
+		var out [3]krcore.Completion
+		for how, push := range pushes {
+			for name, r := range bad {
+				clear(local.Bytes()[16:32])
+				r.ID = 2
+				reqs := []krcore.Request{
+					{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
+					r,
+					{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
+				}
+				err := withDeadline(t, 5*time.Second, name, func(ctx context.Context) error {
+					for _, r := range reqs {
+						if err := push(ctx, r); err != nil {
+							return err
+						}
+					}
+					for got := 0; got < 3; { // Pop, whose poll takes its own completions
+						got += q.Pop(out[got:])
+						if err := ctx.Err(); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s %s: %v", how, name, err)
+				}
+				if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success ||
+					string(local.Bytes()[16:32]) != "0123456789abcdef" {
+					t.Errorf("%s %s: the good READs around it: %+v %+v, %q", how, name, out[0], out[2], local.Bytes()[16:32])
+				}
+				if out[1].ID != 2 || out[1].Status == verbs.Success {
+					t.Errorf("%s %s: completed %+v, want an error status", how, name, out[1])
+				}
+			}
+		}
+		if st := c.Node(1).Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
+			t.Errorf("forged requests reached a shared QP: %+v", st)
+		}
+	}, modeDC, modeNoDC)
+}
+
+// forgedRequests starts a cluster of 3 nodes in mode m for the forged
+// requests of TestHostileRequests: a queue of node 1 connected to node 2,
+// a local MR and node 2's region "data" (its first 16 bytes known) for
+// the good READs around them, and every forged request by name.
+func forgedRequests(t *testing.T, m mode) (c *cluster.Cluster, q *core.Queue, local *core.MR, g krcore.Region, bad map[string]krcore.Request) {
+	c = m.start(t, 3, core.Config{})
+	a, b := c.Node(1), c.Node(2)
+	remote := serve(t, b, "data", 4096)
+	copy(remote.Bytes(), "0123456789abcdef")
+	roMR, _ := b.RegMR(4096, verbs.AccessAll)
+	if err := b.Export("ro", roMR, 0, 64, verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c.Node(3), "data", 4096)
+	q = mustQueue(t, a, 2)
+	var err error
+	g, err = q.Region(ctx(t), "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := q.Region(ctx(t), "ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	of3, err := a.Region(ctx(t), 3, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ofB, err := b.Region(ctx(t), 2, "data") // learned by another runtime
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ = a.RegMR(4096, verbs.AccessAll)
+	noWrite, _ := a.RegMR(4096, verbs.AccessRemoteRead)
+	foreign, _ := b.RegMR(4096, verbs.AccessAll)
+	gone, _ := a.RegMR(4096, verbs.AccessAll)
+	a.Deregister(gone)
+	rd := func(l krcore.Local, r krcore.Remote) krcore.Request {
+		return krcore.Request{Op: verbs.OpRead, Local: l, Remote: r}
+	}
+	bad = map[string]krcore.Request{
+		"opcode 0":              {Op: 0, Local: local.Range(0, 8), Remote: g.At(0)},
+		"opcode 200":            {Op: 200, Local: local.Range(0, 8), Remote: g.At(0)},
+		"SEND without a port":   {Op: verbs.OpSend, Local: local.Range(0, 8)},
+		"READ zero length":      rd(local.Range(0, 0), g.At(0)),
+		"READ nil MR":           rd(krcore.Local{Len: 8}, g.At(0)),
+		"READ zero MR":          rd(krcore.Local{MR: &core.MR{}, Len: 8}, g.At(0)),
+		"READ foreign MR":       rd(foreign.Range(0, 8), g.At(0)),
+		"READ deregistered MR":  rd(gone.Range(0, 8), g.At(0)),
+		"READ negative off":     rd(local.Range(-8, 8), g.At(0)),
+		"READ negative len":     rd(local.Range(0, -8), g.At(0)),
+		"READ off MaxInt":       rd(local.Range(math.MaxInt, 8), g.At(0)),
+		"READ len MaxInt":       rd(local.Range(8, math.MaxInt), g.At(0)),
+		"READ past MR end":      rd(local.Range(4090, 8), g.At(0)),
+		"READ no LOCAL_WRITE":   rd(noWrite.Range(0, 8), g.At(0)),
+		"READ nil region":       rd(local.Range(0, 8), krcore.Remote{Off: 0}),
+		"READ zero region":      rd(local.Range(0, 8), krcore.Remote{Region: &core.Region{}}),
+		"READ other node":       rd(local.Range(0, 8), of3.At(0)),
+		"READ other runtime's":  rd(local.Range(0, 8), ofB.At(0)),
+		"READ remote past end":  rd(local.Range(0, 8), g.At(4090)),
+		"READ remote MaxUint64": rd(local.Range(0, 8), g.At(math.MaxUint64)),
+		"READ remote wraps":     rd(local.Range(0, 16), g.At(math.MaxUint64-7)),
+		"READ past region end":  rd(local.Range(0, 8), ro.At(60)), // still inside the MR exported
+		"WRITE remote wraps":    {Op: verbs.OpWrite, Local: local.Range(0, 16), Remote: g.At(math.MaxUint64 - 7)},
+		"WRITE read-only":       {Op: verbs.OpWrite, Local: local.Range(0, 8), Remote: ro.At(0)},
+		"WRITE_IMM read-only":   {Op: verbs.OpWriteImm, Local: local.Range(0, 8), Remote: ro.At(0)},
+		"WRITE nil region":      {Op: verbs.OpWrite, Local: local.Range(0, 8)},
+		"WRITE zero-len nil":    {Op: verbs.OpWrite, Remote: krcore.Remote{Region: &core.Region{}}},
+		"FAA misaligned":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(3)},
+		"CAS misaligned":        {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4092)},
+		"FAA 4 bytes":           {Op: verbs.OpFetchAdd, Local: local.Range(0, 4), Remote: g.At(0)},
+		"FAA 16 bytes":          {Op: verbs.OpFetchAdd, Local: local.Range(0, 16), Remote: g.At(0)},
+		"FAA zero length":       {Op: verbs.OpFetchAdd, Local: local.Range(0, 0), Remote: g.At(0)},
+		"CAS read-only":         {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: ro.At(0)},
+		"CAS past end":          {Op: verbs.OpCompareSwap, Local: local.Range(0, 8), Remote: g.At(4096)},
+		"FAA unsignaled":        {Op: verbs.OpFetchAdd, Local: local.Range(0, 8), Remote: g.At(5), Unsignaled: true},
+		"READ unsignaled":       {Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g.At(4095), Unsignaled: true},
+	}
+	return c, q, local, g, bad
 }
 
 // TestHostileDuplicateNode starts a second runtime under a node id a live
