@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -261,6 +262,68 @@ func TestSharedQPIsolation(t *testing.T) {
 		if st := a.Stats(); st.RCOnly && (st.RCs != 1 || st.RCBuilt != 1) {
 			t.Errorf("RC-only: %d RC QPs (%d built) carried the VQs, want 1", st.RCs, st.RCBuilt)
 		}
+	}, modeDC, modeNoDC)
+}
+
+// TestPopOwnOnly: two queues share one DCI (RC-only: one RC QP); each
+// pushes a READ alone, then pops it with Pop, whose poll takes its own
+// queue's completions for itself (completeOwn) and must leave the other
+// queue's to it, though that one sits before its own on the QP. A READ of
+// a revoked region popped so completes with REM_ACCESS_ERR, not as a
+// success, and the READ behind it on the other queue still succeeds.
+func TestPopOwnOnly(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "data", 64)
+		doomed := serve(t, b, "doomed", 64)
+		g, err := a.Region(ctx(t), 2, "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone, err := a.Region(ctx(t), 2, "doomed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		qs := [2]*core.Queue{mustQueue(t, a, 2), mustQueue(t, a, 2)}
+		c0 := ctx(t)
+		read := func(q *core.Queue, id uint64, g krcore.Region) {
+			t.Helper()
+			if err := q.PushOne(c0, true, krcore.Request{ID: id, Op: verbs.OpRead, Local: local.Range(int(id%8)*8, 8), Remote: g.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out [4]krcore.Completion
+		popOwn := func(q *core.Queue, id uint64, st verbs.Status) {
+			t.Helper()
+			for {
+				if k := q.Pop(out[:]); k > 0 {
+					if k != 1 || out[0].ID != id || out[0].Status != st {
+						t.Fatalf("Pop: %+v, want only request %d with %s", out[:k], id, st)
+					}
+					return
+				}
+				if c0.Err() != nil {
+					t.Fatalf("request %d never completed: %v", id, c0.Err())
+				}
+				runtime.Gosched()
+			}
+		}
+		for i := range uint64(200) {
+			first, second := qs[i%2], qs[1-i%2]
+			read(first, 2*i, g)
+			read(second, 2*i+1, g)
+			popOwn(second, 2*i+1, verbs.Success) // its poll meets first's completion first
+			popOwn(first, 2*i, verbs.Success)
+		}
+		if err := b.Deregister(doomed); err != nil {
+			t.Fatal(err)
+		}
+		read(qs[0], 1000, gone)
+		read(qs[1], 1001, g)
+		popOwn(qs[0], 1000, verbs.RemAccessErr)
+		popOwn(qs[1], 1001, verbs.Success)
 	}, modeDC, modeNoDC)
 }
 
