@@ -525,18 +525,11 @@ func (q *Queue) PopMsgsWait(ctx context.Context, out []krcore.Message) (int, err
 }
 
 // PopAnyWait waits for at least one completion (into out) or message
-// (into msgs) and pops what is ready of both. With both wanted it waits on
-// the node's receive completion queue, where a message to the port
-// completes, and polls the send queue beside it: the goroutine that reads
-// the message off the wire (the soft RNIC's waiter reads its link itself)
-// is then the one that wants it. Waiting on the send queue instead, an RPC
-// caller whose reply came after its request's completion was woken by
-// whoever dispatched the receive queue, a hop through another goroutine a
-// call. A completion that comes alone (a request that failed, whose answer
-// never comes) wakes it within anySlice, since nobody need sleep on the
-// send queue for it; sooner if another waiter dispatches it. With msgs
-// empty it waits as PopWait does, with out empty it is PopMsgsWait. Both
-// empty is refused at once (verbs.ErrInvalid).
+// (into msgs) and pops what is ready of both. With completions wanted it
+// waits as PopWait does, on the node's send completion queue, and polls
+// the receive queue beside it: a message to the port wakes it through
+// whoever dispatches the receive queue (kick). With out empty it is
+// PopMsgsWait. Both empty is refused at once (verbs.ErrInvalid).
 func (q *Queue) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krcore.Message) (nc, nm int, err error) {
 	switch {
 	case len(out) == 0 && len(msgs) == 0:
@@ -544,31 +537,15 @@ func (q *Queue) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []
 	case len(out) == 0:
 		nm, err = q.PopMsgsWait(ctx, msgs)
 		return 0, nm, err
-	case len(msgs) == 0:
-		nc, err = q.PopWait(ctx, out)
-		return nc, 0, err
 	}
-	var slice *time.Timer
-	err = q.rt.recvs.wait(ctx, q, func() bool {
-		nm = q.popMsgs(msgs)
-		if nc = q.popReady(out); nc == 0 && q.rt.sends.poll() > 0 {
-			nc = q.popReady(out)
+	err = q.rt.sends.wait(ctx, q, func() bool {
+		nc = q.popReady(out)
+		if len(msgs) > 0 {
+			if nm = q.popMsgs(msgs); nm == 0 && q.rt.recvs.poll() > 0 {
+				nm = q.popMsgs(msgs)
+			}
 		}
 		return nc+nm > 0
-	}, func() {
-		if slice == nil {
-			slice = time.AfterFunc(anySlice, func() { q.rt.kick(q) })
-		} else {
-			slice.Reset(anySlice)
-		}
-	})
-	if slice != nil {
-		slice.Stop()
-	}
+	}, nil)
 	return nc, nm, err
 }
-
-// anySlice bounds each sleep of a PopAnyWait on the receive completion
-// queue: a completion alone is polled for after it (as krcored's client
-// sleeps on its message bell in slices of a millisecond).
-const anySlice = time.Millisecond

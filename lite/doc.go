@@ -91,8 +91,8 @@
 //     it does not need: Reply returns once its WRITE is posted, a caller
 //     whose reply came first does not wait for its request's, and the
 //     pooled queue's next use reaps the completion (a caller still waits
-//     for it, and fails on its error within a millisecond, while the
-//     reply has not come). Slots are credits: a caller without one waits. Notifications that do not check out
+//     for it, and fails at once on its error, while the reply has not
+//     come). Slots are credits: a caller without one waits. Notifications that do not check out
 //     (sender, ring, slot, length, call) are dropped. A ring is exported
 //     to the calling Node's principal alone, a reply area to the callee's,
 //     each under a random name.

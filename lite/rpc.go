@@ -276,8 +276,7 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 
 // awaitReply waits on e, the queue that posted p's request and holds the
 // port its reply comes to, for the reply and the request's completion in
-// one wait (PopAnyWait): a WRITE that fails ends the call (within
-// PopAnyWait's slice of a millisecond when nothing else comes), and a
+// one wait (PopAnyWait): a WRITE that fails ends the call at once, and a
 // reply that comes first needs no wait for the WRITE's acknowledgement (e
 // goes back to the pool owing it). A message for another call (the late
 // reply of one that gave up on this queue before) frees that call's slot.
