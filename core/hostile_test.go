@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -1072,4 +1073,89 @@ func TestHostileConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRegionRelearned: a region unexported and exported again under its
+// name is a new grant; the handle learned before keeps the old one. Its
+// READ, inside the old bounds, fails at the exporter (REM_ACCESS_ERR: the
+// old registration is gone), and it is still held to its old record
+// (a WRITE it never granted is refused before any QP); the handle learned
+// again reads within the new bounds and is refused past them. Each request
+// is pushed alone and popped with Pop (pushDirect, plainRW, completeOwn).
+func TestRegionRelearned(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})
+		a, b := c.Node(1), c.Node(2)
+		mr, _ := b.RegMR(4096, verbs.AccessAll)
+		for i := range 64 {
+			mr.Bytes()[i] = byte(i + 1)
+		}
+		if err := b.Export("x", mr, 0, 64, verbs.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		q := mustQueue(t, a, 2)
+		old, err := q.Region(ctx(t), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		c0 := ctx(t)
+		var out [2]krcore.Completion
+		do := func(op verbs.Opcode, g krcore.Region, off uint64) krcore.Completion {
+			t.Helper()
+			clear(local.Bytes())
+			if err := q.PushOne(c0, true, krcore.Request{ID: off, Op: op, Local: local.Range(0, 8), Remote: g.At(off)}); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if k := q.Pop(out[:]); k > 0 {
+					if k != 1 || out[0].ID != off {
+						t.Fatalf("%s at %d: Pop %+v", op, off, out[:k])
+					}
+					return out[0]
+				}
+				if c0.Err() != nil {
+					t.Fatalf("%s at %d: no completion", op, off)
+				}
+				runtime.Gosched()
+			}
+		}
+		if wc := do(verbs.OpRead, old, 40); wc.Status != verbs.Success || local.Bytes()[0] != 41 || local.Bytes()[7] != 48 {
+			t.Fatalf("READ before: %+v %v", wc, local.Bytes()[:8])
+		}
+		if err := b.Unexport("x"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Export("x", mr, 0, 32, verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
+			t.Fatal(err)
+		}
+		again, err := q.Region(ctx(t), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusals := a.Stats().Refusals
+		for _, tc := range []struct {
+			what string
+			op   verbs.Opcode
+			g    krcore.Region
+			off  uint64
+			want verbs.Status
+		}{
+			{"old handle, READ inside the old bounds", verbs.OpRead, old, 40, verbs.RemAccessErr},
+			{"old handle, READ inside both", verbs.OpRead, old, 8, verbs.RemAccessErr},
+			{"old handle, WRITE", verbs.OpWrite, old, 8, verbs.RemAccessErr},
+			{"new handle, READ", verbs.OpRead, again, 8, verbs.Success},
+			{"new handle, READ past the new end", verbs.OpRead, again, 40, verbs.RemAccessErr},
+			{"new handle, WRITE", verbs.OpWrite, again, 16, verbs.Success},
+		} {
+			if wc := do(tc.op, tc.g, tc.off); wc.Status != tc.want {
+				t.Errorf("%s: %+v, want %s", tc.what, wc, tc.want)
+			}
+		}
+		// Refused before a QP: the old handle's WRITE (never granted)
+		// and the new handle's READ past its end.
+		if n := a.Stats().Refusals - refusals; n != 2 {
+			t.Errorf("%d requests refused before a QP, want 2", n)
+		}
+	}, modeDC, modeNoDC)
 }
