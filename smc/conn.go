@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/krcore/krcore"
 )
 
 // Defaults of Options.
@@ -38,6 +40,22 @@ type Options struct {
 	// for the client's first bytes when none came yet (see the package
 	// doc); 0 is DefaultDetectWait, negative is no wait.
 	DetectWait time.Duration
+	// BufferSize fixes the buffers of the connections dialled or
+	// accepted with these options (the receive buffer and the send
+	// staging ring), in bytes, at least MinBufferSize; 0 leaves them to
+	// the Node (NodeOptions.BufferSize, or adapting). Many idle
+	// connections of a Node can so take small buffers while others of
+	// the same Node adapt, without a second Node (whose port another
+	// goroutine of the process would wait on).
+	BufferSize int
+}
+
+// check reports options that cannot work.
+func (o *Options) check() error {
+	if o.BufferSize != 0 && (o.BufferSize < MinBufferSize || o.BufferSize > maxBuffer) {
+		return fmt.Errorf("smc: buffer size %d, want 0 or %d-%d: %w", o.BufferSize, MinBufferSize, maxBuffer, krcore.ErrInvalid)
+	}
+	return nil
 }
 
 func (o *Options) handshakeTimeout() time.Duration {

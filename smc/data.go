@@ -121,6 +121,9 @@ func signal(ch chan struct{}) {
 func (c *Conn) setupQueue(wait bool) (Reason, error) {
 	n := c.node
 	c.start = n.firstSize()
+	if c.opts.BufferSize != 0 {
+		c.start = c.opts.BufferSize
+	}
 	var err error
 	if c.stage, err = n.stagePool(c.start).take(wait); err != nil {
 		return ReasonMem, err
@@ -176,7 +179,7 @@ func (c *Conn) connectPeer(ctx context.Context, m *clcMsg, wait bool) (Reason, e
 // learnBuffer learns the peer's receive buffer from m (an accept or a
 // confirm), asking as this Node's port, the one it was exported to.
 func (c *Conn) learnBuffer(ctx context.Context, m *clcMsg) (Reason, error) {
-	if m.size < cdcLen || m.size > 1<<30 {
+	if m.size < cdcLen || m.size > maxBuffer {
 		return ReasonConfig, fmt.Errorf("smc: the peer's buffer of %d bytes: %w", m.size, krcore.ErrInvalid)
 	}
 	r, err := c.node.region(ctx, m.node, m.name, false)
@@ -897,7 +900,7 @@ func (c *Conn) release() {
 // larger one lets more than a buffer's worth cross per cursor round
 // trip), up to the Node's maximum; c.mu held.
 func (c *Conn) wantGrow() int {
-	if c.blocks < 2 || !c.resizable() || len(c.ring) >= c.node.maxSize {
+	if c.blocks < 2 || !c.resizable() || len(c.ring) >= c.node.maxSize || c.opts.BufferSize != 0 {
 		return 0
 	}
 	size := min(len(c.ring)*4, c.node.maxSize)
@@ -944,7 +947,7 @@ type sizer struct {
 func (s *sizer) due(c *Conn) bool {
 	fired := s.fired
 	s.fired = false
-	if len(c.ring) <= c.node.firstSize() || !c.resizable() {
+	if len(c.ring) <= c.node.firstSize() || !c.resizable() || c.opts.BufferSize != 0 {
 		s.idle = nil
 		return false
 	}

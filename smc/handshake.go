@@ -29,6 +29,9 @@ func Listen(network, addr string, opts *Options) (*Listener, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
 	if opts.RDMA != nil {
 		return listenRDMA(network, addr, opts)
 	}
@@ -105,6 +108,9 @@ func Dial(network, addr string, opts *Options) (net.Conn, error) {
 func DialContext(ctx context.Context, network, addr string, opts *Options) (net.Conn, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if opts.RDMA != nil {
 		return dialRDMA(ctx, network, addr, opts)

@@ -31,6 +31,8 @@ const (
 	DefaultBufferSize    = 64 << 10
 	MinBufferSize        = 16 << 10
 	DefaultMaxBufferSize = 4 << 20
+	// maxBuffer bounds any buffer, ours or one a peer names.
+	maxBuffer = 1 << 30
 	// DefaultMaxMemory bounds the registered buffer memory (receive and
 	// staging) of a Node when NodeOptions.MaxMemory is 0.
 	DefaultMaxMemory = 256 << 20
@@ -241,7 +243,7 @@ func (n *Node) sizes(opts NodeOptions) error {
 	if mem == 0 {
 		mem = DefaultMaxMemory
 	}
-	if n.minSize < cdcLen || n.maxSize < n.startSize || n.maxSize > 1<<30 || mem < 0 {
+	if n.minSize < cdcLen || n.maxSize < n.startSize || n.maxSize > maxBuffer || mem < 0 {
 		return fmt.Errorf("buffer size %d, max %d, memory %d: %w", opts.BufferSize, opts.MaxBufferSize, opts.MaxMemory, krcore.ErrInvalid)
 	}
 	n.mem = &budget{max: int64(mem)}

@@ -419,3 +419,30 @@ func TestBlockedUntil(t *testing.T) {
 		t.Fatalf("read blocked at Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestBufferSizeOption: connections dialled and accepted with
+// Options.BufferSize keep buffers of that size on a Node whose buffers
+// adapt, a stream larger than them included; a size below
+// MinBufferSize is refused.
+func TestBufferSizeOption(t *testing.T) {
+	srvAPI, clients := apis(t)
+	srvNode := open(t, srvAPI, smc.NodeOptions{})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{})
+	ln := listen(t, &smc.Options{Node: srvNode, BufferSize: smc.MinBufferSize})
+	s, c := pair(t, ln, &smc.Options{Node: cliNode, BufferSize: smc.MinBufferSize})
+	if m := settled(t, s); !m.SMC {
+		t.Fatalf("server mode %v, want SMC", m)
+	}
+	transfer(t, c, s, 4<<20)
+	for _, n := range []*smc.Node{srvNode, cliNode} {
+		for _, ci := range n.Conns() {
+			if ci.Mode == "SMC" && (ci.RMB != smc.MinBufferSize || ci.PeerRMB != smc.MinBufferSize) {
+				t.Errorf("buffers %d and %d, want %d", ci.RMB, ci.PeerRMB, smc.MinBufferSize)
+			}
+		}
+	}
+	_, err := smc.DialContext(ctxT(t), "tcp", ln.Addr().String(), &smc.Options{Node: cliNode, BufferSize: 1000})
+	if !errors.Is(err, krcore.ErrInvalid) {
+		t.Fatalf("dial with a 1000-byte buffer: %v, want ErrInvalid", err)
+	}
+}

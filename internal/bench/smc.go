@@ -74,12 +74,15 @@ const (
 	seriesSMC           = "smc"
 	smcPingSize         = 8
 	smcStreamSize       = 64 << 10
-	// smcBufferSize is the buffer of the Nodes of smc-rtt, smc-stream
-	// and smc-connect: 0, adapting (smc.NodeOptions' defaults: 64 KiB,
-	// growing for a stream up to smc.DefaultMaxBufferSize).
+	// smcBufferSize is the buffer of the Node of each process: 0,
+	// adapting (smc.NodeOptions' defaults: 64 KiB, growing for a stream
+	// up to smc.DefaultMaxBufferSize), as smc-rtt, smc-stream and
+	// smc-connect use it.
 	smcBufferSize = 0
-	// smcSmallBuffer is the buffer of the Nodes of smc-many and
-	// smc-connect-first: many connections, little data each.
+	// smcSmallBuffer is the fixed buffer (smc.Options.BufferSize) of
+	// smc-many's connections, on the same Node (a second Node's goroutine
+	// would wait on its port beside the first's, in every process), and
+	// of smc-connect-first's Nodes: many connections, little data each.
 	smcSmallBuffer   = 16 << 10
 	smcIdle          = 1000
 	smcActive        = 100
@@ -194,23 +197,18 @@ func startSMCServers(api krcore.API) (*smcServers, error) {
 		go func() { defer servers.Done(); serveSMCBench(ln) }()
 		return ln.Addr().String(), nil
 	}
+	n, err := smc.Open(api, smc.NodeOptions{BufferSize: smcBufferSize})
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	closers = append(closers, n.Close)
 	for _, l := range []struct {
 		addr *string
-		smc  bool
-		size int
-	}{{&s.smc, true, smcBufferSize}, {&s.small, true, smcSmallBuffer}, {&s.tcp, false, 0}} {
-		var opts *smc.Options
-		if l.smc {
-			n, err := smc.Open(api, smc.NodeOptions{BufferSize: l.size})
-			if err != nil {
-				s.close()
-				return nil, err
-			}
-			closers = append(closers, n.Close)
-			opts = &smc.Options{Node: n}
-		}
+		opts *smc.Options
+	}{{&s.smc, &smc.Options{Node: n}}, {&s.small, &smc.Options{Node: n, BufferSize: smcSmallBuffer}}, {&s.tcp, nil}} {
 		var err error
-		if *l.addr, err = serve(opts); err != nil {
+		if *l.addr, err = serve(l.opts); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -356,14 +354,12 @@ func openSMCSide(ctx context.Context, timeout time.Duration, a smcAPI, srv *smcS
 	s := &smcSide{label: a.label, timeout: timeout}
 	if a.api != nil {
 		addr, small = srv.smc, srv.small
-		for _, size := range []int{smcBufferSize, smcSmallBuffer} {
-			n, err := smc.Open(a.api, smc.NodeOptions{BufferSize: size})
-			if err != nil {
-				return s, err
-			}
-			s.nodes = append(s.nodes, n)
+		n, err := smc.Open(a.api, smc.NodeOptions{BufferSize: smcBufferSize})
+		if err != nil {
+			return s, err
 		}
-		opts, smallOpts = &smc.Options{Node: s.nodes[0]}, &smc.Options{Node: s.nodes[1]}
+		s.nodes = append(s.nodes, n)
+		opts, smallOpts = &smc.Options{Node: n}, &smc.Options{Node: n, BufferSize: smcSmallBuffer}
 	}
 	s.dial = func() (net.Conn, error) { return dialSMCBench(ctx, timeout, addr, opts, 's') }
 	s.first = func() (time.Duration, error) {
