@@ -70,9 +70,10 @@ func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
 	}
 }
 
-// TestSpinOnlyWhilePumpPolls: a waiter spins after a push that found the
-// daemon's pump polling the ring, and sleeps at once after one that had to
-// ring its doorbell.
+// TestSpinOnlyWhilePumpPolls: a waiter for a message spins after a push
+// that found the daemon's pump polling the ring, and sleeps at once after
+// one that had to ring its doorbell; a waiter for a completion spins after
+// either.
 func TestSpinOnlyWhilePumpPolls(t *testing.T) {
 	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
 		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
@@ -87,15 +88,18 @@ func TestSpinOnlyWhilePumpPolls(t *testing.T) {
 			flag = 1
 		}
 		v.ring.Ctr(wire.DaemonSleeps).Store(flag)
-		if err := v.PushOne(ctx, false, krcore.Request{ID: uint64(i), Op: verbs.OpRead}); err != nil {
+		if err := v.PushOne(ctx, false, krcore.Request{ID: uint64(i), Op: verbs.OpSend}); err != nil {
 			t.Fatal(err)
 		}
 		want := wire.SpinFor
 		if asleep {
 			want = 0
 		}
-		if got := v.spin(); got != want {
-			t.Errorf("push #%d, pump asleep %v: spin %v, want %v", i, asleep, got, want)
+		if got := v.spin(wire.ClientMsg); got != want {
+			t.Errorf("push #%d, pump asleep %v: message wait spins %v, want %v", i, asleep, got, want)
+		}
+		if got := v.spin(wire.ClientCQ); got != wire.SpinFor {
+			t.Errorf("push #%d, pump asleep %v: completion wait spins %v, want %v", i, asleep, got, wire.SpinFor)
 		}
 	}
 }

@@ -467,23 +467,26 @@ func (v *VQ) sleep(ctx context.Context, token chan struct{}, bell *wire.Bell, fl
 		}
 		return v.c.err()
 	}
-	err := wire.Wait(ctx, v.spin(), ready, v.ring.Ctr(flag), bell, stop)
+	err := wire.Wait(ctx, v.spin(flag), ready, v.ring.Ctr(flag), bell, stop)
 	if errors.Is(err, wire.ErrBellClosed) {
 		return v.errClosed()
 	}
 	return err
 }
 
-// spin is how long a waiter polls the rings before it sleeps: SpinFor
-// while the daemon's pump polls them too (the last publish found it
-// awake), as the answer may then be a microsecond away; nothing after a
-// publish that rang the doorbell. Then the pump was asleep, no answer can
-// come before it wakes (a cross-process wake-up: several microseconds,
-// far more on a loaded machine), and on a machine of few cores a spinning
-// waiter holds the core the pump it just woke needs: the pump ran only
-// once the spin was over.
-func (v *VQ) spin() time.Duration {
-	if v.woke.Load() {
+// spin is how long a waiter on flag polls the rings before it sleeps:
+// SpinFor, but nothing for a message (ClientMsg) after a publish that rang
+// the doorbell. Then the pump was asleep, and a message answers a request
+// only after the pump has woken (a cross-process wake-up) and the fabric's
+// round trip, while on a machine of few cores a spinning waiter holds the
+// core the pump it just woke needs: the pump ran only once the spin was
+// over. A completion may still come within the spin (an own-node READ),
+// and a waiter that catches it there needs no wake-up of its own, which
+// beside a flooding client waits for a core (see daemon.Config.ShareQuantum):
+// without the spin there the victim's p99 beside a flood rose relative to
+// its quiet one (TestFloodFairness).
+func (v *VQ) spin(flag int) time.Duration {
+	if flag == wire.ClientMsg && v.woke.Load() {
 		return 0
 	}
 	return wire.SpinFor

@@ -47,7 +47,7 @@
  * completions never touch the socket: krc_push writes an SQE and stores the
  * submission tail, ringing the doorbell eventfd only if the daemon sleeps;
  * krc_pop reads CQEs up to the completion tail; krc_pop_wait spins for
- * KRC_SPIN_NS (unless the last push had to ring the doorbell), then raises the sleep flag, checks again and sleeps in poll()
+ * KRC_SPIN_NS (a message wait not after a push that rang the doorbell), then raises the sleep flag, checks again and sleeps in poll()
  * on the completion eventfd and the socket (so a daemon that goes away wakes
  * it: the call fails with KRC_CODE_CLOSED and errno EPIPE, and requests in
  * flight are lost, which the Go client reports as WR_FLUSH_ERR).
@@ -383,7 +383,7 @@ struct krc_vq {
 	uint64_t pushed;     /* requests written (SQEs but receives) */
 	uint64_t cq_head;
 	uint64_t msg_head;
-	int woke;            /* the last publish rang the doorbell: waits do not spin */
+	int woke;            /* the last publish rang the doorbell: message waits do not spin */
 };
 
 /* krc_error is the text of c's last failure. */
@@ -1010,10 +1010,11 @@ static inline int krc__msg_ready(struct krc_vq *q)
 }
 
 /* krc__wait returns 0 once ready(q) holds (wire.Wait): it polls for
- * KRC_SPIN_NS (not at all when the last publish rang the doorbell: the
- * daemon slept, and a spin would hold the core it needs to wake, as the Go
- * client's VQ.spin), then sets flag, checks again and sleeps on bell and
- * the socket until woken, timeout_ms passes (-1: never) or the daemon goes. */
+ * KRC_SPIN_NS (a wait for a message not at all when the last publish rang
+ * the doorbell: the daemon slept, and a spin would hold the core it needs
+ * to wake, as the Go client's VQ.spin), then sets flag, checks again and
+ * sleeps on bell and the socket until woken, timeout_ms passes (-1: never)
+ * or the daemon goes. */
 static inline int krc__wait(struct krc_vq *q, int (*ready)(struct krc_vq *), int flag, int bell,
 			    int timeout_ms)
 {
@@ -1021,7 +1022,7 @@ static inline int krc__wait(struct krc_vq *q, int (*ready)(struct krc_vq *), int
 	_Atomic uint64_t *f = krc_ring_ctr(&q->ring, flag);
 	uint64_t start = krc__now_ns();
 	uint64_t deadline = start + (uint64_t)timeout_ms * 1000000u;
-	uint64_t spin = q->woke ? 0 : KRC_SPIN_NS;
+	uint64_t spin = flag == KRC_CTR_CLIENT_MSG && q->woke ? 0 : KRC_SPIN_NS;
 	for (unsigned i = 0;; i++) {
 		if (ready(q))
 			return 0;

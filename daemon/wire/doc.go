@@ -84,9 +84,10 @@
 //
 // A waiter spins for SpinFor, then sets its sleep flag in the header, checks
 // again and blocks reading its eventfd; a producer that finds the flag set
-// after publishing writes the eventfd. A client whose last publish had to
-// ring the doorbell (the daemon slept) sleeps without spinning: no answer
-// comes before the daemon has woken. The flag and counters are sequentially
+// after publishing writes the eventfd. A client waiting for a message after
+// a publish that had to ring the doorbell (the daemon slept) sleeps without
+// spinning: no message answers before the daemon has woken and the fabric's
+// round trip is over. The flag and counters are sequentially
 // consistent atomics, so no wake-up is lost, and a side that keeps up never
 // makes a system call. A client waiting for a completion or a message at
 // once (krcore.VQ.PopAnyWait) sleeps on the message bell with ClientMsg
