@@ -108,20 +108,29 @@ func TestShmInPlaceDeregFence(t *testing.T) {
 		}
 		before := a.Stats().InPlace
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		failed := make(chan verbs.Status, 1)
+		// The writer's end: the status of its first failed WRITE, or why
+		// it could not post or wait (st 0).
+		type end struct {
+			st  verbs.Status
+			err error
+		}
+		failed := make(chan end, 1)
 		go func() {
 			defer cancel()
 			var wc [1]verbs.WC
 			for i := 0; ; i++ {
 				wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, i%2*size, size)}, RemoteAddr: target.Addr(), RKey: target.RKey()}
 				if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-					failed <- verbs.Status(254)
+					failed <- end{err: fmt.Errorf("WRITE %d: post: %w", i, err)}
 					return
 				}
 				for {
 					k, err := x.cq.Poll(wc[:])
-					if err != nil || k == 0 && x.cq.Wait(ctx) != nil {
-						failed <- verbs.Status(253)
+					if err == nil && k == 0 {
+						err = x.cq.Wait(ctx)
+					}
+					if err != nil {
+						failed <- end{err: fmt.Errorf("WRITE %d: %w", i, err)}
 						return
 					}
 					if k == 1 {
@@ -129,21 +138,27 @@ func TestShmInPlaceDeregFence(t *testing.T) {
 					}
 				}
 				if wc[0].Status != verbs.Success {
-					failed <- wc[0].Status
+					failed <- end{st: wc[0].Status, err: fmt.Errorf("WRITE %d: %s", i, wc[0].Status)}
 					return
 				}
 			}
 		}()
+		// Until enough WRITEs went in place, or the writer ended without
+		// them (it fails within its 10 s): waiting on for the count
+		// alone hung the package's run (once at load ~15) when it did.
 		for a.Stats().InPlace-before < uint64(20+round*7) {
-			time.Sleep(50 * time.Microsecond)
+			select {
+			case e := <-failed:
+				t.Fatalf("round %d: the writer ended before Deregister, %d WRITEs in place: %v", round, a.Stats().InPlace-before, e.err)
+			case <-time.After(50 * time.Microsecond):
+			}
 		}
 		if err := target.Close(); err != nil {
 			t.Fatal(err)
 		}
 		snap := bytes.Clone(blk.Bytes())
-		st := <-failed
-		if st != verbs.RemAccessErr {
-			t.Fatalf("round %d: the WRITE after Deregister completed %v, want REM_ACCESS_ERR", round, st)
+		if e := <-failed; e.st != verbs.RemAccessErr {
+			t.Fatalf("round %d: the WRITE after Deregister: %v, want REM_ACCESS_ERR", round, e.err)
 		}
 		if !bytes.Equal(snap, blk.Bytes()) {
 			t.Fatalf("round %d: the memory changed after Deregister returned", round)
