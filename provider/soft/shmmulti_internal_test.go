@@ -69,9 +69,15 @@ func TestShmMultiLinkWaiterReads(t *testing.T) {
 	}
 	send(0, 1)
 	send(1, 2) // c's QPs now use two links
+	// The pump that sent a SEND notes its link after sending it, and the
+	// first SEND over a link is sent by the link's dialer, which pumps
+	// the QPs that waited for it: that note may come after the
+	// completion (failed 1 of 6 package runs under -race at load ~10).
 	cq := c.(*cq)
-	if !cq.multi.Load() {
-		t.Fatal("the CQ does not know it has two links")
+	for deadline := time.Now().Add(5 * time.Second); !cq.multi.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the CQ does not know it has two links")
+		}
 	}
 	waits, readByWaiter := 0, 0
 	for i := range multiRounds {
