@@ -400,9 +400,9 @@ func testSleeperNotStarved(t *testing.T, nodes func(testing.TB) (*soft.Node, *so
 	a, b := nodes(t)
 	x, y := connectPair(t, a, b, 4096) // the READ loop's pair
 	s, r := connectPair(t, a, b, 4096) // s sleeps for SENDs from r
-	const msgs = 15
+	const msgs, rounds = 15, 3
 	var recvs []verbs.RecvWR
-	for i := range msgs + 1 {
+	for i := range rounds*msgs + 1 {
 		recvs = append(recvs, verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{verbs.SGEOf(s.mr, 0, 64)}})
 	}
 	if _, err := s.qp.PostRecv(recvs); err != nil {
@@ -432,26 +432,37 @@ func testSleeperNotStarved(t *testing.T, nodes func(testing.TB) (*soft.Node, *so
 	send(100) // s's CQ learns its link
 	<-got
 	waitWC(t, r.cq)
-	var delays []time.Duration
-	for i := range msgs {
-		for j := range 50 {
-			post(t, x.qp, read8(x, y, uint64(j)))
-			waitWC(t, x.cq)
+	// A round's median above 2 ms says the link sat unread until its
+	// reader took it back (lendTimeout, 5 ms) each time; a loaded machine
+	// delays a round's goroutines so too now and then (median 2.1 ms
+	// under -race beside five other test binaries), never each round.
+	var medians []time.Duration
+	for round := range rounds {
+		var delays []time.Duration
+		for i := range msgs {
+			for j := range 50 {
+				post(t, x.qp, read8(x, y, uint64(j)))
+				waitWC(t, x.cq)
+			}
+			start := time.Now()
+			send(uint64(round*msgs + i))
+			select {
+			case at := <-got:
+				delays = append(delays, at.Sub(start))
+			case <-ctx.Done():
+				t.Fatal("message never reached the sleeper")
+			}
+			waitWC(t, r.cq) // r's SEND completion
 		}
-		start := time.Now()
-		send(uint64(i))
-		select {
-		case at := <-got:
-			delays = append(delays, at.Sub(start))
-		case <-ctx.Done():
-			t.Fatal("message never reached the sleeper")
+		slices.Sort(delays)
+		med := delays[len(delays)/2]
+		if med <= 2*time.Millisecond {
+			return
 		}
-		waitWC(t, r.cq) // r's SEND completion
+		t.Logf("round %d: median delivery to the sleeper %v (all %v)", round, med, delays)
+		medians = append(medians, med)
 	}
-	slices.Sort(delays)
-	if med := delays[len(delays)/2]; med > 2*time.Millisecond {
-		t.Errorf("median delivery to the sleeper %v (all %v): the link sat unread", med, delays)
-	}
+	t.Errorf("median delivery to the sleeper over 2 ms in each of %d rounds (%v): the link sat unread", rounds, medians)
 }
 
 // TestTCPConcurrentStreams: two RC QPs stream 64 KiB WRITEs on one TCP
