@@ -238,9 +238,12 @@ func TestEmbeddedEtcd(t *testing.T) {
 	c := startClient(t, devs[3], a.Info(), b.Info())
 	cb := startClient(t, devs[3], b.Info())
 
+	// Nodes 1 and 2 must not lapse (node 1 is withdrawn, node 2 stays to
+	// the end): a 1 s lease lapsed under -race on a loaded machine when
+	// the keeper's renewals stalled, and node 2 left the tables.
 	nodeStore := newStore(t, eps)
-	l1 := register(t, nodeStore, record(devs[2], 1), time.Second)
-	register(t, nodeStore, record(devs[2], 2), time.Second)
+	l1 := register(t, nodeStore, record(devs[2], 1), 10*time.Second)
+	register(t, nodeStore, record(devs[2], 2), 10*time.Second)
 	for _, cl := range []*meta.Client{c, cb} {
 		waitFetch(t, cl, 1, true, 5*time.Second)
 		waitFetch(t, cl, 2, true, 5*time.Second)
