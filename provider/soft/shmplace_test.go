@@ -17,7 +17,11 @@ import (
 // shared-memory link, both with memfd MRs of size bytes.
 func shmPair(t *testing.T, size int) (*soft.Node, *soft.Node, *side, *side) {
 	t.Helper()
-	a, b := listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond})
+	// A patient link set-up: the DialTimeout default, the retry timeout,
+	// let a hello stalled past 300 ms (the process starved of a core)
+	// give up the shared-memory link for TCP, where nothing goes in place
+	// (TestShmInPlaceDeregFence's writer then ran out its 10 s).
+	a, b := listenPair(t, soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 300 * time.Millisecond, DialTimeout: 10 * time.Second})
 	x, y := newSide(t, a, size), newSide(t, b, size)
 	// Long enough for a MiB through the ring on a loaded machine.
 	p := verbs.Path{Timeout: time.Second, RetryCount: 1}
