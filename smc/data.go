@@ -900,7 +900,7 @@ func (c *Conn) release() {
 // larger one lets more than a buffer's worth cross per cursor round
 // trip), up to the Node's maximum; c.mu held.
 func (c *Conn) wantGrow() int {
-	if c.blocks < 2 || !c.resizable() || len(c.ring) >= c.node.maxSize || c.opts.BufferSize != 0 {
+	if c.blocks < 2 || !c.resizable() || len(c.ring) >= c.node.maxSize {
 		return 0
 	}
 	size := min(len(c.ring)*4, c.node.maxSize)
@@ -924,9 +924,10 @@ const lagBuffer = 1 << 20
 // processes 0.25-0.6 ms, one in a process with its reader 0.04-1 ms.
 const lagWait = time.Millisecond
 
-// resizable reports whether the receive buffer may move now; c.mu held.
+// resizable reports whether the receive buffer may move now (never if
+// Options.BufferSize fixed it); c.mu held.
 func (c *Conn) resizable() bool {
-	return !c.moving && c.err == nil && !c.localClosed && !c.peerDoneWriting
+	return c.opts.BufferSize == 0 && !c.moving && c.err == nil && !c.localClosed && !c.peerDoneWriting
 }
 
 // shrinkAfter is how long a grown receive buffer stays idle (nothing
@@ -947,7 +948,7 @@ type sizer struct {
 func (s *sizer) due(c *Conn) bool {
 	fired := s.fired
 	s.fired = false
-	if len(c.ring) <= c.node.firstSize() || !c.resizable() || c.opts.BufferSize != 0 {
+	if len(c.ring) <= c.node.firstSize() || !c.resizable() {
 		s.idle = nil
 		return false
 	}
