@@ -40,9 +40,10 @@ type Options struct {
 	// for the client's first bytes when none came yet (see the package
 	// doc); 0 is DefaultDetectWait, negative is no wait.
 	DetectWait time.Duration
-	// BufferSize fixes the buffers of the connections dialled or
-	// accepted with these options (the receive buffer and the send
-	// staging ring), in bytes, at least MinBufferSize; 0 leaves them to
+	// BufferSize fixes the receive buffer of the connections dialled or
+	// accepted with these options, in bytes, from MinBufferSize to 1 GiB
+	// (their send staging rings start at it and follow the peer's
+	// receive buffer, which an adapting peer may grow); 0 leaves it to
 	// the Node (NodeOptions.BufferSize, or adapting). Many idle
 	// connections of a Node can so take small buffers while others of
 	// the same Node adapt, without a second Node (whose port another
