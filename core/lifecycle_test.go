@@ -53,51 +53,45 @@ func settle() { time.Sleep(20 * time.Millisecond) }
 // closed queue with nothing left returns at once, while completions
 // already there are still popped first.
 func TestQueueCloseWakesWaiters(t *testing.T) {
-	for _, tr := range []struct {
-		name string
-		tcp  bool
-	}{{"mem", false}, {"tcp", true}} {
-		t.Run(tr.name, func(t *testing.T) {
-			a, b := dcPair(t, tr.tcp)
-			q, _ := reader(t, a, b, "r")
-			if err := q.Bind(9); err != nil {
-				t.Fatal(err)
+	onDCPairs(t, func(t *testing.T, a, b *core.Runtime) {
+		q, _ := reader(t, a, b, "r")
+		if err := q.Bind(9); err != nil {
+			t.Fatal(err)
+		}
+		long, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res := startWaiters(long, q)
+		settle()
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		bounded.AllFail(t, time.Second, res, krcore.ErrClosed)
+		for name, w := range waiters {
+			err := bounded.Within(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
+			if !errors.Is(err, krcore.ErrClosed) {
+				t.Errorf("%s on a closed queue: %v, want ErrClosed", name, err)
 			}
-			long, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			res := startWaiters(long, q)
-			settle()
-			if err := q.Close(); err != nil {
-				t.Fatal(err)
-			}
-			bounded.AllFail(t, time.Second, res, krcore.ErrClosed)
-			for name, w := range waiters {
-				err := bounded.Within(t, time.Second, name+" on a closed queue", func() error { return w(long, q) })
-				if !errors.Is(err, krcore.ErrClosed) {
-					t.Errorf("%s on a closed queue: %v, want ErrClosed", name, err)
-				}
-			}
+		}
 
-			// A completion that finished before Close is still popped.
-			q2, req2 := reader(t, a, b, "r2")
-			if _, err := q2.Push(long, true, req2); err != nil {
-				t.Fatal(err)
-			}
-			for core.DebugDone(q2) == 0 { // dispatch without popping
-				q2.Pop(nil)
-				runtime.Gosched()
-			}
-			q2.Close()
-			var out [1]krcore.Completion
-			n, err := q2.PopWait(long, out[:])
-			if n != 1 || err != nil || out[0].Status != verbs.Success {
-				t.Errorf("PopWait on a closed queue holding a completion: %d %v %+v, want it popped", n, err, out[0])
-			}
-			if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, krcore.ErrClosed) {
-				t.Errorf("PopWait on a closed, drained queue: %d %v, want ErrClosed", n, err)
-			}
-		})
-	}
+		// A completion that finished before Close is still popped.
+		q2, req2 := reader(t, a, b, "r2")
+		if _, err := q2.Push(long, true, req2); err != nil {
+			t.Fatal(err)
+		}
+		for core.DebugDone(q2) == 0 { // dispatch without popping
+			q2.Pop(nil)
+			runtime.Gosched()
+		}
+		q2.Close()
+		var out [1]krcore.Completion
+		n, err := q2.PopWait(long, out[:])
+		if n != 1 || err != nil || out[0].Status != verbs.Success {
+			t.Errorf("PopWait on a closed queue holding a completion: %d %v %+v, want it popped", n, err, out[0])
+		}
+		if n, err := q2.PopWait(long, out[:]); n != 0 || !errors.Is(err, krcore.ErrClosed) {
+			t.Errorf("PopWait on a closed, drained queue: %d %v, want ErrClosed", n, err)
+		}
+	})
 }
 
 // reader is a queue from a to b connected for 8-byte READs of a region b
@@ -119,33 +113,41 @@ func reader(t *testing.T, a, b *core.Runtime, name string) (*core.Queue, krcore.
 // TestRuntimeCloseWakesWaiters: closing the runtime fails every waiter of
 // every queue, and a group's waiter, with ErrClosed, wherever it sleeps.
 func TestRuntimeCloseWakesWaiters(t *testing.T) {
+	onDCPairs(t, func(t *testing.T, a, b *core.Runtime) {
+		long, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		all := map[string]chan error{}
+		for i := range 2 {
+			q, _ := reader(t, a, b, fmt.Sprint("r", i))
+			if err := q.Bind(uint32(10 + i)); err != nil {
+				t.Fatal(err)
+			}
+			for name, ch := range startWaiters(long, q) {
+				all[fmt.Sprintf("queue%d/%s", i, name)] = ch
+			}
+		}
+		g := a.Group()
+		gch := make(chan error, 1)
+		all["Group.Wait"] = gch
+		go func() { gch <- g.Wait(long, func() bool { return false }, nil) }()
+		settle()
+		if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
+			t.Fatal(err)
+		}
+		bounded.AllFail(t, time.Second, all, krcore.ErrClosed)
+	})
+}
+
+// onDCPairs runs f as subtests "mem" and "tcp", each on a dcPair on that
+// wire.
+func onDCPairs(t *testing.T, f func(t *testing.T, a, b *core.Runtime)) {
 	for _, tr := range []struct {
 		name string
 		tcp  bool
 	}{{"mem", false}, {"tcp", true}} {
 		t.Run(tr.name, func(t *testing.T) {
 			a, b := dcPair(t, tr.tcp)
-			long, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			all := map[string]chan error{}
-			for i := range 2 {
-				q, _ := reader(t, a, b, fmt.Sprint("r", i))
-				if err := q.Bind(uint32(10 + i)); err != nil {
-					t.Fatal(err)
-				}
-				for name, ch := range startWaiters(long, q) {
-					all[fmt.Sprintf("queue%d/%s", i, name)] = ch
-				}
-			}
-			g := a.Group()
-			gch := make(chan error, 1)
-			all["Group.Wait"] = gch
-			go func() { gch <- g.Wait(long, func() bool { return false }, nil) }()
-			settle()
-			if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
-				t.Fatal(err)
-			}
-			bounded.AllFail(t, time.Second, all, krcore.ErrClosed)
+			f(t, a, b)
 		})
 	}
 }

@@ -190,90 +190,84 @@ func TestWaitContexts(t *testing.T) {
 // push order, none of another queue; the sleeper is woken for the
 // requests the spinner leaves to it; Close fails it with ErrClosed.
 func TestPopBesideWaiter(t *testing.T) {
-	for _, tr := range []struct {
-		name string
-		tcp  bool
-	}{{"mem", false}, {"tcp", true}} {
-		t.Run(tr.name, func(t *testing.T) {
-			a, b := dcPair(t, tr.tcp)
-			q, req := reader(t, a, b, "r")
-			other, oreq := reader(t, a, b, "o") // traffic of another queue on the same DCIs
-			long, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			idle := mustQueue(t, a, b.Node())
-			go func() {
-				var out [1]krcore.Completion
-				idle.PopWait(long, out[:])
-			}()
-			got := make(chan krcore.Completion, 1)
-			ended := make(chan error, 1)
-			go func() { // the sleeper
-				var out [1]krcore.Completion
-				for {
-					if _, err := q.PopWait(long, out[:]); err != nil {
-						ended <- err
-						return
-					}
-					got <- out[0]
+	onDCPairs(t, func(t *testing.T, a, b *core.Runtime) {
+		q, req := reader(t, a, b, "r")
+		other, oreq := reader(t, a, b, "o") // traffic of another queue on the same DCIs
+		long, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		idle := mustQueue(t, a, b.Node())
+		go func() {
+			var out [1]krcore.Completion
+			idle.PopWait(long, out[:])
+		}()
+		got := make(chan krcore.Completion, 1)
+		ended := make(chan error, 1)
+		go func() { // the sleeper
+			var out [1]krcore.Completion
+			for {
+				if _, err := q.PopWait(long, out[:]); err != nil {
+					ended <- err
+					return
 				}
-			}()
-			const n = 300
-			var out [4]krcore.Completion
-			bySleeper := 0
-			for i := range n {
-				r := req
-				r.ID = uint64(i)
-				switch {
-				case i%4 == 1:
-					r.Unsignaled = true // retired by the next request's completion, unseen
-				case i%4 == 3:
-					r.Remote.Off = 64 // past the region's end: refused, an error completion
-				}
-				if err := q.PushOne(long, true, r); err != nil {
-					t.Fatal(err)
-				}
-				if oreq.ID = uint64(i); other.PushOne(long, true, oreq) != nil || pop1(t, other).ID != uint64(i) {
-					t.Fatalf("request %d: the other queue's READ", i)
-				}
-				if r.Unsignaled {
+				got <- out[0]
+			}
+		}()
+		const n = 300
+		var out [4]krcore.Completion
+		bySleeper := 0
+		for i := range n {
+			r := req
+			r.ID = uint64(i)
+			switch {
+			case i%4 == 1:
+				r.Unsignaled = true // retired by the next request's completion, unseen
+			case i%4 == 3:
+				r.Remote.Off = 64 // past the region's end: refused, an error completion
+			}
+			if err := q.PushOne(long, true, r); err != nil {
+				t.Fatal(err)
+			}
+			if oreq.ID = uint64(i); other.PushOne(long, true, oreq) != nil || pop1(t, other).ID != uint64(i) {
+				t.Fatalf("request %d: the other queue's READ", i)
+			}
+			if r.Unsignaled {
+				continue
+			}
+			spin := i%3 != 0 // else left to the sleeper
+			var c krcore.Completion
+			for found := false; !found; {
+				if spin && q.Pop(out[:1]) == 1 {
+					c, found = out[0], true
 					continue
 				}
-				spin := i%3 != 0 // else left to the sleeper
-				var c krcore.Completion
-				for found := false; !found; {
-					if spin && q.Pop(out[:1]) == 1 {
-						c, found = out[0], true
-						continue
-					}
-					select {
-					case c = <-got:
-						found = true
-						bySleeper++
-					case <-time.After(time.Millisecond):
-						if long.Err() != nil {
-							t.Fatalf("request %d: no completion (spinning %v): the sleeper was not woken", i, spin)
-						}
+				select {
+				case c = <-got:
+					found = true
+					bySleeper++
+				case <-time.After(time.Millisecond):
+					if long.Err() != nil {
+						t.Fatalf("request %d: no completion (spinning %v): the sleeper was not woken", i, spin)
 					}
 				}
-				if c.ID != uint64(i) || (c.Status == verbs.Success) != (i%4 != 3) {
-					t.Fatalf("request %d: completion %+v", i, c)
-				}
 			}
-			if k := q.Pop(out[:]); k != 0 || len(got) != 0 {
-				t.Errorf("completions left over: %+v, %d to the sleeper", out[:k], len(got))
+			if c.ID != uint64(i) || (c.Status == verbs.Success) != (i%4 != 3) {
+				t.Fatalf("request %d: completion %+v", i, c)
 			}
-			if bySleeper == 0 {
-				t.Error("the sleeper got no completion")
+		}
+		if k := q.Pop(out[:]); k != 0 || len(got) != 0 {
+			t.Errorf("completions left over: %+v, %d to the sleeper", out[:k], len(got))
+		}
+		if bySleeper == 0 {
+			t.Error("the sleeper got no completion")
+		}
+		q.Close()
+		select {
+		case err := <-ended:
+			if !errors.Is(err, krcore.ErrClosed) {
+				t.Errorf("the sleeper after Close: %v, want ErrClosed", err)
 			}
-			q.Close()
-			select {
-			case err := <-ended:
-				if !errors.Is(err, krcore.ErrClosed) {
-					t.Errorf("the sleeper after Close: %v, want ErrClosed", err)
-				}
-			case <-long.Done():
-				t.Error("the sleeper was not woken by Close")
-			}
-		})
-	}
+		case <-long.Done():
+			t.Error("the sleeper was not woken by Close")
+		}
+	})
 }
