@@ -14,18 +14,7 @@ import (
 // TestBuildRCCall: the RC handshake over the control port connects both
 // ends and puts the QP in the initiator's pool.
 func TestBuildRCCall(t *testing.T) {
-	fab := soft.NewFabric()
-	d1, _ := fab.NewNode(soft.Config{})
-	d2, _ := fab.NewNode(soft.Config{})
-	defer d1.Close()
-	defer d2.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	path := verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
-	a, _ := New(ctx, Config{Device: d1, Node: 1, Path: path, RCPeers: -1})
-	defer a.Close()
-	b, _ := New(ctx, Config{Device: d2, Node: 2, Path: path, Meta: []meta.Info{a.MetaInfo()}, RCPeers: -1})
-	defer b.Close()
+	ctx, a, _ := rcPair(t, 5*time.Second)
 	p, err := a.peerFor(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -43,23 +32,7 @@ func TestBuildRCCall(t *testing.T) {
 // peer dead (the call confirms the death, then fails with the silence):
 // it stayed "closing" for good, its other end never answering.
 func TestRetireRCPeerSilent(t *testing.T) {
-	fab := soft.NewFabric()
-	d1, _ := fab.NewNode(soft.Config{})
-	d2, _ := fab.NewNode(soft.Config{})
-	defer d1.Close()
-	defer d2.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	path := verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
-	a, err := New(ctx, Config{Device: d1, Node: 1, Path: path, RCPeers: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := New(ctx, Config{Device: d2, Node: 2, Path: path, Meta: []meta.Info{a.MetaInfo()}, RCPeers: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b := rcPair(t, 20*time.Second)
 	p, err := a.peerFor(ctx, 2)
 	if err == nil {
 		err = a.buildRC(ctx, p)
@@ -87,4 +60,35 @@ func TestRetireRCPeerSilent(t *testing.T) {
 	if !destroyed {
 		t.Error("RC QP to the silent peer not destroyed")
 	}
+}
+
+// rcPair is runtimes 1 and 2 in RC-only mode on one soft fabric, 2 knowing
+// 1, with a short path timeout, and a context of d for the test; all are
+// closed or cancelled when the test ends.
+func rcPair(t *testing.T, d time.Duration) (ctx context.Context, a, b *Runtime) {
+	t.Helper()
+	fab := soft.NewFabric()
+	var devs [2]verbs.Device
+	for i := range devs {
+		dev, err := fab.NewNode(soft.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		devs[i] = dev
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	path := verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
+	a, err := New(ctx, Config{Device: devs[0], Node: 1, Path: path, RCPeers: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err = New(ctx, Config{Device: devs[1], Node: 2, Path: path, Meta: []meta.Info{a.MetaInfo()}, RCPeers: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return ctx, a, b
 }
