@@ -332,11 +332,7 @@ func TestHostileRequests(t *testing.T) {
 		for name, r := range bad {
 			clear(local.Bytes()[16:32])
 			r.ID = 2
-			reqs := []krcore.Request{
-				{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
-				r,
-				{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
-			}
+			reqs := betweenReads(local, g, r)
 			err := withDeadline(t, 5*time.Second, name, func(ctx context.Context) error {
 				if _, err := q.Push(ctx, true, reqs...); err != nil {
 					return err
@@ -353,13 +349,7 @@ func TestHostileRequests(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success ||
-				string(local.Bytes()[16:32]) != "0123456789abcdef" {
-				t.Errorf("%s: the good READs around it: %+v %+v, %q", name, out[0], out[2], local.Bytes()[16:32])
-			}
-			if out[1].ID != 2 || out[1].Status == verbs.Success {
-				t.Errorf("%s: completed %+v, want an error status", name, out[1])
-			}
+			checkBetweenReads(t, name, out, local)
 		}
 		if st := a.Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
 			t.Errorf("forged requests reached a shared QP: %+v", st)
@@ -390,11 +380,7 @@ func TestHostileRequestsAlone(t *testing.T) {
 			for name, r := range bad {
 				clear(local.Bytes()[16:32])
 				r.ID = 2
-				reqs := []krcore.Request{
-					{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
-					r,
-					{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
-				}
+				reqs := betweenReads(local, g, r)
 				err := withDeadline(t, 5*time.Second, name, func(ctx context.Context) error {
 					for _, r := range reqs {
 						if err := push(ctx, r); err != nil {
@@ -412,19 +398,37 @@ func TestHostileRequestsAlone(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s %s: %v", how, name, err)
 				}
-				if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success ||
-					string(local.Bytes()[16:32]) != "0123456789abcdef" {
-					t.Errorf("%s %s: the good READs around it: %+v %+v, %q", how, name, out[0], out[2], local.Bytes()[16:32])
-				}
-				if out[1].ID != 2 || out[1].Status == verbs.Success {
-					t.Errorf("%s %s: completed %+v, want an error status", how, name, out[1])
-				}
+				checkBetweenReads(t, how+" "+name, out, local)
 			}
 		}
 		if st := c.Node(1).Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
 			t.Errorf("forged requests reached a shared QP: %+v", st)
 		}
 	}, modeDC, modeNoDC)
+}
+
+// betweenReads is r, to have ID 2, between two good 8-byte READs of g
+// (IDs 1 and 3) into local's bytes 16 to 32.
+func betweenReads(local *core.MR, g krcore.Region, r krcore.Request) []krcore.Request {
+	return []krcore.Request{
+		{ID: 1, Op: verbs.OpRead, Local: local.Range(16, 8), Remote: g.At(0)},
+		r,
+		{ID: 3, Op: verbs.OpRead, Local: local.Range(24, 8), Remote: g.At(8)},
+	}
+}
+
+// checkBetweenReads checks the completions out of betweenReads's requests
+// (named name): the good READs succeeded with their bytes in local, the
+// request between them completed with an error status.
+func checkBetweenReads(t *testing.T, name string, out [3]krcore.Completion, local *core.MR) {
+	t.Helper()
+	if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success ||
+		string(local.Bytes()[16:32]) != "0123456789abcdef" {
+		t.Errorf("%s: the good READs around it: %+v %+v, %q", name, out[0], out[2], local.Bytes()[16:32])
+	}
+	if out[1].ID != 2 || out[1].Status == verbs.Success {
+		t.Errorf("%s: completed %+v, want an error status", name, out[1])
+	}
 }
 
 // forgedRequests starts a cluster of 3 nodes in mode m for the forged
