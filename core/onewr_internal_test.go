@@ -14,7 +14,8 @@ func (fakeAH) Dest() verbs.Endpoint { return verbs.Endpoint{} }
 func (fakeAH) Close() error         { return nil }
 
 // TestOneWR: the work request oneWR writes over a used scratch slot is
-// the one appendWRs builds from zero, for every record it takes (READ,
+// the one appendWRs builds from zero (fillWR over a slot it appends, zero)
+// and the one the record asks for, for every record it takes (READ,
 // WRITE, atomics, with and without a local buffer, on a DCI and on an RC
 // QP), whatever the slot held before: a field of verbs.SendWR that oneWR
 // forgets is caught here, as a stale value.
@@ -42,6 +43,16 @@ func TestOneWR(t *testing.T) {
 				if len(w[0].SGL) == 0 {
 					w[0].SGL = nil // empty either way
 				}
+			}
+			asked := verbs.SendWR{ID: 7<<32 | 1234, Op: r.op, Flags: verbs.Signaled, RemoteAddr: r.raddr, RKey: r.rkey, CompareAdd: r.cmp, Swap: r.swap}
+			if rc == nil {
+				asked.AH, asked.RemoteQPN, asked.DCKey = tg.ah, tg.dct, tg.key
+			}
+			if r.hasLocal {
+				asked.SGL = []verbs.SGE{r.local}
+			}
+			if len(want) != 1 || !reflect.DeepEqual(want[0], asked) {
+				t.Errorf("record %d (rc %v): appendWRs %+v, want %+v", i, rc != nil, want, asked)
 			}
 			if !reflect.DeepEqual(p.wrs, want) {
 				t.Errorf("record %d (rc %v): oneWR %+v, appendWRs %+v", i, rc != nil, p.wrs, want)

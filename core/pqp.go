@@ -273,11 +273,16 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		flags = verbs.Signaled
 		p.sinceSignal = 0
 	}
-	if !r.notify && !r.op.IsSend() && len(wrs) < cap(wrs) {
-		wrs = wrs[:len(wrs)+1]
+	if !r.notify && !r.op.IsSend() {
+		if len(wrs) < cap(wrs) {
+			wrs = wrs[:len(wrs)+1]
+		} else {
+			wrs = append(wrs, verbs.SendWR{})
+		}
 		p.fillWR(&wrs[len(wrs)-1], r, seq, flags)
 		return wrs
 	}
+	// A message or a notifying WRITE.
 	k := len(wrs)
 	if r.notify {
 		wrs = append(wrs, verbs.SendWR{Op: verbs.OpWrite, RemoteAddr: r.raddr, RKey: r.rkey, SGL: p.localSGL(r)})
@@ -299,12 +304,10 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
 	}
 	start := len(p.sges)
-	if r.op.IsSend() || r.notify {
-		p.sges = append(p.sges, p.header(r, seq))
-		wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
-		if r.msgImm || r.notify {
-			wr.Imm |= portHasImm
-		}
+	p.sges = append(p.sges, p.header(r, seq))
+	wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
+	if r.msgImm || r.notify {
+		wr.Imm |= portHasImm
 	}
 	if r.hasLocal && !r.notify && r.src == nil {
 		p.sges = append(p.sges, r.local)
@@ -326,8 +329,9 @@ func (p *pqp) oneWR(r *rec, seq uint64) {
 // fillWR writes wr, a used slot of the scratch work requests, as the work
 // request of record r at physical sequence seq, a record that is neither a
 // message nor a notifying WRITE. It writes every field in place instead of
-// zeroing the slot first (TestOneWR holds it to appendWRs's result from
-// zero), its SGE appended to the scratch SGEs; p.mu held.
+// zeroing the slot first (TestOneWR holds its result over a used slot to
+// its result over a zeroed one), its SGE appended to the scratch SGEs;
+// p.mu held.
 func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags) {
 	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
 	wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
