@@ -1163,3 +1163,63 @@ func TestRegionRelearned(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestReconnectDirect: a queue that read node 2's region with requests
+// pushed alone (pushDirect, on the route it cached) and is connected to
+// node 3 takes the general path once, to its new route: node 2's region
+// is refused (not read through the old route), node 3's is read from node
+// 3; connected back, it reads node 2's again. DC and RC-only modes.
+func TestReconnectDirect(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{})
+		a := c.Node(1)
+		m2 := serve(t, c.Node(2), "d", 64)
+		m3 := serve(t, c.Node(3), "d", 64)
+		copy(m2.Bytes(), "node2...")
+		copy(m3.Bytes(), "node3...")
+		g2, err := a.Region(ctx(t), 2, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g3, err := a.Region(ctx(t), 3, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(64, verbs.AccessAll)
+		q := mustQueue(t, a, 2)
+		one := func(r krcore.Request) krcore.Completion {
+			t.Helper()
+			clear(local.Bytes()[:8])
+			if err := q.PushOne(ctx(t), true, r); err != nil {
+				t.Fatal(err)
+			}
+			var out [1]krcore.Completion
+			if _, err := q.PopWait(ctx(t), out[:]); err != nil {
+				t.Fatal(err)
+			}
+			return out[0]
+		}
+		for i := 0; i < 3; i++ {
+			if c := one(krcore.Request{ID: 1, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g2.At(0)}); c.Status != verbs.Success || string(local.Bytes()[:8]) != "node2..." {
+				t.Fatalf("node 2: %+v %q", c, local.Bytes()[:8])
+			}
+		}
+		if err := q.Connect(ctx(t), 3, nil); err != nil {
+			t.Fatal(err)
+		}
+		if c := one(krcore.Request{ID: 2, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g2.At(0)}); c.Status == verbs.Success {
+			t.Fatalf("node 2's region after connecting to 3: %+v %q", c, local.Bytes()[:8])
+		}
+		for i := 0; i < 3; i++ {
+			if c := one(krcore.Request{ID: 3, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g3.At(0)}); c.Status != verbs.Success || string(local.Bytes()[:8]) != "node3..." {
+				t.Fatalf("node 3: %+v %q", c, local.Bytes()[:8])
+			}
+		}
+		if err := q.Connect(ctx(t), 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		if c := one(krcore.Request{ID: 4, Op: verbs.OpRead, Local: local.Range(0, 8), Remote: g2.At(0)}); c.Status != verbs.Success || string(local.Bytes()[:8]) != "node2..." {
+			t.Fatalf("node 2 again: %+v %q", c, local.Bytes()[:8])
+		}
+	}, modeDC, modeNoDC)
+}
