@@ -53,8 +53,17 @@ type Options struct {
 
 // check reports options that cannot work.
 func (o *Options) check() error {
-	if o.BufferSize != 0 && (o.BufferSize < MinBufferSize || o.BufferSize > maxBuffer) {
-		return fmt.Errorf("smc: buffer size %d, want 0 or %d-%d: %w", o.BufferSize, MinBufferSize, maxBuffer, krcore.ErrInvalid)
+	if err := checkSize(o.BufferSize); err != nil {
+		return fmt.Errorf("smc: %w", err)
+	}
+	return nil
+}
+
+// checkSize refuses a fixed buffer size (Options.BufferSize,
+// NodeOptions.BufferSize) out of its range; 0 adapts.
+func checkSize(size int) error {
+	if size != 0 && (size < MinBufferSize || size > maxBuffer) {
+		return fmt.Errorf("buffer size %d, want 0 or %d-%d: %w", size, MinBufferSize, maxBuffer, krcore.ErrInvalid)
 	}
 	return nil
 }

@@ -42,6 +42,29 @@ func TestOptionsBufferSizeHostile(t *testing.T) {
 	transfer(t, c2, s2, 64<<10)
 }
 
+// TestNodeOptionsBufferSizeHostile: NodeOptions.BufferSize out of the
+// range Options.BufferSize takes (MinBufferSize to 1 GiB) and a
+// MaxBufferSize below the adapting start are refused by Open with
+// ErrInvalid, as are negative bounds; the range's ends are taken.
+func TestNodeOptionsBufferSizeHostile(t *testing.T) {
+	srvAPI, _ := apis(t)
+	for _, o := range []smc.NodeOptions{
+		{BufferSize: -1}, {BufferSize: 1}, {BufferSize: 64}, {BufferSize: smc.MinBufferSize - 1},
+		{BufferSize: 1<<30 + 1}, {BufferSize: -1 << 40}, {MaxBufferSize: -1},
+		{MaxBufferSize: smc.DefaultBufferSize - 1}, {MaxBufferSize: 1<<30 + 1}, {MaxMemory: -1},
+	} {
+		if n, err := smc.Open(srvAPI, o); !errors.Is(err, krcore.ErrInvalid) {
+			if err == nil {
+				n.Close()
+			}
+			t.Errorf("Open with %+v: %v, want ErrInvalid", o, err)
+		}
+	}
+	for _, o := range []smc.NodeOptions{{BufferSize: smc.MinBufferSize}, {BufferSize: 1 << 30}} {
+		open(t, srvAPI, o)
+	}
+}
+
 // TestNodeCloseWhilePopping: a Read waiting (popping the Node's port)
 // ends when its Node closes, and Close twice mid-wait is harmless.
 func TestNodeCloseWhilePopping(t *testing.T) {

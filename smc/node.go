@@ -57,7 +57,9 @@ type NodeOptions struct {
 	// and CDC messages; 0 picks a free one.
 	Port uint32
 	// BufferSize fixes each connection's receive buffer and send staging
-	// buffer, in bytes; 0 adapts them (DefaultBufferSize).
+	// buffer, in bytes, from MinBufferSize to 1 GiB as Options.BufferSize;
+	// 0 adapts them (DefaultBufferSize). Open refuses other sizes
+	// (ErrInvalid).
 	BufferSize int
 	// MaxBufferSize bounds an adapting buffer; 0 is DefaultMaxBufferSize.
 	MaxBufferSize int
@@ -232,6 +234,9 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 
 // sizes sets the Node's buffer sizes and memory bound from opts.
 func (n *Node) sizes(opts NodeOptions) error {
+	if err := checkSize(opts.BufferSize); err != nil {
+		return err
+	}
 	n.startSize, n.minSize, n.maxSize = opts.BufferSize, opts.BufferSize, opts.BufferSize
 	if opts.BufferSize == 0 {
 		n.startSize, n.minSize, n.maxSize = DefaultBufferSize, MinBufferSize, opts.MaxBufferSize

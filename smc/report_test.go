@@ -30,11 +30,11 @@ func connState(n *smc.Node, c net.Conn) (smc.ConnInfo, bool) {
 // once closed; the report survives JSON.
 func TestConns(t *testing.T) {
 	srvAPI, clients := apis(t)
-	srvNode, err := smc.Open(srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
+	srvNode, err := smc.Open(srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cliNode := open(t, clients["embedded"], smc.NodeOptions{BufferSize: 4 << 10})
+	cliNode := open(t, clients["embedded"], smc.NodeOptions{BufferSize: smc.MinBufferSize})
 	ln := listen(t, &smc.Options{Node: srvNode})
 
 	plain, err := net.Dial("tcp", ln.Addr().String())
@@ -61,21 +61,22 @@ func TestConns(t *testing.T) {
 	s, c := pair(t, ln, &smc.Options{Node: cliNode})
 	settled(t, s)
 	werr := make(chan error, 1)
-	go func() { _, err := c.Write(make([]byte, 5000)); werr <- err }() // wraps the 4 KiB ring
-	if _, err := io.ReadFull(s, make([]byte, 5000)); err != nil {
+	const sent = smc.MinBufferSize + 904
+	go func() { _, err := c.Write(make([]byte, sent)); werr <- err }() // wraps the ring
+	if _, err := io.ReadFull(s, make([]byte, sent)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-werr; err != nil {
 		t.Fatal(err)
 	}
 	ci, _ := connState(cliNode, c)
-	want := smc.Cursor{Wrap: 1, Off: 5000 - 4096}
-	if ci.State != "ACTIVE" || ci.Role != "client" || ci.Mode != "SMC" || ci.Sent != want || ci.BytesSent != 5000 ||
-		ci.RMB != 4<<10 || ci.PeerRMB != 4<<10 || ci.Token == 0 || ci.PeerToken == 0 || ci.PeerNode != srvAPI.Node() {
-		t.Errorf("client after 5000 bytes: %+v", ci)
+	want := smc.Cursor{Wrap: 1, Off: sent - smc.MinBufferSize}
+	if ci.State != "ACTIVE" || ci.Role != "client" || ci.Mode != "SMC" || ci.Sent != want || ci.BytesSent != sent ||
+		ci.RMB != smc.MinBufferSize || ci.PeerRMB != smc.MinBufferSize || ci.Token == 0 || ci.PeerToken == 0 || ci.PeerNode != srvAPI.Node() {
+		t.Errorf("client after %d bytes: %+v", sent, ci)
 	}
 	if si, _ := connState(srvNode, s); si.Prod != want || si.Cons != want || si.Token != ci.PeerToken {
-		t.Errorf("server after 5000 bytes: %+v", si)
+		t.Errorf("server after %d bytes: %+v", sent, si)
 	}
 
 	c.(*smc.Conn).CloseWrite()

@@ -140,8 +140,8 @@ func TestSMC(t *testing.T) {
 func TestBidirectional(t *testing.T) {
 	srvAPI, clients := apis(t)
 	api := clients["embedded"]
-	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
-	cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
+	cliNode := open(t, api, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 	ln := listen(t, &smc.Options{Node: srvNode})
 	s, c := pair(t, ln, &smc.Options{Node: cliNode})
 	done := make(chan struct{})
@@ -157,11 +157,11 @@ func TestClose(t *testing.T) {
 	srvAPI, clients := apis(t)
 	for name, api := range clients {
 		t.Run(name, func(t *testing.T) {
-			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 8 << 10})
-			cliNode := open(t, api, smc.NodeOptions{BufferSize: 8 << 10})
+			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 			ln := listen(t, &smc.Options{Node: srvNode})
 			s, c := pair(t, ln, &smc.Options{Node: cliNode})
-			msg := bytes.Repeat([]byte("0123456789"), 700) // most of the peer's buffer
+			msg := bytes.Repeat([]byte("0123456789"), smc.MinBufferSize*7/80) // most of the peer's buffer
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
 			}
@@ -194,11 +194,11 @@ func TestPeerDeath(t *testing.T) {
 	srvAPI, clients := apis(t)
 	for name, api := range clients {
 		t.Run(name, func(t *testing.T) {
-			srvNode, err := smc.Open(srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
+			srvNode, err := smc.Open(srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 			if err != nil {
 				t.Fatal(err)
 			}
-			cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 			ln := listen(t, &smc.Options{Node: srvNode})
 			s, c := pair(t, ln, &smc.Options{Node: cliNode})
 			settled(t, s)
@@ -234,8 +234,8 @@ func TestLinkReuse(t *testing.T) {
 	srvAPI, clients := apis(t)
 	for name, api := range clients {
 		t.Run(name, func(t *testing.T) {
-			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: 4 << 10})
-			cliNode := open(t, api, smc.NodeOptions{BufferSize: 4 << 10})
+			srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
+			cliNode := open(t, api, smc.NodeOptions{BufferSize: smc.MinBufferSize})
 			ln := listen(t, &smc.Options{Node: srvNode})
 			for range 5 {
 				s, c := pair(t, ln, &smc.Options{Node: cliNode})
