@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -76,30 +75,6 @@ func decode(b []byte) (ctlMsg, bool) {
 	}
 	return ctlMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), port: binary.LittleEndian.Uint32(b[9:]),
 		perm: Perm(b[13]), code: b[14], name: string(b[hdrLen:])}, true
-}
-
-// serve answers control messages until ctx is cancelled or srv closes.
-func (n *Node) serve(ctx context.Context) {
-	defer close(n.done)
-	msgs := make([]krcore.Message, slots)
-	for {
-		k, err := n.srv.PopMsgsWait(ctx, msgs)
-		if err != nil {
-			return
-		}
-		for i := range msgs[:k] {
-			n.handle(ctx, &msgs[i])
-		}
-		if n.handedOff {
-			// A Recv given a call (or message) runs now, here: it
-			// spins on its queue with yields, or sleeps woken onto
-			// this P, and this goroutine's next wait would poll the
-			// completion queue a while before it yields (1.9-2.3 us
-			// from the hand-off to Recv returning, 0.4 with this).
-			n.handedOff = false
-			runtime.Gosched()
-		}
-	}
 }
 
 // handle answers one message and posts its buffer again.
@@ -298,6 +273,7 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 		delete(n.pending, m.id)
 		n.mu.Unlock()
 	}()
+	defer n.pop.awaitReply()() // popped at once even when a Recv that lent the role is away
 	if err := n.sendRequest(ctx, node, m); err != nil {
 		return reply{}, err
 	}

@@ -93,9 +93,8 @@ type Node struct {
 	inbox  krcore.MR
 	cancel context.CancelFunc
 	done   chan struct{}
-	// handedOff: serve's last batch queued a call or message for a
-	// Recv; serve's alone.
-	handedOff bool
+	// pop says who pops srv's messages: serve, or a Recv (pop.go).
+	pop popRole
 
 	ctlMu  sync.Mutex // ctl, srv's sending, outbox
 	ctl    krcore.VQ  // replies go out from it
@@ -145,7 +144,7 @@ func Open(ctx context.Context, api krcore.API, opts Options) (*Node, error) {
 	if api == nil {
 		return nil, fmt.Errorf("lite: open: nil API: %w", krcore.ErrInvalid)
 	}
-	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}),
+	n := &Node{api: api, port: opts.Port, opts: opts, dirNode: opts.Directory, done: make(chan struct{}), pop: newPopRole(),
 		lmrs: map[string]*LMR{}, grants: map[string]*grant{}, maps: map[uint64]*mapping{}, loans: map[loan]string{}, pending: map[uint64]waiter{},
 		pieces: map[string]*holding{}, exports: map[string]*export{}}
 	// Request ids start at random: a Node that had the port before may

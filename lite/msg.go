@@ -76,7 +76,7 @@ func (n *Node) Send(ctx context.Context, node krcore.NodeID, name string, msg []
 // Recv waits for the next message, in the order the endpoint received
 // them. A closed Endpoint or Node is krcore.ErrClosed.
 func (e *Endpoint) Recv(ctx context.Context) (Msg, error) {
-	c, moved, err := e.q.pop(ctx, false)
+	c, moved, err := e.q.pop(ctx, false, e.n)
 	if err != nil {
 		return Msg{}, fmt.Errorf("lite: endpoint %q: recv: %w", e.name, err)
 	}
@@ -115,8 +115,7 @@ func (n *Node) toEndpoint(name string, c *Call) {
 		n.replyErrAsync(c, codeNoEndpoint, 0)
 		return
 	}
-	ok, ackNow := e.q.push(c)
-	n.handedOff = ok
+	ok, ackNow := e.q.push(c, !n.claim(&e.q))
 	switch {
 	case !ok:
 		n.replyErrAsync(c, codeNoEndpoint, 0)

@@ -83,10 +83,12 @@ func (n *Node) RegisterRPC(id uint32) (*Service, error) {
 	return s, nil
 }
 
-// Recv waits for the next call. It busy-polls a few microseconds, then
-// sleeps. A closed Service or Node is krcore.ErrClosed.
+// Recv waits for the next call. With none queued it waits on the Node's
+// port itself when nobody else does, taking the call off the link with no
+// goroutine between (pop.go); otherwise it busy-polls a few microseconds,
+// then sleeps. A closed Service or Node is krcore.ErrClosed.
 func (s *Service) Recv(ctx context.Context) (*Call, error) {
-	c, _, err := s.q.pop(ctx, true)
+	c, _, err := s.q.pop(ctx, true, s.n)
 	if err != nil {
 		return nil, fmt.Errorf("lite: RPC %d: recv: %w", s.id, err)
 	}
@@ -612,10 +614,8 @@ func (n *Node) toService(c *Call) {
 	r.mu.Unlock()
 	if s == nil {
 		n.replyErrAsync(c, codeNoService, 0)
-	} else if ok, _ := s.q.push(c); !ok {
+	} else if ok, _ := s.q.push(c, !n.claim(&s.q)); !ok {
 		n.replyErrAsync(c, codeSvcClosed, 0)
-	} else {
-		n.handedOff = true
 	}
 }
 
@@ -699,6 +699,11 @@ type callQueue struct {
 	// bound, if not 0, is how many queued calls are acknowledged: one
 	// pushed past it waits (ackLater) until it moves up within it.
 	bound int
+	// wctx is the context a popping Recv of q waits within (waitCtx),
+	// a child of a context whose Done is wdone.
+	wctx    context.Context
+	wcancel context.CancelFunc
+	wdone   <-chan struct{}
 }
 
 func newCallQueue(bound int) callQueue {
@@ -706,8 +711,9 @@ func newCallQueue(bound int) callQueue {
 }
 
 // push queues c; ok is false once closed. Past the bound, c.ackLater is
-// set, and ackNow false.
-func (q *callQueue) push(c *Call) (ok, ackNow bool) {
+// set, and ackNow false. wake is false for the call the popping Recv of q
+// takes itself (Node.claim): no other Recv need wake for it.
+func (q *callQueue) push(c *Call, wake bool) (ok, ackNow bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -716,7 +722,9 @@ func (q *callQueue) push(c *Call) (ok, ackNow bool) {
 	c.ackLater = q.bound > 0 && len(q.calls) >= q.bound
 	q.calls = append(q.calls, c)
 	q.count.Add(1)
-	q.signal()
+	if wake {
+		q.signal()
+	}
 	return true, !c.ackLater
 }
 
@@ -728,23 +736,62 @@ func (q *callQueue) signal() {
 	}
 }
 
-// pop waits for the next call; hold keeps it until release. moved is the
-// call that the pop moved within the bound, to acknowledge now.
-func (q *callQueue) pop(ctx context.Context, hold bool) (c, moved *Call, err error) {
+// pop waits for the next call of n's queue q; hold keeps it until
+// release. moved is the call that the pop moved within the bound, to
+// acknowledge now. With nothing queued it pops n's port itself when the
+// role is free (popFor); one that handed a call to another Recv waits for
+// a call of its own before it pops again.
+func (q *callQueue) pop(ctx context.Context, hold bool, n *Node) (c, moved *Call, err error) {
+	handed := false
 	for {
 		if c, moved, err := q.tryPop(hold); c != nil || err != nil {
 			return c, moved, err
+		}
+		if !handed {
+			switch n.popFor(ctx, q) {
+			case popOwn:
+				continue
+			case popHanded:
+				handed = true
+				continue
+			case popFailed:
+				if err := ctx.Err(); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 		}
 		if spin(func() bool { return q.count.Load() > 0 }) {
 			continue
 		}
 		select {
 		case <-q.ready:
+			handed = false
 		case <-q.gone:
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// waitCtx is the context q's popping Recv waits within: ctx's child,
+// which close cancels too. It is kept for the next Recv whose ctx has the
+// same Done channel (a server's loop passes one ctx), which then
+// allocates nothing.
+func (q *callQueue) waitCtx(ctx context.Context) context.Context {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wctx == nil || q.wdone != ctx.Done() || q.wctx.Err() != nil {
+		if q.wcancel != nil {
+			q.wcancel()
+		}
+		q.wctx, q.wcancel = context.WithCancel(ctx)
+		q.wdone = ctx.Done()
+		if q.closed {
+			q.wcancel()
+		}
+	}
+	return q.wctx
 }
 
 func (q *callQueue) tryPop(hold bool) (c, moved *Call, err error) {
@@ -805,6 +852,9 @@ func (q *callQueue) close() []*Call {
 	}
 	q.closed = true
 	close(q.gone)
+	if q.wcancel != nil {
+		q.wcancel() // wakes a Recv popping the port for q
+	}
 	out := q.calls
 	for c := range q.held {
 		out = append(out, c)

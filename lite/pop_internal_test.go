@@ -1,0 +1,149 @@
+package lite
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+)
+
+// poppedBy is who pops n's port now.
+func (n *Node) poppedBy() int {
+	n.pop.mu.Lock()
+	defer n.pop.mu.Unlock()
+	return n.pop.by
+}
+
+// serveEchoes answers svc's calls with their requests until it closes.
+func serveEchoes(svc *Service) {
+	ctx := context.Background()
+	c, err := svc.Recv(ctx)
+	for err == nil {
+		c, err = svc.ReplyRecv(ctx, c, c.Req)
+	}
+}
+
+// TestRecvPopsPort: a service's Recv waiting with nothing queued pops the
+// Node's port itself (the role is popRecv), so that a call reaches it
+// with no serving goroutine between; calls are answered all along.
+func TestRecvPopsPort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := newRPCRig(ctx, t)
+	go serveEchoes(r.svc)
+	var resp [8]byte
+	for i := 0; ; i++ {
+		if _, err := r.caller.Call(ctx, 2, 1, []byte("ping"), resp[:]); err != nil {
+			t.Fatal(err)
+		}
+		// The server takes the role on its next Recv, unless the serving
+		// goroutine took it back first (lendFor, on a loaded machine):
+		// then the next call hands it over again.
+		for range 50 {
+			if r.callee.poppedBy() == popRecv {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if i == 200 {
+			t.Fatalf("after %d calls, the role is %d, never the waiting Recv's (%d)", i, r.callee.poppedBy(), popRecv)
+		}
+	}
+}
+
+// TestLentRoleServed: a service that took a call and does not Recv again
+// keeps the role lent, and its Node's port is still served: a control
+// request it makes itself (setting up a session for a call of its own) is
+// answered, and so is a call to another service whose Recv waits, both
+// within a bound (the serving goroutine takes the role back); the held
+// call is answered after.
+func TestLentRoleServed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := newRPCRig(ctx, t)
+	other, err := r.callee.RegisterRPC(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go serveEchoes(other)
+	back, err := r.caller.RegisterRPC(3) // the held call's handler calls the caller
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	go serveEchoes(back)
+
+	errc := make(chan error, 1)
+	go func() { _, err := r.caller.Call(ctx, 2, 1, []byte("held"), nil); errc <- err }()
+	held, err := r.svc.Recv(ctx) // and no Recv after it
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp [8]byte
+	bound, cancelBound := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelBound()
+	if k, err := r.callee.Call(bound, 1, 3, []byte("back"), resp[:]); err != nil || string(resp[:k]) != "back" {
+		t.Fatalf("a call from the service holding a call: %q, %v", resp[:k], err)
+	}
+	if k, err := r.caller.Call(bound, 2, 2, []byte("other"), resp[:]); err != nil || string(resp[:k]) != "other" {
+		t.Fatalf("a call to another service while the role is lent: %q, %v", resp[:k], err)
+	}
+	if err := r.svc.Reply(ctx, held, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("the held call: %v", err)
+	}
+}
+
+// TestPoppingRecvEnds: a Recv popping the port returns its context's
+// error when that ends, and krcore.ErrClosed when its service closes;
+// the port is served after either (a call to the service's next Recv is
+// answered).
+func TestPoppingRecvEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := newRPCRig(ctx, t)
+	var resp [8]byte
+	// One call through, so that the role is free for the next Recv.
+	go func() {
+		if c, err := r.svc.Recv(ctx); err == nil {
+			r.svc.Reply(ctx, c, nil)
+		}
+	}()
+	if _, err := r.caller.Call(ctx, 2, 1, nil, resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := r.svc.Recv(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recv past its deadline: %v", err)
+	}
+	go serveEchoes(r.svc)
+	if k, err := r.caller.Call(ctx, 2, 1, []byte("after"), resp[:]); err != nil || string(resp[:k]) != "after" {
+		t.Fatalf("a call after a Recv's deadline: %q, %v", resp[:k], err)
+	}
+
+	svc2, err := r.callee.RegisterRPC(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := svc2.Recv(ctx); done <- err }()
+	time.Sleep(10 * time.Millisecond) // let it wait, popping or not: either way Close ends it
+	svc2.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, krcore.ErrClosed) {
+			t.Fatalf("Recv of a closed service: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Close did not end a waiting Recv")
+	}
+	if k, err := r.caller.Call(ctx, 2, 1, []byte("again"), resp[:]); err != nil || string(resp[:k]) != "again" {
+		t.Fatalf("a call after a Recv's service closed: %q, %v", resp[:k], err)
+	}
+}
