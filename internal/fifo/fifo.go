@@ -31,12 +31,25 @@ func (f *FIFO[T]) Push(v ...T) {
 		clear(f.s[n:])
 		f.s, f.head = f.s[:n], 0
 	}
+	if len(v) == 1 {
+		// One item (a message's buffer posted back) is a store: append
+		// of a slice of a type with pointers calls typedslicecopy.
+		f.s = append(f.s, v[0])
+		return
+	}
 	f.s = append(f.s, v...)
 }
 
 // Drop removes the n oldest items.
 func (f *FIFO[T]) Drop(n int) {
-	clear(f.s[f.head : f.head+n]) // they hold no memory once gone
+	// They hold no memory once gone. One item is cleared by a store:
+	// clear of a type with pointers calls memclrHasPointers.
+	if n == 1 {
+		var zero T
+		f.s[f.head] = zero
+	} else {
+		clear(f.s[f.head : f.head+n])
+	}
 	f.head += n
 	if f.head == len(f.s) {
 		f.s, f.head = f.s[:0], 0
