@@ -1085,7 +1085,7 @@ func TestHostileConfig(t *testing.T) {
 // old registration is gone), and it is still held to its old record
 // (a WRITE it never granted is refused before any QP); the handle learned
 // again reads within the new bounds and is refused past them. Each request
-// is pushed alone and popped with Pop (pushDirect, plainRW, completeOwn).
+// is pushed alone and popped with Pop (pushDirect, plain, completeOwn).
 func TestRegionRelearned(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1})

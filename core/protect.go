@@ -54,27 +54,29 @@ func check(r *krcore.Request, m *MR, g *grant, twoSided bool, lim limits) *refus
 	return checkRemote(r, g)
 }
 
-// plainRW reports whether r is a READ or WRITE that checkOwner and check
-// both let through, decided in one pass without their calls: a range
-// inside m, a live MR of the runtime (rt), with LOCAL_WRITE for a READ,
-// and a range inside g, a region rt learned from node, with the remote
-// access the operation needs. Anything else, false: the full checks
-// decide (FuzzCheck holds plainRW to them). It is pure, like check.
-func plainRW(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, lim limits) bool {
+// plain reports whether r is a request that checkOwner and check both
+// let through, decided in one pass without their calls: a local range
+// inside m, a live MR of the runtime (rt), and then a SEND on a VQ
+// connected to a port (twoSided), or a READ (into an MR with LOCAL_WRITE)
+// or WRITE whose remote range lies inside g, a region rt learned from
+// node, with the remote access the operation needs. Anything else, false:
+// the full checks decide (FuzzCheck holds plain to them). It is pure,
+// like check.
+func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, twoSided bool, lim limits) bool {
 	l := &r.Local
-	if m == nil || g == nil || l.Len <= 0 || l.Off < 0 || uint64(l.Len) > lim.maxMsg || l.Off > m.n || l.Len > m.n-l.Off {
+	if m == nil || l.Len <= 0 || l.Off < 0 || uint64(l.Len) > lim.maxMsg || l.Off > m.n || l.Len > m.n-l.Off || !m.live() {
 		return false
 	}
-	if n, off := uint64(l.Len), r.Remote.Off; off > g.len || n > g.len-off || g.rt != rt || g.node != node || !m.live() {
+	if op := r.Op; op != verbs.OpRead && op != verbs.OpWrite {
+		return twoSided && op.IsSend()
+	}
+	if n, off := uint64(l.Len), r.Remote.Off; g == nil || off > g.len || n > g.len-off || g.rt != rt || g.node != node {
 		return false
 	}
-	switch r.Op {
-	case verbs.OpRead:
+	if r.Op == verbs.OpRead {
 		return m.access&verbs.AccessLocalWrite != 0 && g.access&verbs.AccessRemoteRead != 0
-	case verbs.OpWrite:
-		return g.access&verbs.AccessRemoteWrite != 0
 	}
-	return false
+	return g.access&verbs.AccessRemoteWrite != 0
 }
 
 // checkLocal checks the request's local buffer.

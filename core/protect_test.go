@@ -68,6 +68,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(0), true)
 	f.Add(uint8(verbs.OpFetchAdd), 8, 8, uint64(4), uint8(1), false)
 	f.Add(uint8(verbs.OpSend), -1, 1<<30, uint64(1<<63), uint8(2), true)
+	f.Add(uint8(verbs.OpSend), 8, 28, uint64(0), uint8(1), false) // plain's SEND without a port
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
 		mrs := []*MR{{mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}, {mr: fakeVerbsMR{}, n: 4096}, nil}
 		g := &Region{g: &grant{name: "r", len: 1024, addr: 1 << 20, access: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}}
@@ -122,21 +123,21 @@ func sameAsFull(t *testing.T, r *krcore.Request, lim limits) {
 	}
 }
 
-// plainAsFull fails t if plainRW lets r through where checkOwner or check
+// plainAsFull fails t if plain lets r through where checkOwner or check
 // would not, for a VQ of a runtime connected to the region's node and for
 // one of another runtime or connected elsewhere (checkOwner's refusals).
 func plainAsFull(t *testing.T, r *krcore.Request, twoSided bool, lim limits) {
 	t.Helper()
 	m, g := localOf(r), grantOf(r.Remote.Region)
 	for _, q := range []*Queue{{peer: &peer{}}, {peer: &peer{node: 2}}, {rt: &Runtime{}, peer: &peer{}}} {
-		if !plainRW(r, m, g, q.rt, q.peer.node, lim) {
+		if !plain(r, m, g, q.rt, q.peer.node, twoSided, lim) {
 			continue
 		}
 		if ref := q.checkOwner(r, m, g); ref != nil {
-			t.Fatalf("%s local %+v remote %d: plainRW true, checkOwner %v", r.Op, r.Local, r.Remote.Off, ref)
+			t.Fatalf("%s local %+v remote %d: plain true, checkOwner %v", r.Op, r.Local, r.Remote.Off, ref)
 		}
 		if ref := check(r, m, g, twoSided, lim); ref != nil {
-			t.Fatalf("%s local %+v remote %d: plainRW true, check %v", r.Op, r.Local, r.Remote.Off, ref)
+			t.Fatalf("%s local %+v remote %d: plain true, check %v", r.Op, r.Local, r.Remote.Off, ref)
 		}
 	}
 }

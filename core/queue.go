@@ -379,7 +379,7 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	// Resolved once: every check and the post use these records.
 	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
 	var ref *refusal
-	if !plainRW(r, m, g, q.rt, q.peer.node, q.rt.lim) {
+	if !plain(r, m, g, q.rt, q.peer.node, q.toPort, q.rt.lim) {
 		if ref = q.checkOwner(r, m, g); ref == nil {
 			ref = check(r, m, g, q.toPort, q.rt.lim)
 		}
