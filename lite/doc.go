@@ -80,8 +80,10 @@
 //     exchange, a ring of slots at the callee (exported to the caller with
 //     remote write only) and a reply area at the caller (exported to the
 //     callee). A call is one WRITE_WITH_IMM of the request into a free
-//     slot, whose immediate names the slot, the ring and the call; the
-//     callee's serving goroutine queues it for the service; the reply is
+//     slot, whose immediate names the slot, the ring and the call; a
+//     service's Recv waiting with nothing queued takes the notification
+//     off the Node's port itself (pop.go), else whoever pops the port
+//     queues the call for the service; the reply is
 //     one WRITE_WITH_IMM into the caller's reply slot, notifying the port
 //     of the queue the request came from (each caller queue holds one,
 //     drawn at random from [1<<30, 1<<31), which other users of the
