@@ -13,64 +13,14 @@ import (
 	"github.com/krcore/krcore"
 )
 
-// dialTCP connects to addr over TCP. For a literal IP address it makes
-// the socket itself and looks, right after the non-blocking connect,
-// whether the kernel finished the handshake already (on loopback it has:
-// the SYN-ACK is handled as connect returns). net.Dialer parks the
-// dialing goroutine until the poller reports the socket writable, even
-// then: a wake-up, which on a loaded machine of two cores cost as much
-// as the connect itself (MEASUREMENTS.md, issue 17, session 17). A
-// handshake still under way is waited for through the poller, within
-// ctx. Host names, zoned addresses and a network that does not fit the
-// address go to net.Dialer. The connection has net.Dialer's options
-// (no delay, keep-alive at the default period: net.FileConn sets them).
+// dialTCP connects to addr over TCP with net.Dialer (its names, options,
+// deadlines and errors), connecting each socket once before net.Dialer
+// does (connectEarly).
 func dialTCP(ctx context.Context, network, addr string) (*net.TCPConn, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	ip := ap.Addr().Unmap()
-	if err != nil || ap.Addr().Zone() != "" || !fitsNetwork(network, ip) || ctx.Err() != nil {
-		return dialStd(ctx, network, addr)
-	}
-	raddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, ap.Port()))
-	fail := func(err error) error { return &net.OpError{Op: "dial", Net: network, Addr: raddr, Err: err} }
-	family, sa := syscall.AF_INET6, syscall.Sockaddr(&syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ip.As16()})
-	if ip.Is4() {
-		family, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ip.As4()}
-	}
-	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, syscall.IPPROTO_TCP)
-	if err != nil {
-		return nil, fail(os.NewSyscallError("socket", err))
-	}
-	if err := syscall.Connect(fd, sa); err != nil && err != syscall.EINPROGRESS && err != syscall.EINTR {
-		syscall.Close(fd)
-		return nil, fail(os.NewSyscallError("connect", err))
-	}
-	connected, err := connectDone(fd)
-	if err != nil {
-		syscall.Close(fd)
-		return nil, fail(err)
-	}
-	f := os.NewFile(uintptr(fd), "")
-	nc, err := net.FileConn(f) // a duplicate of fd, in the poller
-	f.Close()
-	if err != nil {
-		return nil, fail(err)
-	}
-	tc := nc.(*net.TCPConn)
-	if !connected {
-		if err := awaitConnect(ctx, tc); err != nil {
-			tc.Close()
-			return nil, fail(err)
-		}
-	}
-	return tc, nil
-}
-
-// dialStd is net.Dialer's dial.
-func dialStd(ctx context.Context, network, addr string) (*net.TCPConn, error) {
-	var d net.Dialer
+	d := net.Dialer{ControlContext: connectEarly}
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
-		return nil, err
+		return nil, ctxTimeout(ctx, err)
 	}
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
@@ -80,66 +30,60 @@ func dialStd(ctx context.Context, network, addr string) (*net.TCPConn, error) {
 	return tc, nil
 }
 
-// fitsNetwork reports whether ip may be dialled on network, as "tcp4"
-// and "tcp6" restrict the family.
-func fitsNetwork(network string, ip netip.Addr) bool {
-	switch network {
-	case "tcp":
-		return true
-	case "tcp4":
-		return ip.Is4()
-	case "tcp6":
-		return ip.Is6()
+// ctxTimeout is err, a failed dial, with ctx's deadline as its cause when
+// that passed: net.Dialer waits for a connect with ctx's deadline on the
+// socket, which may fire before ctx's own timer, and then fails with the
+// socket's i/o timeout, which is not context.DeadlineExceeded.
+func ctxTimeout(ctx context.Context, err error) error {
+	dl, ok := ctx.Deadline()
+	var oe *net.OpError
+	if ok && !time.Now().Before(dl) && errors.Is(err, os.ErrDeadlineExceeded) && errors.As(err, &oe) {
+		oe.Err = context.DeadlineExceeded
 	}
-	return false
+	return err
 }
 
-// connectDone reports whether the connect on socket fd finished: true
-// once connected, false while under way, an error when it failed.
-func connectDone(fd int) (bool, error) {
-	e, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
-	switch {
-	case err != nil:
-		return false, os.NewSyscallError("getsockopt", err)
-	case e != 0:
-		return false, os.NewSyscallError("connect", syscall.Errno(e))
+// connectEarly is net.Dialer's Control for dialTCP: it starts the connect
+// of the socket net.Dialer made for address. net.Dialer's own connect
+// then finds the socket connected where the kernel finished the handshake
+// inside this one (loopback: the SYN-ACK is handled before connect
+// returns), and takes EISCONN for done; where it did not (EALREADY), net.Dialer
+// waits through the poller as always. Left to itself net.Dialer gets
+// EINPROGRESS and parks the dialing goroutine until the poller reports the
+// socket writable, even when it already is: a wake-up, which on a loaded
+// machine of two cores cost as much as the connect itself (MEASUREMENTS.md,
+// issue 17, sessions 17 and 19). An address it cannot put in a socket
+// address (a zone) is left to net.Dialer's connect.
+func connectEarly(_ context.Context, network, address string, rc syscall.RawConn) error {
+	sa := sockaddr(network, address)
+	if sa == nil {
+		return nil
 	}
-	switch _, err := syscall.Getpeername(fd); err {
-	case nil:
-		return true, nil
-	case syscall.ENOTCONN, syscall.EINVAL:
-		return false, nil
-	default:
-		return false, os.NewSyscallError("getpeername", err)
+	var err error
+	if cerr := rc.Control(func(fd uintptr) { err = syscall.Connect(int(fd), sa) }); cerr != nil {
+		return nil // net.Dialer's connect meets the same socket
 	}
+	switch err {
+	case nil, syscall.EINPROGRESS, syscall.EINTR:
+		return nil
+	}
+	return os.NewSyscallError("connect", err)
 }
 
-// awaitConnect waits, within ctx, for tc's connect to finish: the poller
-// reports the socket writable once it has, or failed.
-func awaitConnect(ctx context.Context, tc *net.TCPConn) error {
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return err
+// sockaddr is address ("ip:port", as net.Dialer's Control gets it) as a
+// socket address of network's family ("tcp4" or "tcp6", the socket's),
+// or nil.
+func sockaddr(network, address string) syscall.Sockaddr {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || ap.Addr().Zone() != "" {
+		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		tc.SetWriteDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { tc.SetWriteDeadline(time.Unix(1, 0)) })
-	var failed error
-	werr := rc.Write(func(fd uintptr) bool {
-		done, err := connectDone(int(fd))
-		failed = err
-		return done || err != nil
-	})
-	stop()
-	tc.SetWriteDeadline(time.Time{})
+	ip := ap.Addr()
 	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(werr, os.ErrDeadlineExceeded):
-		return context.DeadlineExceeded // ctx's, whose own timer has not fired yet
-	case werr != nil:
-		return werr
+	case network == "tcp4" && ip.Unmap().Is4():
+		return &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ip.Unmap().As4()}
+	case network == "tcp6":
+		return &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ip.As16()}
 	}
-	return failed
+	return nil
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// TestDialTCP: dialTCP connects to literal addresses itself and to names
-// through net.Dialer, and fails as net.Dial does.
+// TestDialTCP: dialTCP connects to literal addresses and to names, and
+// fails as net.Dial does.
 func TestDialTCP(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,9 +54,10 @@ func TestDialTCP(t *testing.T) {
 	}
 }
 
-// TestDialTCPPending: a connect the kernel has not finished (the
-// listener's accept queue is full, so its SYN is dropped) ends at the
-// context's deadline, and completes once the listener makes room.
+// TestDialTCPPending: a connect the kernel has not finished inside
+// connectEarly's connect (the listener's accept queue is full, so its SYN
+// is dropped) ends at the context's deadline, and completes once the
+// listener makes room.
 func TestDialTCPPending(t *testing.T) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -97,54 +98,79 @@ func TestDialTCPPending(t *testing.T) {
 		}
 		break
 	}
-	// A connect under way (its SYN dropped), then room in the queue
-	// (every connection made is in it, none accepted: these accepts never
-	// wait): the SYN sent again is answered and awaitConnect returns.
-	var finished []int // connected after all (a dial above was slow): in the queue too
-	defer func() {
-		for _, f := range finished {
-			syscall.Close(f)
-		}
+	// A connect under way (its SYN dropped: the queue is full, as the
+	// dial above found), then room in the queue (every connection made is
+	// in it, none accepted: these accepts never wait): the SYN sent again
+	// is answered and the dial returns.
+	type result struct {
+		tc  *net.TCPConn
+		err error
+	}
+	res := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		tc, err := dialTCP(ctx, "tcp", addr)
+		res <- result{tc, err}
 	}()
-	var cfd int
-	for {
-		if len(finished) > 8 {
-			t.Fatal("every connect finished: the accept queue never filled")
-		}
-		if cfd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Connect(cfd, sa); err != syscall.EINPROGRESS {
-			syscall.Close(cfd)
-			t.Fatalf("connect: %v, want EINPROGRESS", err)
-		}
-		done, err := connectDone(cfd)
-		if err != nil {
-			syscall.Close(cfd)
-			t.Fatal(err)
-		}
-		if !done {
-			break
-		}
-		finished = append(finished, cfd)
+	select {
+	case r := <-res:
+		t.Fatalf("a dial into a full accept queue returned (%v) before room was made", r.err)
+	case <-time.After(100 * time.Millisecond):
 	}
-	f := os.NewFile(uintptr(cfd), "")
-	nc, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	for range len(conns) + len(finished) {
+	for range conns {
 		nfd, _, err := syscall.Accept(fd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		syscall.Close(nfd)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("a connect that waited for room: %v", r.err)
+	}
+	r.tc.Close()
+}
+
+// TestSockaddr: connectEarly's socket address fits the socket's family,
+// and an address it cannot name (a zone, a name) is left to net.Dialer.
+func TestSockaddr(t *testing.T) {
+	for _, tc := range []struct {
+		network, address string
+		want             syscall.Sockaddr
+	}{
+		{"tcp4", "127.0.0.1:80", &syscall.SockaddrInet4{Port: 80, Addr: [4]byte{127, 0, 0, 1}}},
+		{"tcp4", "[::ffff:127.0.0.1]:80", &syscall.SockaddrInet4{Port: 80, Addr: [4]byte{127, 0, 0, 1}}},
+		{"tcp6", "[::1]:443", &syscall.SockaddrInet6{Port: 443, Addr: [16]byte{15: 1}}},
+		{"tcp6", "127.0.0.1:80", &syscall.SockaddrInet6{Port: 80, Addr: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}}},
+		{"tcp4", "[::1]:80", nil},
+		{"tcp6", "[fe80::1%lo]:80", nil},
+		{"tcp4", "localhost:80", nil},
+	} {
+		got := sockaddr(tc.network, tc.address)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("sockaddr(%q, %q) = %v, want %v", tc.network, tc.address, got, tc.want)
+		}
+	}
+}
+
+// TestCtxTimeout: a dial that failed on the socket's deadline (ctx's,
+// before ctx's own timer fired) says ctx's deadline; other failures, and
+// the same before the deadline, are left as they are.
+func TestCtxTimeout(t *testing.T) {
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	if err := awaitConnect(ctx, nc.(*net.TCPConn)); err != nil {
-		t.Fatalf("a connect that waited for room: %v", err)
+	future, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	timeout := func() error { return &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded} }
+	if err := ctxTimeout(past, timeout()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("past the deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if err := ctxTimeout(future, timeout()); errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("before the deadline: %v, want the i/o timeout", err)
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	if err := ctxTimeout(past, refused); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("refused: %v", err)
 	}
 }
