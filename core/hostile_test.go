@@ -66,6 +66,14 @@ func TestHostileRecvBuffers(t *testing.T) {
 		if err := srv.PushRecv(l); !errors.Is(err, verbs.ErrInvalid) {
 			t.Errorf("PushRecv(%s): %v, want ErrInvalid", name, err)
 		}
+		// Behind good buffers it refuses them all: none stays held
+		// (and none is posted: the message below lands in mr at 0).
+		if err := srv.PushRecv(mr.Range(0, 16), mr.Range(16, 16), l); !errors.Is(err, verbs.ErrInvalid) {
+			t.Errorf("PushRecv(good, good, %s): %v, want ErrInvalid", name, err)
+		}
+		if n := core.MRUses(mr); n != 0 {
+			t.Fatalf("PushRecv(good, good, %s) refused, but %d holds on the good MR remain", name, n)
+		}
 	}
 	if err := srv.PushRecv(mr.Range(0, 16)); err != nil {
 		t.Fatal(err)

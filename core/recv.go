@@ -428,22 +428,29 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 	if q.closed {
 		return fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
 	}
-	for i, b := range bufs {
+	// Each buffer checked and held in one pass; a refusal drops the
+	// holds taken, so that none of bufs is posted.
+	for i := range bufs {
+		b := &bufs[i]
 		m := q.rt.ownMR(b.MR)
 		if m == nil || !m.live() || b.Len == 0 || !b.Fits(m.Len()) || m.access&verbs.AccessLocalWrite == 0 {
+			unuseAll(bufs[:i])
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
-	}
-	for i, b := range bufs {
-		if !mrOf(b).use() { // deregistered since the check
-			for _, u := range bufs[:i] {
-				mrOf(u).unuse()
-			}
+		if !m.use() { // deregistered since the check
+			unuseAll(bufs[:i])
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
 	}
 	q.msgs.bufs.Push(bufs...)
 	return nil
+}
+
+// unuseAll drops the holds PushRecv took on bufs' MRs.
+func unuseAll(bufs []krcore.Local) {
+	for _, u := range bufs {
+		mrOf(u).unuse()
+	}
 }
 
 // dropBufs forgets the posted receive buffers in m (every one if m is nil)
