@@ -198,7 +198,10 @@ func startChild(t *testing.T, sock string, env ...string) *exec.Cmd {
 	cmd, out := launch(t, sock, env)
 	start(t, cmd)
 	line := make([]byte, 6)
-	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		// Its stderr is whole, and no longer written, once it is reaped.
+		cmd.Process.Kill()
+		cmd.Wait()
 		t.Fatalf("child did not start: %q %v; stderr: %s", line, err, cmd.Stderr)
 	}
 	return cmd
