@@ -158,10 +158,7 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 		c.releaseLocal()
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
 	}
-	r, err := c.connectPeer(hctx, m, true)
-	if err == nil {
-		r, err = c.learnAndTake(hctx, m)
-	}
+	r, err := c.setupPeer(hctx, m)
 	if err != nil {
 		c.decline(r)
 		c.releaseLocal()
@@ -173,6 +170,29 @@ func (c *Conn) clientHandshake(ctx context.Context) Mode {
 		return Mode{Reason: ReasonSync, Err: err}
 	}
 	return Mode{SMC: true}
+}
+
+// setupPeer connects this side's queue to the server's port named in its
+// accept m, learns the server's buffer and takes this side's receive
+// buffer (connectAlong).
+func (c *Conn) setupPeer(ctx context.Context, m *clcMsg) (Reason, error) {
+	return c.connectAlong(ctx, m, func() (Reason, error) { return c.learnAndTake(ctx, m) })
+}
+
+// connectAlong connects this side's queue to the peer's port named in m
+// and runs the setup step g. A queue that must be made and connected (a
+// first connection to the peer) is connected while g runs: through
+// krcored that is two round trips to the daemon, as long as registering
+// and exporting a slab.
+func (c *Conn) connectAlong(ctx context.Context, m *clcMsg, g func() (Reason, error)) (Reason, error) {
+	r, err := c.connectPeer(ctx, m, false)
+	switch {
+	case errors.Is(err, errWouldWait):
+		return together(func() (Reason, error) { return c.connectPeer(ctx, m, true) }, g)
+	case err != nil:
+		return r, err
+	}
+	return g()
 }
 
 // learnAndTake learns the server's buffer from its accept m and takes
@@ -188,19 +208,27 @@ func (c *Conn) learnAndTake(ctx context.Context, m *clcMsg) (Reason, error) {
 		}
 		return c.learnBuffer(ctx, m)
 	}
-	type learned struct {
+	return together(
+		func() (Reason, error) { return c.learnBuffer(ctx, m) },
+		func() (Reason, error) { return c.setupRMB(peer, true) })
+}
+
+// together runs the setup steps f, in a goroutine of its own, and g, in
+// this one, at once, and returns f's failure, else g's. They must touch
+// different parts of the connection.
+func together(f, g func() (Reason, error)) (Reason, error) {
+	type result struct {
 		r   Reason
 		err error
 	}
-	lookup := make(chan learned, 1)
+	fDone := make(chan result, 1)
 	go func() { // owned by this call, which waits for it
-		r, err := c.learnBuffer(ctx, m)
-		lookup <- learned{r, err}
+		r, err := f()
+		fDone <- result{r, err}
 	}()
-	r, err := c.setupRMB(peer, true)
-	l := <-lookup
-	if l.err != nil {
-		return l.r, l.err
+	r, err := g()
+	if fr := <-fDone; fr.err != nil {
+		return fr.r, fr.err
 	}
 	return r, err
 }
@@ -322,18 +350,22 @@ func (c *Conn) serverHandshake(p *clcMsg) Mode {
 }
 
 // prepareAccept takes what the accept names: a staging buffer, a token, a
-// queue to the client's port and a receive buffer exported to it. With
-// wait false it fails with errWouldWait rather than register, export or
-// connect anything.
+// queue to the client's port and a receive buffer exported to it (with
+// wait, a new queue connected while the buffer is taken: connectAlong).
+// With wait false it fails with errWouldWait rather than register, export
+// or connect anything.
 func (c *Conn) prepareAccept(ctx context.Context, p *clcMsg, wait bool) (Reason, error) {
-	r, err := c.setupQueue(wait)
-	if err == nil {
-		r, err = c.connectPeer(ctx, p, wait)
+	peer := krcore.Principal{Node: p.node, Port: p.port}
+	if r, err := c.setupQueue(wait); err != nil {
+		return r, err
 	}
-	if err == nil {
-		r, err = c.setupRMB(krcore.Principal{Node: p.node, Port: p.port}, wait)
+	if wait {
+		return c.connectAlong(ctx, p, func() (Reason, error) { return c.setupRMB(peer, true) })
 	}
-	return r, err
+	if r, err := c.connectPeer(ctx, p, false); err != nil {
+		return r, err
+	}
+	return c.setupRMB(peer, false)
 }
 
 // confirmation reads the client's answer to the accept (whose write failed
