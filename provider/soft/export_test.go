@@ -27,3 +27,7 @@ func PlaceState(from, to *Node) string {
 		l.side, l.pid, l.seg.exportLine(1 - l.side)[0].Load() != 0, mapped, broken, maps,
 		l.seg.peerAlive(1-l.side), l.seg.closing().Load() != 0, l.dead.Load())
 }
+
+// ShmListenErr is why n has no shared-memory listener (nil if it has one,
+// or does not listen).
+func ShmListenErr(n *Node) error { return n.shmWhy }

@@ -156,11 +156,17 @@ func (n *Node) Close() error {
 	}
 	n.fab.remove(n)
 	close(n.stop)
+	// The shared-memory name before the TCP port: the next node to listen
+	// on the port (in any process) must find the name free, or it is
+	// reached over TCP for its life.
+	if n.shmLn != nil {
+		n.shmLn.Close()
+	}
 	if n.ln != nil {
 		n.ln.Close()
 	}
 	n.closeLinks()
-	n.closeShm(true)
+	n.closeShm()
 	n.qpMu.RLock()
 	qps := make([]*qp, 0, len(n.qps))
 	for _, q := range n.qps {

@@ -402,12 +402,8 @@ func (l *shmLink) attach(conn *net.UnixConn, seg *shmSeg, side int) {
 	go l.readLoop()
 }
 
-// closeShm closes the shared-memory listener and links, for Close and
-// BreakLinks.
-func (n *Node) closeShm(listener bool) {
-	if listener && n.shmLn != nil {
-		n.shmLn.Close()
-	}
+// closeShm closes the shared-memory links, for Close and BreakLinks.
+func (n *Node) closeShm() {
 	for _, l := range n.upShm() {
 		l.kill()
 	}

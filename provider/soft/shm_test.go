@@ -514,3 +514,50 @@ func benchShm8(b *testing.B, wr func(x, y *side, id uint64) verbs.SendWR) {
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(lat[len(lat)*9/10].Nanoseconds()), "p90-ns")
 }
+
+// TestShmNameFreedWithPort: a node's shared-memory name is free by the time
+// its TCP port is, so the next node to listen on that port (one restarted
+// on its address, or in any process a node whose listen drew the port)
+// gets the name too, and is reached by shared memory, not over TCP.
+func TestShmNameFreedWithPort(t *testing.T) {
+	for i := range 30 {
+		a, err := soft.NewNode(soft.Config{Listen: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := a.Addr()
+		type listened struct {
+			n   *soft.Node
+			err error
+		}
+		got := make(chan listened, 1)
+		go func() {
+			// Takes the port as soon as a's Close frees it; gives up if
+			// another process keeps it (neither node nor error).
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				b, err := soft.NewNode(soft.Config{Listen: addr})
+				if err == nil || !errors.Is(err, soft.ErrAddrInUse) {
+					got <- listened{b, err}
+					return
+				}
+				runtime.Gosched()
+			}
+			got <- listened{}
+		}()
+		a.Close()
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		b := r.n
+		if b == nil {
+			continue
+		}
+		why := soft.ShmListenErr(b)
+		b.Close()
+		if why != nil {
+			t.Fatalf("round %d: the node listening on %s after the closed one has no shared-memory listener: %v", i, addr, why)
+		}
+	}
+}

@@ -464,5 +464,5 @@ func (n *Node) closeLinks() {
 // new links.
 func (n *Node) BreakLinks() {
 	n.closeLinks()
-	n.closeShm(false)
+	n.closeShm()
 }
