@@ -88,13 +88,14 @@
 //     of the queue the request came from (each caller queue holds one,
 //     drawn at random from [1<<30, 1<<31), which other users of the
 //     node's ports should avoid), so the calling goroutine waits for its
-//     request's completion and its reply in one wait
-//     (krcore.VQ.PopAnyWait). Neither side waits for an acknowledgement
-//     it does not need: Reply returns once its WRITE is posted, a caller
-//     whose reply came first does not wait for its request's, and the
-//     pooled queue's next use reaps the completion (a caller still waits
-//     for it, and fails at once on its error, while the reply has not
-//     come). Slots are credits: a caller without one waits. Notifications that do not check out
+//     reply on that queue's port itself (taking it off the link, not from
+//     krcore's receive-queue dispatcher) and polls its request's
+//     completion at least every millisecond. Neither side waits for an
+//     acknowledgement it does not need: Reply returns once its WRITE is
+//     posted, a caller whose reply came first does not wait for its
+//     request's, and the pooled queue's next use reaps the completion (a
+//     caller whose WRITE fails while the reply has not come fails within
+//     a millisecond). Slots are credits: a caller without one waits. Notifications that do not check out
 //     (sender, ring, slot, length, call) are dropped. A ring is exported
 //     to the calling Node's principal alone, a reply area to the callee's,
 //     each under a random name.

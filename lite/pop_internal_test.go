@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/core"
 )
 
 // poppedBy is who pops n's port now.
@@ -145,5 +146,42 @@ func TestPoppingRecvEnds(t *testing.T) {
 	}
 	if k, err := r.caller.Call(ctx, 2, 1, []byte("again"), resp[:]); err != nil || string(resp[:k]) != "again" {
 		t.Fatalf("a call after a Recv's service closed: %q, %v", resp[:k], err)
+	}
+}
+
+// TestCallSeesFailedWrite: a caller waits for its reply alone while its
+// WRITE's completion is owed (waitReply), polling the completion at each
+// slice's end: a WRITE that fails still ends the call long before its
+// deadline. Here the callee's Node restarts, which withdraws the caller's
+// ring: the next call's WRITE fails (REM_ACCESS_ERR) and the call goes on
+// in a new ring, well within its 20 s bound.
+func TestCallSeesFailedWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := newRPCRig(ctx, t)
+	go serveEchoes(r.svc)
+	var resp [8]byte
+	if _, err := r.caller.Call(ctx, 2, 1, []byte("first"), resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	r.callee.Close()
+	callee, err := Open(ctx, core.Embed(r.c.Node(2)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer callee.Close()
+	svc, err := callee.RegisterRPC(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go serveEchoes(svc)
+	bound, cancelBound := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelBound()
+	start := time.Now()
+	if k, err := r.caller.Call(bound, 2, 1, []byte("again"), resp[:]); err != nil || string(resp[:k]) != "again" {
+		t.Fatalf("a call after the callee restarted: %q, %v", resp[:k], err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("a call whose WRITE failed took %v to go on in a new ring", d)
 	}
 }

@@ -277,10 +277,10 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 }
 
 // awaitReply waits on e, the queue that posted p's request and holds the
-// port its reply comes to, for the reply and the request's completion in
-// one wait (PopAnyWait): a WRITE that fails ends the call at once, and a
-// reply that comes first needs no wait for the WRITE's acknowledgement (e
-// goes back to the pool owing it). A message for another call (the late
+// port its reply comes to, for the reply, polling the request's
+// completion beside it (waitReply): a WRITE that fails ends the call
+// within replySlice, and a reply that comes first needs no wait for the
+// WRITE's acknowledgement (e goes back to the pool owing it). A message for another call (the late
 // reply of one that gave up on this queue before) frees that call's slot.
 func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled) error {
 	s.mu.Lock()
@@ -291,11 +291,7 @@ func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled
 	p.e = e
 	s.mu.Unlock()
 	for p.state.Load() == waiting {
-		var out []krcore.Completion
-		if e.owed {
-			out = e.out[:]
-		}
-		nc, nm, err := e.q.PopAnyWait(ctx, out, e.msgs[:])
+		nc, nm, err := n.waitReply(ctx, e)
 		for i := range e.msgs[:nm] {
 			if !n.onReply(s.node, &e.msgs[i]) {
 				n.rpc.dropped.Add(1)
@@ -316,11 +312,76 @@ func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled
 			return fmt.Errorf("its session ended: %w", s.cause())
 		case isDone(n.rpc.stop):
 			return errClosedNode
+		case errors.Is(err, errSliceEnd):
 		default:
 			return err
 		}
 	}
 	return nil
+}
+
+// waitReply waits on e for replies and, if owed, its request's
+// completion. With the completion owed it waits for the replies alone
+// (PopMsgsWait), so that the calling goroutine, waiting on the receive
+// queue, takes its reply off the link itself rather than from krcore's
+// receive-queue dispatcher (the WRITE's acknowledgement mostly comes with
+// the reply, and PopAnyWait sleeps on the send queue), within a shared
+// slice of at most replySlice (sliceBound): at its end (errSliceEnd) the
+// caller polls the completion, so that a failed WRITE ends the call
+// within replySlice; a ctx cancelled before its deadline is seen there
+// too (Close wakes the wait at once: it closes the queue).
+func (n *Node) waitReply(ctx context.Context, e *pooled) (nc, nm int, err error) {
+	if !e.owed {
+		nm, err = e.q.PopMsgsWait(ctx, e.msgs[:])
+		return 0, nm, err
+	}
+	if nm = e.q.PopMsgs(e.msgs[:]); nm > 0 {
+		return e.q.Pop(e.out[:]), nm, nil
+	}
+	wctx, sliced := n.sliceBound(ctx)
+	nm, err = e.q.PopMsgsWait(wctx, e.msgs[:])
+	nc = e.q.Pop(e.out[:])
+	if err != nil && sliced && wctx.Err() != nil {
+		err = errSliceEnd
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr // cancelled within the slice: seen at its end
+		}
+	}
+	return nc, nm, err
+}
+
+// errSliceEnd: a wait for a reply reached its slice's end (waitReply).
+var errSliceEnd = errors.New("lite: reply wait slice ended")
+
+// replySlice bounds how late a caller waiting for its reply sees its
+// WRITE's completion: its error ends the call.
+const replySlice = time.Millisecond
+
+// sliceBound is the context a caller waits for its reply within while its
+// WRITE's completion is owed: one that ends within replySlice, shared by
+// every such wait while at least half of it is left (a context of the
+// wait's own would cost a timer each call), or ctx if that ends first;
+// sliced says which.
+func (n *Node) sliceBound(ctx context.Context) (_ context.Context, sliced bool) {
+	r := &n.rpc
+	now := time.Now()
+	b := r.slice.Load()
+	if b == nil || b.at.Sub(now) < replySlice/2 {
+		r.boundMu.Lock()
+		if b = r.slice.Load(); b == nil || b.at.Sub(now) < replySlice/2 {
+			nb := &callBound{at: now.Add(replySlice)}
+			nb.ctx, nb.cancel = context.WithDeadline(context.Background(), nb.at)
+			if last := r.slice.Swap(nb); last != nil {
+				last.cancel() // its waits see their slice end, as they would within replySlice/2
+			}
+			b = nb
+		}
+		r.boundMu.Unlock()
+	}
+	if dl, ok := ctx.Deadline(); ok && !dl.After(b.at) {
+		return ctx, false
+	}
+	return b.ctx, true
 }
 
 // detach ends p's wait on e and gives e back to the pool, or retires it:
@@ -555,8 +616,10 @@ func (n *Node) stopBounds() {
 	if r.boundPrev != nil {
 		r.boundPrev()
 	}
-	if b := r.bound.Load(); b != nil {
-		b.cancel()
+	for _, b := range []*callBound{r.bound.Load(), r.slice.Load()} {
+		if b != nil {
+			b.cancel()
+		}
 	}
 }
 

@@ -121,6 +121,7 @@ type rpcState struct {
 	// the cancel of the one before it (defaultBound); boundMu guards
 	// their renewal.
 	bound     atomic.Pointer[callBound]
+	slice     atomic.Pointer[callBound] // sliceBound's
 	boundMu   sync.Mutex
 	boundPrev context.CancelFunc
 	stop      chan struct{} // closed when Close begins: waiting calls fail
@@ -398,7 +399,7 @@ func (n *Node) replyRegion(ctx context.Context, g *ring) (krcore.Region, error) 
 // caller's) holds a port of its own, where the replies to its calls
 // come: the callee answers the port the request's notification names,
 // which the caller's runtime vouches for, so the caller waits for its
-// WRITE's completion and its reply on that one queue (PopAnyWait).
+// WRITE's completion and its reply on that one queue (waitReply).
 type vqPool struct {
 	api  krcore.API
 	port uint32
