@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,72 @@ func TestCloseRetiresMRMemory(t *testing.T) {
 		t.Errorf("held slice after Close: %d, want the zero of released memory", held[0])
 	}
 	held[len(held)-1] = 1 // would be SIGSEGV had Close unmapped it
+}
+
+// TestCloseFlushesInFlight: requests in flight when the VQ or the client
+// closes complete, with WR_FLUSH_ERR unless they had finished, as on the
+// embedded runtime, whether the peer answers or is silent (its device
+// closed: nothing can have finished): a caller that spins on Pop until
+// it has them all ends, Outstanding falls to 0, and PopWait then fails
+// with ErrClosed.
+func TestCloseFlushesInFlight(t *testing.T) {
+	for _, which := range []string{"VQ", "Client", "VQ/silent", "Client/silent"} {
+		t.Run(which, func(t *testing.T) {
+			e := startEnv(t)
+			ctx := ctxT(t)
+			c := attach(t, e)
+			q, g := connect(t, ctx, c)
+			buf, err := c.RegMR(64, verbs.AccessAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			silent := strings.HasSuffix(which, "/silent")
+			if silent {
+				e.c.Devices[1].Close()
+			}
+			reqs := make([]krcore.Request, 8)
+			for i := range reqs {
+				reqs[i] = krcore.Request{ID: uint64(i), Op: verbs.OpRead, Local: buf.Range(0, 8), Remote: g.At(0), Unsignaled: i%2 == 0}
+			}
+			n, err := q.Push(ctx, false, reqs...)
+			if n == 0 {
+				t.Fatalf("pushed none: %v", err)
+			}
+			closer := q.Close
+			if strings.HasPrefix(which, "Client") {
+				closer = c.Close
+			}
+			if err := bounded.Within(t, 5*time.Second, which+".Close", closer); err != nil {
+				t.Fatal(err)
+			}
+			statuses := map[verbs.Status]int{}
+			err = bounded.Within(t, 5*time.Second, "Pop after Close", func() error {
+				var out [4]krcore.Completion
+				for q.Outstanding() > 0 {
+					k := q.Pop(out[:])
+					for _, c := range out[:k] {
+						statuses[c.Status]++
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%v; popped %v of %d", err, statuses, n)
+			}
+			t.Logf("%d requests in flight at Close: %v", n, statuses)
+			for st := range statuses {
+				if st != verbs.Success && st != verbs.WRFlushErr {
+					t.Errorf("status %v after Close, want SUCCESS or WR_FLUSH_ERR", st)
+				}
+			}
+			if silent && statuses[verbs.WRFlushErr] != n {
+				t.Errorf("silent peer: %v, want %d WR_FLUSH_ERR", statuses, n)
+			}
+			var out [1]krcore.Completion
+			if k, err := q.PopWait(ctx, out[:]); k != 0 || !errors.Is(err, krcore.ErrClosed) {
+				t.Errorf("PopWait after Close: %d %v, want ErrClosed", k, err)
+			}
+		})
+	}
 }

@@ -224,7 +224,7 @@ func (v *VQ) errClosed() error {
 
 // release frees the client's side of the VQ once its sleepers have left,
 // keeping the completions and messages its rings still held for Pop and
-// PopMsgs.
+// PopMsgs, followed by WR_FLUSH_ERR completions of the requests in flight.
 func (v *VQ) release() {
 	v.live.Lock()
 	defer v.live.Unlock()
@@ -232,6 +232,12 @@ func (v *VQ) release() {
 	if v.ring != nil && !v.closed {
 		v.left = v.popCQ(v.left, -1)
 		v.leftMsgs = v.popMsgRing(v.leftMsgs, -1)
+	}
+	if !v.closed {
+		// No completion reaches this side any more: what the daemon
+		// had not finished fails, as a closed embedded runtime's do,
+		// so a caller spinning on Pop for them ends.
+		v.left = v.flush(v.left, -1)
 	}
 	v.closed = true
 	v.mu.Unlock()
@@ -505,7 +511,7 @@ func (v *VQ) Pop(out []krcore.Completion) int {
 	}
 	k := len(v.popCQ(out[:0], len(out))) // fills out in place
 	if k < len(out) && v.cqHead == v.ring.Ctr(wire.CQTail).Load() && v.c.err() != nil && !v.shut.Load() {
-		k += v.flush(out[k:])
+		k += len(v.flush(out[k:k], len(out)-k))
 	}
 	return k
 }
@@ -550,18 +556,19 @@ func (v *VQ) retire(e wire.CQE) (krcore.Completion, bool) {
 	return krcore.Completion{ID: x.id, Op: x.op, Status: e.Status, Len: int(e.Len)}, true
 }
 
-// flush completes every unretired request with WR_FLUSH_ERR; v.mu held.
-func (v *VQ) flush(out []krcore.Completion) int {
+// flush appends up to max (-1: all) unretired requests to out as
+// WR_FLUSH_ERR completions and retires them; v.mu held.
+func (v *VQ) flush(out []krcore.Completion, max int) []krcore.Completion {
 	k := 0
 	for _, x := range v.ents.Items() {
-		if k == len(out) {
+		if len(out) == max {
 			break
 		}
-		out[k] = krcore.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr}
+		out = append(out, krcore.Completion{ID: x.id, Op: x.op, Status: verbs.WRFlushErr})
 		k++
 	}
 	v.ents.Drop(k)
-	return k
+	return out
 }
 
 // PopWait is Pop that waits for at least one completion: it spins briefly,
@@ -590,11 +597,12 @@ func (v *VQ) PopWait(ctx context.Context, out []krcore.Completion) (int, error) 
 	}
 }
 
-// Outstanding is the number of requests pushed and not yet retired.
+// Outstanding is the number of requests pushed and not yet retired: a
+// closed VQ's count their completions that Pop has yet to return.
 func (v *VQ) Outstanding() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.ents.Len()
+	return v.ents.Len() + len(v.left)
 }
 
 // Region learns the region named name on the node the queue is connected

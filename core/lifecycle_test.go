@@ -188,3 +188,76 @@ func TestCloseRetiresMRMemory(t *testing.T) {
 		t.Errorf("Deregister after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRuntimeCloseFlushesInFlight: requests in flight when the runtime
+// closes complete, with WR_FLUSH_ERR unless they had finished, in every
+// mode and with the peer alive or silent (its device closed: the requests
+// are retrying or in recovery at Close): a caller that spins on Pop
+// until it has them all ends, Outstanding falls to 0, and PopWait then
+// fails with ErrClosed.
+func TestRuntimeCloseFlushesInFlight(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		for _, silent := range []bool{false, true} {
+			t.Run(fmt.Sprint("silent=", silent), func(t *testing.T) {
+				c := m.start(t, 2, core.Config{Path: patientPath})
+				a, b := c.Node(1), c.Node(2)
+				q, req := reader(t, a, b, "r")
+				if silent {
+					c.Devices[1].Close()
+				}
+				closeWithInFlight(t, a, q, req)
+			})
+		}
+	}, modeDC, modeNoDC, modeForced)
+}
+
+// closeWithInFlight pushes READs like req on q, closes a under them and
+// checks that Pop returns every one, in order, and that q then has
+// nothing outstanding and fails PopWait with ErrClosed.
+func closeWithInFlight(t *testing.T, a *core.Runtime, q *core.Queue, req krcore.Request) {
+	t.Helper()
+	reqs := make([]krcore.Request, 8)
+	for i := range reqs {
+		reqs[i] = req
+		reqs[i].ID = uint64(i)
+	}
+	n, err := q.Push(ctx(t), false, reqs...)
+	if n == 0 {
+		t.Fatalf("pushed none: %v", err)
+	}
+	if err := bounded.Within(t, 5*time.Second, "Runtime.Close", a.Close); err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[verbs.Status]int{}
+	err = bounded.Within(t, 5*time.Second, "Pop after Close", func() error {
+		var out [4]krcore.Completion
+		for got := 0; got < n; {
+			k := q.Pop(out[:])
+			for _, c := range out[:k] {
+				if c.ID != uint64(got) {
+					return fmt.Errorf("completion %d has ID %d, want push order", got, c.ID)
+				}
+				statuses[c.Status]++
+				got++
+			}
+			runtime.Gosched()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests in flight at Close: %v", n, statuses)
+	for st := range statuses {
+		if st != verbs.Success && st != verbs.WRFlushErr {
+			t.Errorf("status %v after Close, want SUCCESS or WR_FLUSH_ERR", st)
+		}
+	}
+	if k := q.Outstanding(); k != 0 {
+		t.Errorf("%d outstanding after every completion was popped", k)
+	}
+	var out [1]krcore.Completion
+	if k, err := q.PopWait(ctx(t), out[:]); k != 0 || !errors.Is(err, krcore.ErrClosed) {
+		t.Errorf("PopWait after Close: %d %v, want ErrClosed", k, err)
+	}
+}
