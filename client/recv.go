@@ -210,7 +210,12 @@ func (v *VQ) PopAnyWait(ctx context.Context, out []krcore.Completion, msgs []krc
 const anySlice = time.Millisecond
 
 // sleepAny is PopAnyWait's sleep on the message bell until a message or a
-// completion is ready.
+// completion is ready. It spins as a message's waiter does (VQ.spin: not
+// at all after a publish that rang the doorbell), not as PopWait's: a
+// PopAnyWait waits for an answer (an RPC's reply), which comes only after
+// the woken pump and the fabric, and a spin for the request's own
+// completion held the core the pump needed (MEASUREMENTS.md, "PopAnyWait
+// through krcored").
 func (v *VQ) sleepAny(ctx context.Context) error {
 	ready := func() bool {
 		r := v.ring
