@@ -526,9 +526,10 @@ func (q *qp) land(w *wqe, idx uint64, f *frame, r io.Reader) (verbs.Status, uint
 // arrive, and its sender may stall in its middle (a peer process stopped,
 // or short of CPU): a QP lock held meanwhile would block every PostSend,
 // poll and retry timer of the QP, and whatever waits on them, until the
-// peer ran again. Unlocked, the request may fail, flush or be reset
-// meanwhile; its data has landed then as a failed READ's does
-// (undefined), and the response completes nothing (statusLost).
+// peer ran again; nor does the MR's use (landPiece) hold its
+// Deregister. Unlocked, the request may fail, flush or be reset
+// meanwhile, or its MR go; its data has landed then as a failed READ's
+// does (undefined), and the response completes nothing (statusLost).
 func (q *qp) landRead(w *wqe, idx uint64, f *frame, r io.Reader) (verbs.Status, uint32) {
 	var short [4]verbs.SGE
 	sgl := append(short[:0], w.wr.SGL...) // the slot may be reused meanwhile
@@ -541,10 +542,10 @@ func (q *qp) landRead(w *wqe, idx uint64, f *frame, r io.Reader) (verbs.Status, 
 			st = verbs.LocProtErr
 			break
 		}
-		_, err := io.ReadFull(r, b)
+		err := landPiece(r, m, b)
 		m.done()
 		if err != nil {
-			st = statusLost // the link died in the middle of the response
+			st = statusLost // the link died in the middle of the response, or the MR went
 			break
 		}
 	}
@@ -756,7 +757,7 @@ func (q *qp) remoteWrite(f *frame, r io.Reader) uint8 {
 	if !ok {
 		return synAccess
 	}
-	err := q.readPayload(r, b)
+	err := q.readPayload(r, m, b)
 	m.done()
 	if err != nil {
 		return synLost // the link died in the middle of the payload, or the QP was cut (errCut)
@@ -777,30 +778,79 @@ const (
 )
 
 // readPayload reads len(b) bytes of a request's payload from r into b, a
-// piece of registered memory the caller acquired; q.mu is held. From a
-// link's stream it reads with q.mu released (serve holds q.rx): a payload
-// lands as its bytes arrive, and its sender may stall in its middle (a
-// peer process stopped, or short of CPU), which must not block the QP's
-// posts, polls, Modify and Destroy, nor the node's retry sweep (expire),
-// until the peer runs again. The responder's state it checked stays
-// valid unless the QP went to ERR, was reset or was destroyed meanwhile:
-// then it fails with errCut, answers nothing and changes nothing, and the
+// piece of m that the caller acquired; q.mu is held. From a link's stream
+// (a payloadStream) it reads with q.mu released (serve holds q.rx) and m
+// held only while bytes land (readHeld): a payload lands as its bytes
+// arrive, and its sender may stall in its middle (a peer process stopped,
+// or short of CPU), which must not block the QP's posts, polls, Modify
+// and Destroy, the node's retry sweep (expire), nor m's Deregister, until
+// the peer runs again. The responder's state it checked stays valid
+// unless the QP went to ERR, was reset or was destroyed meanwhile: then
+// it fails with errCut, answers nothing and changes nothing, and the
 // bytes that landed are undefined, as a failed WRITE's are on hardware;
-// the requester's retry timer or flush ends the request. A completion is
-// never reported before the whole payload landed.
-func (q *qp) readPayload(r io.Reader, b []byte) error {
+// the requester's retry timer or flush ends the request. So it fails,
+// with errMRGone, once m is deregistered, landing nothing after. A
+// completion is never reported before the whole payload landed.
+func (q *qp) readPayload(r io.Reader, m *mr, b []byte) error {
 	q.cut = cutNone
-	if _, mem := r.(*segReader); mem {
+	if _, stream := r.(payloadStream); !stream {
 		_, err := io.ReadFull(r, b)
 		return err
 	}
 	q.mu.Unlock()
-	_, err := io.ReadFull(r, b)
+	err := landPiece(r, m, b)
 	q.mu.Lock()
 	if q.cut != cutNone {
 		return errCut
 	}
 	return err
+}
+
+// landPiece reads b, memory of m held by the caller, from r: from a
+// link's stream by readHeld, so that m's Deregister does not wait for a
+// stalled sender.
+func landPiece(r io.Reader, m *mr, b []byte) error {
+	if s, stream := r.(payloadStream); stream {
+		return readHeld(s, m, b)
+	}
+	_, err := io.ReadFull(r, b)
+	return err
+}
+
+// payloadStream is a link's stream a payload is read from, whose sender
+// may stall: ready waits, reading nothing, until the next Read returns a
+// byte at least without waiting (or fails).
+type payloadStream interface {
+	io.Reader
+	ready() error
+}
+
+// errMRGone is readHeld's verdict when the MR it reads into was
+// deregistered meanwhile: the request is lost, as one cut short by its
+// link.
+var errMRGone = errors.New("soft: MR deregistered during the payload")
+
+// readHeld reads b, memory of m held by the caller, from s, letting m go
+// while it waits for the next bytes, so that m's Deregister (which waits
+// for its users) never waits for a stalled sender. It returns with m held
+// again, whatever the outcome.
+func readHeld(s payloadStream, m *mr, b []byte) error {
+	for len(b) > 0 {
+		m.done()
+		err := s.ready()
+		if !m.hold() {
+			return errMRGone
+		}
+		if err != nil {
+			return err
+		}
+		n, err := s.Read(b)
+		b = b[n:]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // receive consumes a posted receive for a SEND or WRITE_WITH_IMM and
@@ -881,7 +931,7 @@ func (q *qp) scatterRecv(sgl []verbs.SGE, f *frame, r io.Reader, wc *verbs.WC) (
 		g := min(skip, k)
 		clear(b[:g])
 		skip -= g
-		err := q.readPayload(r, b[g:])
+		err := q.readPayload(r, m, b[g:])
 		m.done()
 		if err != nil {
 			return verbs.LocLenErr, synLost // the link died in the middle of the payload, or the QP was cut (errCut)

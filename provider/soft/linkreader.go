@@ -368,6 +368,33 @@ func (rd *linkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// ready waits, reading nothing, until Read has a byte of the payload at
+// least without waiting (see payloadStream): one is buffered, or the
+// socket has data (a raw socket), or the buffer is filled (a plain
+// connection). A frame handled in a session is buffered whole.
+func (rd *linkReader) ready() error {
+	if rd.err != nil || rd.left == 0 || rd.r < rd.w || rd.session {
+		return rd.err
+	}
+	if rd.sock == nil {
+		return rd.fill()
+	}
+	if rd.drained {
+		rd.l.flushAcks()
+	}
+	for {
+		err := rd.sock.waitReadable()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			rd.err = err
+			return err
+		}
+		rd.clearDeadline() // an interrupt: a frame is being read
+	}
+}
+
 // readDirect reads payload into p from the socket, and a little of what
 // follows into the empty buffer.
 func (rd *linkReader) readDirect(p []byte) (int, error) {

@@ -161,6 +161,14 @@ func (n *Node) acquire(key uint32, p *pd, addr uint64, length uint64, need verbs
 
 func (m *mr) done() { m.users.Add(-1) }
 
+// hold takes m again for a copy after a done, unless it was deregistered
+// since; it is held on return either way (undone by done), and its
+// Deregister waits for it.
+func (m *mr) hold() bool {
+	m.users.Add(1)
+	return !m.dead.Load()
+}
+
 // ah is an address handle.
 type ah struct {
 	pd   *pd

@@ -80,6 +80,27 @@ func (s *rawSock) readFd(fd uintptr, b []byte) (int, error) {
 	}
 }
 
+// waitReadable waits until the socket has data, its end or an error,
+// reading nothing.
+func (s *rawSock) waitReadable() error { return s.rc.Read(peek) }
+
+// peek reports whether a read of fd would not wait; false asks the poller
+// to wait for data.
+func peek(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		return true // data, the end or an error: the read that follows says which
+	}
+}
+
 // readv reads into a, then b (which may be empty), waiting for data.
 func (s *rawSock) readv(a, b []byte) (int, error) {
 	s.iov[0] = syscall.Iovec{Base: unsafe.SliceData(a)}

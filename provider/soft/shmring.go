@@ -746,6 +746,15 @@ func (l *shmLink) wakeSelf() {
 	l.wmu.Unlock()
 }
 
+// ready waits until Read has a byte of the payload at least without
+// waiting (see payloadStream).
+func (l *shmLink) ready() error {
+	if l.left == 0 {
+		return nil
+	}
+	return l.await(1, false)
+}
+
 // Read reads the payload of the frame being handled, for its handler.
 func (l *shmLink) Read(p []byte) (int, error) {
 	if l.left == 0 {

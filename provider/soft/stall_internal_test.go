@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ type stallRig struct {
 	mr     verbs.MR
 	far    net.Conn
 	frames chan frame // what the node sends the peer
+	srq    verbs.SRQ  // stallTarget's, if it made one
 }
 
 const stallPeer = "stall:peer"
@@ -105,38 +107,58 @@ func (r *stallRig) send(t *testing.T, f frame, payload []byte, cut int) {
 
 // TestStalledPayload: a request whose payload stalls in its middle (its
 // sender stopped) blocks neither Destroy nor Modify of its QP (they waited
-// for the rest of the payload, with the QP's lock held across its read);
-// the request is then lost, as one cut short by its link: a WRITE to a
-// destroyed QP is not answered, a SEND's receive is flushed with the QP's
-// others when the QP goes to ERR, or dropped with it when it is
-// destroyed, and never completes SUCCESS. The link serves on.
+// for the rest of the payload, with the QP's lock held across its read)
+// nor the Deregister of the MR it lands in (it waited for the copy), on an
+// RC QP, an RC QP on an SRQ and a DCT; the request is then lost, as one
+// cut short by its link: a WRITE is not answered, a SEND's receive is
+// flushed with the QP's others when the QP goes to ERR, dropped with it
+// when it is destroyed, put back when its MR goes, and never completes
+// SUCCESS; no byte lands in a deregistered MR once Deregister returned.
+// The link serves on.
 func TestStalledPayload(t *testing.T) {
 	const size = 4 << 20 // more than the link reader buffers: it is in the payload
 	for _, c := range []struct {
 		name   string
 		op     verbs.Opcode
-		modify bool // Modify to ERR, else Destroy
+		target string // "rc", "srq" (RC on an SRQ), "dct" (on an SRQ)
+		cut    string // "destroy", "error" (Modify to ERR), "dereg"
 	}{
-		{"write/destroy", verbs.OpWrite, false},
-		{"send/error", verbs.OpSend, true},
-		{"send/destroy", verbs.OpSend, false},
+		{"write/destroy", verbs.OpWrite, "rc", "destroy"},
+		{"send/error", verbs.OpSend, "rc", "error"},
+		{"send/destroy", verbs.OpSend, "rc", "destroy"},
+		{"write/dereg", verbs.OpWrite, "rc", "dereg"},
+		{"send/dereg", verbs.OpSend, "rc", "dereg"},
+		{"srq-send/error", verbs.OpSend, "srq", "error"},
+		{"srq-send/destroy", verbs.OpSend, "srq", "destroy"},
+		{"srq-send/dereg", verbs.OpSend, "srq", "dereg"},
+		{"dct-write/destroy", verbs.OpWrite, "dct", "destroy"},
+		{"dct-send/destroy", verbs.OpSend, "dct", "destroy"},
+		{"dct-write/dereg", verbs.OpWrite, "dct", "dereg"},
+		{"dct-send/dereg", verbs.OpSend, "dct", "dereg"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newStallRig(t, size)
-			q, other := r.rc(t, 5), r.rc(t, 6)
+			q, f := r.stallTarget(t, c.target, c.op)
+			other := r.rc(t, 6)
 			post := []verbs.RecvWR{{ID: 77, SGL: []verbs.SGE{verbs.SGEOf(r.mr, 0, size)}}}
-			if _, err := q.PostRecv(post); err != nil {
+			if c.target == "rc" {
+				if _, err := q.PostRecv(post); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := r.srq.PostRecv(post); err != nil {
 				t.Fatal(err)
 			}
-			payload := make([]byte, size)
-			f := frame{typ: frameRequest, op: c.op, dstQPN: q.Num(), srcQPN: 5, rkey: r.mr.RKey(), raddr: r.mr.Addr()}
-			r.send(t, f, payload, size-1)
+			payload := bytes.Repeat([]byte{0xab}, size)
+			r.send(t, f, payload, size-1) // returns once the node read it: the request waits for its last byte
 			done := make(chan error, 1)
 			go func() {
-				if c.modify {
+				switch c.cut {
+				case "error":
 					done <- q.Modify(verbs.QPAttr{State: verbs.StateErr})
-				} else {
+				case "destroy":
 					done <- q.Close()
+				default:
+					done <- r.mr.Close()
 				}
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -147,8 +169,10 @@ func TestStalledPayload(t *testing.T) {
 					t.Fatal(err)
 				}
 			case <-ctx.Done():
-				t.Fatal("Modify or Destroy still waits for the rest of a stalled payload after 30s")
+				t.Fatalf("%s still waits for the rest of a stalled payload after 30s", c.cut)
 			}
+			mem := r.mr.Bytes()
+			before := bytes.Clone(mem)
 			if _, err := r.far.Write(payload[size-1:]); err != nil {
 				t.Fatal(err)
 			}
@@ -156,11 +180,14 @@ func TestStalledPayload(t *testing.T) {
 			r.send(t, read, nil, 0)
 			for got := range r.frames { // in order: the stalled request was served before
 				if got.srcQPN == q.Num() {
-					t.Fatalf("the stalled %v was answered (syndrome %d) after its QP was cut", c.op, got.syn)
+					t.Fatalf("the stalled %v was answered (syndrome %d) after its %s", c.op, got.syn, c.cut)
 				}
 				if got.srcQPN == other.Num() {
 					break
 				}
+			}
+			if c.cut == "dereg" && !bytes.Equal(mem, before) {
+				t.Errorf("bytes landed in the MR after its Deregister returned")
 			}
 			wc := make([]verbs.WC, 4)
 			n, err := r.cq.Poll(wc)
@@ -168,7 +195,7 @@ func TestStalledPayload(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := 0
-			if c.modify {
+			if c.cut == "error" && c.op == verbs.OpSend {
 				want = 1
 			}
 			if n != want || n == 1 && (wc[0].ID != 77 || wc[0].Status != verbs.WRFlushErr) {
@@ -176,4 +203,42 @@ func TestStalledPayload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallTarget makes the QP a stalled request goes to (target as
+// TestStalledPayload's) and the request's frame, without its payload.
+func (r *stallRig) stallTarget(t *testing.T, target string, op verbs.Opcode) (verbs.QP, frame) {
+	t.Helper()
+	f := frame{typ: frameRequest, op: op, srcQPN: 5, rkey: r.mr.RKey(), raddr: r.mr.Addr()}
+	if target == "rc" {
+		q := r.rc(t, 5)
+		f.dstQPN = q.Num()
+		return q, f
+	}
+	srq, err := r.pd.CreateSRQ(verbs.SRQInit{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srq = srq
+	t.Cleanup(func() { srq.Close() })
+	if target == "srq" {
+		q, err := r.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: r.cq, RecvCQ: r.cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := verbs.Connect(q, verbs.Endpoint{Addr: stallPeer, QPN: 5}, verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+		f.dstQPN = q.Num()
+		return q, f
+	}
+	q, err := r.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: r.cq, RecvCQ: r.cq, SRQ: srq, DCKey: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Ready(q, verbs.Path{}); err != nil {
+		t.Fatal(err)
+	}
+	f.dstQPN, f.flags, f.dckey = q.Num(), flagDC, 42
+	return q, f
 }
