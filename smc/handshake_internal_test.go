@@ -77,3 +77,42 @@ func TestSilentClient(t *testing.T) {
 		t.Fatalf("%d tokens still registered", left)
 	}
 }
+
+// TestTogether: together reports f's failure before g's, else g's, and
+// runs the two at once: an f that waits for g to begin does not hold g up.
+func TestTogether(t *testing.T) {
+	errF, errG := errors.New("f failed"), errors.New("g failed")
+	step := func(r Reason, err error) func() (Reason, error) {
+		return func() (Reason, error) { return r, err }
+	}
+	for _, tc := range []struct {
+		f, g func() (Reason, error)
+		r    Reason
+		err  error
+	}{
+		{step(ReasonNone, nil), step(ReasonNone, nil), ReasonNone, nil},
+		{step(ReasonLink, errF), step(ReasonMem, errG), ReasonLink, errF},
+		{step(ReasonNone, nil), step(ReasonMem, errG), ReasonMem, errG},
+		{step(ReasonLink, errF), step(ReasonNone, nil), ReasonLink, errF},
+	} {
+		if r, err := together(tc.f, tc.g); r != tc.r || err != tc.err {
+			t.Errorf("together: %v, %v; want %v, %v", r, err, tc.r, tc.err)
+		}
+	}
+	gBegan := make(chan struct{})
+	f := func() (Reason, error) {
+		select {
+		case <-gBegan:
+			return ReasonNone, nil
+		case <-time.After(20 * time.Second):
+			return ReasonInternal, errors.New("g did not begin while f ran")
+		}
+	}
+	g := func() (Reason, error) {
+		close(gBegan)
+		return ReasonNone, nil
+	}
+	if _, err := together(f, g); err != nil {
+		t.Fatal(err)
+	}
+}
