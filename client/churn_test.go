@@ -306,7 +306,11 @@ func TestChurn(t *testing.T) {
 	}
 	// Over TCP, as between hosts: requests stay in flight long enough
 	// for a kill or a deregistration to catch them on the shared DCIs.
-	e := startCluster(t, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}, Soft: soft.Config{Listen: "127.0.0.1:0"}})
+	// Nodes 1 and 2 never die here: a patient retry timeout (the
+	// cluster's default is 1 s) keeps a request starved of the CPU (under
+	// -race beside the other packages, load ~22) from marking node 2 dead,
+	// which failed every client's requests to it.
+	e := startCluster(t, cluster.Config{Nodes: 2, Runtime: core.Config{RCPeers: -1}, Soft: soft.Config{Listen: "127.0.0.1:0", RetryTimeout: 10 * time.Second}})
 	node2 := e.c.Node(2)
 	cst, err := node2.RegMR(churnConst, verbs.AccessAll)
 	if err != nil {
