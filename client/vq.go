@@ -608,11 +608,15 @@ func (v *VQ) Outstanding() int {
 // Region learns the region named name on the node the queue is connected
 // to, asking as the port the queue is bound to: the daemon asks as that
 // port only because this client's queue holds it (see krcore.VQ.Region).
+// A closed queue fails with ErrClosed.
 func (v *VQ) Region(ctx context.Context, name string) (krcore.Region, error) {
 	v.mu.Lock()
-	node := v.node
+	node, closed := v.node, v.closed || v.shut.Load()
 	v.mu.Unlock()
-	if node == 0 {
+	switch {
+	case closed: // the daemon forgot the VQ: it would refuse the id
+		return nil, fmt.Errorf("client: region %q: %w", name, v.errClosed())
+	case node == 0:
 		return nil, fmt.Errorf("client: region %q: %w", name, krcore.ErrNotConnected)
 	}
 	return v.c.region(ctx, wire.NewMsg(wire.OpVQRegion, 0).U64(v.id).Str(name), node, name)

@@ -441,12 +441,16 @@ var errRCRefused = errors.New("core: peer refused the RC connection")
 // Region learns the region named name on the node the queue is connected
 // to, asking as this node and the port the queue holds bound (0 if none):
 // the runtime vouches only for a port one of its queues holds, so a
-// region exported to an audience is found only by its principals.
+// region exported to an audience is found only by its principals. A
+// closed queue fails with ErrClosed.
 func (q *Queue) Region(ctx context.Context, name string) (krcore.Region, error) {
 	q.mu.Lock()
-	p := q.peer
+	p, closed := q.peer, q.closed
 	q.mu.Unlock()
-	if p == nil {
+	switch {
+	case closed: // its port, which the lookup would ask as, is gone
+		return nil, fmt.Errorf("core: region %q: queue: %w", name, krcore.ErrClosed)
+	case p == nil:
 		return nil, fmt.Errorf("core: region %q: %w", name, krcore.ErrNotConnected)
 	}
 	g, err := q.rt.region(ctx, p.node, name, q.port.Load())

@@ -1,0 +1,89 @@
+package krcore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bounded"
+	"github.com/krcore/krcore/internal/testcluster"
+	"github.com/krcore/krcore/verbs"
+)
+
+// TestClosedVQCalls: every call of a VQ closed with a request in flight
+// (a SEND to a port nobody holds) and a port bound fails with ErrClosed
+// at once, embedded and through krcored, after what had finished is
+// popped: the waits, the pushes, Bind, Connect, Region and a second
+// Close; Pop, PopMsgs and Unbind return without blocking, and nothing is
+// left outstanding.
+func TestClosedVQCalls(t *testing.T) {
+	_, apis := testcluster.APIs(t, 2)
+	for name, api := range apis {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			q, err := api.Queue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Connect(ctx, 2, &krcore.ConnectOptions{Port: 77}); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Bind(55); err != nil {
+				t.Fatal(err)
+			}
+			mr, err := api.RegMR(256, verbs.AccessAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer api.Deregister(mr)
+			if err := q.PushOne(ctx, false, krcore.Request{ID: 1, Op: verbs.OpSend, Local: mr.Range(0, 8)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			bounded.Within(t, 5*time.Second, "Pop, PopMsgs and Unbind", func() error {
+				q.Pop(nil)
+				q.PopMsgs(make([]krcore.Message, 2))
+				q.Unbind()
+				return nil
+			})
+			err = bounded.Within(t, 5*time.Second, "PopWait until it fails", func() error {
+				for { // the SEND's completion first (SUCCESS or WR_FLUSH_ERR)
+					if n, err := q.PopWait(ctx, make([]krcore.Completion, 4)); err != nil || n == 0 {
+						return err
+					}
+				}
+			})
+			if !errors.Is(err, krcore.ErrClosed) {
+				t.Errorf("PopWait on a closed VQ: %v, want ErrClosed", err)
+			}
+			calls := map[string]func() error{
+				"PopWait":     func() error { _, err := q.PopWait(ctx, make([]krcore.Completion, 4)); return err },
+				"PopMsgsWait": func() error { _, err := q.PopMsgsWait(ctx, make([]krcore.Message, 2)); return err },
+				"PopAnyWait": func() error {
+					_, _, err := q.PopAnyWait(ctx, make([]krcore.Completion, 2), make([]krcore.Message, 2))
+					return err
+				},
+				"Push":     func() error { _, err := q.Push(ctx, true, krcore.Request{Op: verbs.OpRead}); return err },
+				"PushOne":  func() error { return q.PushOne(ctx, true, krcore.Request{Op: verbs.OpRead}) },
+				"PushRecv": func() error { return q.PushRecv(mr.Range(0, 64)) },
+				"Bind":     func() error { return q.Bind(56) },
+				"Connect":  func() error { return q.Connect(ctx, 2, nil) },
+				"Region":   func() error { _, err := q.Region(ctx, "x"); return err },
+				"Close":    q.Close,
+			}
+			for call, f := range calls {
+				if err := bounded.Within(t, 5*time.Second, call, f); !errors.Is(err, krcore.ErrClosed) {
+					t.Errorf("%s on a closed VQ: %v, want ErrClosed", call, err)
+				}
+			}
+			if k := q.Outstanding(); k != 0 {
+				t.Errorf("%d outstanding on a closed, drained VQ", k)
+			}
+		})
+	}
+}
