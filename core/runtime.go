@@ -550,8 +550,8 @@ func (rt *Runtime) removePQP(p *pqp) {
 	rt.byQPN.Store(&m)
 }
 
-// Close fails every outstanding request, deregisters the node and releases
-// every shared QP.
+// Close fails every outstanding request (WR_FLUSH_ERR, for Pop to return),
+// deregisters the node and releases every shared QP.
 func (rt *Runtime) Close() error {
 	rt.mu.Lock()
 	if rt.closed {
@@ -576,6 +576,14 @@ func (rt *Runtime) Close() error {
 	rt.deregister(ctx)
 	rt.wg.Wait()
 	rt.teardown()
+	for _, q := range qs {
+		// What a queue held for a new route: nothing posts it now (the
+		// goroutines that would, reapHeld and reconnect, left or never
+		// started), while the QPs' own requests were flushed by teardown.
+		q.mu.Lock()
+		q.failHeld()
+		q.mu.Unlock()
+	}
 	return nil
 }
 
