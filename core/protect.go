@@ -63,14 +63,13 @@ func check(r *krcore.Request, m *MR, g *grant, twoSided bool, lim limits) *refus
 // the full checks decide (FuzzCheck holds plain to them). It is pure,
 // like check.
 func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, twoSided bool, lim limits) bool {
-	l := &r.Local
-	if m == nil || l.Len <= 0 || l.Off < 0 || uint64(l.Len) > lim.maxMsg || l.Off > m.n || l.Len > m.n-l.Off || !m.live() {
+	if !inside(&r.Local, m, lim) {
 		return false
 	}
 	if op := r.Op; op != verbs.OpRead && op != verbs.OpWrite {
 		return twoSided && op.IsSend()
 	}
-	if n, off := uint64(l.Len), r.Remote.Off; g == nil || off > g.len || n > g.len-off || g.rt != rt || g.node != node {
+	if n, off := uint64(r.Local.Len), r.Remote.Off; g == nil || off > g.len || n > g.len-off || g.rt != rt || g.node != node {
 		return false
 	}
 	if r.Op == verbs.OpRead {
@@ -79,14 +78,19 @@ func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, 
 	return g.access&verbs.AccessRemoteWrite != 0
 }
 
+// inside reports whether l is a non-empty range inside m, a live MR of
+// the runtime, within the message limit: every request's local case,
+// decided without the refusals' formatting (plain, checkLocal).
+func inside(l *krcore.Local, m *MR, lim limits) bool {
+	return l.Len > 0 && l.Off >= 0 && uint64(l.Len) <= lim.maxMsg && m != nil && l.Off <= m.n && l.Len <= m.n-l.Off && m.live()
+}
+
 // checkLocal checks the request's local buffer.
 func checkLocal(r *krcore.Request, m *MR, lim limits) *refusal {
-	l := &r.Local
-	// Every request's case first, without the refusals' formatting: a
-	// non-empty range inside a live MR of the runtime, for an operation
-	// that reads it, or a READ into an MR with LOCAL_WRITE. Whatever
-	// else, localRefusal decides, the same checks in full.
-	if l.Len > 0 && l.Off >= 0 && uint64(l.Len) <= lim.maxMsg && m != nil && l.Off <= m.n && l.Len <= m.n-l.Off && m.live() {
+	// Every request's case first (inside), for an operation that reads
+	// the range, or a READ into an MR with LOCAL_WRITE. Whatever else,
+	// localRefusal decides, the same checks in full.
+	if inside(&r.Local, m, lim) {
 		switch r.Op {
 		case verbs.OpSend, verbs.OpSendImm, verbs.OpWrite, verbs.OpWriteImm:
 			return nil
