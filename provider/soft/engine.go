@@ -793,12 +793,13 @@ const (
 // completion is never reported before the whole payload landed.
 func (q *qp) readPayload(r io.Reader, m *mr, b []byte) error {
 	q.cut = cutNone
-	if _, stream := r.(payloadStream); !stream {
+	s, stream := r.(payloadStream)
+	if !stream {
 		_, err := io.ReadFull(r, b)
 		return err
 	}
 	q.mu.Unlock()
-	err := landPiece(r, m, b)
+	err := readHeld(s, m, b)
 	q.mu.Lock()
 	if q.cut != cutNone {
 		return errCut
