@@ -248,7 +248,7 @@ func (n *Node) sizes(opts NodeOptions) error {
 	if mem == 0 {
 		mem = DefaultMaxMemory
 	}
-	if n.minSize < cdcLen || n.maxSize < n.startSize || n.maxSize > maxBuffer || mem < 0 {
+	if n.maxSize < n.startSize || n.maxSize > maxBuffer || mem < 0 {
 		return fmt.Errorf("buffer size %d, max %d, memory %d: %w", opts.BufferSize, opts.MaxBufferSize, opts.MaxMemory, krcore.ErrInvalid)
 	}
 	n.mem = &budget{max: int64(mem)}
