@@ -10,11 +10,18 @@ import (
 )
 
 // TestCloseFailsHeld: a request its queue holds for a new route when the
-// runtime closes (postLocked's stepHold or stepReconnect: the goroutine
-// that would post it, reapHeld or reconnect, does not start once Close
-// began, or leaves on the queue's Close) completes with WR_FLUSH_ERR, so
-// a caller spinning on Pop for it ends.
+// runtime or the queue closes (postLocked's stepHold or stepReconnect:
+// the goroutine that would post it, reapHeld or reconnect, does not start
+// once the runtime's Close began, or leaves on the queue's Close)
+// completes with WR_FLUSH_ERR, so a caller spinning on Pop for it ends.
 func TestCloseFailsHeld(t *testing.T) {
+	for _, what := range []string{"runtime", "queue"} {
+		t.Run(what, func(t *testing.T) { closeHeld(t, what == "runtime") })
+	}
+}
+
+// closeHeld is TestCloseFailsHeld closing the runtime, or else the queue.
+func closeHeld(t *testing.T, runtime bool) {
 	ctx, a, b := rcPair(t, 20*time.Second)
 	remote, err := b.RegMR(64, verbs.AccessAll)
 	if err != nil {
@@ -47,7 +54,11 @@ func TestCloseFailsHeld(t *testing.T) {
 	}
 	q.held = append(q.held, x) // as postLocked holds it
 	q.mu.Unlock()
-	if err := a.Close(); err != nil {
+	closer := q.Close
+	if runtime {
+		closer = a.Close
+	}
+	if err := closer(); err != nil {
 		t.Fatal(err)
 	}
 	var out [1]krcore.Completion

@@ -736,8 +736,9 @@ func (q *Queue) Outstanding() int {
 	return q.n
 }
 
-// Close releases the queue: it unbinds its port, and requests still in
-// flight complete unseen.
+// Close releases the queue: it unbinds its port; requests in flight
+// complete as they finish, and those it held for a new route (never
+// posted) with WR_FLUSH_ERR.
 func (q *Queue) Close() error {
 	q.mu.Lock()
 	if q.closed {
@@ -746,6 +747,7 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	q.shut.Swap(true) // a store no later load passes, even under the race detector, before kick reads waiters
+	q.failHeld()      // nothing posts them now: reapHeld leaves on closed
 	q.dropBufs(nil)
 	q.dropIdleHold(q.hold)
 	q.mu.Unlock()
