@@ -16,8 +16,8 @@ import (
 // (a SEND to a port nobody holds) and a port bound fails with ErrClosed
 // at once, embedded and through krcored, after what had finished is
 // popped: the waits, the pushes, Bind, Connect, Region and a second
-// Close; Pop, PopMsgs and Unbind return without blocking, and nothing is
-// left outstanding.
+// Close; Pop, PopMsgs and Unbind return without blocking, and Pop soon
+// leaves nothing outstanding.
 func TestClosedVQCalls(t *testing.T) {
 	_, apis := testcluster.APIs(t, 2)
 	for name, api := range apis {
@@ -81,9 +81,16 @@ func TestClosedVQCalls(t *testing.T) {
 					t.Errorf("%s on a closed VQ: %v, want ErrClosed", call, err)
 				}
 			}
-			if k := q.Outstanding(); k != 0 {
-				t.Errorf("%d outstanding on a closed, drained VQ", k)
-			}
+			// Embedded, the SEND may still be in flight (a closed queue's
+			// requests complete as they finish, and PopWait fails once
+			// nothing is ready); through krcored Close flushed it.
+			bounded.Within(t, 5*time.Second, "Pop until nothing is outstanding", func() error {
+				for q.Outstanding() > 0 {
+					q.Pop(make([]krcore.Completion, 1))
+					time.Sleep(time.Millisecond)
+				}
+				return nil
+			})
 		})
 	}
 }
