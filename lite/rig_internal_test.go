@@ -22,7 +22,13 @@ type rpcRig struct {
 // newRPCRig starts an rpcRig; everything in it is closed when t ends.
 func newRPCRig(ctx context.Context, t *testing.T) *rpcRig {
 	t.Helper()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	return newRPCRigOn(ctx, t, cluster.Config{Nodes: 2})
+}
+
+// newRPCRigOn is newRPCRig on a cluster of cfg (two nodes at least).
+func newRPCRigOn(ctx context.Context, t *testing.T, cfg cluster.Config) *rpcRig {
+	t.Helper()
+	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
