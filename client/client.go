@@ -308,7 +308,7 @@ func (c *Client) RegMR(size int, access verbs.Access) (krcore.MR, error) {
 	}
 	blk, err := offheap.AllocShared("krcore-mr", size)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("client: register %d bytes: %w", size, err)
 	}
 	m, err := c.Register(blk.Bytes(), access)
 	if err != nil {

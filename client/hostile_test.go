@@ -305,3 +305,18 @@ func TestHostileVQ(t *testing.T) {
 		}
 	})
 }
+
+// TestRegMRPastHost: a RegMR the host cannot map (1 PiB) fails at once,
+// named as the client's register and wrapping the system's error, as
+// every other refused RegMR is; the client stays usable.
+func TestRegMRPastHost(t *testing.T) {
+	e := startEnv(t)
+	c := attach(t, e)
+	_, err := c.RegMR(1<<50, verbs.AccessAll)
+	if err == nil || !strings.HasPrefix(err.Error(), "client: register") || errors.Unwrap(err) == nil {
+		t.Fatalf("RegMR of 1 PiB: %v, want a wrapped error named client: register", err)
+	}
+	if _, err := c.RegMR(4096, verbs.AccessAll); err != nil {
+		t.Fatalf("RegMR after the refused one: %v", err)
+	}
+}
