@@ -73,7 +73,7 @@ func TestShmTargetServedWhileIdle(t *testing.T) { testTargetServedWhileIdle(t, s
 
 func testTargetServedWhileIdle(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
 	a, b := nodes(t)
-	x, y := connectPair(t, a, b, 4096)
+	x, y := connectPairPath(t, a, b, 4096, patientPath)
 	post(t, x.qp, read8(x, y, 1))
 	if wc := waitWC(t, x.cq); wc.Status != verbs.Success {
 		t.Fatal(wc)
@@ -108,7 +108,7 @@ func TestShmTargetServedWhileBusyPolling(t *testing.T) { testTargetServedWhileBu
 
 func testTargetServedWhileBusyPolling(t *testing.T, nodes func(testing.TB) (*soft.Node, *soft.Node)) {
 	a, b := nodes(t)
-	x, y := connectPair(t, a, b, 4096)
+	x, y := connectPairPath(t, a, b, 4096, patientPath)
 	post(t, x.qp, read8(x, y, 1))
 	waitWC(t, x.cq)
 	stop := make(chan struct{})
@@ -579,7 +579,7 @@ func pipeline(x *side, n, depth int, wr func(i int) verbs.SendWR, check func(c *
 // timeout.
 func TestTCPAckAfterQuietReceiver(t *testing.T) {
 	a, b := tcpNodes(t)
-	x, y := connectPair(t, a, b, 4096)
+	x, y := connectPairPath(t, a, b, 4096, patientPath)
 	for i := range 20 {
 		if _, err := y.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{verbs.SGEOf(y.mr, 0, 64)}}}); err != nil {
 			t.Fatal(err)

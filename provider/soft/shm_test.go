@@ -54,7 +54,7 @@ func TestShmChosen(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			x, y := connectPair(t, a, b, 4096)
+			x, y := connectPairPath(t, a, b, 4096, patientPath)
 			copy(y.mr.Bytes(), "shm-link")
 			post(t, x.qp, read8(x, y, 1))
 			if wc := waitWC(t, x.cq); wc.Status != verbs.Success || string(x.mr.Bytes()[:8]) != "shm-link" {

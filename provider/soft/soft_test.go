@@ -136,7 +136,7 @@ func TestReadWriteAtomicSend(t *testing.T) {
 	for name, mk := range pairs(t) {
 		t.Run(name, func(t *testing.T) {
 			a, b := mk(t)
-			x, y := connectPair(t, a, b, 4096)
+			x, y := connectPairPath(t, a, b, 4096, patientPath)
 			copy(y.mr.Bytes()[100:], "hello, remote")
 			wr := verbs.SendWR{ID: 1, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, 13)}, RemoteAddr: y.mr.Addr() + 100, RKey: y.mr.RKey()}
 			if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
