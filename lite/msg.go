@@ -115,7 +115,7 @@ func (n *Node) toEndpoint(name string, c *Call) {
 		n.replyErrAsync(c, codeNoEndpoint, 0)
 		return
 	}
-	ok, ackNow := e.q.push(c, !n.claim(&e.q))
+	ok, ackNow := n.queue(&e.q, c)
 	switch {
 	case !ok:
 		n.replyErrAsync(c, codeNoEndpoint, 0)

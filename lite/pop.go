@@ -252,15 +252,22 @@ func (n *Node) popFor(ctx context.Context, q *callQueue) int {
 	}
 }
 
-// claim reports whether c, queued at q, is the call the popping Recv of q
-// takes itself (unsignalled), and otherwise that a call went to another
-// Recv; the role held.
-func (n *Node) claim(q *callQueue) bool {
+// queue pushes c at q (ok false when q is closed, ackNow as push). The
+// popping Recv of q takes the first call of its batch itself, so that one
+// is queued unsignalled; any other marks the batch as having handed a call
+// on. Either mark follows a push that succeeded: a call refused by a
+// closing queue neither ends the popping Recv's wait as its own nor leaves
+// the role lent for a Recv that has nothing to take. The role held.
+func (n *Node) queue(q *callQueue, c *Call) (ok, ackNow bool) {
 	r := &n.pop
-	if r.claim == q && !r.claimed {
-		r.claimed = true
-		return true
+	own := r.claim == q && !r.claimed
+	if ok, ackNow = q.push(c, !own); !ok {
+		return false, false
 	}
-	r.handedOff = true
-	return false
+	if own {
+		r.claimed = true
+	} else {
+		r.handedOff = true
+	}
+	return true, ackNow
 }

@@ -185,3 +185,40 @@ func TestCallSeesFailedWrite(t *testing.T) {
 		t.Fatalf("a call whose WRITE failed took %v to go on in a new ring", d)
 	}
 }
+
+// TestQueueMarksOnlyPushed: the popping Recv's batch marks (its own call
+// claimed, a call handed on) follow a push that succeeded. A call refused
+// by a closed queue neither ends the popping Recv's wait as its own nor
+// leaves the role lent, for up to lendFor, to a Recv with nothing to take.
+func TestQueueMarksOnlyPushed(t *testing.T) {
+	n := &Node{pop: newPopRole()}
+	r := &n.pop
+	own, other := newCallQueue(0), newCallQueue(0)
+	own.close()
+	other.close()
+	r.claim = &own
+	if ok, _ := n.queue(&own, &Call{}); ok || r.claimed {
+		t.Fatalf("own closed queue: pushed %v, claimed %v; want false, false", ok, r.claimed)
+	}
+	if ok, _ := n.queue(&other, &Call{}); ok || r.handedOff {
+		t.Fatalf("other closed queue: pushed %v, handed off %v; want false, false", ok, r.handedOff)
+	}
+
+	own, other = newCallQueue(0), newCallQueue(0)
+	if ok, ackNow := n.queue(&own, &Call{}); !ok || !ackNow || !r.claimed || r.handedOff {
+		t.Fatalf("own queue: pushed %v, ack now %v, claimed %v, handed off %v; want true, true, true, false", ok, ackNow, r.claimed, r.handedOff)
+	}
+	select {
+	case <-own.ready:
+		t.Fatal("the popping Recv's own call woke its queue")
+	default:
+	}
+	if ok, _ := n.queue(&other, &Call{}); !ok || !r.handedOff {
+		t.Fatalf("other queue: pushed %v, handed off %v; want true, true", ok, r.handedOff)
+	}
+	select {
+	case <-other.ready:
+	default:
+		t.Fatal("a call handed on did not wake its queue")
+	}
+}

@@ -677,7 +677,7 @@ func (n *Node) toService(c *Call) {
 	r.mu.Unlock()
 	if s == nil {
 		n.replyErrAsync(c, codeNoService, 0)
-	} else if ok, _ := s.q.push(c, !n.claim(&s.q)); !ok {
+	} else if ok, _ := n.queue(&s.q, c); !ok {
 		n.replyErrAsync(c, codeSvcClosed, 0)
 	}
 }
@@ -775,7 +775,7 @@ func newCallQueue(bound int) callQueue {
 
 // push queues c; ok is false once closed. Past the bound, c.ackLater is
 // set, and ackNow false. wake is false for the call the popping Recv of q
-// takes itself (Node.claim): no other Recv need wake for it.
+// takes itself (Node.queue): no other Recv need wake for it.
 func (q *callQueue) push(c *Call, wake bool) (ok, ackNow bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
