@@ -792,12 +792,7 @@ func (q *callQueue) push(c *Call, wake bool) (ok, ackNow bool) {
 }
 
 // signal leaves the ready token; q.mu held.
-func (q *callQueue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
+func (q *callQueue) signal() { signal(q.ready) }
 
 // pop waits for the next call of n's queue q; hold keeps it until
 // release. moved is the call that the pop moved within the bound, to
