@@ -290,6 +290,13 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		c.head = (c.head + 1) % len(c.ring)
 	}
 	c.n -= k
+	if c.n == 0 {
+		// The next completion takes slot 0: a CQ drained as it fills
+		// (a poller waiting for each) reuses its first lines instead of
+		// walking a ring that may be thousands of entries long (a
+		// runtime's shared CQs), each entry a line the cache lost.
+		c.head = 0
+	}
 	c.ready.Store(int32(c.n))
 	c.mu.Unlock()
 	for _, r := range retire[:nr] {
