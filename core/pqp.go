@@ -101,6 +101,12 @@ type pqp struct {
 
 	mu          sync.Mutex
 	recs        []rec // in flight, a ring indexed by slot
+	// off shifts sequence numbers to slots (see slot). It changes only
+	// when nothing is in flight (p.n == 0), to make the next request's
+	// slot 0: a QP whose requests are awaited one at a time then reuses
+	// the first record and header slot, lines in cache, instead of
+	// walking both rings (~40 KB at the default depth).
+	off uint64
 	base        uint64
 	n           int
 	used        int    // send queue entries the n records take (rec.wrs)
@@ -141,8 +147,17 @@ func ringSize(depth int) int {
 	return n
 }
 
-// slot is the index in recs (and hdr) of physical sequence number seq.
-func (p *pqp) slot(seq uint64) int { return int(seq & p.mask) }
+// slot is the index in recs (and hdr) of physical sequence number seq;
+// p.mu held.
+func (p *pqp) slot(seq uint64) int { return int((seq + p.off) & p.mask) }
+
+// emptied makes the next request take slot 0 if nothing is in flight
+// (see off); p.mu held.
+func (p *pqp) emptied() {
+	if p.n == 0 {
+		p.off = -p.base
+	}
+}
 
 // post queues records and posts what fits in the send queue. It returns
 // the records it could not take because the QP is gone for good; the
@@ -440,6 +455,7 @@ func (p *pqp) completeOwn(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 	*r = rec{}
 	p.base++
 	p.n--
+	p.emptied()
 	p.mu.Unlock()
 	return true
 }
@@ -473,6 +489,7 @@ func (p *pqp) retire(out []finished) []finished {
 	*r = rec{}
 	p.base++
 	p.n--
+	p.emptied()
 	return out
 }
 
