@@ -99,14 +99,14 @@ type pqp struct {
 	mask uint64
 	hdr  *MR // a header slot (hdrSlot bytes) per slot, for two-sided messages
 
-	mu          sync.Mutex
-	recs        []rec // in flight, a ring indexed by slot
+	mu   sync.Mutex
+	recs []rec // in flight, a ring indexed by slot
 	// off shifts sequence numbers to slots (see slot). It changes only
 	// when nothing is in flight (p.n == 0), to make the next request's
 	// slot 0: a QP whose requests are awaited one at a time then reuses
 	// the first record and header slot, lines in cache, instead of
 	// walking both rings (~40 KB at the default depth).
-	off uint64
+	off         uint64
 	base        uint64
 	n           int
 	used        int    // send queue entries the n records take (rec.wrs)
@@ -288,7 +288,7 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		flags = verbs.Signaled
 		p.sinceSignal = 0
 	}
-	if !r.notify && !r.op.IsSend() {
+	if !r.notify {
 		if len(wrs) < cap(wrs) {
 			wrs = wrs[:len(wrs)+1]
 		} else {
@@ -297,44 +297,29 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 		p.fillWR(&wrs[len(wrs)-1], r, seq, flags)
 		return wrs
 	}
-	// A message or a notifying WRITE.
+	// A notifying WRITE: the WRITE, then its notification.
 	k := len(wrs)
-	if r.notify {
-		wrs = append(wrs, verbs.SendWR{Op: verbs.OpWrite, RemoteAddr: r.raddr, RKey: r.rkey, SGL: p.localSGL(r)})
-	}
-	// Filled in place: a work request is ~130 bytes, and building it
-	// aside and appending it copied it once more per request.
+	wrs = append(wrs, verbs.SendWR{Op: verbs.OpWrite, RemoteAddr: r.raddr, RKey: r.rkey, SGL: p.localSGL(r)})
 	wrs = append(wrs, verbs.SendWR{})
 	wr := &wrs[len(wrs)-1]
-	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
+	wr.ID, wr.Flags = uint64(r.q.id)<<32|seq&0xffffffff, flags
+	wrs[k].ID = wr.ID
 	if p.rc == nil {
 		t := r.target
 		for i := k; i < len(wrs); i++ {
 			wrs[i].AH, wrs[i].RemoteQPN, wrs[i].DCKey = t.ah, t.dct, t.key
 		}
 	}
-	if r.notify {
-		wrs[k].ID = wr.ID
-	} else {
-		wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
-	}
 	start := len(p.sges)
 	p.sges = append(p.sges, p.header(r, seq))
-	wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
-	if r.msgImm || r.notify {
-		wr.Imm |= portHasImm
-	}
-	if r.hasLocal && !r.notify && r.src == nil {
-		p.sges = append(p.sges, r.local)
-	}
+	wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort|portHasImm
 	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
 	return wrs
 }
 
 // oneWR builds in p.wrs the work request of record r at physical
 // sequence seq, alone in its posting and so signaled, for a record that is
-// neither a message nor a notifying WRITE (appendWRs builds those); p.mu
-// held.
+// not a notifying WRITE (appendWRs builds those); p.mu held.
 func (p *pqp) oneWR(r *rec, seq uint64) {
 	p.sinceSignal = 0
 	p.wrs, p.sges = p.wrs[:1], p.sges[:0]
@@ -342,11 +327,12 @@ func (p *pqp) oneWR(r *rec, seq uint64) {
 }
 
 // fillWR writes wr, a used slot of the scratch work requests, as the work
-// request of record r at physical sequence seq, a record that is neither a
-// message nor a notifying WRITE. It writes every field in place instead of
-// zeroing the slot first (TestOneWR holds its result over a used slot to
-// its result over a zeroed one), its SGE appended to the scratch SGEs;
-// p.mu held.
+// request of record r at physical sequence seq, a record that is not a
+// notifying WRITE. It writes every field in place instead of zeroing the
+// slot first (TestOneWR holds its result over a used slot to its result
+// over a zeroed one), its SGEs appended to the scratch SGEs; p.mu held.
+// A message goes as a SEND_WITH_IMM whose immediate names the destination
+// port, its header first (see header).
 func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags) {
 	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
 	wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
@@ -356,11 +342,22 @@ func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags
 		wr.AH, wr.RemoteQPN, wr.DCKey = nil, 0, 0
 	}
 	wr.QKey = 0
-	wr.SGL = nil
-	if r.hasLocal {
-		n := len(p.sges)
+	n := len(p.sges)
+	if r.op.IsSend() {
+		wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
+		if r.msgImm {
+			wr.Imm |= portHasImm
+		}
+		p.sges = append(p.sges, p.header(r, seq))
+		if r.hasLocal && r.src == nil {
+			p.sges = append(p.sges, r.local)
+		}
+	} else if r.hasLocal {
 		p.sges = append(p.sges, r.local)
-		wr.SGL = p.sges[n : n+1 : n+1]
+	}
+	wr.SGL = nil
+	if k := len(p.sges); k > n {
+		wr.SGL = p.sges[n:k:k]
 	}
 }
 

@@ -252,7 +252,7 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	p.n++
 	p.used += x.wrs()
 	p.countOp(x.target.peer)
-	if x.op.IsSend() || x.notify {
+	if x.notify {
 		p.wrs, p.sges = p.wrs[:0], p.sges[:0]
 		p.wrs = p.appendWRs(p.wrs, x, seq, true)
 	} else {
