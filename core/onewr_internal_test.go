@@ -50,7 +50,7 @@ func TestOneWR(t *testing.T) {
 	for _, rc := range []*peer{nil, {}} {
 		for i, r := range recs {
 			r.q, r.target = q, tg
-			p := &pqp{rt: &Runtime{node: 5}, rc: rc, depth: 16, mask: 15, hdr: hdr, wrs: make([]verbs.SendWR, 0, 16), sges: make([]verbs.SGE, 0, 32)}
+			p := &pqp{rt: &Runtime{node: 5}, rc: rc, depth: 16, mask: 15, hdr: hdr, hdrMem: hdr.Bytes(), wrs: make([]verbs.SendWR, 0, 16), sges: make([]verbs.SGE, 0, 32)}
 			want := p.appendWRs(nil, &r, 1234, true)
 			want[0].SGL = slices.Clone(want[0].SGL) // the scratch SGEs are written again below
 			p.wrs = p.wrs[:1]

@@ -20,8 +20,11 @@ import (
 // DCT and every RC QP, and messages are copied from its slots to the bound
 // queue's posted buffers.
 type receiver struct {
-	rt   *Runtime
-	mr   *MR
+	rt *Runtime
+	mr *MR
+	// mem is mr's memory, read once for every message's slot: the
+	// runtime's Close retires it (see MR.Bytes), never unmaps it.
+	mem  []byte
 	base int // offset of slot 0 in mr: huge-page aligned
 	slot int
 	// spent are the slots whose messages were dispatched, waiting to be
@@ -60,7 +63,7 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 	base := int((offheap.HugePage - start%offheap.HugePage) % offheap.HugePage)
 	offheap.Populate(mr.Bytes()[base : base+size])
 	// Small SRQs (a test's few slots) keep most of their slots posted.
-	r := &receiver{rt: rt, mr: mr, base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
+	r := &receiver{rt: rt, mr: mr, mem: mr.Bytes(), base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
 	for i := 0; i < rt.cfg.RecvSlots; i++ {
 		r.spent = append(r.spent, i)
 	}
@@ -75,7 +78,7 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 // slotBytes is slot i's first n bytes.
 func (r *receiver) slotBytes(i, n int) []byte {
 	off := r.base + i*r.slot
-	return r.mr.Bytes()[off : off+n]
+	return r.mem[off : off+n]
 }
 
 // release returns slot i, whose message was dispatched, to the SRQ: with
@@ -337,23 +340,23 @@ func (q *Queue) deliver(m krcore.Message, data []byte) bool {
 // room in msgs goes there, popped as it is delivered, under one lock of
 // q.mu and without a wake-up (the one it would wake is its taker).
 func (q *Queue) deliverTo(m krcore.Message, data []byte, msgs *ownMsgs) bool {
+	// Unlocked on each return, not deferred: this is every message's path.
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	in := &q.msgs
 	if !m.Write {
 		m.Len = len(data)
 	}
 	switch {
-	case q.closed:
+	case q.closed, m.Write && in.ready.Len() >= maxInbox:
+		q.mu.Unlock()
 		return false
-	case m.Write && in.ready.Len() < maxInbox:
 	case m.Write:
-		return false
 	case in.bufs.Len() > 0:
 		buf := in.bufs.Items()[0]
 		in.bufs.Drop(1)
-		n := copy(buf.MR.Bytes()[buf.Off:buf.Off+buf.Len], data)
-		mrOf(buf).unuse() // after the copy: the memory stays until then
+		bm := mrOf(buf)
+		n := copy(bm.Bytes()[buf.Off:buf.Off+buf.Len], data)
+		bm.unuse() // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
@@ -361,16 +364,18 @@ func (q *Queue) deliverTo(m krcore.Message, data []byte, msgs *ownMsgs) bool {
 	case in.ready.Len() < maxInbox:
 		m.Data = append([]byte(nil), data...)
 	default:
+		q.mu.Unlock()
 		return false
 	}
 	if msgs != nil && in.ready.Len() == 0 && msgs.n < len(msgs.out) {
 		msgs.out[msgs.n] = m
 		msgs.n++
-		return true
+	} else {
+		in.ready.Push(m)
+		q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
+		q.rt.kick(q)
 	}
-	in.ready.Push(m)
-	q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
-	q.rt.kick(q)
+	q.mu.Unlock()
 	return true
 }
 
@@ -423,9 +428,11 @@ func (q *Queue) Unbind() {
 
 // PushRecv posts buffers that messages to the bound port land in, in order.
 func (q *Queue) PushRecv(bufs ...krcore.Local) error {
+	// Unlocked on each return, not deferred: a buffer is posted back for
+	// every message.
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.closed {
+		q.mu.Unlock()
 		return fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
 	}
 	// Each buffer checked and held in one pass; a refusal drops the
@@ -435,14 +442,17 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 		m := q.rt.ownMR(b.MR)
 		if m == nil || !m.live() || b.Len == 0 || !b.Fits(m.Len()) || m.access&verbs.AccessLocalWrite == 0 {
 			unuseAll(bufs[:i])
+			q.mu.Unlock()
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
 		if !m.use() { // deregistered since the check
 			unuseAll(bufs[:i])
+			q.mu.Unlock()
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
 	}
 	q.msgs.bufs.Push(bufs...)
+	q.mu.Unlock()
 	return nil
 }
 
