@@ -116,7 +116,13 @@ func (r *receiver) repost() error {
 // released, never read.
 func (r *receiver) onWC(wc *verbs.WC, self *Queue, msgs *ownMsgs) {
 	i := int(wc.ID &^ recvBit)
-	defer r.release(i)
+	r.dispatch(wc, i, self, msgs)
+	r.release(i)
+}
+
+// dispatch is onWC's work for the completion wc of slot i, but the slot's
+// release.
+func (r *receiver) dispatch(wc *verbs.WC, i int, self *Queue, msgs *ownMsgs) {
 	switch {
 	case wc.Status != verbs.Success:
 		return
@@ -147,14 +153,10 @@ func (r *receiver) onWC(wc *verbs.WC, self *Queue, msgs *ownMsgs) {
 	if ports := r.rt.portView.Load(); ports != nil {
 		q = (*ports)[port]
 	}
-	switch {
-	case q == nil:
-		r.rt.count(&r.rt.stats.dropped)
-	case q == self && msgs != nil:
-		if !q.deliverTo(m, data, msgs) {
-			r.rt.count(&r.rt.stats.dropped)
-		}
-	case !q.deliver(m, data):
+	if q != self {
+		msgs = nil // for self's PopMsgs only
+	}
+	if q == nil || !q.deliverTo(&m, data, msgs) {
 		r.rt.count(&r.rt.stats.dropped)
 	}
 }
@@ -328,18 +330,15 @@ func (in *inbox) bufOf(b krcore.Local) *krcore.Local {
 	return p
 }
 
-// deliver places a message in the oldest posted buffer, or keeps a copy.
-// A WRITE_WITH_IMM's notification has no payload and takes no buffer: it
-// joins the received messages in its order.
-func (q *Queue) deliver(m krcore.Message, data []byte) bool {
-	return q.deliverTo(m, data, nil)
-}
-
-// deliverTo is deliver for the queue's own PopMsgs polling the receive
-// queue (msgs not nil): a message that finds none ready before it and
-// room in msgs goes there, popped as it is delivered, under one lock of
-// q.mu and without a wake-up (the one it would wake is its taker).
-func (q *Queue) deliverTo(m krcore.Message, data []byte, msgs *ownMsgs) bool {
+// deliverTo places message m, whose payload is data, in the oldest posted
+// buffer, or keeps a copy; it reports false when it drops it (the queue
+// closed, its inbox full). A WRITE_WITH_IMM's notification has no payload
+// and takes no buffer: it joins the received messages in its order. For
+// the queue's own PopMsgs polling the receive queue (msgs not nil), a
+// message that finds none ready before it and room in msgs goes there,
+// popped as it is delivered, under one lock of q.mu and without a
+// wake-up (the one it would wake is its taker).
+func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 	// Unlocked on each return, not deferred: this is every message's path.
 	q.mu.Lock()
 	in := &q.msgs
@@ -368,10 +367,10 @@ func (q *Queue) deliverTo(m krcore.Message, data []byte, msgs *ownMsgs) bool {
 		return false
 	}
 	if msgs != nil && in.ready.Len() == 0 && msgs.n < len(msgs.out) {
-		msgs.out[msgs.n] = m
+		msgs.out[msgs.n] = *m
 		msgs.n++
 	} else {
-		in.ready.Push(m)
+		in.ready.Push(*m)
 		q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
 		q.rt.kick(q)
 	}
