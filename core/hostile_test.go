@@ -1233,3 +1233,108 @@ func TestReconnectDirect(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestHostileSends pushes SENDs whose local buffer is forged in every way
+// a caller can, each between two good SENDs on a queue connected to a
+// port, as one batch (Push) and one at a time (PushOne: the path that
+// accepts a request straight into its QP's ring, pushDirect): the forged
+// SEND completes with an error status in its place and never reaches a
+// shared QP, and the receiver gets the good messages only, in order.
+func TestHostileSends(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		// patientPath: a good SEND that times out under load would count
+		// as a recovery, which the test takes for a forged one's.
+		c := m.start(t, 2, core.Config{Path: patientPath})
+		a, b := c.Node(1), c.Node(2)
+		srv, cli := portPair(t, c)
+		local, _ := a.RegMR(4096, verbs.AccessAll)
+		copy(local.Bytes(), "0123456789abcdef")
+		foreign, _ := b.RegMR(4096, verbs.AccessAll)
+		gone, _ := a.RegMR(4096, verbs.AccessAll)
+		a.Deregister(gone)
+		bad := map[string]krcore.Local{
+			"nil MR":           {Len: 8},
+			"zero MR":          {MR: &core.MR{}, Len: 8},
+			"foreign MR":       foreign.Range(0, 8),
+			"deregistered MR":  gone.Range(0, 8),
+			"negative off":     local.Range(-8, 8),
+			"negative len":     local.Range(0, -8),
+			"off MaxInt":       local.Range(math.MaxInt, 8),
+			"len MaxInt":       local.Range(8, math.MaxInt),
+			"off+len overflow": local.Range(math.MaxInt-2, 8),
+			"past MR end":      local.Range(4090, 8),    // would travel in its header slot
+			"large past end":   local.Range(1024, 4000), // would be gathered from the MR
+		}
+		pushes := map[string]func(ctx context.Context, reqs []krcore.Request) error{
+			"Push": func(ctx context.Context, reqs []krcore.Request) error {
+				_, err := cli.Push(ctx, true, reqs...)
+				return err
+			},
+			"PushOne": func(ctx context.Context, reqs []krcore.Request) error {
+				for _, r := range reqs {
+					if err := cli.PushOne(ctx, true, r); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}
+		imm := uint32(0) // the good SENDs' immediates, in the order sent
+		next := uint32(1)
+		for how, push := range pushes {
+			for name, l := range bad {
+				for _, op := range []verbs.Opcode{verbs.OpSend, verbs.OpSendImm} {
+					what := fmt.Sprintf("%s %s %s", how, op, name)
+					good := func(id uint64) krcore.Request {
+						imm++
+						return krcore.Request{ID: id, Op: verbs.OpSendImm, Imm: imm, Local: local.Range(0, 8)}
+					}
+					reqs := []krcore.Request{good(1), {ID: 2, Op: op, Imm: 1 << 30, Local: l}, good(3)}
+					err := withDeadline(t, 5*time.Second, what, func(ctx context.Context) error {
+						if err := push(ctx, reqs); err != nil {
+							return err
+						}
+						var out [3]krcore.Completion
+						for got := 0; got < 3; {
+							n, err := cli.PopWait(ctx, out[got:])
+							if err != nil {
+								return err
+							}
+							got += n
+						}
+						if out[0].ID != 1 || out[0].Status != verbs.Success || out[2].ID != 3 || out[2].Status != verbs.Success {
+							return fmt.Errorf("the good SENDs around it: %+v %+v", out[0], out[2])
+						}
+						if out[1].ID != 2 || out[1].Status == verbs.Success {
+							return fmt.Errorf("completed %+v, want an error status", out[1])
+						}
+						var msgs [2]krcore.Message
+						for got := 0; got < 2; {
+							n, err := srv.PopMsgsWait(ctx, msgs[got:])
+							if err != nil {
+								return err
+							}
+							got += n
+						}
+						for _, msg := range msgs {
+							if !msg.HasImm || msg.Imm != next || string(msg.Data) != "01234567" {
+								return fmt.Errorf("received %+v, want the good SEND %d", msg, next)
+							}
+							next++
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+				}
+			}
+		}
+		if st := a.Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
+			t.Errorf("forged SENDs reached a shared QP: %+v", st)
+		}
+		if st := b.Stats(); st.Dropped != 0 {
+			t.Errorf("the receiver dropped messages: %+v", st)
+		}
+	}, modeDC, modeNoDC)
+}
