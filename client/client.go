@@ -70,6 +70,28 @@ var _ krcore.API = (*Client)(nil)
 
 // Attach connects to the daemon at opt.Socket.
 func Attach(ctx context.Context, opt Options) (*Client, error) {
+	c, rx, err := dial(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	hello, err := c.begin(ctx, helloMsg())
+	if err == nil {
+		err = c.readFirst(ctx, rx, hello)
+	}
+	go c.read(rx)
+	if err == nil {
+		err = c.hello(ctx, hello)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// dial connects to the daemon at opt.Socket. The caller sends HELLO and
+// starts the client's reader on rx, the connection's receiver.
+func dial(ctx context.Context, opt Options) (*Client, *wire.Receiver, error) {
 	if opt.Socket == "" {
 		opt.Socket = wire.DefaultSocket()
 	}
@@ -79,61 +101,106 @@ func Attach(ctx context.Context, opt Options) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", opt.Socket)
 	if err != nil {
-		return nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, krcore.ErrDaemonGone, err)
+		return nil, nil, fmt.Errorf("client: attach %s: %w: %w", opt.Socket, krcore.ErrDaemonGone, err)
 	}
 	c := &Client{conn: nc.(*net.UnixConn), timeout: opt.CallTimeout, pending: make(map[uint64]chan *wire.Msg), orphans: make(map[uint64]func(*wire.Msg)),
 		vqs: make(map[*VQ]struct{}), blocks: make(map[uint64]*offheap.Block), done: make(chan struct{}),
 		sendTok: make(chan struct{}, 1)}
-	go c.read()
-	r, err := c.call(ctx, wire.NewMsg(wire.OpHello, 0).U32(wire.Version))
+	return c, wire.NewReceiver(c.conn), nil
+}
+
+// readFirst takes the daemon's messages in the caller's goroutine until
+// first has its response, or ctx ends; the client's reader starts on rx
+// after it. A newcomer's first answer so wakes only the goroutine that
+// waits for it, where the reader's hand-off to that goroutine cost a fresh
+// process more thread wake-ups (MEASUREMENTS.md, session 20).
+func (c *Client) readFirst(ctx context.Context, rx *wire.Receiver, first *sent) error {
+	dl, _ := ctx.Deadline() // none: zero, no deadline
+	c.conn.SetReadDeadline(dl)
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.conn.SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns
+		close(cut)
+	})
+	var err error
+	for err == nil && len(first.ch) == 0 {
+		var m *wire.Msg
+		if m, err = rx.Recv(); err == nil && !c.dispatch(m) {
+			err = fmt.Errorf("the daemon said bye: %s", m.GetStr())
+		}
+	}
+	if !stop() {
+		<-cut
+	}
+	switch {
+	case err == nil:
+		c.conn.SetReadDeadline(time.Time{})
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("client: attach: %w", ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded): // ctx's deadline, reached by the socket's timer first
+		return fmt.Errorf("client: attach: %w", context.DeadlineExceeded)
+	}
+	return fmt.Errorf("client: attach: %w: %w", krcore.ErrDaemonGone, err)
+}
+
+func helloMsg() *wire.Msg { return wire.NewMsg(wire.OpHello, 0).U32(wire.Version) }
+
+// hello takes HELLO's answer: the client's id, the node, its credits, the
+// largest message and the daemon's features.
+func (c *Client) hello(ctx context.Context, p *sent) error {
+	r, _, err := c.await(ctx, p, nil)
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("client: hello: %w", err)
+		return fmt.Errorf("client: hello: %w", err)
 	}
 	c.id, c.node, c.credits, c.maxMsg = r.GetU64(), r.GetU64(), int(r.GetU32()), int(r.GetU32())
 	if r.More() {
 		c.features = r.GetU32()
 	}
-	if err := r.Err(); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return r.Err()
 }
 
-// read dispatches the daemon's messages until the connection ends; then
-// the client is gone.
-func (c *Client) read() {
+// read dispatches the daemon's messages from rx until the connection
+// ends; then the client is gone.
+func (c *Client) read(rx *wire.Receiver) {
 	defer close(c.done)
 	reason := "connection closed"
-	rx := wire.NewReceiver(c.conn)
 	defer rx.Release()
 	for {
 		m, err := rx.Recv()
 		if err != nil {
 			break
 		}
-		m.CloseFDs()
-		if m.Op == wire.OpBye {
+		if !c.dispatch(m) {
 			reason = m.GetStr()
 			break
 		}
-		c.mu.Lock()
-		ch := c.pending[m.Seq]
-		delete(c.pending, m.Seq)
-		undo := c.orphans[m.Seq]
-		delete(c.orphans, m.Seq)
-		c.mu.Unlock()
-		switch {
-		case ch != nil:
-			ch <- m
-		case undo != nil:
-			// Not here: its request goes out on the connection this
-			// loop drains.
-			c.undos.Go(func() { undo(m) })
-		}
 	}
 	c.markGone(reason)
+}
+
+// dispatch hands m to the call that waits for it, or to its orphan's
+// undo; it reports false for the daemon's OpBye, m's body the reason.
+func (c *Client) dispatch(m *wire.Msg) bool {
+	m.CloseFDs()
+	if m.Op == wire.OpBye {
+		return false
+	}
+	c.mu.Lock()
+	ch := c.pending[m.Seq]
+	delete(c.pending, m.Seq)
+	undo := c.orphans[m.Seq]
+	delete(c.orphans, m.Seq)
+	c.mu.Unlock()
+	switch {
+	case ch != nil:
+		ch <- m
+	case undo != nil:
+		// Not here: its request goes out on the connection this
+		// loop drains.
+		c.undos.Go(func() { undo(m) })
+	}
+	return true
 }
 
 // markGone fails every call from now on and wakes every waiter.
@@ -185,42 +252,69 @@ func (c *Client) callUndo(ctx context.Context, m *wire.Msg, undo func(*wire.Msg)
 // out, goes to late (if not nil) whatever its code when it comes;
 // orphaned reports that late took it. A client gone never calls it.
 func (c *Client) callLate(ctx context.Context, m *wire.Msg, late func(*wire.Msg)) (_ *wire.Msg, orphaned bool, _ error) {
+	p, err := c.begin(ctx, m)
+	if err != nil {
+		return nil, false, err
+	}
+	return c.await(ctx, p, late)
+}
+
+// sent is a request that went out and whose response await takes.
+type sent struct {
+	op  wire.Op
+	seq uint64
+	ch  chan *wire.Msg
+}
+
+// begin sends m, its response awaited by await: a caller may send more
+// before it waits for the first answer. On an error nothing was sent.
+func (c *Client) begin(ctx context.Context, m *wire.Msg) (*sent, error) {
 	m.Seq = c.seq.Add(1)
-	ch := make(chan *wire.Msg, 1)
+	p := &sent{op: m.Op, seq: m.Seq, ch: make(chan *wire.Msg, 1)}
 	c.mu.Lock()
 	if c.gone != nil {
 		c.mu.Unlock()
-		return nil, false, c.gone
+		return nil, c.gone
 	}
-	c.pending[m.Seq] = ch
+	c.pending[m.Seq] = p.ch
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, m.Seq)
-		c.mu.Unlock()
-	}()
 	err := c.send(ctx, m)
+	if err == nil {
+		return p, nil
+	}
+	c.forgetCall(p)
 	switch {
 	case errors.Is(err, verbs.ErrInvalid): // not sent: too long
-		return nil, false, fmt.Errorf("client: %w", err)
+		return nil, fmt.Errorf("client: %w", err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled): // not sent
-		return nil, false, fmt.Errorf("client: op %d: %w", m.Op, err)
-	case err != nil:
-		if gone := c.err(); gone != nil {
-			return nil, false, gone
-		}
-		return nil, false, fmt.Errorf("client: %w: %w", krcore.ErrDaemonGone, err)
+		return nil, fmt.Errorf("client: op %d: %w", m.Op, err)
 	}
+	if gone := c.err(); gone != nil {
+		return nil, gone
+	}
+	return nil, fmt.Errorf("client: %w: %w", krcore.ErrDaemonGone, err)
+}
+
+// forgetCall stops waiting for p's response: read drops it when it comes.
+func (c *Client) forgetCall(p *sent) {
+	c.mu.Lock()
+	delete(c.pending, p.seq)
+	c.mu.Unlock()
+}
+
+// await waits for the response to p as callLate does.
+func (c *Client) await(ctx context.Context, p *sent, late func(*wire.Msg)) (_ *wire.Msg, orphaned bool, _ error) {
+	defer c.forgetCall(p)
 	select {
-	case r := <-ch:
+	case r := <-p.ch:
 		return r, false, r.Error()
 	case <-c.done:
 		return nil, false, c.err()
 	case <-ctx.Done():
 		if late != nil {
-			c.orphan(m.Seq, ch, late)
+			c.orphan(p.seq, p.ch, late)
 		}
-		return nil, late != nil, fmt.Errorf("client: op %d: %w", m.Op, ctx.Err())
+		return nil, late != nil, fmt.Errorf("client: op %d: %w", p.op, ctx.Err())
 	}
 }
 
