@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/krcore/krcore"
@@ -41,6 +42,7 @@ type report struct {
 	Produce  int64  `json:"produce"`  // producer: write the state
 	Transfer int64  `json:"transfer"` // consumer: move the state
 	Addr     string `json:"addr"`     // producer: where the consumer finds it (raw, tcp)
+	Procs    int    `json:"procs"`    // the GOMAXPROCS it ran with
 }
 
 // lapper charges the time since its last lap to one phase of a report.
@@ -58,7 +60,7 @@ func (l *lapper) lap(phase *int64) {
 // fnArgs is a function process's command line.
 type fnArgs struct {
 	role, mode, sock, meta, name, addr string
-	size, node, peer                   int
+	size, node, peer, procs            int
 	seed                               uint64
 }
 
@@ -68,6 +70,9 @@ func function(_ int, argv []string) error {
 	a, err := parseFn(argv)
 	if err != nil {
 		return err
+	}
+	if a.procs > 0 {
+		runtime.GOMAXPROCS(a.procs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -80,6 +85,7 @@ func function(_ int, argv []string) error {
 // say is liteapp.Serve with r as the ready line; the process then lives
 // until the runner closes its input, when after (if set) runs.
 func say(r report, after func() error) error {
+	r.Procs = runtime.GOMAXPROCS(0)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

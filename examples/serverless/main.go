@@ -14,7 +14,7 @@
 //	          PD, CQ, QP, MR, endpoints exchanged over TCP, RTR/RTS, READ
 //	tcp       the consumer dials the producer, which writes the state
 //
-//	go run ./examples/serverless [-sizes 1024,65536,1048576] [-runs 5] [-modes krcored,embedded,raw,tcp]
+//	go run ./examples/serverless [-sizes 1024,65536,1048576] [-runs 5] [-modes krcored,embedded,raw,tcp] [-fnprocs 0]
 //
 // Connect is what a function does to reach the other: attach to krcored
 // or start a runtime, Queue, Connect, Region; open the RNIC, create PD,
@@ -22,6 +22,8 @@
 // registering memory (and exporting it). Process start is from the
 // runner's exec to the function's main (after the Go runtime's and the
 // packages' init); transfer is the consumer's READ (or stream read).
+// -fnprocs sets the function processes' GOMAXPROCS, as a platform that
+// gives a function one CPU would (0: Go's default, every CPU).
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,9 +54,10 @@ var mainAt = time.Now()
 
 // config is the runner's command line.
 type config struct {
-	sizes []int
-	runs  int
-	modes []string
+	sizes   []int
+	runs    int
+	modes   []string
+	fnprocs int // the functions' GOMAXPROCS; 0: Go's default
 }
 
 // invocation is one run of the chain, as the runner saw it.
@@ -76,8 +80,9 @@ func main() {
 	sizes := flag.String("sizes", "1024,65536,1048576", "state sizes in bytes, comma-separated")
 	runs := flag.Int("runs", 5, "invocations per mode and size (the modes alternate their order)")
 	modes := flag.String("modes", strings.Join(allModes, ","), "modes, comma-separated")
+	fnprocs := flag.Int("fnprocs", 0, "GOMAXPROCS of the function processes (0: Go's default)")
 	flag.Parse()
-	cfg, err := parseConfig(*sizes, *runs, *modes)
+	cfg, err := parseConfig(*sizes, *runs, *modes, *fnprocs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverless:", err)
 		os.Exit(2)
@@ -92,8 +97,8 @@ func main() {
 
 var allModes = []string{modeDaemon, modeEmbedded, modeRaw, modeTCP}
 
-func parseConfig(sizes string, runs int, modes string) (config, error) {
-	cfg := config{runs: runs}
+func parseConfig(sizes string, runs int, modes string, fnprocs int) (config, error) {
+	cfg := config{runs: runs, fnprocs: fnprocs}
 	for f := range strings.SplitSeq(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 1<<30 {
@@ -110,17 +115,21 @@ func parseConfig(sizes string, runs int, modes string) (config, error) {
 	if runs < 1 {
 		return cfg, fmt.Errorf("-runs %d: want at least 1", runs)
 	}
+	if fnprocs < 0 || fnprocs > 1024 {
+		return cfg, fmt.Errorf("-fnprocs %d: want 0 (Go's default) to 1024", fnprocs)
+	}
 	return cfg, nil
 }
 
 // runner is the function runner: the two krcored nodes the functions
 // attach to (node 1 with the MetaServer), and the invocations so far.
 type runner struct {
-	nodes [2]*daemon.Node
-	socks [2]string
-	stop  context.CancelFunc
-	done  chan error
-	seq   int
+	nodes   [2]*daemon.Node
+	socks   [2]string
+	stop    context.CancelFunc
+	done    chan error
+	seq     int
+	fnprocs int // the functions' GOMAXPROCS; 0: Go's default
 }
 
 // startRunner starts krcored for nodes 1 and 2 in this process, on soft
@@ -165,7 +174,7 @@ func (r *runner) invoke(ctx context.Context, mode string, size int) (invocation,
 	r.seq++
 	name := fmt.Sprintf("state-%d", r.seq)
 	common := []string{"-mode", mode, "-size", strconv.Itoa(size), "-seed", strconv.Itoa(r.seq), "-name", name,
-		"-meta", r.nodes[0].Runtime().MetaInfo().String()}
+		"-meta", r.nodes[0].Runtime().MetaInfo().String(), "-procs", strconv.Itoa(r.fnprocs)}
 	// Embedded functions are nodes of their own: fresh ids, never reused
 	// while a dead one's record may linger.
 	pid, cid := 1000+2*r.seq, 1001+2*r.seq
@@ -188,6 +197,9 @@ func (r *runner) invoke(ctx context.Context, mode string, size int) (invocation,
 	if err := prod.Close(); err != nil {
 		return invocation{}, fmt.Errorf("producer: %w", err)
 	}
+	if want := r.wantProcs(); pr.Procs != want || cr.Procs != want {
+		return invocation{}, fmt.Errorf("the functions ran with GOMAXPROCS %d and %d, want %d", pr.Procs, cr.Procs, want)
+	}
 	return invocation{
 		e2e:      end.Sub(t0),
 		start:    time.Duration(pr.Main-t0.UnixNano()) + time.Duration(cr.Main-t1.UnixNano()),
@@ -196,6 +208,15 @@ func (r *runner) invoke(ctx context.Context, mode string, size int) (invocation,
 		register: time.Duration(pr.Register + cr.Register),
 		transfer: time.Duration(cr.Transfer),
 	}, nil
+}
+
+// wantProcs is the GOMAXPROCS the functions run with: -fnprocs, or Go's
+// default, which this process has too.
+func (r *runner) wantProcs() int {
+	if r.fnprocs > 0 {
+		return r.fnprocs
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // peerOf is the node the consumer connects to: the producer's krcored
@@ -236,11 +257,12 @@ func parseFn(argv []string) (fnArgs, error) {
 	fs.IntVar(&a.node, "node", 0, "this function's node id (embedded)")
 	fs.IntVar(&a.peer, "peer", 0, "the producer's node id")
 	fs.Uint64Var(&a.seed, "seed", 0, "the state's seed")
+	fs.IntVar(&a.procs, "procs", 0, "GOMAXPROCS (0: Go's default)")
 	if err := fs.Parse(argv); err != nil {
 		return a, err
 	}
-	if a.role != "producer" && a.role != "consumer" || !slices.Contains(allModes, a.mode) || a.size < 1 {
-		return a, fmt.Errorf("function: -role %q -mode %q -size %d", a.role, a.mode, a.size)
+	if a.role != "producer" && a.role != "consumer" || !slices.Contains(allModes, a.mode) || a.size < 1 || a.procs < 0 {
+		return a, fmt.Errorf("function: -role %q -mode %q -size %d -procs %d", a.role, a.mode, a.size, a.procs)
 	}
 	return a, nil
 }
@@ -269,6 +291,7 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 		return nil, err
 	}
 	defer r.close()
+	r.fnprocs = cfg.fnprocs
 	var results []result
 	for _, size := range cfg.sizes {
 		all, err := liteapp.Alternate(cfg.modes, cfg.runs, func(mode string, _ int) (invocation, error) {
@@ -287,7 +310,11 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 
 // printTable writes the medians' table.
 func printTable(out io.Writer, cfg config, results []result) {
-	fmt.Fprintf(out, "serverless: a chain of 2 function processes, %d invocations per mode and size (medians by end-to-end time; every state checked)\n", cfg.runs)
+	procs := "Go's default"
+	if cfg.fnprocs > 0 {
+		procs = strconv.Itoa(cfg.fnprocs)
+	}
+	fmt.Fprintf(out, "serverless: a chain of 2 function processes (GOMAXPROCS %s), %d invocations per mode and size (medians by end-to-end time; every state checked)\n", procs, cfg.runs)
 	fmt.Fprintf(out, "%-9s %6s %10s %10s %10s %10s %10s %10s %10s %8s\n", "mode", "state", "e2e", "start", "connect", "(attach)", "register", "transfer", "other", "connect%")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/1e6) }
 	for _, res := range results {

@@ -29,6 +29,11 @@ func TestChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With -fnprocs 1 (each function process checks it ran so).
+	one := config{sizes: []int{1 << 10}, runs: 1, modes: []string{modeDaemon}, fnprocs: 1}
+	if _, err := run(ctx, one, io.Discard); err != nil {
+		t.Fatalf("-fnprocs 1: %v", err)
+	}
 	if len(results) != len(cfg.sizes)*len(cfg.modes) {
 		t.Fatalf("%d results, want %d", len(results), len(cfg.sizes)*len(cfg.modes))
 	}
@@ -62,11 +67,11 @@ func TestCheck(t *testing.T) {
 // TestParseConfig: bad command lines are refused.
 func TestParseConfig(t *testing.T) {
 	for _, c := range []struct {
-		sizes, modes string
-		runs         int
-	}{{"0", "tcp", 1}, {"x", "tcp", 1}, {"1024", "udp", 1}, {"1024", "tcp", 0}} {
-		if _, err := parseConfig(c.sizes, c.runs, c.modes); err == nil {
-			t.Errorf("-sizes %q -modes %q -runs %d: accepted", c.sizes, c.modes, c.runs)
+		sizes, modes  string
+		runs, fnprocs int
+	}{{"0", "tcp", 1, 0}, {"x", "tcp", 1, 0}, {"1024", "udp", 1, 0}, {"1024", "tcp", 0, 0}, {"1024", "tcp", 1, -1}} {
+		if _, err := parseConfig(c.sizes, c.runs, c.modes, c.fnprocs); err == nil {
+			t.Errorf("-sizes %q -modes %q -runs %d -fnprocs %d: accepted", c.sizes, c.modes, c.runs, c.fnprocs)
 		}
 	}
 }
