@@ -84,7 +84,8 @@ func (r *popRole) takeForRecv() bool {
 
 // leaveRecv is a popping Recv leaving: lent (since now) when it got a call
 // of its own or handed one on, for the serving goroutine at once
-// otherwise.
+// otherwise, or when a control request waits for its reply (it came while
+// the Recv popped, and awaitReply did not wake the serving goroutine).
 func (r *popRole) leaveRecv(lent, failed bool) {
 	r.mu.Lock()
 	r.by = popFree
@@ -93,8 +94,9 @@ func (r *popRole) leaveRecv(lent, failed bool) {
 		r.since = time.Now()
 	}
 	r.failing = r.failing || failed
+	wake := !lent || r.urgent > 0
 	r.mu.Unlock()
-	if !lent {
+	if wake {
 		signal(r.wake)
 	}
 }

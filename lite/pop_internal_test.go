@@ -222,3 +222,31 @@ func TestQueueMarksOnlyPushed(t *testing.T) {
 		t.Fatal("a call handed on did not wake its queue")
 	}
 }
+
+// TestLendWakesForReply: a control request that starts waiting for its
+// reply while a Recv pops does not wake the serving goroutine (the Recv
+// pops the reply if it comes); the Recv lending the role then does, so
+// that a reply coming after is popped at once, not after lendFor.
+func TestLendWakesForReply(t *testing.T) {
+	r := newPopRole()
+	r.by = popFree
+	if !r.takeForRecv() {
+		t.Fatal("a Recv did not take the free role")
+	}
+	done := r.awaitReply()
+	defer done()
+	select {
+	case <-r.wake:
+		t.Fatal("a control request woke the serving goroutine while a Recv pops")
+	default:
+	}
+	r.leaveRecv(true, false)
+	select {
+	case <-r.wake:
+	default:
+		t.Fatal("a Recv lending the role while a control request waits did not wake the serving goroutine")
+	}
+	if ok, _ := r.takeForServe(); !ok {
+		t.Fatal("the serving goroutine did not take the role a control request needs")
+	}
+}
