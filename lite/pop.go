@@ -42,6 +42,7 @@ type popRole struct {
 	// the serving goroutine, which stops on such a failure, pops next.
 	failing bool
 	wake    chan struct{} // the serving goroutine's: the role may be its now
+	left    chan struct{} // a popping Recv left: stopServe waits for it
 
 	// The holder's: msgs its batch; claim the popping Recv's queue, whose
 	// first call in a batch is queued unsignalled (claimed then true), for
@@ -68,7 +69,7 @@ const (
 const lendFor = time.Millisecond
 
 func newPopRole() popRole {
-	return popRole{by: popServe, wake: make(chan struct{}, 1)}
+	return popRole{by: popServe, wake: make(chan struct{}, 1), left: make(chan struct{}, 1)}
 }
 
 // takeForRecv gives the role to a Recv if it is free.
@@ -96,6 +97,7 @@ func (r *popRole) leaveRecv(lent, failed bool) {
 	r.failing = r.failing || failed
 	wake := !lent || r.urgent > 0
 	r.mu.Unlock()
+	signal(r.left)
 	if wake {
 		signal(r.wake)
 	}
@@ -132,11 +134,21 @@ func (r *popRole) leaveServe() {
 	}
 }
 
-// stopServe is the serving goroutine stopping: nobody pops again.
+// stopServe is the serving goroutine stopping: nobody pops again. It
+// waits for a popping Recv to leave (Close wakes it), so that Close, which
+// waits for the serving goroutine, frees the buffers the Recv's messages
+// are in (the inbox) only after the Recv has handled them.
 func (r *popRole) stopServe() {
-	r.mu.Lock()
-	r.by = popDead
-	r.mu.Unlock()
+	for {
+		r.mu.Lock()
+		if r.by != popRecv {
+			r.by = popDead
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		<-r.left
+	}
 }
 
 // awaitReply counts a control request waiting for its reply, which

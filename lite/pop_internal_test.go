@@ -250,3 +250,35 @@ func TestLendWakesForReply(t *testing.T) {
 		t.Fatal("the serving goroutine did not take the role a control request needs")
 	}
 }
+
+// TestStopWaitsForPoppingRecv: the serving goroutine stopping waits for a
+// popping Recv to leave (Close frees the buffers the Recv's messages are
+// in once the serving goroutine has stopped), and no Recv takes the role
+// after.
+func TestStopWaitsForPoppingRecv(t *testing.T) {
+	r := newPopRole()
+	r.by = popFree
+	if !r.takeForRecv() {
+		t.Fatal("a Recv did not take the free role")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		r.stopServe()
+		close(stopped)
+	}()
+	time.Sleep(10 * time.Millisecond) // a stop that does not wait ends here
+	select {
+	case <-stopped:
+		t.Fatal("the serving goroutine stopped while a Recv pops")
+	default:
+	}
+	r.leaveRecv(true, false)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the serving goroutine did not stop after the popping Recv left")
+	}
+	if r.takeForRecv() {
+		t.Fatal("a Recv took the role after the serving goroutine stopped")
+	}
+}
