@@ -46,11 +46,13 @@ type receiver struct {
 const repostBatch = 16
 
 // newReceiver registers the slots and posts every one. They are populated
-// first (offheap.Populate), on huge pages where the system has them: each
-// message lands in the next slot of the ring, and a page faulting at its
-// first message put ~20 us on each of a fresh runtime's first RecvSlots
-// messages on a VM (a 64 B SEND round trip in one process: ~30 us for
-// its first 1000 round trips, then 5 us). The MR has a huge page of slack
+// first (offheap.Populate), on huge pages where the system has them: a
+// message lands in whichever slot the SRQ hands out (on hardware the
+// oldest posted, so every slot in turn; on the soft RNIC the newest), and
+// a page faulting at its first message put ~20 us on each of a fresh
+// runtime's first RecvSlots messages on a VM when the SRQ handed them out
+// in turn (a 64 B SEND round trip in one process: ~30 us for its first
+// 1000 round trips, then 5 us). The MR has a huge page of slack
 // so that the slots can start on a huge page boundary.
 func newReceiver(rt *Runtime) (*receiver, error) {
 	slot := max(hdrLen+rt.cfg.MaxMessage, notifyLen)

@@ -14,9 +14,9 @@ type srq struct {
 	maxSGE int
 	users  atomic.Int32
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// ring is a stack of the n receives posted: take takes the last.
 	ring   []rwqe
-	head   int
 	n      int
 	closed bool
 }
@@ -62,7 +62,7 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		case s.n == len(s.ring):
 			return i, fmt.Errorf("soft: post SRQ receive: %d posted: %w", s.n, verbs.ErrQueueFull)
 		}
-		r := &s.ring[(s.head+s.n)%len(s.ring)]
+		r := &s.ring[s.n]
 		r.id = wrs[i].ID
 		r.sgl = append(r.sgl[:0], wrs[i].SGL...)
 		s.n++
@@ -70,28 +70,34 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
+// take takes the receive posted last. Which posted receive an SRQ's
+// message lands in is not ordered for its user (verbs promises none; each
+// completion names its WR), and the newest is the one whose buffer is
+// likeliest still in cache: a runtime that keeps ~1000 receives posted
+// and posts each back once its message is dispatched (core's receiver)
+// then reuses the few it just posted instead of walking every buffer, a
+// cold line or two written per message (measured in MEASUREMENTS.md,
+// "Runtime cost", session 20).
 func (s *srq) take(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == 0 || s.closed {
 		return 0, sgl, false
 	}
-	r := &s.ring[s.head]
-	s.head = (s.head + 1) % len(s.ring)
 	s.n--
+	r := &s.ring[s.n]
 	return r.id, append(sgl, r.sgl...), true
 }
 
-// untake puts a receive take returned back at the head, unless the SRQ
-// filled or closed meanwhile.
+// untake puts a receive take returned back where it was, on top, unless
+// the SRQ filled or closed meanwhile.
 func (s *srq) untake(id uint64, sgl []verbs.SGE) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.n == len(s.ring) {
 		return false
 	}
-	s.head = (s.head + len(s.ring) - 1) % len(s.ring)
-	r := &s.ring[s.head]
+	r := &s.ring[s.n]
 	r.id, r.sgl = id, append(r.sgl[:0], sgl...)
 	s.n++
 	return true
