@@ -335,8 +335,6 @@ func (p *pqp) oneWR(r *rec, seq uint64) {
 // notifying WRITE. It writes every field in place instead of zeroing the
 // slot first (TestOneWR holds its result over a used slot to its result
 // over a zeroed one), its SGEs appended to the scratch SGEs; p.mu held.
-// A message goes as a SEND_WITH_IMM whose immediate names the destination
-// port, its header first (see header).
 func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags) {
 	wr.ID, wr.Op, wr.Flags, wr.Imm = uint64(r.q.id)<<32|seq&0xffffffff, r.op, flags, r.imm
 	wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = r.raddr, r.rkey, r.cmp, r.swap
@@ -346,23 +344,30 @@ func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags
 		wr.AH, wr.RemoteQPN, wr.DCKey = nil, 0, 0
 	}
 	wr.QKey = 0
-	n := len(p.sges)
+	wr.SGL = nil
 	if r.op.IsSend() {
-		wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
-		if r.msgImm {
-			wr.Imm |= portHasImm
-		}
-		p.sges = append(p.sges, p.header(r, seq))
-		if r.hasLocal && r.src == nil {
-			p.sges = append(p.sges, r.local)
-		}
+		p.msgWR(wr, r, seq)
 	} else if r.hasLocal {
+		n := len(p.sges)
+		p.sges = append(p.sges, r.local)
+		wr.SGL = p.sges[n : n+1 : n+1]
+	}
+}
+
+// msgWR makes wr, filled by fillWR, record r's message at physical
+// sequence seq: a SEND_WITH_IMM whose immediate names the destination
+// port, its header first (see header); p.mu held.
+func (p *pqp) msgWR(wr *verbs.SendWR, r *rec, seq uint64) {
+	wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort
+	if r.msgImm {
+		wr.Imm |= portHasImm
+	}
+	n := len(p.sges)
+	p.sges = append(p.sges, p.header(r, seq))
+	if r.hasLocal && r.src == nil {
 		p.sges = append(p.sges, r.local)
 	}
-	wr.SGL = nil
-	if k := len(p.sges); k > n {
-		wr.SGL = p.sges[n:k:k]
-	}
+	wr.SGL = p.sges[n:len(p.sges):len(p.sges)]
 }
 
 // localSGL is the SGL of r's local buffer, in the scratch SGEs.
