@@ -115,31 +115,24 @@ func dial(ctx context.Context, opt Options) (*Client, *wire.Receiver, error) {
 // waits for it, where the reader's hand-off to that goroutine cost a fresh
 // process more thread wake-ups (MEASUREMENTS.md, session 20).
 func (c *Client) readFirst(ctx context.Context, rx *wire.Receiver, first *sent) error {
-	dl, _ := ctx.Deadline() // none: zero, no deadline
-	c.conn.SetReadDeadline(dl)
-	cut := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		c.conn.SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns
-		close(cut)
-	})
-	var err error
-	for err == nil && len(first.ch) == 0 {
-		var m *wire.Msg
-		if m, err = rx.Recv(); err == nil && !c.dispatch(m) {
-			err = fmt.Errorf("the daemon said bye: %s", m.GetStr())
+	err := bound(ctx, c.conn.SetReadDeadline, func() error {
+		for len(first.ch) == 0 {
+			m, err := rx.Recv()
+			if err != nil {
+				return err
+			}
+			if !c.dispatch(m) {
+				return fmt.Errorf("the daemon said bye: %s", m.GetStr())
+			}
 		}
-	}
-	if !stop() {
-		<-cut
-	}
+		return nil
+	})
 	switch {
 	case err == nil:
-		c.conn.SetReadDeadline(time.Time{})
+		c.conn.SetReadDeadline(time.Time{}) // the reader's reads have none
 		return nil
-	case ctx.Err() != nil:
-		return fmt.Errorf("client: attach: %w", ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded): // ctx's deadline, reached by the socket's timer first
-		return fmt.Errorf("client: attach: %w", context.DeadlineExceeded)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("client: attach: %w", err)
 	}
 	return fmt.Errorf("client: attach: %w: %w", krcore.ErrDaemonGone, err)
 }
@@ -360,16 +353,24 @@ func (c *Client) send(ctx context.Context, m *wire.Msg) error {
 		return ctx.Err()
 	}
 	defer func() { <-c.sendTok }()
+	return bound(ctx, c.conn.SetWriteDeadline, func() error { return wire.Send(c.conn, m) })
+}
+
+// bound runs io, a read or a write of the connection, cut short when ctx
+// ends: set sets io's deadline (SetReadDeadline or SetWriteDeadline), and
+// io's error is then ctx's. When bound returns, nothing sets the deadline
+// again: the next caller's is not overwritten.
+func bound(ctx context.Context, set func(time.Time) error, io func() error) error {
 	dl, _ := ctx.Deadline() // none: zero, no deadline
-	c.conn.SetWriteDeadline(dl)
+	set(dl)
 	cut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		c.conn.SetWriteDeadline(time.Unix(1, 0)) // in the past: the send returns
+		set(time.Unix(1, 0)) // in the past: io returns
 		close(cut)
 	})
-	err := wire.Send(c.conn, m)
+	err := io()
 	if !stop() {
-		<-cut // the next sender's deadline is not overwritten
+		<-cut // set has run: nothing sets the deadline after bound
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
