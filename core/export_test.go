@@ -4,3 +4,11 @@ package core
 // slept on the completion queue (CQ.Wait), for the tests of package
 // core_test.
 func SendSleeps(rt *Runtime) uint64 { return rt.sends.sleeps.Load() }
+
+// Credits is how many of q's credits are free, for the tests of package
+// core_test.
+func Credits(q *Queue) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.credits
+}

@@ -96,13 +96,20 @@ func (pl *poller) poll() int {
 	return pl.pollFor(nil, nil, nil)
 }
 
-// ownRun is a run of one queue's outcomes that a poll hands back to the
-// queue's Pop instead of finishing them (see pollFor). An array in a
-// struct, filled with copy: a slice appended to down the poll path made
-// the caller's array escape, one allocation per Pop.
+// ownRun is the outcomes of one queue's requests that a poll hands back
+// to the queue's Pop instead of finishing them (see pollFor): one by one
+// in fs, and successes of consecutive sequence numbers as one range (a
+// stream's signaled completion retires the unsignaled requests before it:
+// see completeRun). An array in a struct, filled element by element: a
+// slice appended to down the poll path made the caller's array escape,
+// one allocation per Pop.
 type ownRun struct {
 	fs [8]outcome
 	n  int
+	// span successes from sequence number lo; their lengths are their
+	// entries' (entry.n).
+	lo   uint64
+	span int
 }
 
 // outcome is a finished request of the queue an ownRun is for.

@@ -440,20 +440,25 @@ func (p *pqp) complete(wc *verbs.WC, out []finished) []finished {
 }
 
 // completeOwn is complete for a caller that pops self's completions next
-// (see pollFor), in the common case: a success of the oldest request in
-// flight, which is self's, with nothing backlogged behind it. It hands the
-// outcome to mine, leaving out the general dispatch (the outcomes
-// gathered from every QP, then sorted out by queue), and reports true;
-// false, having done nothing, for anything else.
+// (see pollFor), in the common cases: a success of the oldest request in
+// flight, which is self's, or of a run of self's requests from the oldest
+// (completeRun), with nothing backlogged behind it. It hands the outcomes
+// to mine, leaving out the general dispatch (the outcomes gathered from
+// every QP, then sorted out by queue), and reports true; false, having
+// done nothing, for anything else (completeRun may have retired part of
+// the run: complete retires the rest).
 func (p *pqp) completeOwn(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 	if wc.Status != verbs.Success || mine.n == len(mine.fs) {
 		return false
 	}
 	p.mu.Lock()
 	r := &p.recs[p.slot(p.base)]
-	if p.n == 0 || uint32(wc.ID) != uint32(p.base) || r.q != self || len(p.backlog) > 0 {
+	if p.n == 0 || r.q != self || len(p.backlog) > 0 {
 		p.mu.Unlock()
 		return false
+	}
+	if uint32(wc.ID) != uint32(p.base) {
+		return p.completeRun(wc, self, mine) // unlocks p.mu
 	}
 	mine.fs[mine.n] = outcome{seq: r.seq, n: r.local.Length, status: verbs.Success}
 	mine.n++
@@ -464,6 +469,35 @@ func (p *pqp) completeOwn(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 	p.emptied()
 	p.mu.Unlock()
 	return true
+}
+
+// completeRun is completeOwn for a completion that retires several
+// requests (a signaled one and the unsignaled ones before it, as a stream
+// posts them): while they are self's requests of consecutive sequence
+// numbers, it hands them to mine as one range (extending the range an
+// earlier completion of the poll started), whose lengths are their
+// entries' (see retireRange). It reports whether it retired all the
+// completion covers; p.mu held, and unlocked.
+func (p *pqp) completeRun(wc *verbs.WC, self *Queue, mine *ownRun) bool {
+	defer p.mu.Unlock()
+	seq, ok := p.seqOf(wc.ID)
+	if !ok {
+		return false
+	}
+	if mine.span == 0 {
+		mine.lo = p.recs[p.slot(p.base)].seq
+	}
+	for ; p.base <= seq; p.base++ {
+		r := &p.recs[p.slot(p.base)]
+		if r.q != self || r.seq != mine.lo+uint64(mine.span) {
+			break
+		}
+		mine.span++
+		p.used -= r.wrs()
+		p.n--
+		*r = rec{}
+	}
+	return p.base > seq
 }
 
 func appendLost(out []finished, lost []rec) []finished {

@@ -411,6 +411,7 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 		x.local, x.hasLocal = sge(m, r.Local), true
 		ent := &q.ents[q.slot(q.n-1)]
 		ent.mr, ent.held = m, held // released as it finishes
+		ent.n = x.local.Length     // a success's length (see retireRange)
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
@@ -559,6 +560,14 @@ func (q *Queue) release(e *entry) {
 	}
 }
 
+// releaseHeld releases n requests relying on the queue's hold, as release
+// does one by one; q.mu held.
+func (q *Queue) releaseHeld(n int) {
+	if q.holdRefs -= n; q.holdRefs == 0 && (q.closed || !q.hold.live()) {
+		q.dropHold(q.hold)
+	}
+}
+
 // holdMR holds m, live, for a request: by the queue's hold if m is its MR
 // or it has none in use (held true), else by a use of its own. It fails
 // once m is deregistered; q.mu held.
@@ -651,7 +660,7 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 	q.rt.sends.pollFor(q, &mine, nil)
 	q.mu.Lock()
 	k := 0
-	if mine.n > 0 {
+	if mine.n > 0 || mine.span > 0 {
 		k = q.finishOwn(&mine, out)
 	}
 	if q.n > 0 && k < len(out) {
@@ -665,28 +674,77 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 // Pop (see pollFor) and wakes q's waiters, as finishRunLocked does. The
 // first, when it is the oldest request of the queue and out has room, it
 // retires at once into out, without marking its entry done for popLocked
-// to find. mine holds one at least. It returns how many completions it
-// put in out; q.mu held.
+// to find; so does the range (retireRange). mine holds one at least. It
+// returns how many completions it put in out; q.mu held.
 func (q *Queue) finishOwn(mine *ownRun, out []krcore.Completion) int {
 	k, fs := 0, mine.fs[:mine.n]
-	q.inflight -= len(fs)
-	q.credits += len(fs)
-	if o := &fs[0]; o.seq == q.seq && q.n > 0 && len(out) > 0 && !q.ents[q.head].done {
-		e := &q.ents[q.head]
-		q.release(e)
-		if e.signaled || o.status != verbs.Success {
-			out[0] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
-			k = 1
-		}
-		q.pop()
-		fs = fs[1:]
+	if mine.span > 0 {
+		k = q.retireRange(mine.lo, mine.span, out)
 	}
+	if len(fs) > 0 {
+		if o := &fs[0]; o.seq == q.seq && q.n > 0 && k < len(out) && !q.ents[q.head].done {
+			e := &q.ents[q.head]
+			q.release(e)
+			if e.signaled || o.status != verbs.Success {
+				out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
+				k++
+			}
+			q.pop()
+			fs = fs[1:]
+		}
+	}
+	q.inflight -= mine.n + mine.span
+	q.credits += mine.n + mine.span
 	for i := range fs {
 		q.markDone(fs[i].seq, fs[i].status, fs[i].n)
 	}
 	q.rt.kick(q)
 	if q.inflight == 0 && len(q.held) > 0 {
 		q.postLocked(nil)
+	}
+	return k
+}
+
+// retireRange retires the successes of the n entries from sequence number
+// lo, in flight until now: from the head of the queue straight into out
+// while it has room (no entry marked done for popLocked to find), in one
+// pass over the ring with the queue's counters moved once, and the rest
+// marked done. It returns how many completions it put in out; q.mu held.
+func (q *Queue) retireRange(lo uint64, n int, out []krcore.Completion) int {
+	k, c := 0, 0
+	if q.seq == lo {
+		j, held := q.head, 0
+		for ; c < n && k < len(out); c++ {
+			e := &q.ents[j]
+			if e.done {
+				break // cannot be, for a request in flight; markDone's way below
+			}
+			if m := e.mr; m != nil {
+				if e.mr = nil; e.held {
+					held++
+				} else {
+					m.unuse()
+				}
+			}
+			if e.signaled {
+				out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: verbs.Success, Len: int(e.n)}
+				k++
+			}
+			if j++; j == len(q.ents) {
+				j = 0
+			}
+		}
+		q.head, q.n, q.seq = j, q.n-c, q.seq+uint64(c)
+		if q.n == 0 {
+			q.head = 0 // see pop
+		}
+		if held > 0 {
+			q.releaseHeld(held)
+		}
+	}
+	for ; c < n; c++ {
+		s := lo + uint64(c)
+		q.markDone(s, verbs.Success, q.ents[q.slot(int(s-q.seq))].n)
 	}
 	return k
 }
