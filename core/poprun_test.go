@@ -20,17 +20,20 @@ import (
 // runs, refused ones leaving gaps in a run's sequence numbers, and
 // completions that out has no room for marked done for a later Pop. Each
 // queue gets exactly its signaled and refused requests' completions, in
-// order, a success with its length; at the end every credit is back, and
+// order, a success with its length, whether a batch fits in the QP (pushed
+// straight into its ring: pushRun) or not; at the end every credit is back, and
 // once the queues close no MR use is left.
 func TestPopRuns(t *testing.T) {
 	for _, conc := range []bool{false, true} {
-		name := "one-goroutine"
-		if conc {
-			name = "goroutine-each"
+		for _, depth := range []int{8, 0} { // 8: batches outgrow the QP, the rest waits in its backlog
+			name := fmt.Sprintf("one-goroutine/depth-%d", depth)
+			if conc {
+				name = fmt.Sprintf("goroutine-each/depth-%d", depth)
+			}
+			t.Run(name, func(t *testing.T) {
+				inModes(t, func(t *testing.T, m mode) { popRuns(t, m, depth, conc) }, modeDC, modeNoDC)
+			})
 		}
-		t.Run(name, func(t *testing.T) {
-			inModes(t, func(t *testing.T, m mode) { popRuns(t, m, conc) }, modeDC, modeNoDC)
-		})
 	}
 }
 
@@ -42,9 +45,9 @@ type popRun struct {
 	want []krcore.Completion // signaled or refused, in push order
 }
 
-func popRuns(t *testing.T, m mode, conc bool) {
+func popRuns(t *testing.T, m mode, depth int, conc bool) {
 	const credits = 16
-	c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: credits, Path: patientPath})
+	c := m.start(t, 2, core.Config{DCIs: 1, RCPeers: -1, Credits: credits, Depth: depth, Path: patientPath})
 	a, b := c.Node(1), c.Node(2)
 	serve(t, b, "data", 4096)
 	g, err := a.Region(ctx(t), 2, "data")
@@ -72,7 +75,7 @@ func popRuns(t *testing.T, m mode, conc bool) {
 				defer wg.Done()
 				for range rounds {
 					pr.push(t, g, mrs)
-					if msg := pr.pop(); msg != "" {
+					if msg := pr.maybePop(); msg != "" {
 						errs <- msg
 						return
 					}
@@ -90,7 +93,7 @@ func popRuns(t *testing.T, m mode, conc bool) {
 				pr.push(t, g, mrs)
 			}
 			for k := range runs {
-				if msg := runs[(i+k)%2].pop(); msg != "" { // the later pusher first, half the time
+				if msg := runs[(i+k)%2].maybePop(); msg != "" { // the later pusher first, half the time
 					t.Fatal(msg)
 				}
 			}
@@ -143,6 +146,15 @@ func (pr *popRun) push(t *testing.T, g krcore.Region, mrs [2]krcore.MR) {
 		}
 	}
 	pr.id += uint64(n)
+}
+
+// maybePop pops (pop) half the time: completions left unpopped fill the
+// queue's completion ring, which then wraps around.
+func (pr *popRun) maybePop() string {
+	if pr.r.IntN(2) == 0 {
+		return ""
+	}
+	return pr.pop()
 }
 
 // pop pops into 1-4 completions and checks them against want; it returns

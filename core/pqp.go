@@ -487,17 +487,22 @@ func (p *pqp) completeRun(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 	if mine.span == 0 {
 		mine.lo = p.recs[p.slot(p.base)].seq
 	}
-	for ; p.base <= seq; p.base++ {
-		r := &p.recs[p.slot(p.base)]
-		if r.q != self || r.seq != mine.lo+uint64(mine.span) {
+	// The ring's counters moved once, after the walk.
+	j, next, used := p.base, mine.lo+uint64(mine.span), 0
+	for ; j <= seq; j++ {
+		r := &p.recs[p.slot(j)]
+		if r.q != self || r.seq != next {
 			break
 		}
-		mine.span++
-		p.used -= r.wrs()
-		p.n--
+		next++
+		used += r.wrs()
 		*r = rec{}
 	}
-	return p.base > seq
+	k := int(j - p.base)
+	p.base, p.n, p.used = j, p.n-k, p.used-used
+	p.emptied()
+	mine.span += k
+	return j > seq
 }
 
 func appendLost(out []finished, lost []rec) []finished {

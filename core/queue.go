@@ -187,12 +187,16 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 		q.mu.Unlock()
 		return 0, err
 	}
-	if len(reqs) == 1 && q.pushDirect(&reqs[0]) {
+	start := 0
+	switch {
+	case len(reqs) == 1 && q.pushDirect(&reqs[0]):
 		q.mu.Unlock()
 		return 1, nil
+	case len(reqs) > 1:
+		start = q.pushRun(reqs)
 	}
 	batch := q.batch[:0]
-	for i := range reqs {
+	for i := start; i < len(reqs); i++ {
 		for q.full() {
 			q.postBatch(batch)
 			batch = batch[:0]
@@ -261,6 +265,49 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	p.postWRs()
 	p.mu.Unlock()
 	return true
+}
+
+// pushRun is pushDirect for a batch: it accepts the requests of reqs
+// straight into the ring of the queue's route, while credits and the
+// QP's room last, and posts them in one posting, whose last work request
+// is signaled (as postRecs's). It returns how many requests it took
+// (posted or refused); the general path takes the rest, or all when
+// something stands in the way (see pushDirect). q.mu held.
+func (q *Queue) pushRun(reqs []krcore.Request) int {
+	p := q.route
+	if p == nil || len(q.held) > 0 || q.peer != q.routePeer || q.peer.rcl.Load() != q.routeList {
+		return 0
+	}
+	p.mu.Lock()
+	if p.dead || p.broken || len(p.backlog) > 0 {
+		p.mu.Unlock()
+		return 0
+	}
+	t := q.peer.target()
+	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
+	i := 0
+	// 2: the most work requests a record takes (rec.wrs).
+	for ; i < len(reqs) && !q.full() && p.n < p.depth && p.used+2 <= p.depth; i++ {
+		seq := p.next
+		x := &p.recs[p.slot(seq)]
+		if !q.accept(&reqs[i], x) {
+			continue // refused: completed in its place, the slot left free
+		}
+		x.target = t
+		q.inflight++
+		p.next++
+		p.n++
+		p.used += x.wrs()
+		p.countOp(t.peer)
+		p.wrs = p.appendWRs(p.wrs, x, seq, false)
+	}
+	if n := len(p.wrs); n > 0 {
+		p.wrs[n-1].Flags |= verbs.Signaled // the posting's last, as appendWRs's last
+		p.sinceSignal = 0
+		p.postWRs()
+	}
+	p.mu.Unlock()
+	return i
 }
 
 // postBatch posts the records of q's scratch batch (postLocked) and then
@@ -519,6 +566,12 @@ func (q *Queue) finishRunLocked(fs []finished) {
 		q.credits++
 		q.markDone(f.seq, f.status, f.n)
 	}
+	q.settle()
+}
+
+// settle follows requests finishing: it wakes q's waiters, and posts
+// what q held for a new route once nothing is in flight; q.mu held.
+func (q *Queue) settle() {
 	q.rt.kick(q)
 	if q.inflight == 0 && len(q.held) > 0 {
 		q.postLocked(nil)
@@ -674,27 +727,25 @@ func (q *Queue) Pop(out []krcore.Completion) int {
 // Pop (see pollFor) and wakes q's waiters, as finishRunLocked does. The
 // first, when it is the oldest request of the queue and out has room, it
 // retires at once into out, without marking its entry done for popLocked
-// to find; so does the range (retireRange). mine holds one at least. It
-// returns how many completions it put in out; q.mu held.
+// to find. mine holds one at least. It returns how many completions it
+// put in out; q.mu held.
 func (q *Queue) finishOwn(mine *ownRun, out []krcore.Completion) int {
-	k, fs := 0, mine.fs[:mine.n]
 	if mine.span > 0 {
-		k = q.retireRange(mine.lo, mine.span, out)
+		return q.finishRange(mine, out)
 	}
-	if len(fs) > 0 {
-		if o := &fs[0]; o.seq == q.seq && q.n > 0 && k < len(out) && !q.ents[q.head].done {
-			e := &q.ents[q.head]
-			q.release(e)
-			if e.signaled || o.status != verbs.Success {
-				out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
-				k++
-			}
-			q.pop()
-			fs = fs[1:]
+	k, fs := 0, mine.fs[:mine.n]
+	q.inflight -= len(fs)
+	q.credits += len(fs)
+	if o := &fs[0]; o.seq == q.seq && q.n > 0 && len(out) > 0 && !q.ents[q.head].done {
+		e := &q.ents[q.head]
+		q.release(e)
+		if e.signaled || o.status != verbs.Success {
+			out[0] = krcore.Completion{ID: e.id, Op: e.op, Status: o.status, Len: int(o.n)}
+			k = 1
 		}
+		q.pop()
+		fs = fs[1:]
 	}
-	q.inflight -= mine.n + mine.span
-	q.credits += mine.n + mine.span
 	for i := range fs {
 		q.markDone(fs[i].seq, fs[i].status, fs[i].n)
 	}
@@ -702,6 +753,21 @@ func (q *Queue) finishOwn(mine *ownRun, out []krcore.Completion) int {
 	if q.inflight == 0 && len(q.held) > 0 {
 		q.postLocked(nil)
 	}
+	return k
+}
+
+// finishRange is finishOwn for a poll that handed Pop a range of
+// successes (see completeRun): it retires the range (retireRange), then
+// records the rest of mine as finishRunLocked does. It returns how many
+// completions it put in out; q.mu held.
+func (q *Queue) finishRange(mine *ownRun, out []krcore.Completion) int {
+	k := q.retireRange(mine.lo, mine.span, out)
+	q.inflight -= mine.n + mine.span
+	q.credits += mine.n + mine.span
+	for _, o := range mine.fs[:mine.n] {
+		q.markDone(o.seq, o.status, o.n)
+	}
+	q.settle()
 	return k
 }
 
