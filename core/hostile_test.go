@@ -331,7 +331,10 @@ func TestHostileArgs(t *testing.T) {
 // wrong, each between two good READs on the same shared QPs, in every
 // mode: each forged request completes in order with the error status a
 // private QP would give (never SUCCESS), the good READs around it get
-// their bytes, and no shared QP needed a recovery.
+// their bytes, and no shared QP needed a recovery. The three go in one
+// Push: on a queue whose QP has room, accepted one by one straight into
+// the QP's ring under its lock (pushRun), the forged one refused in its
+// place between them.
 func TestHostileRequests(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		c, q, local, g, bad := forgedRequests(t, m)
