@@ -163,6 +163,14 @@ func (p *pqp) emptied() {
 	}
 }
 
+// postsNow reports whether a request may be posted at once: the QP is
+// neither dead nor broken and nothing is backlogged before it; p.mu held.
+func (p *pqp) postsNow() bool { return !p.dead && !p.broken && len(p.backlog) == 0 }
+
+// room reports whether the ring and the send queue have room for one more
+// record, of up to 2 work requests (rec.wrs); p.mu held.
+func (p *pqp) room() bool { return p.n < p.depth && p.used+2 <= p.depth }
+
 // post queues records and posts what fits in the send queue. It returns
 // the records it could not take because the QP is gone for good; the
 // caller fails them (it may hold their VQ's lock, which post never takes).
@@ -182,7 +190,7 @@ func (p *pqp) post(rs []rec) []rec {
 		}
 		return rs
 	}
-	if len(p.backlog) == 0 && !p.dead && !p.broken {
+	if p.postsNow() {
 		// Nothing waits before rs: post them straight from rs.
 		if k := p.postRecs(rs); k < len(rs) {
 			p.backlog = append(p.backlog, rs[k:]...)

@@ -234,13 +234,12 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 // nothing, when the general path must take r; true when r was posted or
 // refused (completed with its status). q.mu held.
 func (q *Queue) pushDirect(r *krcore.Request) bool {
-	p := q.route
-	if p == nil || q.full() || len(q.held) > 0 || q.peer != q.routePeer || q.peer.rcl.Load() != q.routeList {
+	if q.full() || !q.routeSettled() {
 		return false
 	}
+	p := q.route
 	p.mu.Lock()
-	// 2: the most work requests a record takes (rec.wrs).
-	if p.dead || p.broken || len(p.backlog) > 0 || p.n >= p.depth || p.used+2 > p.depth {
+	if !p.postsNow() || !p.room() {
 		p.mu.Unlock()
 		return false
 	}
@@ -267,6 +266,13 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	return true
 }
 
+// routeSettled reports whether the queue's requests may go to its route
+// as it is: it has one, its peer's record and RC QPs are the ones it was
+// chosen for, and nothing is held for a route switch; q.mu held.
+func (q *Queue) routeSettled() bool {
+	return q.route != nil && len(q.held) == 0 && q.peer == q.routePeer && q.peer.rcl.Load() == q.routeList
+}
+
 // pushRun is pushDirect for a batch: it accepts the requests of reqs
 // straight into the ring of the queue's route, while credits and the
 // QP's room last, and posts them in one posting, whose last work request
@@ -274,20 +280,19 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 // (posted or refused); the general path takes the rest, or all when
 // something stands in the way (see pushDirect). q.mu held.
 func (q *Queue) pushRun(reqs []krcore.Request) int {
-	p := q.route
-	if p == nil || len(q.held) > 0 || q.peer != q.routePeer || q.peer.rcl.Load() != q.routeList {
+	if !q.routeSettled() {
 		return 0
 	}
+	p := q.route
 	p.mu.Lock()
-	if p.dead || p.broken || len(p.backlog) > 0 {
+	if !p.postsNow() {
 		p.mu.Unlock()
 		return 0
 	}
 	t := q.peer.target()
 	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
 	i := 0
-	// 2: the most work requests a record takes (rec.wrs).
-	for ; i < len(reqs) && !q.full() && p.n < p.depth && p.used+2 <= p.depth; i++ {
+	for ; i < len(reqs) && !q.full() && p.room(); i++ {
 		seq := p.next
 		x := &p.recs[p.slot(seq)]
 		if !q.accept(&reqs[i], x) {
