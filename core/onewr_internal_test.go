@@ -33,8 +33,9 @@ func TestOneWR(t *testing.T) {
 	q := &Queue{id: 7}
 	q.port.Store(3)
 	tg := &target{dct: 99, key: 0xdc, ah: fakeAH{}}
-	hdr := &MR{mr: bytesMR{b: make([]byte, 16*hdrSlot)}, addr: 1 << 30, lkey: 9, n: 16 * hdrSlot}
-	src := &MR{mr: bytesMR{b: make([]byte, 4096)}, addr: 1 << 20, lkey: 4, n: 4096}
+	hdrMem, srcMem := make([]byte, 16*hdrSlot), make([]byte, 4096)
+	hdr := &MR{mr: bytesMR{b: hdrMem}, addr: 1 << 30, lkey: 9, n: len(hdrMem), mem: hdrMem}
+	src := &MR{mr: bytesMR{b: srcMem}, addr: 1 << 20, lkey: 4, n: len(srcMem), mem: srcMem}
 	msg := src.Range(64, 100)
 	recs := []rec{
 		{op: verbs.OpRead, signaled: true, local: verbs.SGE{Addr: 4096, Length: 8, LKey: 3}, hasLocal: true, raddr: 1 << 20, rkey: 5},
@@ -50,7 +51,7 @@ func TestOneWR(t *testing.T) {
 	for _, rc := range []*peer{nil, {}} {
 		for i, r := range recs {
 			r.q, r.target = q, tg
-			p := &pqp{rt: &Runtime{node: 5}, rc: rc, depth: 16, mask: 15, hdr: hdr, hdrMem: hdr.Bytes(), wrs: make([]verbs.SendWR, 0, 16), sges: make([]verbs.SGE, 0, 32)}
+			p := &pqp{rt: &Runtime{node: 5}, rc: rc, depth: 16, mask: 15, hdr: hdr, wrs: make([]verbs.SendWR, 0, 16), sges: make([]verbs.SGE, 0, 32)}
 			want := p.appendWRs(nil, &r, 1234, true)
 			want[0].SGL = slices.Clone(want[0].SGL) // the scratch SGEs are written again below
 			p.wrs = p.wrs[:1]

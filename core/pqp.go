@@ -98,10 +98,6 @@ type pqp struct {
 	// mask, not a division, on the path of every request.
 	mask uint64
 	hdr  *MR // a header slot (hdrSlot bytes) per slot, for two-sided messages
-	// hdrMem is hdr's memory, read once: header writes it under mu, which
-	// destroy holds when it marks the QP destroyed, before it deregisters
-	// hdr, so nothing writes it after.
-	hdrMem []byte
 
 	mu   sync.Mutex
 	recs []rec // in flight, a ring indexed by slot
@@ -138,7 +134,7 @@ func newPQP(rt *Runtime, qp verbs.QP, depth int, rc *peer) (*pqp, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pqp{rt: rt, qp: qp, rc: rc, sqPSN: qp.Endpoint().PSN, depth: depth, mask: uint64(ring - 1), hdr: hdr, hdrMem: hdr.Bytes(), recs: make([]rec, ring),
+	return &pqp{rt: rt, qp: qp, rc: rc, sqPSN: qp.Endpoint().PSN, depth: depth, mask: uint64(ring - 1), hdr: hdr, recs: make([]rec, ring),
 		wrs: make([]verbs.SendWR, 0, depth), sges: make([]verbs.SGE, 0, 2*depth)}, nil
 }
 
@@ -392,14 +388,17 @@ func (p *pqp) localSGL(r *rec) []verbs.SGE {
 // returns its SGE.
 func (p *pqp) header(r *rec, seq uint64) verbs.SGE {
 	slot := p.slot(seq) * hdrSlot
-	h := p.hdrMem[slot : slot+hdrSlot]
+	// hdr.mem: header runs under mu, which destroy holds when it marks
+	// the QP destroyed, before it deregisters hdr, so nothing writes it
+	// after.
+	h := p.hdr.mem[slot : slot+hdrSlot]
 	le := binary.LittleEndian
 	le.PutUint64(h, p.rt.node)
 	le.PutUint32(h[8:], r.q.port.Load())
 	le.PutUint32(h[12:], r.imm)
 	if r.src != nil {
 		off := r.local.Addr - r.src.addr
-		n := copy(h[hdrLen:], r.src.Bytes()[off:off+uint64(r.local.Length)])
+		n := copy(h[hdrLen:], r.src.mem[off:off+uint64(r.local.Length)]) // the request holds src
 		return sge(p.hdr, p.hdr.Range(slot, hdrLen+n))
 	}
 	if !r.notify {

@@ -20,11 +20,8 @@ import (
 // DCT and every RC QP, and messages are copied from its slots to the bound
 // queue's posted buffers.
 type receiver struct {
-	rt *Runtime
-	mr *MR
-	// mem is mr's memory, read once for every message's slot: the
-	// runtime's Close retires it (see MR.Bytes), never unmaps it.
-	mem  []byte
+	rt   *Runtime
+	mr   *MR
 	base int // offset of slot 0 in mr: huge-page aligned
 	slot int
 	// spent are the slots whose messages were dispatched, waiting to be
@@ -65,7 +62,7 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 	base := int((offheap.HugePage - start%offheap.HugePage) % offheap.HugePage)
 	offheap.Populate(mr.Bytes()[base : base+size])
 	// Small SRQs (a test's few slots) keep most of their slots posted.
-	r := &receiver{rt: rt, mr: mr, mem: mr.Bytes(), base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
+	r := &receiver{rt: rt, mr: mr, base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
 	for i := 0; i < rt.cfg.RecvSlots; i++ {
 		r.spent = append(r.spent, i)
 	}
@@ -80,7 +77,7 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 // slotBytes is slot i's first n bytes.
 func (r *receiver) slotBytes(i, n int) []byte {
 	off := r.base + i*r.slot
-	return r.mem[off : off+n]
+	return r.mr.mem[off : off+n] // the runtime's own MR (see MR.mem)
 }
 
 // release returns slot i, whose message was dispatched, to the SRQ: with
@@ -356,8 +353,8 @@ func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 		buf := in.bufs.Items()[0]
 		in.bufs.Drop(1)
 		bm := mrOf(buf)
-		n := copy(bm.Bytes()[buf.Off:buf.Off+buf.Len], data)
-		bm.unuse() // after the copy: the memory stays until then
+		n := copy(bm.mem[buf.Off:buf.Off+buf.Len], data) // the buffer holds a use of bm
+		bm.unuse()                                       // after the copy: the memory stays until then
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}

@@ -398,7 +398,7 @@ func (rt *Runtime) Register(buf []byte, access verbs.Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core: register %d bytes: %w", len(buf), err)
 	}
-	m := &MR{mr: mr, rt: rt, access: access, addr: mr.Addr(), lkey: mr.LKey(), n: mr.Len()}
+	m := &MR{mr: mr, rt: rt, access: access, addr: mr.Addr(), lkey: mr.LKey(), n: mr.Len(), mem: mr.Bytes()}
 	rt.mu.Lock()
 	closed := rt.closed
 	if !closed {
