@@ -25,11 +25,13 @@ type MR struct {
 	lkey uint32
 	n    int
 	// mem is mr's memory, read once at registration like addr, for the
-	// runtime's own use while something holds a use of the MR (a request,
-	// a posted receive buffer) or the MR is the runtime's own (a QP's
-	// header slots, the receive slots), which only its Close releases,
-	// retiring the memory rather than unmapping it: a message's copies
-	// then cost no dynamic call. Bytes is the checked way for the rest.
+	// runtime's own copies where the memory cannot be released under
+	// them: an MR something holds a use of (a request, a posted receive
+	// buffer), the receive slots (which only the runtime's Close
+	// releases, retiring the memory rather than unmapping it) and a QP's
+	// header slots (released when the QP is destroyed, which every
+	// writer of them rules out: see pqp.header). A message's copies then
+	// cost no dynamic call. Bytes is the checked way for the rest.
 	mem []byte
 
 	// uses counts what may still make the RNIC or the runtime touch the
