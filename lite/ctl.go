@@ -273,7 +273,8 @@ func (n *Node) request(ctx context.Context, node krcore.NodeID, m ctlMsg) (reply
 		delete(n.pending, m.id)
 		n.mu.Unlock()
 	}()
-	defer n.pop.awaitReply()() // popped at once even when a Recv that lent the role is away
+	n.pop.Need() // popped at once even when a Recv that lent the role is away
+	defer n.pop.Unneed()
 	if err := n.sendRequest(ctx, node, m); err != nil {
 		return reply{}, err
 	}

@@ -8,13 +8,12 @@ import (
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/poprole"
 )
 
 // poppedBy is who pops n's port now.
-func (n *Node) poppedBy() int {
-	n.pop.mu.Lock()
-	defer n.pop.mu.Unlock()
-	return n.pop.by
+func (n *Node) poppedBy() poprole.State {
+	return n.pop.State()
 }
 
 // serveEchoes answers svc's calls with their requests until it closes.
@@ -27,7 +26,7 @@ func serveEchoes(svc *Service) {
 }
 
 // TestRecvPopsPort: a service's Recv waiting with nothing queued pops the
-// Node's port itself (the role is popRecv), so that a call reaches it
+// Node's port itself (the role is Popping), so that a call reaches it
 // with no serving goroutine between; calls are answered all along.
 func TestRecvPopsPort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -40,16 +39,16 @@ func TestRecvPopsPort(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The server takes the role on its next Recv, unless the serving
-		// goroutine took it back first (lendFor, on a loaded machine):
+		// goroutine took it back first (LendFor, on a loaded machine):
 		// then the next call hands it over again.
 		for range 50 {
-			if r.callee.poppedBy() == popRecv {
+			if r.callee.poppedBy() == poprole.Popping {
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
 		if i == 200 {
-			t.Fatalf("after %d calls, the role is %d, never the waiting Recv's (%d)", i, r.callee.poppedBy(), popRecv)
+			t.Fatalf("after %d calls, the role is %d, never the waiting Recv's (%d)", i, r.callee.poppedBy(), poprole.Popping)
 		}
 	}
 }
@@ -189,7 +188,7 @@ func TestCallSeesFailedWrite(t *testing.T) {
 // TestQueueMarksOnlyPushed: the popping Recv's batch marks (its own call
 // claimed, a call handed on) follow a push that succeeded. A call refused
 // by a closed queue neither ends the popping Recv's wait as its own nor
-// leaves the role lent, for up to lendFor, to a Recv with nothing to take.
+// leaves the role lent, for up to LendFor, to a Recv with nothing to take.
 func TestQueueMarksOnlyPushed(t *testing.T) {
 	n := &Node{pop: newPopRole()}
 	r := &n.pop
@@ -220,65 +219,5 @@ func TestQueueMarksOnlyPushed(t *testing.T) {
 	case <-other.ready:
 	default:
 		t.Fatal("a call handed on did not wake its queue")
-	}
-}
-
-// TestLendWakesForReply: a control request that starts waiting for its
-// reply while a Recv pops does not wake the serving goroutine (the Recv
-// pops the reply if it comes); the Recv lending the role then does, so
-// that a reply coming after is popped at once, not after lendFor.
-func TestLendWakesForReply(t *testing.T) {
-	r := newPopRole()
-	r.by = popFree
-	if !r.takeForRecv() {
-		t.Fatal("a Recv did not take the free role")
-	}
-	done := r.awaitReply()
-	defer done()
-	select {
-	case <-r.wake:
-		t.Fatal("a control request woke the serving goroutine while a Recv pops")
-	default:
-	}
-	r.leaveRecv(true, false)
-	select {
-	case <-r.wake:
-	default:
-		t.Fatal("a Recv lending the role while a control request waits did not wake the serving goroutine")
-	}
-	if ok, _ := r.takeForServe(); !ok {
-		t.Fatal("the serving goroutine did not take the role a control request needs")
-	}
-}
-
-// TestStopWaitsForPoppingRecv: the serving goroutine stopping waits for a
-// popping Recv to leave (Close frees the buffers the Recv's messages are
-// in once the serving goroutine has stopped), and no Recv takes the role
-// after.
-func TestStopWaitsForPoppingRecv(t *testing.T) {
-	r := newPopRole()
-	r.by = popFree
-	if !r.takeForRecv() {
-		t.Fatal("a Recv did not take the free role")
-	}
-	stopped := make(chan struct{})
-	go func() {
-		r.stopServe()
-		close(stopped)
-	}()
-	time.Sleep(10 * time.Millisecond) // a stop that does not wait ends here
-	select {
-	case <-stopped:
-		t.Fatal("the serving goroutine stopped while a Recv pops")
-	default:
-	}
-	r.leaveRecv(true, false)
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the serving goroutine did not stop after the popping Recv left")
-	}
-	if r.takeForRecv() {
-		t.Fatal("a Recv took the role after the serving goroutine stopped")
 	}
 }

@@ -794,6 +794,14 @@ func (q *callQueue) push(c *Call, wake bool) (ok, ackNow bool) {
 // signal leaves the ready token; q.mu held.
 func (q *callQueue) signal() { signal(q.ready) }
 
+// signal leaves a token in ch if it has room.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // pop waits for the next call of n's queue q; hold keeps it until
 // release. moved is the call that the pop moved within the bound, to
 // acknowledge now. With nothing queued it pops n's port itself when the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/poprole"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -217,7 +218,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctx, n.cancel = ctx, cancel
-	n.pop.wake = make(chan struct{}, 1)
+	n.pop.Role = poprole.New()
 	go n.serve(ctx)
 	n.wg.Add(1)
 	go n.reaper(ctx)
