@@ -32,6 +32,29 @@ func TestBuildRCCall(t *testing.T) {
 // peer dead (the call confirms the death, then fails with the silence):
 // it stayed "closing" for good, its other end never answering.
 func TestRetireRCPeerSilent(t *testing.T) {
+	retireSilent(t, func(a *Runtime, pq *pqp) { a.evictRC(pq) })
+}
+
+// TestRetireRCDeadlinePast: the same when the close call's deadline ends
+// it before it has tried often enough to call the peer silent, as on a
+// loaded node whose retiring goroutine did not run for most of the
+// deadline (here the deadline has passed before the call): the peer is
+// pinged, found dead, and the QP destroyed.
+func TestRetireRCDeadlinePast(t *testing.T) {
+	retireSilent(t, func(a *Runtime, pq *pqp) {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		if !pq.rc.dropRC(pq) {
+			t.Fatal("the RC QP was not in its peer's pool")
+		}
+		a.retireRC(ctx, pq)
+	})
+}
+
+// retireSilent builds an RC QP from node 1 to node 2, silences node 2 and
+// retires the QP with retire: the peer must be found dead and the QP
+// destroyed.
+func retireSilent(t *testing.T, retire func(a *Runtime, pq *pqp)) {
 	ctx, a, b := rcPair(t, 20*time.Second)
 	p, err := a.peerFor(ctx, 2)
 	if err == nil {
@@ -45,7 +68,7 @@ func TestRetireRCPeerSilent(t *testing.T) {
 	if p.deadErr() != nil {
 		t.Fatal("the peer is known dead before the close call: nothing to test")
 	}
-	a.evictRC(pq)
+	retire(a, pq)
 	if p.deadErr() == nil {
 		t.Fatal("the close call did not find the peer dead")
 	}

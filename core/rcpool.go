@@ -184,7 +184,7 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 	if !pq.drain(rt.stop) {
 		return // the runtime is closing; teardown destroys the QP
 	}
-	if _, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN)); err != nil {
+	if err := rt.tellClosed(ctx, pq); err != nil {
 		// A call to a silent peer confirms its death before it fails
 		// (with the silence, not ErrPeerDead): its end is gone with it.
 		// A live peer not told keeps its end, and tells this one when it
@@ -196,6 +196,20 @@ func (rt *Runtime) retireRC(ctx context.Context, pq *pqp) {
 		}
 	}
 	pq.closeEnd(true)
+}
+
+// tellClosed tells pq's peer that this end has drained. A call that its
+// deadline ended unanswered before it had tried often enough to call the
+// peer silent (on a loaded node the caller may not run for most of the
+// deadline) has the peer pinged on a context of its own, as a call out of
+// attempts has: a silent peer taken for a live one not told would leave
+// the QP closing for good, waiting for a close its other end never sends.
+func (rt *Runtime) tellClosed(ctx context.Context, pq *pqp) error {
+	_, err := rt.ctrl.call(ctx, pq.rc.node, ctlRCClose, qpnPair(pq.qp.Num(), pq.remoteQPN))
+	if errors.Is(err, context.DeadlineExceeded) && !peerSilent(err) {
+		rt.confirmDead(pq.rc, err)
+	}
+	return err
 }
 
 // closeRC is the passive side of evictRC: the peer has drained its end.
