@@ -49,7 +49,9 @@ func hammer(q *core.Queue, req krcore.Request, stop <-chan struct{}, wg *sync.Wa
 func TestDeadPeerSparesControlPath(t *testing.T) {
 	path := verbs.Path{Timeout: time.Second, RetryCount: 3}
 	budget := path.Timeout * time.Duration(path.RetryCount+1)
-	c := start(t, 3, core.Config{DCIs: 2, HotOps: 2, HotWindow: 2 * time.Millisecond, Path: path})
+	// Lease: node 2's 2 s lease lapsed once, its renewal starved, and a
+	// lookup of the live node found no record.
+	c := start(t, 3, core.Config{DCIs: 2, HotOps: 2, HotWindow: 2 * time.Millisecond, Path: path, Lease: 10 * time.Second})
 	a, b := c.Node(1), c.Node(2)
 	serve(t, b, "live", 64)
 	q3, req3 := reader(t, a, c.Node(3), "dead")

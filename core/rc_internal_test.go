@@ -86,8 +86,10 @@ func retireSilent(t *testing.T, retire func(a *Runtime, pq *pqp)) {
 }
 
 // rcPair is runtimes 1 and 2 in RC-only mode on one soft fabric, 2 knowing
-// 1, with a short path timeout, and a context of d for the test; all are
-// closed or cancelled when the test ends.
+// 1, and a context of d for the test; all are closed or cancelled when the
+// test ends. The path is patient: on two loaded cores under -race, a 50 ms
+// one failed the set-up (the acceptor's lookup of node 1 ran out its
+// 400 ms, and it refused the RC connection).
 func rcPair(t *testing.T, d time.Duration) (ctx context.Context, a, b *Runtime) {
 	t.Helper()
 	fab := soft.NewFabric()
@@ -102,7 +104,7 @@ func rcPair(t *testing.T, d time.Duration) (ctx context.Context, a, b *Runtime) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
-	path := verbs.Path{Timeout: 50 * time.Millisecond, RetryCount: 3}
+	path := verbs.Path{Timeout: 500 * time.Millisecond, RetryCount: 3}
 	a, err := New(ctx, Config{Device: devs[0], Node: 1, Path: path, RCPeers: -1})
 	if err != nil {
 		t.Fatal(err)
