@@ -14,7 +14,7 @@ import (
 // TestBuildRCCall: the RC handshake over the control port connects both
 // ends and puts the QP in the initiator's pool.
 func TestBuildRCCall(t *testing.T) {
-	ctx, a, _ := rcPair(t, 5*time.Second)
+	ctx, a, _ := rcPair(t, 20*time.Second)
 	p, err := a.peerFor(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
