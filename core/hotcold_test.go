@@ -118,7 +118,7 @@ func TestDeadPeerRCReleased(t *testing.T) {
 	a := c.Node(1)
 	q, req := reader(t, a, c.Node(2), "r")
 	var out [4]krcore.Completion
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // the RC handshake, starved
 	for a.Stats().RCs == 0 {
 		if _, err := q.Push(ctx(t), true, req, req); err != nil {
 			t.Fatal(err)
