@@ -40,13 +40,24 @@ func TestSleepingPopWaitAllocs(t *testing.T) {
 	for range 100 {
 		read()
 	}
+	// AllocsPerRun counts the whole process's allocations: on a starved
+	// machine the runtimes' own background work (leases, probes) lands
+	// in one run now and then (1.0 a request once at load ~25). A request
+	// that allocates does so in every run, so the fewest of three is its.
 	const runs = 300
-	before := core.SendSleeps(a)
-	n := testing.AllocsPerRun(runs, read)
-	if slept := core.SendSleeps(a) - before; slept < runs/2 {
-		t.Fatalf("PopWait slept %d times in %d requests: the test needs it to sleep", slept, runs+1)
+	fewest := -1.0
+	for range 3 {
+		before := core.SendSleeps(a)
+		n := testing.AllocsPerRun(runs, read)
+		if slept := core.SendSleeps(a) - before; slept < runs/2 {
+			t.Fatalf("PopWait slept %d times in %d requests: the test needs it to sleep", slept, runs+1)
+		}
+		if fewest < 0 || n < fewest {
+			fewest = n
+		}
+		if fewest == 0 {
+			return
+		}
 	}
-	if n != 0 {
-		t.Errorf("a request whose PopWait sleeps allocates %.1f times", n)
-	}
+	t.Errorf("a request whose PopWait sleeps allocates %.1f times (the fewest of 3 runs)", fewest)
 }
