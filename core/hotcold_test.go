@@ -13,13 +13,16 @@ import (
 // (node 2 pushes nothing): the pair builds one RC QP and keeps it for the
 // whole stream. The accepting side sees no pushes of its own, yet must not
 // evict what the initiator keeps hot: no eviction on either side, and the
-// reader's queue migrates once (DCI to RC).
+// reader's queue migrates once (DCI to RC). Cold is 500 windows (1 s): a
+// starved reader (plain go test at load ~25) stalled past 0.5 s once and
+// lost its QP; the stream runs three cold periods, so a target that
+// evicted what it does not push itself would still do so within it.
 func TestHotOneWayKeepsRC(t *testing.T) {
-	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 250, Path: patientPath})
+	c := start(t, 2, core.Config{DCIs: 1, HotOps: 5, HotWindow: 2 * time.Millisecond, ColdWindows: 500, Path: patientPath})
 	a, b := c.Node(1), c.Node(2)
 	q, req := reader(t, a, b, "r")
 	var out [8]krcore.Completion
-	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 		for i := range 4 {
 			req.ID = uint64(i)
 			if _, err := q.Push(ctx(t), true, req); err != nil {
