@@ -249,12 +249,7 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 		p.mu.Unlock()
 		return true
 	}
-	x.target = q.peer.target()
-	q.inflight++
-	p.next++
-	p.n++
-	p.used += x.wrs()
-	p.countOp(x.target.peer)
+	q.admit(p, x, q.peer.target())
 	if x.notify {
 		p.wrs, p.sges = p.wrs[:0], p.sges[:0]
 		p.wrs = p.appendWRs(p.wrs, x, seq, true)
@@ -264,6 +259,18 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	p.postWRs()
 	p.mu.Unlock()
 	return true
+}
+
+// admit puts x, accepted into p's next record, in flight to t: pushDirect's
+// and pushRun's step between accept and the work requests; q.mu and p.mu
+// held.
+func (q *Queue) admit(p *pqp, x *rec, t *target) {
+	x.target = t
+	q.inflight++
+	p.next++
+	p.n++
+	p.used += x.wrs()
+	p.countOp(t.peer)
 }
 
 // routeSettled reports whether the queue's requests may go to its route
@@ -298,12 +305,7 @@ func (q *Queue) pushRun(reqs []krcore.Request) int {
 		if !q.accept(&reqs[i], x) {
 			continue // refused: completed in its place, the slot left free
 		}
-		x.target = t
-		q.inflight++
-		p.next++
-		p.n++
-		p.used += x.wrs()
-		p.countOp(t.peer)
+		q.admit(p, x, t)
 		p.wrs = p.appendWRs(p.wrs, x, seq, false)
 	}
 	if n := len(p.wrs); n > 0 {
