@@ -614,14 +614,14 @@ func (q *Queue) release(e *entry) {
 		// closed. One with a use of its own drops it.
 		if !e.held {
 			m.unuse()
-		} else if q.holdRefs--; q.holdRefs == 0 && (q.closed || !m.live()) {
-			q.dropHold(m)
+		} else {
+			q.releaseHeld(1) // m is the hold: it changes only when unheld
 		}
 	}
 }
 
-// releaseHeld releases n requests relying on the queue's hold, as release
-// does one by one; q.mu held.
+// releaseHeld releases n requests relying on the queue's hold (release's
+// for one, retireRange's for a range); q.mu held.
 func (q *Queue) releaseHeld(n int) {
 	if q.holdRefs -= n; q.holdRefs == 0 && (q.closed || !q.hold.live()) {
 		q.dropHold(q.hold)
