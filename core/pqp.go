@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/krcore/krcore/verbs"
 )
@@ -235,7 +236,7 @@ func (p *pqp) postRecs(rs []rec) int {
 		r := &p.recs[p.slot(seq)]
 		*r = rs[i]
 		p.n++
-		p.countOp(r.target.peer)
+		p.countOps(r.target.peer, 1)
 		p.wrs = p.appendWRs(p.wrs, r, seq, i == k-1)
 	}
 	p.used = used
@@ -253,13 +254,13 @@ func (p *pqp) postWRs() {
 	}
 }
 
-// countOp counts a request posted for peer; p.mu held.
-func (p *pqp) countOp(peer *peer) {
+// countOps counts n requests posted for peer; p.mu held.
+func (p *pqp) countOps(peer *peer, n int) {
 	if peer != p.opsPeer {
 		p.flushOpsLocked()
 		p.opsPeer = peer
 	}
-	p.opsN++
+	p.opsN += uint64(n)
 }
 
 // flushOps adds the requests counted and not yet added to their peer's
@@ -352,9 +353,9 @@ func (p *pqp) fillWR(wr *verbs.SendWR, r *rec, seq uint64, flags verbs.SendFlags
 	if r.op.IsSend() {
 		p.msgWR(wr, r, seq)
 	} else if r.hasLocal {
-		n := len(p.sges)
-		p.sges = append(p.sges, r.local)
-		wr.SGL = p.sges[n : n+1 : n+1]
+		// The record's own SGE: it stays in the ring until the request
+		// completes, past the posting (which copies the SGL).
+		wr.SGL = unsafe.Slice(&r.local, 1)
 	}
 }
 

@@ -261,16 +261,16 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	return true
 }
 
-// admit puts x, accepted into p's next record, in flight to t: pushDirect's
-// and pushRun's step between accept and the work requests; q.mu and p.mu
-// held.
+// admit puts x, accepted into p's next record, in flight to t:
+// pushDirect's step between accept and the work request (pushRun's, for
+// a run, counts once); q.mu and p.mu held.
 func (q *Queue) admit(p *pqp, x *rec, t *target) {
 	x.target = t
 	q.inflight++
 	p.next++
 	p.n++
 	p.used += x.wrs()
-	p.countOp(t.peer)
+	p.countOps(t.peer, 1)
 }
 
 // routeSettled reports whether the queue's requests may go to its route
@@ -298,18 +298,27 @@ func (q *Queue) pushRun(reqs []krcore.Request) int {
 	}
 	t := q.peer.target()
 	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
-	i := 0
-	for ; i < len(reqs) && !q.full() && p.room(); i++ {
+	// Each request takes an entry and at most a credit and a record, so
+	// the run's bound on those is decided once; only the send queue's
+	// room, two work requests for a notifying WRITE, is checked each time.
+	k := min(len(reqs), q.credits, q.depth()-q.n, p.depth-p.n)
+	first, i := p.next, 0
+	for ; i < k && p.used+2 <= p.depth; i++ {
 		seq := p.next
 		x := &p.recs[p.slot(seq)]
 		if !q.accept(&reqs[i], x) {
 			continue // refused: completed in its place, the slot left free
 		}
-		q.admit(p, x, t)
+		x.target = t
+		p.next++
+		p.used += x.wrs()
 		p.wrs = p.appendWRs(p.wrs, x, seq, false)
 	}
-	if n := len(p.wrs); n > 0 {
-		p.wrs[n-1].Flags |= verbs.Signaled // the posting's last, as appendWRs's last
+	if n := int(p.next - first); n > 0 {
+		q.inflight += n
+		p.n += n
+		p.countOps(t.peer, n)
+		p.wrs[len(p.wrs)-1].Flags |= verbs.Signaled // the posting's last, as appendWRs's last
 		p.sinceSignal = 0
 		p.postWRs()
 	}
