@@ -1341,3 +1341,92 @@ func TestHostileSends(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestHostileAfterPlain: a request naming the MR, region and opcode of the
+// last one a queue let through in one pass is checked in less (its ranges
+// and its MR's life; see Queue.quick), the rest having been decided for
+// the queue's connection. Nothing decided for one connection holds for
+// another, or past a change of what the request names: each forged
+// request below comes right after a good one with the same handles and
+// opcode and is refused with the status a fresh queue gives it, and none
+// reaches a shared QP.
+func TestHostileAfterPlain(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 3, core.Config{Path: patientPath})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "data", 4096)
+		serve(t, c.Node(3), "data", 4096)
+		roMR, _ := b.RegMR(4096, verbs.AccessAll)
+		if err := b.Export("ro", roMR, 0, 64, verbs.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		srv, q := portPair(t, c)
+		g, err := q.Region(ctx(t), "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro, err := q.Region(ctx(t), "ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(4096, verbs.AccessAll)
+		doomed, _ := a.RegMR(4096, verbs.AccessAll)
+		run := func(what string, want verbs.Status, reqs ...krcore.Request) {
+			t.Helper()
+			var out [2]krcore.Completion
+			err := withDeadline(t, 5*time.Second, what, func(ctx context.Context) error {
+				if _, err := q.Push(ctx, true, reqs...); err != nil {
+					return err
+				}
+				for got := 0; got < len(reqs); {
+					n, err := q.PopWait(ctx, out[got:len(reqs)])
+					if err != nil {
+						return err
+					}
+					got += n
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if last := out[len(reqs)-1]; last.Status != want {
+				t.Errorf("%s: completed %+v, want %s", what, last, want)
+			}
+		}
+		read := func(l krcore.Local, r krcore.Remote) krcore.Request {
+			return krcore.Request{ID: 1, Op: verbs.OpRead, Local: l, Remote: r}
+		}
+		send := krcore.Request{ID: 1, Op: verbs.OpSend, Local: local.Range(0, 8)}
+		rbuf, _ := b.RegMR(4096, verbs.AccessAll)
+		if err := srv.PushRecv(rbuf.Range(0, 64)); err != nil {
+			t.Fatal(err)
+		}
+		run("a SEND to the port", verbs.Success, send)
+		if err := q.Connect(ctx(t), 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		run("a SEND after a reconnect without the port", verbs.LocQPOpErr, send)
+
+		write := read(local.Range(0, 8), ro.At(0))
+		write.Op = verbs.OpWrite
+		run("a WRITE of a read-only region after a READ of it", verbs.RemAccessErr, read(local.Range(0, 8), ro.At(0)), write)
+		run("a READ past the region after one inside", verbs.RemAccessErr, read(local.Range(0, 8), g.At(0)), read(local.Range(0, 8), g.At(4089)))
+		run("a READ past the MR after one inside", verbs.LocProtErr, read(local.Range(0, 8), g.At(0)), read(local.Range(4089, 8), g.At(0)))
+
+		run("a READ into an MR about to go", verbs.Success, read(doomed.Range(0, 8), g.At(0)))
+		if err := a.Deregister(doomed); err != nil {
+			t.Fatal(err)
+		}
+		run("a READ into it deregistered", verbs.LocProtErr, read(doomed.Range(0, 8), g.At(0)))
+
+		run("a READ of node 2's region", verbs.Success, read(local.Range(0, 8), g.At(0)))
+		if err := q.Connect(ctx(t), 3, nil); err != nil {
+			t.Fatal(err)
+		}
+		run("the READ after a reconnect to node 3", verbs.RemAccessErr, read(local.Range(0, 8), g.At(0)))
+		if st := a.Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
+			t.Errorf("forged requests reached a shared QP: %+v", st)
+		}
+	}, modeDC, modeNoDC)
+}

@@ -78,6 +78,38 @@ func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, 
 	return g.access&verbs.AccessRemoteWrite != 0
 }
 
+// plainKey is what plain let through last on a queue's connection: the
+// MR and region handles and opcode of a READ, WRITE or SEND, with the MR
+// and grant they resolved to. What plain decided from these and the
+// connection alone (whose runtime the MR and region are, the region's
+// node, the access bits, a SEND's port) holds for every request that names
+// the same on that connection, since none of it changes: only the ranges
+// and the MR's life are left to check (see Queue.quick). Connect forgets
+// it.
+type plainKey struct {
+	m  *MR
+	rg *Region
+	g  *grant
+	op verbs.Opcode
+}
+
+// quick is plain for a request that names q's last plain key: it checks
+// the ranges and the MR's life, and returns the MR and grant, and true; or
+// false, and plain decides from scratch. q.mu held.
+func (q *Queue) quick(r *krcore.Request) (*MR, *grant, bool) {
+	k := &q.last
+	m, _ := r.Local.MR.(*MR)
+	rg, _ := r.Remote.Region.(*Region)
+	if m != k.m || rg != k.rg || r.Op != k.op || !inside(&r.Local, m, q.rt.lim) {
+		return nil, nil, false
+	}
+	if r.Op.IsSend() {
+		return m, k.g, true
+	}
+	n, off := uint64(r.Local.Len), r.Remote.Off
+	return m, k.g, off <= k.g.len && n <= k.g.len-off
+}
+
 // inside reports whether l is a non-empty range inside m, a live MR of
 // the runtime, within the message limit: every request's local case,
 // decided without the refusals' formatting (plain, checkLocal).

@@ -78,6 +78,9 @@ type Queue struct {
 	// the queue closes.
 	hold     *MR
 	holdRefs int
+	// last is what plain last let through on the queue's connection,
+	// to check a request that names the same in less (see quick).
+	last plainKey
 }
 
 // completionDepth is how many credits' worth of completions a VQ holds
@@ -132,7 +135,7 @@ func (q *Queue) Connect(ctx context.Context, node krcore.NodeID, opts *krcore.Co
 	if err := q.movable(node, p); err != nil { // pushed or closed meanwhile
 		return err
 	}
-	q.peer, q.dstPort, q.toPort = p, 0, false
+	q.peer, q.dstPort, q.toPort, q.last = p, 0, false, plainKey{}
 	if opts != nil && opts.Port != 0 {
 		q.dstPort, q.toPort = opts.Port, true
 	}
@@ -434,18 +437,12 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 		// (16 KiB at the default credits, zeroed and scanned by the GC).
 		q.ents = make([]entry, q.depth())
 	}
-	e := entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 	seq := q.seq + uint64(q.n)
-	q.ents[q.slot(q.n)] = e
-	q.n++
-	q.credits--
 	// Resolved once: every check and the post use these records.
-	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
+	m, g, ok := q.quick(r)
 	var ref *refusal
-	if !plain(r, m, g, q.rt, q.peer.node, q.toPort, q.rt.lim) {
-		if ref = q.checkOwner(r, m, g); ref == nil {
-			ref = check(r, m, g, q.toPort, q.rt.lim)
-		}
+	if !ok {
+		m, g, ref = q.vet(r)
 	}
 	if ref == nil && q.peer.dead.Load() != nil {
 		ref = deadRefusal
@@ -463,18 +460,22 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 			}
 		}
 	}
+	// The entry is written once, what it holds decided.
+	e := &q.ents[q.slot(q.n)]
+	q.n++
 	if ref != nil {
+		*e = entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
 		q.rt.count(&q.rt.stats.refusals)
-		q.credits++
 		q.finishLocked(seq, ref.status, 0)
 		return false
 	}
-	*x = rec{q: q, seq: seq, op: r.Op, signaled: e.signaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
+	q.credits--
+	*x = rec{q: q, seq: seq, op: r.Op, signaled: !r.Unsignaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
+	*e = entry{id: r.ID, op: r.Op, signaled: x.signaled}
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = sge(m, r.Local), true
-		ent := &q.ents[q.slot(q.n-1)]
-		ent.mr, ent.held = m, held // released as it finishes
-		ent.n = x.local.Length     // a success's length (see retireRange)
+		// Released as it finishes; a success's length (see retireRange).
+		e.mr, e.held, e.n = m, held, x.local.Length
 	}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
@@ -488,6 +489,23 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 		x.dstPort, x.notify = q.dstPort, true
 	}
 	return true
+}
+
+// vet resolves r's handles to the runtime's records and checks r, a
+// request quick did not let through: nil, or why it is refused. What plain
+// lets through it remembers for quick; q.mu held.
+func (q *Queue) vet(r *krcore.Request) (*MR, *grant, *refusal) {
+	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
+	if plain(r, m, g, q.rt, q.peer.node, q.toPort, q.rt.lim) {
+		rg, _ := r.Remote.Region.(*Region)
+		q.last = plainKey{m: m, rg: rg, g: g, op: r.Op}
+		return m, g, nil
+	}
+	ref := q.checkOwner(r, m, g)
+	if ref == nil {
+		ref = check(r, m, g, q.toPort, q.rt.lim)
+	}
+	return m, g, ref
 }
 
 // postLocked sends records to the queue's route, switching routes only when

@@ -490,6 +490,9 @@ func (rt *Runtime) dropUses(m *MR) {
 		q.mu.Lock()
 		q.dropBufs(m)
 		q.dropIdleHold(m)
+		if q.last.m == m {
+			q.last = plainKey{} // refused anyway (quick checks live), but not kept
+		}
 		q.mu.Unlock()
 	}
 }
