@@ -148,3 +148,48 @@ func localOf(r *krcore.Request) *MR {
 	m, _ := r.Local.MR.(*MR)
 	return m
 }
+
+// FuzzQuick: once plain has let a request through (vet remembers its
+// handles and opcode), quick lets through a request naming the same only
+// where checkOwner and check both would, whatever its ranges, and nothing
+// into an MR deregistered since.
+func FuzzQuick(f *testing.F) {
+	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(0), true)
+	f.Add(uint8(verbs.OpRead), 4090, 8, uint64(0), uint8(4), true)
+	f.Add(uint8(verbs.OpWrite), 0, 8, uint64(1020), uint8(2), true)
+	f.Add(uint8(verbs.OpSend), -1, 8, uint64(0), uint8(0), true)
+	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
+		lim := limits{maxMsg: 1 << 20}
+		rt := &Runtime{lim: lim}
+		mrs := []*MR{{rt: rt, mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}, {rt: rt, mr: fakeVerbsMR{}, n: 4096}}
+		access := verbs.AccessRemoteRead
+		if which&2 != 0 {
+			access = verbs.AccessRemoteWrite
+		}
+		g := &Region{g: &grant{rt: rt, name: "r", len: 1024, addr: 1 << 20, access: access}}
+		m := mrs[which&1]
+		q := &Queue{rt: rt, peer: &peer{}, toPort: two}
+		good := krcore.Request{Op: verbs.Opcode(op), Local: krcore.Local{MR: m, Len: 8}, Remote: g.At(0)}
+		if _, _, ref := q.vet(&good); ref != nil {
+			return
+		}
+		r := good
+		r.Local.Off, r.Local.Len, r.Remote.Off = off, n, roff
+		if which&4 != 0 {
+			m.dead.Store(true)
+		}
+		qm, qg, ok := q.quick(&r)
+		if !ok {
+			return
+		}
+		if m.dead.Load() {
+			t.Fatalf("%s into a deregistered MR let through", r.Op)
+		}
+		if ref := q.checkOwner(&r, qm, qg); ref != nil {
+			t.Fatalf("%s local %+v remote %d: quick true, checkOwner %v", r.Op, r.Local, r.Remote.Off, ref)
+		}
+		if ref := check(&r, qm, qg, two, lim); ref != nil {
+			t.Fatalf("%s local %+v remote %d: quick true, check %v", r.Op, r.Local, r.Remote.Off, ref)
+		}
+	})
+}
