@@ -1420,6 +1420,23 @@ func TestHostileAfterPlain(t *testing.T) {
 		}
 		run("a READ into it deregistered", verbs.LocProtErr, read(doomed.Range(0, 8), g.At(0)))
 
+		// A Region is a value whose copies share its record: overwriting
+		// the one a handle points at changes what the handle names.
+		reused, err := a.Region(ctx(t), 2, "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		small, err := a.Region(ctx(t), 2, "ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		run("a READ of a handle about to be overwritten", verbs.Success, read(local.Range(0, 8), reused.At(100)))
+		*reused = *small
+		run("the READ past the region written over it", verbs.RemAccessErr, read(local.Range(0, 8), reused.At(100)))
+		run("a READ of the handle again", verbs.Success, read(local.Range(0, 8), reused.At(0)))
+		*reused = core.Region{}
+		run("the READ of the zero Region written over it", verbs.RemInvReqErr, read(local.Range(0, 8), reused.At(0)))
+
 		run("a READ of node 2's region", verbs.Success, read(local.Range(0, 8), g.At(0)))
 		if err := q.Connect(ctx(t), 3, nil); err != nil {
 			t.Fatal(err)

@@ -79,16 +79,15 @@ func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, 
 }
 
 // plainKey is what plain let through last on a queue's connection: the
-// MR and region handles and opcode of a READ, WRITE or SEND, with the MR
-// and grant they resolved to. What plain decided from these and the
-// connection alone (whose runtime the MR and region are, the region's
-// node, the access bits, a SEND's port) holds for every request that names
-// the same on that connection, since none of it changes: only the ranges
-// and the MR's life are left to check (see Queue.quick). Connect forgets
-// it.
+// MR handle and opcode of a READ, WRITE or SEND, and the grant its Region
+// held (not the Region: the value a handle points at may be overwritten
+// with another). What plain decided from these and the connection alone
+// (whose runtime the MR and grant are, the grant's node, the access bits,
+// a SEND's port) holds for every request that names the same on that
+// connection, since none of it changes: only the ranges and the MR's life
+// are left to check (see Queue.quick). Connect forgets it.
 type plainKey struct {
 	m  *MR
-	rg *Region
 	g  *grant
 	op verbs.Opcode
 }
@@ -99,8 +98,7 @@ type plainKey struct {
 func (q *Queue) quick(r *krcore.Request) (*MR, *grant, bool) {
 	k := &q.last
 	m, _ := r.Local.MR.(*MR)
-	rg, _ := r.Remote.Region.(*Region)
-	if m != k.m || rg != k.rg || r.Op != k.op || !inside(&r.Local, m, q.rt.lim) {
+	if m != k.m || grantOf(r.Remote.Region) != k.g || r.Op != k.op || !inside(&r.Local, m, q.rt.lim) {
 		return nil, nil, false
 	}
 	if r.Op.IsSend() {

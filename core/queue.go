@@ -497,8 +497,7 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 func (q *Queue) vet(r *krcore.Request) (*MR, *grant, *refusal) {
 	m, g := q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region)
 	if plain(r, m, g, q.rt, q.peer.node, q.toPort, q.rt.lim) {
-		rg, _ := r.Remote.Region.(*Region)
-		q.last = plainKey{m: m, rg: rg, g: g, op: r.Op}
+		q.last = plainKey{m: m, g: g, op: r.Op}
 		return m, g, nil
 	}
 	ref := q.checkOwner(r, m, g)
