@@ -44,7 +44,8 @@ import (
 //     every few microseconds) and sleeps until the link is released with
 //     nobody asking, when it is rung to take the role back; if the one it
 //     yielded to got its completion (it will likely be back at once), only
-//     once the link has stayed unread for yieldGrace (see keep).
+//     once the background reader, looking every yieldCheck, finds the
+//     link unread for yieldGrace (see keep).
 //
 // The role passes only between frames. A waiter blocked reading is
 // interrupted with a past read deadline when its context ends or a
@@ -122,13 +123,17 @@ func (l *tcpLink) lendLocked() {
 
 // awaitRole waits until the background reader has the role again: kicked,
 // or the link stayed lent for lendTimeout. While a waiter holds or borrows
-// the role the background reader looks every lendTimeout. It reports false
-// once the link is dead.
+// the role the background reader looks every lendTimeout, every
+// yieldCheck while waiters that yielded the role wait (see keep). It
+// reports false once the link is dead.
 func (l *tcpLink) awaitRole() bool {
 	n := l.node
 	for {
 		wait := lendTimeout
 		l.rmu.Lock()
+		if len(l.yielders) > 0 {
+			wait = yieldCheck
+		}
 		switch l.role {
 		case roleDead:
 			l.rmu.Unlock()
@@ -138,13 +143,20 @@ func (l *tcpLink) awaitRole() bool {
 			return true
 		case roleLent:
 			idle := time.Duration(n.now() - l.lentAt)
-			if idle >= lendTimeout/2 {
+			graceOver := len(l.yielders) > 0 && len(l.wanters) == 0 && idle >= yieldGrace
+			if graceOver {
+				l.ringYieldersLocked() // they take the role back (see keep)
+			}
+			if idle >= lendTimeout/2 && !graceOver {
 				l.role = roleBackground
 				n.lent.Add(-1)
 				l.rmu.Unlock()
 				return true
 			}
-			wait = lendTimeout - idle
+			wait = min(wait, lendTimeout-idle)
+			if len(l.yielders) > 0 && idle < yieldGrace {
+				wait = yieldGrace - idle
+			}
 		}
 		l.rmu.Unlock()
 		l.lendTimer.Reset(wait)
@@ -246,21 +258,19 @@ func dropWanter(ws *[]*cq, n *atomic.Int32, c *cq) {
 
 // keep ends the turn of a waiter that got what it waited for (or of a
 // poller): the role is lent and the waiters that asked for it are rung, but
-// those that gave it up earlier only if it is still lent yieldGrace later.
-// The waiter is usually back within microseconds; ringing them at once
-// would have one of them take the role back and read the waiter's next
-// response, which then costs a goroutine hand-off.
+// not those that gave it up earlier. The waiter is usually back within
+// microseconds; ringing them at once would have one of them take the role
+// back and read the waiter's next response, which then costs a goroutine
+// hand-off. They are rung when the background reader, which looks every
+// yieldCheck while they wait, finds the link lent for yieldGrace
+// (awaitRole). keep arms no timer of its own: re-arming one at every keep
+// (a timer per round trip, earlier than the netpoller's sleep) woke a
+// thread each time and ran a goroutine when it fired, which doubled an 8 B
+// smc round trip on the TCP link (MEASUREMENTS.md, session 21).
 func (l *tcpLink) keep() {
 	l.rmu.Lock()
 	if l.role == roleWaiter {
 		l.lendLocked()
-		if len(l.yielders) > 0 {
-			if l.grace == nil {
-				l.grace = time.AfterFunc(yieldGrace, l.graceEnded)
-			} else {
-				l.grace.Reset(yieldGrace)
-			}
-		}
 	}
 	l.rmu.Unlock()
 }
@@ -268,17 +278,14 @@ func (l *tcpLink) keep() {
 // yieldGrace is how long a kept link may stay unread before the waiters
 // that yielded it take it back: longer than an application takes between
 // two requests, short against a message round trip it may be waiting for.
-// (Go's timers round it up to about a millisecond in an idle process.)
 const yieldGrace = 50 * time.Microsecond
 
-// graceEnded rings the yielders if the link has stayed lent since keep.
-func (l *tcpLink) graceEnded() {
-	l.rmu.Lock()
-	if l.role == roleLent && time.Duration(l.node.now()-l.lentAt) >= yieldGrace && len(l.wanters) == 0 {
-		l.ringYieldersLocked()
-	}
-	l.rmu.Unlock()
-}
+// yieldCheck is how often the background reader looks whether a kept link
+// has stayed unread for yieldGrace while waiters that yielded it wait: it
+// bounds how late their messages are read when the waiter they yielded to
+// stops reading. A tick of the background reader, not a timer re-armed at
+// every keep.
+const yieldCheck = time.Millisecond
 
 // release ends a waiter's turn at reading: the role is lent, and the
 // waiters that asked for it are rung; if none did, so are those that gave
@@ -294,6 +301,9 @@ func (l *tcpLink) release(yielder *cq) {
 	if yielder != nil {
 		if !slices.Contains(l.yielders, yielder) {
 			l.yielders = append(l.yielders, yielder)
+			if len(l.yielders) == 1 {
+				l.kickReader() // to look every yieldCheck from now
+			}
 		}
 		return
 	}

@@ -37,7 +37,6 @@ type tcpLink struct {
 	nwant     atomic.Int32
 	kick      chan struct{} // wakes the background reader
 	lendTimer *time.Timer   // the background reader's, while it waits
-	grace     *time.Timer   // rings yielders, see keep
 
 	wmu        sync.Mutex
 	wbuf       []byte              // header plus small payloads, written in one call
@@ -198,9 +197,6 @@ func (l *tcpLink) kill() {
 	l.rmu.Lock()
 	if l.role == roleLent {
 		n.lent.Add(-1)
-	}
-	if l.grace != nil {
-		l.grace.Stop()
 	}
 	l.role = roleDead
 	for _, w := range l.wanters {
