@@ -151,13 +151,15 @@ func localOf(r *krcore.Request) *MR {
 
 // FuzzQuick: once plain has let a request through (vet remembers its
 // handles and opcode), quick lets through a request naming the same only
-// where checkOwner and check both would, whatever its ranges, and nothing
-// into an MR deregistered since.
+// where checkOwner and check both would, judging the handles as they are
+// then, whatever its ranges: nothing into an MR deregistered since, nor
+// past a Region written over with a smaller one's value.
 func FuzzQuick(f *testing.F) {
 	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(0), true)
 	f.Add(uint8(verbs.OpRead), 4090, 8, uint64(0), uint8(4), true)
 	f.Add(uint8(verbs.OpWrite), 0, 8, uint64(1020), uint8(2), true)
 	f.Add(uint8(verbs.OpSend), -1, 8, uint64(0), uint8(0), true)
+	f.Add(uint8(verbs.OpRead), 0, 8, uint64(100), uint8(8), true)
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
 		lim := limits{maxMsg: 1 << 20}
 		rt := &Runtime{lim: lim}
@@ -178,12 +180,18 @@ func FuzzQuick(f *testing.F) {
 		if which&4 != 0 {
 			m.dead.Store(true)
 		}
+		if which&8 != 0 {
+			*g = Region{g: &grant{rt: rt, name: "s", len: 16, addr: 1 << 21, access: access}}
+		}
 		qm, qg, ok := q.quick(&r)
 		if !ok {
 			return
 		}
 		if m.dead.Load() {
 			t.Fatalf("%s into a deregistered MR let through", r.Op)
+		}
+		if qm != q.rt.ownMR(r.Local.MR) || qg != grantOf(r.Remote.Region) {
+			t.Fatalf("%s: quick resolved the handles to %p %p, the full checks to %p %p", r.Op, qm, qg, q.rt.ownMR(r.Local.MR), grantOf(r.Remote.Region))
 		}
 		if ref := q.checkOwner(&r, qm, qg); ref != nil {
 			t.Fatalf("%s local %+v remote %d: quick true, checkOwner %v", r.Op, r.Local, r.Remote.Off, ref)
