@@ -26,13 +26,19 @@ type receiver struct {
 	slot int
 	// spent are the slots whose messages were dispatched, waiting to be
 	// posted again together once there are batch of them (see release);
-	// wrs and sgl are that post's scratch (a provider copies what it is
-	// posted). All three are guarded by the receive poller's lock, under
-	// which every receive completion is dispatched (onWC).
+	// wrs is that post's scratch (a provider copies what it is posted)
+	// and sgl every slot's scatter-gather entry, made once. spent, wrs
+	// and the last* fields are guarded by the receive poller's lock,
+	// under which every receive completion is dispatched (onWC).
 	spent []int
 	batch int
 	wrs   []verbs.RecvWR
 	sgl   []verbs.SGE
+	// lastView, lastPort and lastQ remember the queue the last message
+	// went to (see queueOf).
+	lastView *map[uint32]*Queue
+	lastPort uint32
+	lastQ    *Queue
 }
 
 // repostBatch is how many dispatched slots are posted to the SRQ at once.
@@ -63,14 +69,16 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 	offheap.Populate(mr.Bytes()[base : base+size])
 	// Small SRQs (a test's few slots) keep most of their slots posted.
 	r := &receiver{rt: rt, mr: mr, base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
-	for i := 0; i < rt.cfg.RecvSlots; i++ {
+	r.sgl = make([]verbs.SGE, rt.cfg.RecvSlots)
+	for i := range r.sgl {
+		r.sgl[i] = sge(mr, mr.Range(base+i*slot, slot))
 		r.spent = append(r.spent, i)
 	}
 	if err := r.repost(); err != nil {
 		rt.Deregister(mr)
 		return nil, err
 	}
-	r.spent, r.wrs, r.sgl = make([]int, 0, r.batch), nil, nil // the scratch of one batch from now on
+	r.spent, r.wrs = make([]int, 0, r.batch), make([]verbs.RecvWR, 0, r.batch) // the scratch of one batch from now on
 	return r, nil
 }
 
@@ -91,12 +99,9 @@ func (r *receiver) release(i int) {
 
 // repost posts the spent slots to the SRQ.
 func (r *receiver) repost() error {
-	r.wrs, r.sgl = r.wrs[:0], r.sgl[:0]
+	r.wrs = r.wrs[:0]
 	for _, i := range r.spent {
-		r.sgl = append(r.sgl, sge(r.mr, r.mr.Range(r.base+i*r.slot, r.slot)))
-	}
-	for k, i := range r.spent {
-		r.wrs = append(r.wrs, verbs.RecvWR{ID: recvBit | uint64(i), SGL: r.sgl[k : k+1]})
+		r.wrs = append(r.wrs, verbs.RecvWR{ID: recvBit | uint64(i), SGL: r.sgl[i : i+1 : i+1]})
 	}
 	r.spent = r.spent[:0]
 	_, err := r.rt.srq.PostRecv(r.wrs)
@@ -147,17 +152,29 @@ func (r *receiver) dispatch(wc *verbs.WC, i int, self *Queue, msgs *ownMsgs) {
 		}
 		m.Write, m.Len, data = true, int(le.Uint32(data)), nil
 	}
-	port := wc.Imm &^ portHasImm
-	var q *Queue
-	if ports := r.rt.portView.Load(); ports != nil {
-		q = (*ports)[port]
-	}
+	q := r.queueOf(wc.Imm &^ portHasImm)
 	if q != self {
 		msgs = nil // for self's PopMsgs only
 	}
 	if q == nil || !q.deliverTo(&m, data, msgs) {
 		r.rt.count(&r.rt.stats.dropped)
 	}
+}
+
+// queueOf is the queue bound to port, or nil. It remembers the last one
+// found with the port table it was found in: a port's messages come in
+// runs, and a map lookup was a third of a message's dispatch; a table
+// replaced (Bind, Unbind) is looked up again. The receive poller's lock
+// held.
+func (r *receiver) queueOf(port uint32) *Queue {
+	view := r.rt.portView.Load()
+	if view == nil {
+		return nil
+	}
+	if view != r.lastView || port != r.lastPort {
+		r.lastView, r.lastPort, r.lastQ = view, port, (*view)[port]
+	}
+	return r.lastQ
 }
 
 func (r *receiver) close() { r.rt.Deregister(r.mr) }
@@ -310,6 +327,14 @@ const maxInbox = 4096
 type inbox struct {
 	bufs  fifo.FIFO[krcore.Local]   // posted receive buffers, in order
 	ready fifo.FIFO[krcore.Message] // received, not yet popped
+	// hold is an MR the queue keeps one use of (MR.use) for its posted
+	// receive buffers: a posted buffer in hold takes no use of its own,
+	// one in any other MR does. A port posting its buffers back one by
+	// one then costs no atomic add and drop per message. hold is taken
+	// only while no buffer is posted (so no buffer in it has a use of
+	// its own) and stays while the queue is idle, until the MR is
+	// deregistered or the queue closes (dropBufs).
+	hold *MR
 	// slab hands out the Local a delivered message points to (its Buf):
 	// one allocation for slabLen messages. Each element is handed out
 	// once, so a message its user keeps never sees its Buf change.
@@ -353,8 +378,10 @@ func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 		buf := in.bufs.Items()[0]
 		in.bufs.Drop(1)
 		bm := mrOf(buf)
-		n := copy(bm.mem[buf.Off:buf.Off+buf.Len], data) // the buffer holds a use of bm
-		bm.unuse()                                       // after the copy: the memory stays until then
+		n := copy(bm.mem[buf.Off:buf.Off+buf.Len], data) // the buffer holds bm (inbox.hold)
+		if bm != in.hold {
+			bm.unuse() // after the copy: the memory stays until then
+		}
 		if n < len(data) {
 			m.Status, m.Len = verbs.LocLenErr, n
 		}
@@ -433,47 +460,74 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 		q.mu.Unlock()
 		return fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
 	}
+	in := &q.msgs
 	// Each buffer checked and held in one pass; a refusal drops the
 	// holds taken, so that none of bufs is posted.
 	for i := range bufs {
 		b := &bufs[i]
 		m := q.rt.ownMR(b.MR)
 		if m == nil || !m.live() || b.Len == 0 || !b.Fits(m.Len()) || m.access&verbs.AccessLocalWrite == 0 {
-			unuseAll(bufs[:i])
+			in.unuseAll(bufs[:i])
 			q.mu.Unlock()
 			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 		}
-		if !m.use() { // deregistered since the check
-			unuseAll(bufs[:i])
+		if m != in.hold && !m.use() { // deregistered since the check
+			in.unuseAll(bufs[:i])
 			q.mu.Unlock()
 			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
 		}
 	}
-	q.msgs.bufs.Push(bufs...)
+	if in.hold == nil && in.bufs.Len() == 0 && len(bufs) > 0 {
+		in.takeHold(bufs)
+	}
+	in.bufs.Push(bufs...)
 	q.mu.Unlock()
 	return nil
 }
 
-// unuseAll drops the holds PushRecv took on bufs' MRs.
-func unuseAll(bufs []krcore.Local) {
+// takeHold makes the MR of bufs[0] the inbox's hold (see inbox.hold):
+// bufs, accepted with a use each, are about to be posted where none is,
+// and the first buffer's use becomes the hold, the others' in the same MR
+// dropped; q.mu held.
+func (in *inbox) takeHold(bufs []krcore.Local) {
+	m := mrOf(bufs[0])
+	in.hold = m
+	for _, b := range bufs[1:] {
+		if mrOf(b) == m {
+			m.unuse() // never the last: the hold stays
+		}
+	}
+}
+
+// unuseAll drops the uses PushRecv took on bufs' MRs.
+func (in *inbox) unuseAll(bufs []krcore.Local) {
 	for _, u := range bufs {
-		mrOf(u).unuse()
+		if m := mrOf(u); m != in.hold {
+			m.unuse()
+		}
 	}
 }
 
 // dropBufs forgets the posted receive buffers in m (every one if m is nil)
-// and their holds on their MRs; q.mu held.
+// and their holds on their MRs, the inbox's hold of m included; q.mu held.
 func (q *Queue) dropBufs(m *MR) {
-	bufs := q.msgs.bufs.Items()
+	in := &q.msgs
+	bufs := in.bufs.Items()
 	kept := bufs[:0]
 	for _, b := range bufs {
 		if m == nil || mrOf(b) == m {
-			mrOf(b).unuse()
+			if bm := mrOf(b); bm != in.hold {
+				bm.unuse()
+			}
 		} else {
 			kept = append(kept, b)
 		}
 	}
-	q.msgs.bufs.Truncate(len(kept))
+	in.bufs.Truncate(len(kept))
+	if h := in.hold; h != nil && (m == nil || h == m) {
+		in.hold = nil
+		h.unuse()
+	}
 }
 
 // dropUses drops every queue's uses of m, which is being deregistered:
