@@ -24,6 +24,11 @@ type Echo struct {
 	toPrt uint32
 	msgs  []krcore.Message
 	comp  []krcore.Completion
+	// recv posts a message's buffer back: a kept one-slot slice, as a
+	// raw QP's loop keeps its work request. PushRecv(buf) through the
+	// krcore.VQ interface builds its variadic slice on the heap per call
+	// (the compiler cannot see the callee keeps none).
+	recv [1]krcore.Local
 }
 
 // NewEcho binds a queue of rt to port and posts its receive buffers.
@@ -118,7 +123,10 @@ func (e *Echo) answer(ctx context.Context, m *krcore.Message) error {
 	}
 	n := copy(e.out.Bytes(), data)
 	if m.Buf != nil {
-		if err := e.q.PushRecv(*m.Buf); err != nil {
+		e.recv[0] = *m.Buf
+		err := e.q.PushRecv(e.recv[:]...)
+		e.recv[0] = krcore.Local{}
+		if err != nil {
 			return err
 		}
 	}
@@ -148,6 +156,7 @@ type Ping struct {
 	msgs []krcore.Message
 	comp []krcore.Completion
 	seq  uint64
+	recv [1]krcore.Local // see Echo.recv
 }
 
 // NewPing binds a queue of rt to port, connects it to node to, port
@@ -210,7 +219,10 @@ func (v *Ping) Run(ctx context.Context, size, warmup, iters int, timeout time.Du
 			return nil, fmt.Errorf("VQ ping-pong #%d: echo of %d B with status %s does not carry sequence %d", i, m.Len, m.Status, v.seq)
 		}
 		if m.Buf != nil {
-			if err := v.q.PushRecv(*m.Buf); err != nil {
+			v.recv[0] = *m.Buf
+			err := v.q.PushRecv(v.recv[:]...)
+			v.recv[0] = krcore.Local{}
+			if err != nil {
 				return nil, err
 			}
 		}
