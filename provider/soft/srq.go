@@ -64,7 +64,7 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		}
 		r := &s.ring[s.n]
 		r.id = wrs[i].ID
-		r.sgl = append(r.sgl[:0], wrs[i].SGL...)
+		r.sgl = appendSGL(r.sgl[:0], wrs[i].SGL)
 		s.n++
 	}
 	return len(wrs), nil
@@ -79,14 +79,27 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 // cold line or two written per message (measured in MEASUREMENTS.md,
 // "Runtime cost", session 20).
 func (s *srq) take(sgl []verbs.SGE) (uint64, []verbs.SGE, bool) {
+	// Unlocked on each return, not deferred: every message to a
+	// runtime's port takes a receive here.
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.n == 0 || s.closed {
+		s.mu.Unlock()
 		return 0, sgl, false
 	}
 	s.n--
 	r := &s.ring[s.n]
-	return r.id, append(sgl, r.sgl...), true
+	id, sgl := r.id, appendSGL(sgl, r.sgl)
+	s.mu.Unlock()
+	return id, sgl, true
+}
+
+// appendSGL is append(dst, src...) with a receive's usual single entry
+// appended by a store: append of a slice is a call to memmove.
+func appendSGL(dst, src []verbs.SGE) []verbs.SGE {
+	if len(src) == 1 {
+		return append(dst, src[0])
+	}
+	return append(dst, src...)
 }
 
 // untake puts a receive take returned back where it was, on top, unless
