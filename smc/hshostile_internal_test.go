@@ -1,0 +1,224 @@
+package smc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore/cluster"
+	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/bounded"
+)
+
+// TestHostileHandshakes: clients that break off the CLC handshake every
+// way a raw TCP client can, many at once, leave the server's accepted
+// connections settled within the handshake timeout (no Handshake, Read or
+// Close hangs), the bytes a client sent that are not a whole proposal
+// readable by the application once each, and no token registered.
+func TestHostileHandshakes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{}) // only its port, for the proposals
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	proposal := (&clcMsg{typ: clcProposal, peerID: cli.id, node: 1, port: cli.port, token: 7}).encode()
+	confirmBad := (&clcMsg{typ: clcConfirm, peerID: cli.id, node: 1, port: cli.port, token: 7, name: "no such region"}).encode()
+	type client struct {
+		name string
+		// sent: the bytes the client writes; then it closes its side
+		// (closes) or stays silent; answered: it reads the server's
+		// answer to its proposal before that.
+		sent     []byte
+		closes   bool
+		answered bool
+		// keep: the bytes the server's application reads (nil: its
+		// read fails or ends with no byte).
+		keep []byte
+	}
+	clients := []client{
+		{name: "half a header, then close", sent: proposal[:5], closes: true, keep: proposal[:5]},
+		{name: "a header and part of the body, then close", sent: proposal[:20], closes: true, keep: proposal[:20]},
+		{name: "a proposal less its trailer, then close", sent: proposal[:len(proposal)-1], closes: true, keep: proposal[:len(proposal)-1]},
+		{name: "a proposal, then close", sent: proposal, closes: true},
+		{name: "a proposal, the accept read, then close", sent: proposal, closes: true, answered: true},
+		{name: "a proposal, then silence", sent: proposal},
+		{name: "a proposal, the accept read, then silence", sent: proposal, answered: true},
+		{name: "a proposal and a confirm of a region never exported", sent: append(append([]byte{}, proposal...), confirmBad...), answered: true},
+		{name: "a proposal and half a confirm, then close", sent: append(append([]byte{}, proposal...), confirmBad[:10]...), closes: true, answered: true},
+	}
+	const copies = 4 // each client at once, several times
+	var wg sync.WaitGroup
+	errs := make(chan error, len(clients)*copies)
+	for _, cl := range clients {
+		for range copies {
+			raw, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() { // owned by the test, which waits for it
+				defer wg.Done()
+				defer s.Close()
+				errs <- hostileClient(raw, s, cl.sent, cl.closes, cl.answered, cl.keep, cl.name)
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	srv.mu.Lock()
+	left := len(srv.conns)
+	srv.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d tokens still registered", left)
+	}
+}
+
+// hostileClient plays one client of TestHostileHandshakes on raw against
+// the server's accepted s: nil, or what went wrong.
+func hostileClient(raw net.Conn, s net.Conn, sent []byte, closes, answered bool, keep []byte, name string) error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("%s: "+format, append([]any{name}, a...)...)
+	}
+	if answered {
+		first := int(binary.BigEndian.Uint16(sent[5:])) // the proposal's length
+		if _, err := raw.Write(sent[:first]); err != nil {
+			return fail("write: %v", err)
+		}
+		raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if m, _, err := readCLC(raw, clcAccept, clcDecline); err != nil || m.typ != clcAccept {
+			return fail("answer to the proposal: %+v, %v; want an accept", m, err)
+		}
+		if rest := sent[first:]; len(rest) > 0 {
+			if _, err := raw.Write(rest); err != nil {
+				return fail("write: %v", err)
+			}
+		}
+	} else if _, err := raw.Write(sent); err != nil {
+		return fail("write: %v", err)
+	}
+	if closes {
+		raw.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sc := s.(*Conn)
+	if err := sc.Handshake(ctx); err != nil && ctx.Err() != nil {
+		return fail("Handshake: %v", err)
+	}
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(s)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return fail("read timed out (%d bytes read), mode %v", len(got), ModeOf(s))
+	}
+	if !bytes.Equal(got, keep) {
+		return fail("read %x (%v), want %x", got, err, keep)
+	}
+	if ModeOf(s).SMC {
+		return fail("mode %v", ModeOf(s))
+	}
+	return nil
+}
+
+// TestCloseMidHandshake: an accepted connection closed while its client,
+// having proposed and read the accept, says nothing more (the handshake
+// timeout far off) closes at once: Close returns, a Read waiting and
+// Handshake fail, and the token goes back.
+func TestCloseMidHandshake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write((&clcMsg{typ: clcProposal, peerID: cli.id, node: 1, port: cli.port, token: 7}).encode()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if m, _, err := readCLC(raw, clcAccept, clcDecline); err != nil || m.typ != clcAccept {
+		t.Fatalf("answer to the proposal: %+v, %v; want an accept", m, err)
+	}
+	read := make(chan error, 1)
+	go func() { // ends with s's Close, which the test waits for below
+		_, err := s.Read(make([]byte, 1))
+		read <- err
+	}()
+	if err := bounded.Within(t, 10*time.Second, "Close mid-handshake", s.Close); err != nil {
+		t.Fatal(err)
+	}
+	// A Read that had not begun waiting when Close came sees the
+	// handshake that Close broke off (ECONNRESET), one waiting sees the
+	// Close (net.ErrClosed): which one, the scheduler decides.
+	err = bounded.Within(t, 10*time.Second, "a Read waiting", func() error { return <-read })
+	if !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a Read waiting for the handshake: %v, want net.ErrClosed or ECONNRESET", err)
+	}
+	if err := bounded.Within(t, 10*time.Second, "Handshake", func() error { return s.(*Conn).Handshake(ctx) }); err == nil {
+		t.Fatal("Handshake of the connection closed mid-handshake: nil")
+	}
+	srv.mu.Lock()
+	left := len(srv.conns)
+	srv.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d tokens still registered", left)
+	}
+}
