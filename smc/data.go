@@ -664,10 +664,10 @@ func (c *Conn) onData(from krcore.NodeID, n int) bool {
 	c.node.stats.received.Add(uint64(n))
 	if over := c.overrun(); over > 0 && c.err == nil {
 		c.err = fmt.Errorf("smc: the peer wrote %d bytes past the window: %w", over, errAborted)
-		signal(c.txSig)
+		c.signalSig(c.txSig)
 	}
 	c.mu.Unlock()
-	signal(c.rxSig)
+	c.signalSig(c.rxSig)
 	return true
 }
 
@@ -720,10 +720,10 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	}
 	c.mu.Unlock()
 	if state || urgent {
-		signal(c.rxSig)
+		c.signalSig(c.rxSig)
 	}
 	if window || state {
-		signal(c.txSig)
+		c.signalSig(c.txSig)
 	}
 	if keep || state {
 		signal(c.kick)
@@ -767,8 +767,8 @@ func (c *Conn) fail(err error) {
 		c.err = err
 	}
 	c.mu.Unlock()
-	signal(c.rxSig)
-	signal(c.txSig)
+	c.signalSig(c.rxSig)
+	c.signalSig(c.txSig)
 	signal(c.kick)
 	c.interrupt()
 }

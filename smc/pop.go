@@ -61,12 +61,16 @@ func (n *Node) dispatchAll(msgs []krcore.Message) {
 func (c *Conn) await(sig, dl <-chan struct{}) {
 	r := &c.node.pop
 	if !r.TakeOrNeed() {
+		needs := c.needs(sig)
+		needs.Store(true)
 		select {
 		case <-sig:
 		case <-dl:
 		case <-c.done:
 		}
-		r.Unneed()
+		if needs.Swap(false) {
+			r.Unneed()
+		}
 		return
 	}
 	// Published before the last look at sig: whoever signals sig after
@@ -115,8 +119,31 @@ func (c *Conn) waitCtx() context.Context {
 // ends the wait of a waiter of c popping the port, which does not watch
 // the channels while it waits there.
 func (c *Conn) wake(ch chan struct{}) {
-	signal(ch)
+	c.signalSig(ch)
 	c.interrupt()
+}
+
+// signalSig signals ch (rxSig or txSig). A waiter for it counted as needing the
+// serving goroutine to pop (await) is uncounted here, before it runs: the
+// serving goroutine that signalled it in a batch then leaves the role free
+// for it (poprole's leaveServe) instead of keeping the port because the
+// waiter it just woke still counts, which had a ping-pong's reader wait
+// for its signal at every message, a hand-off each (session 20's records;
+// MEASUREMENTS.md, session 21).
+func (c *Conn) signalSig(ch chan struct{}) {
+	signal(ch)
+	if needs := c.needs(ch); needs.Load() && needs.Swap(false) {
+		c.node.pop.Unneed()
+	}
+}
+
+// needs is the mark of a waiter for sig (rxSig or txSig) counted in the
+// port role's need.
+func (c *Conn) needs(sig <-chan struct{}) *atomic.Bool {
+	if sig == c.rxSig {
+		return &c.needRx
+	}
+	return &c.needTx
 }
 
 // interrupt ends the wait of a waiter of c popping the port.
@@ -135,7 +162,10 @@ func (c *Conn) interrupt() {
 // popWait is the part of a Conn that await uses.
 type popWait struct {
 	popping atomic.Int32 // waiters of the connection in the port's PopMsgsWait
-	wmu     sync.Mutex
-	wctx    context.Context
-	wcancel context.CancelFunc
+	// needRx, needTx: the reader, the writer, waits for its signal and
+	// counts in the role's need; whoever clears the mark uncounts it.
+	needRx, needTx atomic.Bool
+	wmu            sync.Mutex
+	wctx           context.Context
+	wcancel        context.CancelFunc
 }

@@ -115,6 +115,14 @@ func (r *Role) Need() {
 	}
 }
 
+// Needing is how many goroutines count as needing the serving goroutine
+// to pop (Need, TakeOrNeed).
+func (r *Role) Needing() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.need
+}
+
 // Unneed undoes Need's count, or TakeOrNeed's.
 func (r *Role) Unneed() {
 	r.mu.Lock()
