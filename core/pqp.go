@@ -291,12 +291,7 @@ func (p *pqp) flushOpsLocked() {
 // WRITE that fails flushes its notification: its error completion carries
 // the record's wr_id and fails the record as the culprit.
 func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []verbs.SendWR {
-	p.sinceSignal++
-	var flags verbs.SendFlags
-	if r.signaled || last || p.sinceSignal >= p.depth/2 {
-		flags = verbs.Signaled
-		p.sinceSignal = 0
-	}
+	flags := p.flagsFor(r, last)
 	if !r.notify {
 		if len(wrs) < cap(wrs) {
 			wrs = wrs[:len(wrs)+1]
@@ -324,6 +319,16 @@ func (p *pqp) appendWRs(wrs []verbs.SendWR, r *rec, seq uint64, last bool) []ver
 	wr.Op, wr.Imm = verbs.OpSendImm, r.dstPort|portHasImm
 	wr.SGL = p.sges[start:len(p.sges):len(p.sges)]
 	return wrs
+}
+
+// flagsFor is the send flags of record r's work request, the last of its
+// posting or not (see appendWRs); p.mu held.
+func (p *pqp) flagsFor(r *rec, last bool) verbs.SendFlags {
+	if p.sinceSignal++; r.signaled || last || p.sinceSignal >= p.depth/2 {
+		p.sinceSignal = 0
+		return verbs.Signaled
+	}
+	return 0
 }
 
 // oneWR builds in p.wrs the work request of record r at physical

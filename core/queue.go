@@ -315,7 +315,14 @@ func (q *Queue) pushRun(reqs []krcore.Request) int {
 		x.target = t
 		p.next++
 		p.used += x.wrs()
-		p.wrs = p.appendWRs(p.wrs, x, seq, false)
+		if x.notify {
+			p.wrs = p.appendWRs(p.wrs, x, seq, false)
+			continue
+		}
+		// appendWRs's one work request, without its call: p.wrs has room
+		// for p.depth, more than the send queue's room (p.used) allows.
+		p.wrs = p.wrs[:len(p.wrs)+1]
+		p.fillWR(&p.wrs[len(p.wrs)-1], x, seq, p.flagsFor(x, false))
 	}
 	if n := int(p.next - first); n > 0 {
 		q.inflight += n
