@@ -502,8 +502,9 @@ func (p *pqp) completeRun(wc *verbs.WC, self *Queue, mine *ownRun) bool {
 	}
 	// The ring's counters moved once, after the walk.
 	j, next, used := p.base, mine.lo+uint64(mine.span), 0
+	recs, off, mask := p.recs, p.off, p.mask // slot's, read once
 	for ; j <= seq; j++ {
-		r := &p.recs[p.slot(j)]
+		r := &recs[(j+off)&mask]
 		if r.q != self || r.seq != next {
 			break
 		}

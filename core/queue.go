@@ -819,9 +819,9 @@ func (q *Queue) finishRange(mine *ownRun, out []krcore.Completion) int {
 func (q *Queue) retireRange(lo uint64, n int, out []krcore.Completion) int {
 	k, c := 0, 0
 	if q.seq == lo {
-		j, held := q.head, 0
+		j, held, ents := q.head, 0, q.ents
 		for ; c < n && k < len(out); c++ {
-			e := &q.ents[j]
+			e := &ents[j]
 			if e.done {
 				break // cannot be, for a request in flight; markDone's way below
 			}
@@ -836,7 +836,7 @@ func (q *Queue) retireRange(lo uint64, n int, out []krcore.Completion) int {
 				out[k] = krcore.Completion{ID: e.id, Op: e.op, Status: verbs.Success, Len: int(e.n)}
 				k++
 			}
-			if j++; j == len(q.ents) {
+			if j++; j == len(ents) {
 				j = 0
 			}
 		}
