@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -1436,6 +1437,25 @@ func TestHostileAfterPlain(t *testing.T) {
 		run("a READ of the handle again", verbs.Success, read(local.Range(0, 8), reused.At(0)))
 		*reused = core.Region{}
 		run("the READ of the zero Region written over it", verbs.RemInvReqErr, read(local.Range(0, 8), reused.At(0)))
+
+		// So is an MR: overwritten with another runtime's, or with one
+		// without LOCAL_WRITE, the handle names that one (written through
+		// reflect, as go vet refuses a copy of its locks; put back after).
+		victim, _ := a.RegMR(4096, verbs.AccessAll)
+		foreign, _ := b.RegMR(4096, verbs.AccessAll)
+		noWrite, _ := a.RegMR(4096, verbs.AccessRemoteRead)
+		for _, other := range []struct {
+			name string
+			mr   *core.MR
+		}{{"another runtime's MR", foreign}, {"an MR without LOCAL_WRITE", noWrite}} {
+			run("a READ into an MR about to be overwritten", verbs.Success, read(victim.Range(0, 8), g.At(0)))
+			v := reflect.ValueOf(victim).Elem()
+			saved := reflect.New(v.Type()).Elem()
+			saved.Set(v)
+			v.Set(reflect.ValueOf(other.mr).Elem())
+			run("the READ into "+other.name+" written over it", verbs.LocProtErr, read(victim.Range(0, 8), g.At(0)))
+			v.Set(saved)
+		}
 
 		run("a READ of node 2's region", verbs.Success, read(local.Range(0, 8), g.At(0)))
 		if err := q.Connect(ctx(t), 3, nil); err != nil {

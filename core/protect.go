@@ -81,11 +81,12 @@ func plain(r *krcore.Request, m *MR, g *grant, rt *Runtime, node krcore.NodeID, 
 // plainKey is what plain let through last on a queue's connection: the
 // MR handle and opcode of a READ, WRITE or SEND, and the grant its Region
 // held (not the Region: the value a handle points at may be overwritten
-// with another). What plain decided from these and the connection alone
-// (whose runtime the MR and grant are, the grant's node, the access bits,
-// a SEND's port) holds for every request that names the same on that
-// connection, since none of it changes: only the ranges and the MR's life
-// are left to check (see Queue.quick). Connect forgets it.
+// with another). What plain decided from the grant and the connection
+// alone (whose runtime the grant is, its node and access, a SEND's port)
+// holds for every request that names the same on that connection, since
+// none of it changes: the ranges and the MR (its life, its runtime, a
+// READ's LOCAL_WRITE: an MR handle's value may be overwritten too) are
+// left to check (see Queue.quick). Connect forgets it.
 type plainKey struct {
 	m  *MR
 	g  *grant
@@ -97,12 +98,17 @@ type plainKey struct {
 // false, and plain decides from scratch. q.mu held.
 func (q *Queue) quick(r *krcore.Request) (*MR, *grant, bool) {
 	k := &q.last
-	m, _ := r.Local.MR.(*MR)
+	// ownMR and the READ's LOCAL_WRITE again, as plain's: the MR a handle
+	// points at may have been overwritten with another's value since.
+	m := q.rt.ownMR(r.Local.MR)
 	if m != k.m || grantOf(r.Remote.Region) != k.g || r.Op != k.op || !inside(&r.Local, m, q.rt.lim) {
 		return nil, nil, false
 	}
 	if r.Op.IsSend() {
 		return m, k.g, true
+	}
+	if r.Op == verbs.OpRead && m.access&verbs.AccessLocalWrite == 0 {
+		return nil, nil, false
 	}
 	n, off := uint64(r.Local.Len), r.Remote.Off
 	return m, k.g, off <= k.g.len && n <= k.g.len-off

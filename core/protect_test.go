@@ -160,6 +160,8 @@ func FuzzQuick(f *testing.F) {
 	f.Add(uint8(verbs.OpWrite), 0, 8, uint64(1020), uint8(2), true)
 	f.Add(uint8(verbs.OpSend), -1, 8, uint64(0), uint8(0), true)
 	f.Add(uint8(verbs.OpRead), 0, 8, uint64(100), uint8(8), true)
+	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(16), true)
+	f.Add(uint8(verbs.OpRead), 0, 8, uint64(0), uint8(32), true)
 	f.Fuzz(func(t *testing.T, op uint8, off, n int, roff uint64, which uint8, two bool) {
 		lim := limits{maxMsg: 1 << 20}
 		rt := &Runtime{lim: lim}
@@ -182,6 +184,12 @@ func FuzzQuick(f *testing.F) {
 		}
 		if which&8 != 0 {
 			*g = Region{g: &grant{rt: rt, name: "s", len: 16, addr: 1 << 21, access: access}}
+		}
+		if which&16 != 0 { // written over with another runtime's MR
+			*m = MR{rt: &Runtime{lim: lim}, mr: fakeVerbsMR{}, n: 4096, access: verbs.AccessAll}
+		}
+		if which&32 != 0 { // with one without LOCAL_WRITE
+			*m = MR{rt: rt, mr: fakeVerbsMR{}, n: 4096}
 		}
 		qm, qg, ok := q.quick(&r)
 		if !ok {
