@@ -347,12 +347,18 @@ const slabLen = 32
 // bufOf returns a Local holding b that no other message points to.
 func (in *inbox) bufOf(b krcore.Local) *krcore.Local {
 	if len(in.slab) == 0 {
-		in.slab = make([]krcore.Local, slabLen)
+		in.newSlab()
 	}
 	p := &in.slab[0]
 	*p, in.slab = b, in.slab[1:]
 	return p
 }
+
+// newSlab gives bufOf a new slab: apart, so that the allocation's code is
+// not among the lines every message runs.
+//
+//go:noinline
+func (in *inbox) newSlab() { in.slab = make([]krcore.Local, slabLen) }
 
 // deliverTo places message m, whose payload is data, in the oldest posted
 // buffer, or keeps a copy; it reports false when it drops it (the queue
@@ -387,7 +393,7 @@ func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 		}
 		m.Buf = in.bufOf(buf)
 	case in.ready.Len() < maxInbox:
-		m.Data = append([]byte(nil), data...)
+		m.Data = copyData(data)
 	default:
 		q.mu.Unlock()
 		return false
@@ -396,13 +402,29 @@ func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 		msgs.out[msgs.n] = *m
 		msgs.n++
 	} else {
-		in.ready.Push(*m)
-		q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
-		q.rt.kick(q)
+		q.keep(m)
 	}
 	q.mu.Unlock()
 	return true
 }
+
+// keep queues the delivered message m for PopMsgs and wakes its waiters:
+// deliverTo's path for a message no poll of the queue's own takes, apart
+// so that its code is not among the lines that poll's messages run; q.mu
+// held.
+//
+//go:noinline
+func (q *Queue) keep(m *krcore.Message) {
+	q.msgs.ready.Push(*m)
+	q.nready.Add(1) // an atomic no later load passes, before kick reads waiters
+	q.rt.kick(q)
+}
+
+// copyData is a copy of a message that arrived before a buffer was posted
+// for it (nil for an empty one), made apart from deliverTo's common path.
+//
+//go:noinline
+func copyData(data []byte) []byte { return append([]byte(nil), data...) }
 
 // Bind makes the queue receive the messages sent to port on this node.
 // Port 0 is the runtime's own.
@@ -454,11 +476,12 @@ func (q *Queue) Unbind() {
 // PushRecv posts buffers that messages to the bound port land in, in order.
 func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 	// Unlocked on each return, not deferred: a buffer is posted back for
-	// every message.
+	// every message. The refusals are built apart (refuseRecv), so that
+	// the code every message runs stays in few cache lines.
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
+		return errRecvClosed
 	}
 	in := &q.msgs
 	// Each buffer checked and held in one pass; a refusal drops the
@@ -467,14 +490,10 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 		b := &bufs[i]
 		m := q.rt.ownMR(b.MR)
 		if m == nil || !m.live() || b.Len == 0 || !b.Fits(m.Len()) || m.access&verbs.AccessLocalWrite == 0 {
-			in.unuseAll(bufs[:i])
-			q.mu.Unlock()
-			return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
+			return q.refuseRecv(bufs, i, false)
 		}
-		if m != in.hold && !m.use() { // deregistered since the check
-			in.unuseAll(bufs[:i])
-			q.mu.Unlock()
-			return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
+		if m != in.hold && !m.use() {
+			return q.refuseRecv(bufs, i, true)
 		}
 	}
 	if in.hold == nil && in.bufs.Len() == 0 && len(bufs) > 0 {
@@ -483,6 +502,22 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 	in.bufs.Push(bufs...)
 	q.mu.Unlock()
 	return nil
+}
+
+var errRecvClosed = fmt.Errorf("core: push receive: %w", krcore.ErrClosed)
+
+// refuseRecv refuses PushRecv's bufs for bufs[i] (dead: its MR was
+// deregistered since the check), dropping the uses the buffers before it
+// took, and releases q.mu.
+//
+//go:noinline
+func (q *Queue) refuseRecv(bufs []krcore.Local, i int, dead bool) error {
+	q.msgs.unuseAll(bufs[:i])
+	q.mu.Unlock()
+	if dead {
+		return fmt.Errorf("core: push receive buffer %d: MR deregistered: %w", i, verbs.ErrInvalid)
+	}
+	return fmt.Errorf("core: push receive buffer %d: not inside a live MR of this runtime with LOCAL_WRITE: %w", i, verbs.ErrInvalid)
 }
 
 // takeHold makes the MR of bufs[0] the inbox's hold (see inbox.hold):
