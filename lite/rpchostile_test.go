@@ -1,0 +1,87 @@
+package lite_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bounded"
+	"github.com/krcore/krcore/lite"
+)
+
+// hammer calls id at node 2 from goroutines of caller, each in a loop
+// until a call fails, checking its replies; it returns once each had a
+// reply. stop returns each goroutine's error.
+func hammer(t *testing.T, ctx context.Context, caller *lite.Node, id uint32, goroutines int) (stop func(what string) []error) {
+	var wg, started sync.WaitGroup
+	errs := make([]error, goroutines)
+	started.Add(goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			resp := make([]byte, 128)
+			for i := 0; ; i++ {
+				req := fmt.Appendf(nil, "goroutine %d call %d", g, i)
+				k, err := caller.Call(ctx, 2, id, req, resp)
+				if i == 0 {
+					started.Done()
+				}
+				if err != nil {
+					errs[g] = err
+					return
+				}
+				if !bytes.Equal(resp[:k], reversed(req)) {
+					errs[g] = fmt.Errorf("reply %q to %q", resp[:k], req)
+					return
+				}
+			}
+		})
+	}
+	started.Wait()
+	return func(what string) []error {
+		bounded.Within(t, 10*time.Second, what+": the callers", func() error { wg.Wait(); return nil })
+		return errs
+	}
+}
+
+// TestRPCCloseMidTraffic: a service or the caller's Node that closes
+// while goroutines call in a loop ends every call at once with the error
+// of what closed (ErrNoService, ErrClosed), never a wrong reply or the
+// calls' deadline; a second Close of either is harmless. (A callee's Node
+// that closes answers the calls it holds, TestRPCNodeClose; a call made
+// after it closed waits for its deadline, as for a callee that died.)
+func TestRPCCloseMidTraffic(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			settle := func(what string, stop func(string) []error, want error) {
+				t.Helper()
+				for _, err := range stop(what) {
+					if !errors.Is(err, want) {
+						t.Errorf("%s: a call ended with %v, want %v", what, err, want)
+					}
+				}
+			}
+			server, caller := open(t, serverAPI), open(t, api)
+			svc := echo(t, server, 1)
+			stop := hammer(t, ctxT(t), caller, 1, 8)
+			svc.Close()
+			settle("service closed", stop, lite.ErrNoService)
+			if err := svc.Close(); err != nil {
+				t.Errorf("second Close of a service: %v", err)
+			}
+
+			echo(t, server, 2)
+			stop = hammer(t, ctxT(t), caller, 2, 8)
+			caller.Close()
+			settle("caller's Node closed", stop, krcore.ErrClosed)
+			if err := caller.Close(); err != nil {
+				t.Errorf("second Close of a Node: %v", err)
+			}
+		})
+	}
+}
