@@ -13,7 +13,7 @@ import (
 
 // BenchmarkLaterDial: a Dial between two Nodes whose link exists, its
 // first byte written and the connection closed, against a server that
-// echoes until EOF (krbench smc's smc-connect, in one process). The
+// reads until EOF (krbench smc's smc-connect, in one process). The
 // allocations are both ends'; writes/op and cdcs/op count the RDMA
 // WRITEs and CDC messages of both.
 func BenchmarkLaterDial(b *testing.B) {
@@ -21,7 +21,7 @@ func BenchmarkLaterDial(b *testing.B) {
 	srvNode := open(b, srvAPI, smc.NodeOptions{})
 	cliNode := open(b, clients["embedded"], smc.NodeOptions{})
 	ln := listen(b, &smc.Options{Node: srvNode})
-	srv := startEcho(ln)
+	srv := startSink(ln)
 	defer srv.stop()
 	opts := &smc.Options{Node: cliNode}
 	dial := func() {
@@ -52,23 +52,23 @@ func BenchmarkLaterDial(b *testing.B) {
 	b.ReportMetric(per(s1.CursorMsgs-s0.CursorMsgs+c1.CursorMsgs-c0.CursorMsgs), "cdcs/op")
 }
 
-// echoServer echoes each connection ln accepts until EOF, a goroutine
+// sinkServer reads each connection ln accepts until EOF, a goroutine
 // each.
-type echoServer struct {
+type sinkServer struct {
 	ln    net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 }
 
-func startEcho(ln net.Listener) *echoServer {
-	s := &echoServer{ln: ln, conns: map[net.Conn]bool{}}
+func startSink(ln net.Listener) *sinkServer {
+	s := &sinkServer{ln: ln, conns: map[net.Conn]bool{}}
 	s.wg.Add(1)
 	go s.serve()
 	return s
 }
 
-func (s *echoServer) serve() {
+func (s *sinkServer) serve() {
 	defer s.wg.Done()
 	for {
 		c, err := s.ln.Accept()
@@ -81,7 +81,7 @@ func (s *echoServer) serve() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			io.Copy(c, c)
+			io.Copy(io.Discard, c)
 			c.Close()
 			s.mu.Lock()
 			delete(s.conns, c)
@@ -92,7 +92,7 @@ func (s *echoServer) serve() {
 
 // stop closes the listener and the connections still open, and waits
 // for the server's goroutines.
-func (s *echoServer) stop() {
+func (s *sinkServer) stop() {
 	s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {
