@@ -55,7 +55,32 @@ type Call struct {
 	port     uint32 // the caller's queue's port, where the reply goes
 	slot     uint8
 	gen      uint16
-	ackLater bool // a message past its endpoint's bound: not acknowledged yet (callQueue.mu)
+	ackLater bool       // a message past its endpoint's bound: not acknowledged yet (callQueue.mu)
+	q        *callQueue // the queue it was pushed to (push)
+	heldAt   int        // 1 + its index in q.held while a Recv holds it (q.mu)
+}
+
+// inlineCall is a Call with room for a small request beside it: one
+// allocation per call instead of two (onRequest).
+type inlineCall struct {
+	Call
+	buf [inlineReq]byte
+}
+
+// inlineReq is the largest request that shares its Call's allocation.
+const inlineReq = 64
+
+// newCall returns a Call whose Req is a copy of req.
+func newCall(req []byte) *Call {
+	if len(req) == 0 {
+		return &Call{}
+	}
+	if len(req) > inlineReq {
+		return &Call{Req: append([]byte(nil), req...)}
+	}
+	ic := &inlineCall{}
+	ic.Req = ic.buf[:copy(ic.buf[:], req):len(req)]
+	return &ic.Call
 }
 
 // Service receives the calls to one RPC id at this Node (RegisterRPC).
@@ -244,10 +269,9 @@ func (n *Node) credit(ctx context.Context, s *session) (uint8, error) {
 // callSlot makes a call in slot of session s.
 func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, kind uint8, name string, body, resp []byte) (int, error) {
 	limit := min(len(resp), MaxRPC)
-	p := &pending{limit: limit}
 	s.mu.Lock()
 	s.gen++
-	p.gen = s.gen
+	p := s.pend[slot].reset(s.gen, limit)
 	s.inflight[slot] = p
 	if b := s.reply.Bytes(); !s.gone && b != nil {
 		clear(b[int(slot)*rpcSlotSize:][:replyTagLen]) // see replyTag
@@ -293,7 +317,7 @@ func (n *Node) awaitReply(ctx context.Context, s *session, p *pending, e *pooled
 	for p.state.Load() == waiting {
 		nc, nm, err := n.waitReply(ctx, e)
 		for i := range e.msgs[:nm] {
-			if !n.onReply(s.node, &e.msgs[i]) {
+			if !n.replyIn(s, &e.msgs[i]) {
 				n.rpc.dropped.Add(1)
 			}
 			e.msgs[i] = krcore.Message{}
@@ -417,20 +441,23 @@ func isDone(ch <-chan struct{}) bool {
 	}
 }
 
-// take copies the reply in slot into resp and frees the slot.
-func (s *session) take(slot uint8, p *pending, resp []byte) (int, error) {
-	defer s.release(slot)
+// take copies the reply in slot into resp and frees the slot (as
+// release, under the same hold of s.mu).
+func (s *session) take(slot uint8, p *pending, resp []byte) (k int, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	b := s.reply.Bytes()
-	if s.gone || b == nil {
-		return 0, fmt.Errorf("its session ended: %w", s.causeLocked())
+	switch {
+	case s.gone || b == nil:
+		err = fmt.Errorf("its session ended: %w", s.causeLocked())
+	case p.kind == immError:
+		err = rpcErrOf(b[int(slot)*rpcSlotSize+replyTagLen:int(slot)*rpcSlotSize+p.n], len(resp))
+	default:
+		k = copy(resp, b[int(slot)*rpcSlotSize+replyTagLen:int(slot)*rpcSlotSize+p.n])
 	}
-	b = b[int(slot)*rpcSlotSize+replyTagLen : int(slot)*rpcSlotSize+p.n]
-	if p.kind == immError {
-		return 0, rpcErrOf(b, len(resp))
-	}
-	return copy(resp, b), nil
+	s.inflight[slot] = nil
+	s.mu.Unlock()
+	s.free <- slot
+	return k, err
 }
 
 // release frees slot for the next call.
@@ -654,17 +681,21 @@ func (n *Node) onRequest(from krcore.NodeID, port uint32, v imm, length int) boo
 	if limit > MaxRPC || nameLen > length-rpcHdr {
 		return false
 	}
-	c := &Call{From: from, Limit: limit, id: binary.LittleEndian.Uint32(b), ring: g, port: port, slot: v.slot, gen: v.gen}
 	body := b[rpcHdr:]
+	var c *Call
 	switch kind {
 	case kindCall:
-		c.Req = append([]byte(nil), body...)
-		n.toService(c)
+		c = newCall(body)
 	case kindMsg:
-		c.Req = append([]byte(nil), body[nameLen:]...)
-		n.toEndpoint(string(body[:nameLen]), c)
+		c = newCall(body[nameLen:])
 	default:
 		return false
+	}
+	c.From, c.Limit, c.id, c.ring, c.port, c.slot, c.gen = from, limit, binary.LittleEndian.Uint32(b), g, port, v.slot, v.gen
+	if kind == kindCall {
+		n.toService(c)
+	} else {
+		n.toEndpoint(string(body[:nameLen]), c)
 	}
 	return true
 }
@@ -690,16 +721,11 @@ func (n *Node) toService(c *Call) {
 // notification's port does not tell the callee from another process of
 // its node).
 func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
-	v := decodeImm(m.Imm)
-	if !m.Write || !m.HasImm || m.Status != verbs.Success || m.From != node || (v.kind != immReply && v.kind != immError) {
-		return false
-	}
 	r := &n.rpc
 	r.mu.Lock()
 	s := r.sessions[node]
 	r.mu.Unlock()
-	length := m.Len
-	if s == nil || int(v.slot) >= rpcSlots || length < 0 || length > rpcSlotSize {
+	if s == nil {
 		return false
 	}
 	select {
@@ -707,7 +733,21 @@ func (n *Node) onReply(node krcore.NodeID, m *krcore.Message) bool {
 	default:
 		return false // no reply is due before the set-up ends
 	}
-	if s.err != nil || s.epoch != v.epoch {
+	return n.replyIn(s, m)
+}
+
+// replyIn is onReply in session s, set up: the session of a call waiting
+// on the queue m came to, which needs no look-up. A reply to a call of
+// another session of the same node (an earlier one, whose call gave up on
+// this queue) fails the epoch's check, as it would in the node's current
+// session.
+func (n *Node) replyIn(s *session, m *krcore.Message) bool {
+	v := decodeImm(m.Imm)
+	if !m.Write || !m.HasImm || m.Status != verbs.Success || m.From != s.node || (v.kind != immReply && v.kind != immError) {
+		return false
+	}
+	length := m.Len
+	if int(v.slot) >= rpcSlots || length < 0 || length > rpcSlotSize || s.err != nil || s.epoch != v.epoch {
 		return false
 	}
 	s.mu.Lock()
@@ -754,7 +794,7 @@ func (n *Node) onLate(m *krcore.Message) {
 type callQueue struct {
 	mu     sync.Mutex
 	calls  []*Call
-	held   map[*Call]bool // taken by Recv, not yet answered
+	held   []*Call // taken by Recv, not yet answered (Call.heldAt)
 	closed bool
 	ready  chan struct{} // a token: calls may be queued
 	gone   chan struct{} // closed by close
@@ -770,7 +810,7 @@ type callQueue struct {
 }
 
 func newCallQueue(bound int) callQueue {
-	return callQueue{held: map[*Call]bool{}, ready: make(chan struct{}, 1), gone: make(chan struct{}), bound: bound}
+	return callQueue{ready: make(chan struct{}, 1), gone: make(chan struct{}), bound: bound}
 }
 
 // push queues c; ok is false once closed. Past the bound, c.ackLater is
@@ -783,6 +823,7 @@ func (q *callQueue) push(c *Call, wake bool) (ok, ackNow bool) {
 		return false, false
 	}
 	c.ackLater = q.bound > 0 && len(q.calls) >= q.bound
+	c.q = q
 	q.calls = append(q.calls, c)
 	q.count.Add(1)
 	if wake {
@@ -883,7 +924,8 @@ func (q *callQueue) tryPop(hold bool) (c, moved *Call, err error) {
 		q.signal() // for the next Recv
 	}
 	if hold {
-		q.held[c] = true
+		q.held = append(q.held, c)
+		c.heldAt = len(q.held)
 	}
 	if q.bound > 0 && len(q.calls) >= q.bound && q.calls[q.bound-1].ackLater {
 		moved = q.calls[q.bound-1]
@@ -892,14 +934,24 @@ func (q *callQueue) tryPop(hold bool) (c, moved *Call, err error) {
 	return c, moved, nil
 }
 
-// release forgets a held call; false if it held no such call.
+// release forgets a held call; false if it held no such call. c.q, set
+// before c was queued, tells a call of another queue without reading what
+// that queue's lock guards.
 func (q *callQueue) release(c *Call) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.held[c] {
+	if c.q != q {
 		return false
 	}
-	delete(q.held, c)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := c.heldAt - 1
+	if i < 0 || i >= len(q.held) || q.held[i] != c {
+		return false
+	}
+	last := q.held[len(q.held)-1]
+	q.held[i], last.heldAt = last, i+1
+	q.held[len(q.held)-1] = nil
+	q.held = q.held[:len(q.held)-1]
+	c.heldAt = 0
 	return true
 }
 
@@ -921,10 +973,7 @@ func (q *callQueue) close() []*Call {
 	if q.wcancel != nil {
 		q.wcancel() // wakes a Recv popping the port for q
 	}
-	out := q.calls
-	for c := range q.held {
-		out = append(out, c)
-	}
+	out := append(q.calls, q.held...)
 	q.calls, q.held = nil, nil
 	q.count.Store(0)
 	return out

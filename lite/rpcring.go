@@ -106,6 +106,7 @@ func decodeImm(v uint32) imm {
 
 // rpcState is a Node's RPC machinery, caller and callee sides.
 type rpcState struct {
+	inited    atomic.Bool // the maps and the pool below are made (rpcInit)
 	mu        sync.Mutex
 	closed    bool
 	epoch     uint8
@@ -139,6 +140,9 @@ type rpcState struct {
 // rpcInit returns the Node's RPC state, made on first use.
 func (n *Node) rpcInit() *rpcState {
 	r := &n.rpc
+	if r.inited.Load() { // every call and request asks: no lock once made
+		return r
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions == nil {
@@ -148,6 +152,7 @@ func (n *Node) rpcInit() *rpcState {
 		r.stop = make(chan struct{})
 		r.pool.api, r.pool.port = n.api, n.port
 		r.pool.late = n.onLate
+		r.inited.Store(true)
 	}
 	return r
 }
@@ -174,6 +179,9 @@ type session struct {
 	inflight [rpcSlots]*pending
 	gone     bool  // reply deregistered
 	why      error // the teardown's cause
+	// pend holds each slot's pending, reused by the slot's next call: a
+	// pending is referred to only while its call holds the slot.
+	pend [rpcSlots]pending
 }
 
 // pending is a call holding a slot.
@@ -193,6 +201,14 @@ const (
 	replied
 	abandoned
 )
+
+// reset makes p a waiting call's, of generation gen taking replies of up
+// to limit bytes, and returns it; s.mu held, the slot taken.
+func (p *pending) reset(gen uint16, limit int) *pending {
+	p.gen, p.limit, p.e, p.kind, p.n = gen, limit, nil, 0, 0
+	p.state.Store(waiting)
+	return p
+}
 
 // ring is a caller node's request ring at this callee.
 type ring struct {
