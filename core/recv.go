@@ -325,7 +325,7 @@ const maxInbox = 4096
 
 // inbox is a bound queue's receive side.
 type inbox struct {
-	bufs  fifo.FIFO[krcore.Local]   // posted receive buffers, in order
+	bufs  bufRing                   // posted receive buffers, in order
 	ready fifo.FIFO[krcore.Message] // received, not yet popped
 	// hold is an MR the queue keeps one use of (MR.use) for its posted
 	// receive buffers: a posted buffer in hold takes no use of its own,
@@ -339,6 +339,54 @@ type inbox struct {
 	// one allocation for slabLen messages. Each element is handed out
 	// once, so a message its user keeps never sees its Buf change.
 	slab []krcore.Local
+}
+
+// bufRing is a port's posted receive buffers, oldest first: a ring whose
+// array doubles when full and is never moved otherwise. A buffer is taken
+// from the front and posted back at the end for every message; the fifo it
+// replaced moved its items down the array now and then, and its pushes and
+// drops were generic calls.
+type bufRing struct {
+	s    []krcore.Local // a power of two long, or empty
+	head int
+	n    int
+}
+
+// slot is the place of the i-th oldest buffer (0 <= i < len(s)).
+func (r *bufRing) slot(i int) *krcore.Local { return &r.s[(r.head+i)&(len(r.s)-1)] }
+
+// at is the i-th oldest buffer (0 <= i < n).
+func (r *bufRing) at(i int) krcore.Local { return *r.slot(i) }
+
+// full reports that the ring has no room for another buffer (grow).
+func (r *bufRing) full() bool { return r.n == len(r.s) }
+
+// put posts b last; the ring is not full. (A push that grew the ring
+// itself would not inline: the call costs the inliner more than the rest.)
+func (r *bufRing) put(b krcore.Local) {
+	r.s[(r.head+r.n)&(len(r.s)-1)] = b
+	r.n++
+}
+
+// grow doubles the array (at least 8), the buffers moved to its front.
+//
+//go:noinline
+func (r *bufRing) grow() {
+	s := make([]krcore.Local, max(8, 2*len(r.s)))
+	for i := range r.n {
+		s[i] = r.at(i)
+	}
+	r.s, r.head = s, 0
+}
+
+// pop takes the oldest buffer (n > 0).
+func (r *bufRing) pop() krcore.Local {
+	p := &r.s[r.head]
+	b := *p
+	*p = krcore.Local{} // it holds no MR once taken
+	r.head = (r.head + 1) & (len(r.s) - 1)
+	r.n--
+	return b
 }
 
 // slabLen is how many messages' Buf one allocation of inbox.slab serves.
@@ -380,9 +428,8 @@ func (q *Queue) deliverTo(m *krcore.Message, data []byte, msgs *ownMsgs) bool {
 		q.mu.Unlock()
 		return false
 	case m.Write:
-	case in.bufs.Len() > 0:
-		buf := in.bufs.Items()[0]
-		in.bufs.Drop(1)
+	case in.bufs.n > 0:
+		buf := in.bufs.pop()
 		bm := mrOf(buf)
 		n := copy(bm.mem[buf.Off:buf.Off+buf.Len], data) // the buffer holds bm (inbox.hold)
 		if bm != in.hold {
@@ -496,10 +543,15 @@ func (q *Queue) PushRecv(bufs ...krcore.Local) error {
 			return q.refuseRecv(bufs, i, true)
 		}
 	}
-	if in.hold == nil && in.bufs.Len() == 0 && len(bufs) > 0 {
+	if in.hold == nil && in.bufs.n == 0 && len(bufs) > 0 {
 		in.takeHold(bufs)
 	}
-	in.bufs.Push(bufs...)
+	for i := range bufs {
+		if in.bufs.full() {
+			in.bufs.grow()
+		}
+		in.bufs.put(bufs[i])
+	}
 	q.mu.Unlock()
 	return nil
 }
@@ -547,18 +599,23 @@ func (in *inbox) unuseAll(bufs []krcore.Local) {
 // and their holds on their MRs, the inbox's hold of m included; q.mu held.
 func (q *Queue) dropBufs(m *MR) {
 	in := &q.msgs
-	bufs := in.bufs.Items()
-	kept := bufs[:0]
-	for _, b := range bufs {
+	r := &in.bufs
+	kept := 0
+	for i := range r.n {
+		b := r.at(i)
 		if m == nil || mrOf(b) == m {
 			if bm := mrOf(b); bm != in.hold {
 				bm.unuse()
 			}
-		} else {
-			kept = append(kept, b)
+			continue
 		}
+		*r.slot(kept) = b // kept <= i: no buffer not yet looked at is overwritten
+		kept++
 	}
-	in.bufs.Truncate(len(kept))
+	for i := kept; i < r.n; i++ {
+		*r.slot(i) = krcore.Local{} // they hold no MR once gone
+	}
+	r.n = kept
 	if h := in.hold; h != nil && (m == nil || h == m) {
 		in.hold = nil
 		h.unuse()
