@@ -190,7 +190,7 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 		q.sent++
 		q.nextPSN = (w.psn + 1) & psnMask
 		if q.done == idx {
-			q.armDeadline()
+			q.armDeadline(false)
 		}
 		return lk, idx, true
 	}

@@ -555,7 +555,7 @@ func (q *qp) complete(w *wqe, idx uint64, st verbs.Status, byteLen uint32) {
 		q.failLocked(q.halt, q.done, true)
 		return
 	}
-	q.armDeadline()
+	q.armDeadline(true)
 }
 
 // pushSend queues a send completion; a CQ overrun errors the QP.
@@ -576,13 +576,25 @@ func (q *qp) pushSend(w *wqe, idx uint64, st verbs.Status, byteLen uint32) bool 
 // held. A UD or UC request awaits no response: it is done once on the
 // wire (pump completes it after the send, with q.mu released), so nothing
 // may time it out meanwhile, however long the sender is delayed there.
-func (q *qp) armDeadline() {
+//
+// progress says a request just completed. As on an RNIC, the transport
+// timer measures time without progress: each answer restarts it for the
+// requests still out, so a deep queue answered in order is not failed
+// while its answers keep coming. Timed from its own transmission, the
+// last of 128 64 KiB READs waited for the 127 responses before it, 8 MiB
+// on a link that a loaded machine moves at a few MB/s, and failed
+// RETRY_EXC_ERR mid-stream (TestTCPManyLargeReads at nice 19 beside busy
+// loops).
+func (q *qp) armDeadline(progress bool) {
 	if q.done == q.sent || q.rnrWait || q.typ == verbs.UD || q.typ == verbs.UC {
 		q.deadline.Store(0)
 		return
 	}
-	w := &q.sq[q.done%uint64(len(q.sq))]
-	q.deadline.Store(w.sentAt + int64(q.timeout))
+	from := q.sq[q.done%uint64(len(q.sq))].sentAt
+	if progress {
+		from = max(from, q.node.now())
+	}
+	q.deadline.Store(from + int64(q.timeout))
 }
 
 // fail moves the QP to ERR with every outstanding request completing st
