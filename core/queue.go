@@ -212,9 +212,10 @@ func (q *Queue) Push(ctx context.Context, wait bool, reqs ...krcore.Request) (in
 				return i, err
 			}
 		}
-		// accept fills the record whole: the slot need not be zeroed.
+		// accept writes only what a request sets, into a zero record.
 		if len(batch) < cap(batch) {
 			batch = batch[:len(batch)+1]
+			batch[len(batch)-1] = rec{}
 		} else {
 			batch = append(batch, rec{})
 			q.batch = batch
@@ -435,8 +436,11 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 }
 
 // accept checks a request, takes a credit and records an entry for it. It
-// fills in x the record to post and reports true, unless the request was
-// refused.
+// fills in x, a zero record, the record to post and reports true, unless
+// the request was refused (x left as it was). A physical QP's free
+// records are zero (each is zeroed as it retires: TestFreeRecsZero), and
+// so are Push's scratch records once reset: accept writes only the fields
+// the request sets.
 func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 	if q.ents == nil {
 		// Made by the first request, not with the queue: a queue that is
@@ -477,7 +481,8 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 		return false
 	}
 	q.credits--
-	*x = rec{q: q, seq: seq, op: r.Op, signaled: !r.Unsignaled, imm: r.Imm, cmp: r.Compare, swap: r.Swap}
+	x.q, x.seq, x.op, x.signaled = q, seq, r.Op, !r.Unsignaled
+	x.imm, x.cmp, x.swap = r.Imm, r.Compare, r.Swap
 	*e = entry{id: r.ID, op: r.Op, signaled: x.signaled}
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = sge(m, r.Local), true
