@@ -85,3 +85,62 @@ func TestRPCCloseMidTraffic(t *testing.T) {
 		})
 	}
 }
+
+// TestRPCCancelRacesReply: callers that give up on their calls about when
+// the replies come (a slot then kept until its late reply, and its
+// bookkeeping reused by the slot's next call) never take another call's
+// reply, and once the callers stop every slot serves again: a round of
+// calls as many as the ring's slots, at once, all answered.
+func TestRPCCancelRacesReply(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			server, caller := open(t, serverAPI), open(t, api)
+			echo(t, server, 5)
+			if _, err := caller.Call(ctxT(t), 2, 5, nil, nil); err != nil { // the session set up
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					resp := make([]byte, 128)
+					for i := range 60 {
+						req := fmt.Appendf(nil, "goroutine %d call %d", g, i)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%8)*100*time.Microsecond)
+						k, err := caller.Call(ctx, 2, 5, req, resp)
+						cancel()
+						if err == nil && !bytes.Equal(resp[:k], reversed(req)) {
+							t.Errorf("reply %q to %q", resp[:k], req)
+							return
+						}
+						if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("call %q: %v", req, err)
+							return
+						}
+					}
+				})
+			}
+			bounded.Within(t, 30*time.Second, "the cancelling callers", func() error { wg.Wait(); return nil })
+			const slots = 32
+			errs := make(chan error, slots)
+			for g := range slots {
+				wg.Go(func() {
+					req := fmt.Appendf(nil, "last round %d", g)
+					resp := make([]byte, 64)
+					k, err := caller.Call(ctxT(t), 2, 5, req, resp)
+					if err == nil && !bytes.Equal(resp[:k], reversed(req)) {
+						err = fmt.Errorf("reply %q to %q", resp[:k], req)
+					}
+					errs <- err
+				})
+			}
+			bounded.Within(t, 15*time.Second, "the last round", func() error { wg.Wait(); return nil })
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
