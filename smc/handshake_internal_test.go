@@ -1,15 +1,11 @@
 package smc
 
 import (
-	"context"
 	"errors"
 	"net"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 )
 
 // TestSilentClient: a client that proposes, gets the accept and then says
@@ -17,28 +13,7 @@ import (
 // reads fail (it may have confirmed unseen, so TCP is not safe), and the
 // server's buffer goes back.
 func TestSilentClient(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{}) // only its port, for the proposal
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	srv, cli, ln := rawClientRig(t, 300*time.Millisecond)
 	raw, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -70,10 +45,7 @@ func TestSilentClient(t *testing.T) {
 	if m := ModeOf(s); m.SMC || m.Reason != ReasonSync {
 		t.Fatalf("mode %v", m)
 	}
-	srv.mu.Lock()
-	left := len(srv.conns)
-	srv.mu.Unlock()
-	if left != 0 {
+	if left := srv.tokens(); left != 0 {
 		t.Fatalf("%d tokens still registered", left)
 	}
 }

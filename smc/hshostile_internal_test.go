@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bounded"
@@ -24,28 +25,7 @@ import (
 // Close hangs), the bytes a client sent that are not a whole proposal
 // readable by the application once each, and no token registered.
 func TestHostileHandshakes(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{}) // only its port, for the proposals
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	srv, cli, ln := rawClientRig(t, 500*time.Millisecond)
 	proposal := (&clcMsg{typ: clcProposal, peerID: cli.id, node: 1, port: cli.port, token: 7}).encode()
 	confirmBad := (&clcMsg{typ: clcConfirm, peerID: cli.id, node: 1, port: cli.port, token: 7, name: "no such region"}).encode()
 	type client struct {
@@ -100,10 +80,7 @@ func TestHostileHandshakes(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	srv.mu.Lock()
-	left := len(srv.conns)
-	srv.mu.Unlock()
-	if left != 0 {
+	if left := srv.tokens(); left != 0 {
 		t.Errorf("%d tokens still registered", left)
 	}
 }
@@ -159,28 +136,7 @@ func hostileClient(raw net.Conn, s net.Conn, sent []byte, closes, answered bool,
 // timeout far off) closes at once: Close returns, a Read waiting and
 // Handshake fail, and the token goes back.
 func TestCloseMidHandshake(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv, err := Open(core.Embed(c.Node(2)), NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := Open(core.Embed(c.Node(1)), NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	srv, cli, ln := rawClientRig(t, time.Hour)
 	raw, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -212,13 +168,42 @@ func TestCloseMidHandshake(t *testing.T) {
 	if !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("a Read waiting for the handshake: %v, want net.ErrClosed or ECONNRESET", err)
 	}
-	if err := bounded.Within(t, 10*time.Second, "Handshake", func() error { return s.(*Conn).Handshake(ctx) }); err == nil {
+	if err := bounded.Within(t, 10*time.Second, "Handshake", func() error { return s.(*Conn).Handshake(context.Background()) }); err == nil {
 		t.Fatal("Handshake of the connection closed mid-handshake: nil")
 	}
-	srv.mu.Lock()
-	left := len(srv.conns)
-	srv.mu.Unlock()
-	if left != 0 {
+	if left := srv.tokens(); left != 0 {
 		t.Fatalf("%d tokens still registered", left)
 	}
+}
+
+// rawClientRig is a listener on node 2's Node, with handshake timeout
+// hs, and a Node on node 1 for raw clients to name in their CLC messages
+// (its port and instance): it connects to nothing itself.
+func rawClientRig(t *testing.T, hs time.Duration) (srv, cli *Node, ln *Listener) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for i, n := range []**Node{&srv, &cli} {
+		if *n, err = Open(core.Embed(c.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*n).Close() })
+	}
+	if ln, err = Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: hs}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return srv, cli, ln
+}
+
+// tokens is how many connections of n hold a token.
+func (n *Node) tokens() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.conns)
 }
