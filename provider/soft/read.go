@@ -153,10 +153,11 @@ func (l *tcpLink) awaitRole() bool {
 				l.rmu.Unlock()
 				return true
 			}
+			// Kept for less than yieldGrace: looked at again at the
+			// next tick, not sooner. A shorter timer here, re-armed
+			// whenever it found the link just kept again (a poller
+			// keeps it at every poll), would tick at yieldGrace.
 			wait = min(wait, lendTimeout-idle)
-			if len(l.yielders) > 0 && idle < yieldGrace {
-				wait = yieldGrace - idle
-			}
 		}
 		l.rmu.Unlock()
 		l.lendTimer.Reset(wait)
