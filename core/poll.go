@@ -181,6 +181,17 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 			fin = p.complete(wc, fin)
 		}
 	}
+	if len(fin) > 0 {
+		pl.finishAll(fin, self, mine)
+	}
+	return n
+}
+
+// finishAll finishes the outcomes fin that pollLocked's completions gave,
+// queue by queue, handing self's to mine where they fit; apart from
+// pollLocked, which a receive or a caller's own completion (completeOwn)
+// leaves without any; pl.mu held.
+func (pl *poller) finishAll(fin []finished, self *Queue, mine *ownRun) {
 	for rest := fin; len(rest) > 0; {
 		q, k := rest[0].q, 1
 		for k < len(rest) && rest[k].q == q {
@@ -201,8 +212,7 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 		}
 		rest = rest[k:]
 	}
-	pl.fin = fin[:0]
-	return n
+	pl.fin = fin[:0] // keeps what complete grew
 }
 
 // dispatchedSoFar is how many completions the poller has dispatched.
