@@ -1467,3 +1467,71 @@ func TestHostileAfterPlain(t *testing.T) {
 		}
 	}, modeDC, modeNoDC)
 }
+
+// TestHostileAfterPlainConcurrent: goroutines pushing on one queue at once,
+// alone and in batches, good READs (which a queue remembers, see
+// Queue.quick) interleaved with READs of the same handles past the region
+// or the MR: whatever the interleaving, every forged request is refused
+// with its status and every good one succeeds, and none reaches a shared
+// QP.
+func TestHostileAfterPlainConcurrent(t *testing.T) {
+	inModes(t, func(t *testing.T, m mode) {
+		c := m.start(t, 2, core.Config{Path: patientPath})
+		a, b := c.Node(1), c.Node(2)
+		serve(t, b, "data", 4096)
+		q := mustQueue(t, a, 2)
+		g, err := q.Region(ctx(t), "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, _ := a.RegMR(4096, verbs.AccessAll)
+		// By ID: 3k good, 3k+1 past the region, 3k+2 past the MR.
+		want := []verbs.Status{verbs.Success, verbs.RemAccessErr, verbs.LocProtErr}
+		req := func(id uint64) krcore.Request {
+			r := krcore.Request{ID: id, Op: verbs.OpRead, Local: local.Range(int(id%64)*8, 8), Remote: g.At(id % 64 * 8)}
+			switch id % 3 {
+			case 1:
+				r.Remote = g.At(4090)
+			case 2:
+				r.Local = local.Range(4090, 8)
+			}
+			return r
+		}
+		const pushers, each = 3, 150
+		var wg sync.WaitGroup
+		for p := range pushers {
+			wg.Go(func() {
+				for i := 0; i < each; {
+					id := uint64(p*each + i)
+					reqs := []krcore.Request{req(id)}
+					if p == 0 && i+3 <= each { // batches: pushRun's path
+						reqs = append(reqs, req(id+1), req(id+2))
+					}
+					if _, err := q.Push(ctx(t), true, reqs...); err != nil {
+						t.Error(err)
+						return
+					}
+					i += len(reqs)
+				}
+			})
+		}
+		out := make([]krcore.Completion, 16)
+		for got := 0; got < pushers*each; {
+			n, err := q.PopWait(ctx(t), out)
+			if err != nil {
+				t.Errorf("after %d completions: %v", got, err)
+				break // the pushers end at their deadline
+			}
+			for _, cp := range out[:n] {
+				if w := want[cp.ID%3]; cp.Status != w {
+					t.Errorf("request %d completed %+v, want %s", cp.ID, cp, w)
+				}
+			}
+			got += n
+		}
+		wg.Wait()
+		if st := a.Stats(); st.Recoveries != 0 || st.PostErrors != 0 {
+			t.Errorf("forged requests reached a shared QP: %+v", st)
+		}
+	}, modeDC, modeNoDC)
+}
