@@ -276,12 +276,14 @@ func (n *Node) callSlot(ctx context.Context, s *session, slot uint8, id uint32, 
 	if b := s.reply.Bytes(); !s.gone && b != nil {
 		clear(b[int(slot)*rpcSlotSize:][:replyTagLen]) // see replyTag
 	}
+	spare := s.spare
+	s.spare = nil
 	s.mu.Unlock()
 	var hdr [rpcHdr]byte
 	putHdr(hdr[:], id, limit, kind, uint8(len(name)))
 	v := imm{kind: immRequest, slot: slot, epoch: s.epoch, gen: p.gen}
 	to := krcore.Principal{Node: s.node, Port: n.port}
-	e, err := n.postImm(ctx, to, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
+	e, err := n.postImm(ctx, spare, to, s.ring, int(slot)*rpcSlotSize, hdr[:], name, body, v)
 	if err != nil {
 		s.release(slot)
 		return 0, err
@@ -408,22 +410,32 @@ func (n *Node) sliceBound(ctx context.Context) (_ context.Context, sliced bool) 
 	return b.ctx, true
 }
 
-// detach ends p's wait on e and gives e back to the pool, or retires it:
-// when the wait failed for another reason than its context (the queue
-// may be in error or closed) or the session was torn down (which closes
-// the queues its calls wait on). A queue given back after its context
-// ended may still get the reply, which the next call on it hands over.
+// detach ends p's wait on e and gives e back: after a reply, as the
+// session's spare queue if it has none (its next call takes it without
+// the pool's lock and look-up), else to the pool; or retires it, when the
+// wait failed for another reason than its context (the queue may be in
+// error or closed) or the session was torn down (which closes the queues
+// its calls wait on). A queue given back after its context ended goes to
+// the pool and may still get the reply, which the next call on it hands
+// over, or its retirement (vqPool.retire).
 func (n *Node) detach(s *session, p *pending, e *pooled, to krcore.Principal, err error) {
+	keep := err == nil || !ctx0(err)
 	s.mu.Lock()
 	p.e = nil
 	gone := s.gone
+	spare := err == nil && !gone && s.spare == nil
+	if spare {
+		s.spare = e
+	}
 	s.mu.Unlock()
 	pool := &n.rpc.pool
-	if gone || err != nil && ctx0(err) {
+	switch {
+	case spare:
+	case gone || !keep:
 		pool.retire(e)
-		return
+	default:
+		pool.put(to, e)
 	}
-	pool.put(to, e)
 }
 
 // ctx0 reports whether err is not a context's end.
@@ -521,7 +533,7 @@ func (n *Node) reply(ctx context.Context, c *Call, kind uint8, body []byte) erro
 	to := krcore.Principal{Node: c.ring.caller, Port: c.port}
 	var tag [replyTagLen]byte
 	binary.LittleEndian.PutUint64(tag[:], replyTag(c.ring.token, c.gen))
-	e, err := n.postImm(ctx, to, region, int(c.slot)*rpcSlotSize, tag[:], "", body, v)
+	e, err := n.postImm(ctx, nil, to, region, int(c.slot)*rpcSlotSize, tag[:], "", body, v)
 	if err != nil {
 		return err
 	}

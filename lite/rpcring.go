@@ -177,8 +177,9 @@ type session struct {
 	mu       sync.Mutex // gen, inflight, gone, why; reply's memory while read
 	gen      uint16
 	inflight [rpcSlots]*pending
-	gone     bool  // reply deregistered
-	why      error // the teardown's cause
+	gone     bool    // reply deregistered
+	why      error   // the teardown's cause
+	spare    *pooled // the queue the last call gave back, for the next (detach)
 	// pend holds each slot's pending, reused by the slot's next call: a
 	// pending is referred to only while its call holds the slot.
 	pend [rpcSlots]pending
@@ -316,6 +317,12 @@ func (n *Node) setupSession(ctx context.Context, s *session) error {
 // teardown retires s: later calls to its node set up again, calls waiting
 // in it fail with cause, and its reply area is withdrawn.
 func (n *Node) teardown(s *session, cause error) {
+	var spare *pooled
+	defer func() {
+		if spare != nil {
+			n.rpc.pool.retire(spare) // after s.mu: its late replies look sessions up
+		}
+	}()
 	s.once.Do(func() {
 		r := &n.rpc
 		r.mu.Lock()
@@ -326,6 +333,7 @@ func (n *Node) teardown(s *session, cause error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.why, s.gone = cause, true
+		spare, s.spare = s.spare, nil
 		close(s.dead)
 		for _, p := range s.inflight {
 			if p != nil && p.e != nil {
@@ -616,15 +624,26 @@ func (p *vqPool) close() {
 }
 
 // postImm WRITE_WITH_IMMs hdr, name and body to off of region at to.Node,
-// notifying port to.Port, from a queue of the pool, which it returns with the WRITE's completion
+// notifying port to.Port, from e (a session's spare queue, connected to
+// to) or, if nil, a queue of the pool, which it returns with the WRITE's completion
 // owed: whoever waits for the WRITE's effect (a reply) reaps it after, or
 // gives the queue back owing it (put), so that nobody waits for an
 // acknowledgement it does not need. On error nothing was posted.
-func (n *Node) postImm(ctx context.Context, to krcore.Principal, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (*pooled, error) {
+func (n *Node) postImm(ctx context.Context, e *pooled, to krcore.Principal, region krcore.Region, off int, hdr []byte, name string, body []byte, v imm) (*pooled, error) {
 	p := &n.rpc.pool
-	e, err := p.get(ctx, to)
-	if err != nil {
-		return nil, err
+	if e != nil && e.owed {
+		if err := p.reap(ctx, e); err != nil { // e is retired
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			e = nil
+		}
+	}
+	if e == nil {
+		var err error
+		if e, err = p.get(ctx, to); err != nil {
+			return nil, err
+		}
 	}
 	b := e.buf.Bytes()
 	k := copy(b, hdr)
