@@ -207,3 +207,89 @@ func (n *Node) tokens() int {
 	defer n.mu.Unlock()
 	return len(n.conns)
 }
+
+// TestHostileServers: servers that answer a proposal with half an accept
+// and close, an accept naming a buffer never exported, or a decline of the
+// wrong length leave the dialled connection on TCP within the handshake
+// timeout, with nothing of the server's bytes lost or made up: what was
+// not a whole CLC message is the application's, and after a decline the
+// server's next bytes are.
+func TestHostileServers(t *testing.T) {
+	srvNode, cliNode, _ := rawClientRig(t, time.Second)
+	accept := (&clcMsg{typ: clcAccept, peerID: srvNode.id, node: 2, port: srvNode.port, token: 9, size: 64 << 10, name: "never exported"}).encode()
+	badDecline := (&clcMsg{typ: clcDecline, peerID: srvNode.id, reason: ReasonMem}).encode()
+	badDecline[6]-- // a length RFC 7609's decline does not have
+	badDecline = badDecline[:len(badDecline)-1]
+	copy(badDecline[len(badDecline)-clcTrlLen:], eyecatcher[:])
+	for _, tc := range []struct {
+		name string
+		// answer is written after the proposal; then, with close, the
+		// server closes, else it reads the client's answer (a decline,
+		// declined) and writes "after".
+		answer   []byte
+		close    bool
+		declined bool
+		want     string // what the client's application reads
+	}{
+		{name: "half an accept, then close", answer: accept[:10], close: true, want: string(accept[:10])},
+		{name: "an accept naming a buffer never exported", answer: accept, declined: true, want: "after"},
+		{name: "a decline of the wrong length", answer: badDecline, want: string(badDecline) + "after"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			served := make(chan error, 1)
+			go func() { // ends with its connection, which the client closes
+				served <- hostileServer(l, tc.answer, tc.close, tc.declined)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := DialContext(ctx, "tcp", l.Addr().String(), &Options{Node: cliNode, HandshakeTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if m := ModeOf(c); m.SMC {
+				t.Fatalf("mode %v", m)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(c)
+			if string(got) != tc.want {
+				t.Fatalf("read %q (%v), want %q", got, err, tc.want)
+			}
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// hostileServer accepts one connection on l, reads a proposal and answers
+// it with answer; then it closes, or reads the client's decline (when
+// declined) and writes "after" before it closes its writing side.
+func hostileServer(l net.Listener, answer []byte, closes, declined bool) error {
+	s, err := l.Accept()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	if m, _, err := readCLC(s, clcProposal); err != nil {
+		return fmt.Errorf("the proposal: %+v %v", m, err)
+	}
+	if _, err := s.Write(answer); err != nil || closes {
+		return err
+	}
+	if declined {
+		if m, _, err := readCLC(s, clcDecline); err != nil {
+			return fmt.Errorf("the client's decline: %+v %v", m, err)
+		}
+	}
+	if _, err := s.Write([]byte("after")); err != nil {
+		return err
+	}
+	return s.(*net.TCPConn).CloseWrite()
+}
