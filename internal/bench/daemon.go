@@ -126,15 +126,7 @@ func runDaemonCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err == nil {
 		err = out.Finish(d.check)
 	}
-	switch {
-	case errors.Is(err, report.ErrTargetMissed):
-		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
-		return 3
-	case err != nil:
-		fmt.Fprintf(stderr, "krbench daemon: %v\n", err)
-		return 1
-	}
-	return 0
+	return cmdStatus(stderr, "daemon", err)
 }
 
 // dSide is one way to reach the runtime: embedded or through krcored.

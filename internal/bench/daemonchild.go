@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -152,7 +151,7 @@ func runKrcoredChild(ctx context.Context, args []string, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slogTo(stderr)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	n, err := daemon.Start(sctx, daemon.NodeConfig{Config: daemon.Config{Socket: *sock, Spin: *spin, ShareQuantum: *share, Logger: log},
 		Node: *node, Meta: []meta.Info{info}, Device: daemon.DeviceConfig{Provider: daemon.ProviderSoft, Listen: *listen}})
@@ -185,9 +184,5 @@ func runDaemonRole(ctx context.Context, args []string, stdout, stderr io.Writer)
 	default:
 		return 0, false
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "krbench %s: %v\n", args[0], strings.TrimSpace(err.Error()))
-		return 1, true
-	}
-	return 0, true
+	return childStatus(stderr, args[0], err), true
 }

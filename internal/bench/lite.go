@@ -166,15 +166,7 @@ func runLiteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err == nil {
 		err = b.out.Finish(c.check)
 	}
-	switch {
-	case errors.Is(err, report.ErrTargetMissed):
-		fmt.Fprintf(stderr, "krbench lite: %v\n", err)
-		return 3
-	case err != nil:
-		fmt.Fprintf(stderr, "krbench lite: %v\n", err)
-		return 1
-	}
-	return 0
+	return cmdStatus(stderr, "lite", err)
 }
 
 // liteBench is one krbench lite run.

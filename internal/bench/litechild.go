@@ -2,13 +2,11 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -75,9 +73,5 @@ func runLiteRole(ctx context.Context, args []string, stdout, stderr io.Writer) (
 	default:
 		return 0, false
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "krbench %s: %v\n", args[0], strings.TrimSpace(err.Error()))
-		return 1, true
-	}
-	return 0, true
+	return childStatus(stderr, args[0], err), true
 }

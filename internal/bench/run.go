@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/krcore/krcore/internal/bench/pingpong"
@@ -72,4 +73,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "krbench: %v\n", err)
 	return 1
+}
+
+// cmdStatus is the exit status of a krbench subcommand (daemon, lite, smc)
+// that ended with err, which it reports on stderr: 3 for a missed target
+// (-check), 1 for any other error.
+func cmdStatus(stderr io.Writer, cmd string, err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, report.ErrTargetMissed):
+		fmt.Fprintf(stderr, "krbench %s: %v\n", cmd, err)
+		return 3
+	}
+	fmt.Fprintf(stderr, "krbench %s: %v\n", cmd, err)
+	return 1
+}
+
+// childStatus is the exit status of a child process's role that ended with
+// err, which it reports on stderr as one trimmed line: 1, or 0 when err is
+// nil or the child was stopped (its context canceled by SIGTERM).
+func childStatus(stderr io.Writer, role string, err error) int {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "krbench %s: %v\n", role, strings.TrimSpace(err.Error()))
+		return 1
+	}
+	return 0
 }

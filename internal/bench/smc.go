@@ -152,15 +152,7 @@ func runSMCCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err == nil {
 		err = out.Finish(c.check)
 	}
-	switch {
-	case errors.Is(err, report.ErrTargetMissed):
-		fmt.Fprintf(stderr, "krbench smc: %v\n", err)
-		return 3
-	case err != nil:
-		fmt.Fprintf(stderr, "krbench smc: %v\n", err)
-		return 1
-	}
-	return 0
+	return cmdStatus(stderr, "smc", err)
 }
 
 // smcServers is the bench's server side: SMC listeners on a Node with
@@ -746,11 +738,7 @@ func runSMCRole(ctx context.Context, args []string, stdout, stderr io.Writer) (c
 	case "smc":
 		return runSMCCmd(ctx, args[1:], stdout, stderr), true
 	case childSMCServer:
-		if err := runSMCServer(ctx, stdout); err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintf(stderr, "krbench %s: %v\n", args[0], err)
-			return 1, true
-		}
-		return 0, true
+		return childStatus(stderr, args[0], runSMCServer(ctx, stdout)), true
 	}
 	return 0, false
 }
