@@ -6,10 +6,7 @@
 package client
 
 import (
-	"context"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/verbs"
@@ -23,22 +20,8 @@ import (
 // A bell's sleep and ring allocate nothing once the sleep's context is
 // registered.
 func TestPushOnePopWaitAllocs(t *testing.T) {
-	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
-		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
-	if err := v.alloc(); err != nil {
-		t.Fatal(err)
-	}
-	defer v.release()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		completeAll(ctx, v.ring, v.door, v.cq)
-	}()
-	defer wg.Wait()
-	defer cancel()
+	v := ringVQ(t)
+	ctx := pump(t, v)
 
 	req := krcore.Request{Op: verbs.OpRead}
 	out := make([]krcore.Completion, 1)

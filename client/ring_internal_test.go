@@ -15,22 +15,8 @@ import (
 // message bell for completions (no wire.FeatureClientAny in its hello),
 // PopAnyWait still returns a completion, at the end of a sleep's slice.
 func TestPopAnyWaitFirstProtocol(t *testing.T) {
-	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
-		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
-	if err := v.alloc(); err != nil {
-		t.Fatal(err)
-	}
-	defer v.release()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		completeAll(ctx, v.ring, v.door, v.cq) // rings only the completion bell
-	}()
-	defer wg.Wait()
-	defer cancel()
+	v := ringVQ(t)
+	ctx := pump(t, v) // rings only the completion bell
 	out := make([]krcore.Completion, 1)
 	for i := range 20 {
 		if err := v.PushOne(ctx, false, krcore.Request{ID: uint64(i), Op: verbs.OpRead}); err != nil {
@@ -45,6 +31,38 @@ func TestPopAnyWaitFirstProtocol(t *testing.T) {
 			t.Fatalf("#%d: PopAnyWait took %v", i, took)
 		}
 	}
+}
+
+// ringVQ is a VQ on rings of its own with no daemon behind them: the test
+// plays the daemon's side (pump, or the rings' counters directly). The
+// rings are released when the test ends.
+func ringVQ(t *testing.T) *VQ {
+	t.Helper()
+	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
+		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
+	if err := v.alloc(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.release)
+	return v
+}
+
+// pump runs completeAll on v's rings until the test ends (it is stopped
+// before v's rings are released), and returns the context, 20 s long, the
+// test's calls take.
+func pump(t *testing.T, v *VQ) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		completeAll(ctx, v.ring, v.door, v.cq)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return ctx
 }
 
 // completeAll plays the daemon's pump on ring until ctx ends: it sleeps on
@@ -75,12 +93,7 @@ func completeAll(ctx context.Context, ring *wire.Ring, door, cq *wire.Bell) {
 // one that had to ring its doorbell; a waiter for a completion spins after
 // either.
 func TestSpinOnlyWhilePumpPolls(t *testing.T) {
-	v := &VQ{c: &Client{credits: 16, maxMsg: 64}, cqWait: make(chan struct{}, 1), msgWait: make(chan struct{}, 1),
-		ctlWait: make(chan struct{}, 1), done: make(chan struct{}), node: 2}
-	if err := v.alloc(); err != nil {
-		t.Fatal(err)
-	}
-	defer v.release()
+	v := ringVQ(t)
 	ctx := context.Background()
 	for i, asleep := range []bool{false, true, false, true, true} {
 		var flag uint64
