@@ -271,7 +271,7 @@ func openExchange(ctx context.Context, cfg config, impl string, p int, metaText 
 // setPeers tells an rpc exchange where the processes listen.
 func setPeers(x exchange, addrs string) {
 	if r, ok := x.(*rpcExchange); ok {
-		r.addrs = strings.Split(addrs, ",")
+		r.peers.Addrs = strings.Split(addrs, ",")
 	}
 }
 

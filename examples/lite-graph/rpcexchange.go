@@ -13,15 +13,13 @@ import (
 // rpcExchange shares the ranks through Go net/rpc over TCP: each worker
 // keeps its two slots and serves them (Ranks.Get); the others call it
 // every iteration; the workers meet at the coordinator's net/rpc barrier
-// (liteapp.Barriers) after each. Worker p listens at addrs[p]. This file is the whole of
-// the engine's net/rpc code, the counterpart of liteExchange.
+// (liteapp.Barriers) after each. Worker p listens at peers.Addrs[p]. This
+// file, with liteapp's Peers, Barriers and ServeRPC, is the whole of the
+// engine's net/rpc code, the counterpart of liteExchange.
 type rpcExchange struct {
 	ln    net.Listener
 	r     *Ranks
-	addrs []string
-
-	mu      sync.Mutex
-	clients map[int]*rpc.Client
+	peers liteapp.Peers
 }
 
 // Slot is one iteration's ranks of a partition.
@@ -49,7 +47,7 @@ func newRPCExchange() (*rpcExchange, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &rpcExchange{ln: ln, r: &Ranks{}, clients: map[int]*rpc.Client{}}
+	x := &rpcExchange{ln: ln, r: &Ranks{}}
 	srv := rpc.NewServer()
 	if err := errors.Join(srv.Register(x.r), srv.Register(liteapp.NewBarriers())); err != nil {
 		ln.Close()
@@ -67,41 +65,16 @@ func (x *rpcExchange) set(slot int, dangling float64, ranks []float64) {
 
 func (x *rpcExchange) get(ctx context.Context, q, slot int, ranks []float64) (float64, error) {
 	var s Slot
-	err := x.call(ctx, q, "Ranks.Get", slot, &s)
+	err := x.peers.Call(ctx, q, "Ranks.Get", slot, &s)
 	copy(ranks, s.Ranks)
 	return s.Dangling, err
 }
 
 func (x *rpcExchange) barrier(ctx context.Context, name string, n int) error {
-	return x.call(ctx, 0, "Barriers.Arrive", liteapp.Arrival{Name: name, N: n}, &struct{}{})
-}
-
-// call calls method at process q, dialling it on first use.
-func (x *rpcExchange) call(ctx context.Context, q int, method string, args, reply any) error {
-	x.mu.Lock()
-	c := x.clients[q]
-	if c == nil {
-		var err error
-		if c, err = rpc.Dial("tcp", x.addrs[q]); err != nil {
-			x.mu.Unlock()
-			return err
-		}
-		x.clients[q] = c
-	}
-	x.mu.Unlock()
-	select {
-	case call := <-c.Go(method, args, reply, nil).Done:
-		return call.Error
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return x.peers.Arrive(ctx, name, n)
 }
 
 func (x *rpcExchange) close() error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, c := range x.clients {
-		c.Close()
-	}
+	x.peers.Close()
 	return x.ln.Close()
 }

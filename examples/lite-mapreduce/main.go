@@ -276,6 +276,6 @@ func openStore(ctx context.Context, impl string, p int, metaText string) (st sto
 // setPeers tells an rpc store where the processes listen ("addr0,addr1,...").
 func setPeers(st store, addrs string) {
 	if s, ok := st.(*rpcStore); ok {
-		s.addrs = strings.Split(addrs, ",")
+		s.peers.Addrs = strings.Split(addrs, ",")
 	}
 }

@@ -13,16 +13,14 @@ import (
 
 // rpcStore moves the job's data through Go net/rpc over TCP: a process
 // keeps the values it publishes and serves them (Values.Get); a consumer
-// calls its owner. Process p listens at addrs[p]. This file is the whole of
-// the word count's net/rpc code, the counterpart of liteStore.
+// calls its owner. Process p listens at peers.Addrs[p]. This file, with
+// liteapp's Peers, Barriers and ServeRPC, is the whole of the word count's
+// net/rpc code, the counterpart of liteStore.
 type rpcStore struct {
 	ln    net.Listener
 	vals  *Values
 	bars  *liteapp.Barriers
-	addrs []string
-
-	mu      sync.Mutex
-	clients map[int]*rpc.Client
+	peers liteapp.Peers
 }
 
 // Values serves a process's published values over net/rpc.
@@ -48,7 +46,7 @@ func newRPCStore() (*rpcStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &rpcStore{ln: ln, vals: &Values{m: map[string][]byte{}}, bars: liteapp.NewBarriers(), clients: map[int]*rpc.Client{}}
+	s := &rpcStore{ln: ln, vals: &Values{m: map[string][]byte{}}, bars: liteapp.NewBarriers()}
 	srv := rpc.NewServer()
 	if err := errors.Join(srv.Register(s.vals), srv.Register(s.bars)); err != nil {
 		ln.Close()
@@ -67,47 +65,14 @@ func (s *rpcStore) publish(_ context.Context, name string, data []byte) error {
 
 func (s *rpcStore) fetch(ctx context.Context, owner int, name string) ([]byte, error) {
 	var data []byte
-	return data, s.call(ctx, owner, "Values.Get", name, &data)
+	return data, s.peers.Call(ctx, owner, "Values.Get", name, &data)
 }
 
 func (s *rpcStore) barrier(ctx context.Context, name string, n int) error {
-	return s.call(ctx, 0, "Barriers.Arrive", liteapp.Arrival{Name: name, N: n}, &struct{}{})
-}
-
-// call calls method at process owner.
-func (s *rpcStore) call(ctx context.Context, owner int, method string, args, reply any) error {
-	c, err := s.client(owner)
-	if err != nil {
-		return err
-	}
-	select {
-	case call := <-c.Go(method, args, reply, nil).Done:
-		return call.Error
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// client is the connection to process owner, dialled on first use.
-func (s *rpcStore) client(owner int) (*rpc.Client, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c := s.clients[owner]; c != nil {
-		return c, nil
-	}
-	c, err := rpc.Dial("tcp", s.addrs[owner])
-	if err != nil {
-		return nil, err
-	}
-	s.clients[owner] = c
-	return c, nil
+	return s.peers.Arrive(ctx, name, n)
 }
 
 func (s *rpcStore) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.clients {
-		c.Close()
-	}
+	s.peers.Close()
 	return s.ln.Close()
 }

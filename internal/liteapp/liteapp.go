@@ -285,6 +285,65 @@ func (b *Barriers) Arrive(a Arrival, _ *struct{}) error {
 // NewBarriers is a Barriers with no one waiting.
 func NewBarriers() *Barriers { return &Barriers{waiting: map[string]*generation{}} }
 
+// Peers are a process's net/rpc connections to the app's processes in
+// the apps' net/rpc versions: process p listens at Addrs[p] (set before
+// the first Call) and is dialled on first use; the connection is kept
+// until Close. The zero Peers is ready for use.
+type Peers struct {
+	Addrs []string
+
+	mu      sync.Mutex
+	clients map[int]*rpc.Client
+}
+
+// Call calls method at process p and waits for its reply or for ctx to
+// end.
+func (ps *Peers) Call(ctx context.Context, p int, method string, args, reply any) error {
+	c, err := ps.client(p)
+	if err != nil {
+		return err
+	}
+	select {
+	case call := <-c.Go(method, args, reply, nil).Done:
+		return call.Error
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Arrive arrives at the barrier name of n participants that process 0
+// serves (a Barriers) and returns once all n arrived.
+func (ps *Peers) Arrive(ctx context.Context, name string, n int) error {
+	return ps.Call(ctx, 0, "Barriers.Arrive", Arrival{Name: name, N: n}, &struct{}{})
+}
+
+// client is the connection to process p, dialled on first use.
+func (ps *Peers) client(p int) (*rpc.Client, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if c := ps.clients[p]; c != nil {
+		return c, nil
+	}
+	c, err := rpc.Dial("tcp", ps.Addrs[p])
+	if err != nil {
+		return nil, err
+	}
+	if ps.clients == nil {
+		ps.clients = map[int]*rpc.Client{}
+	}
+	ps.clients[p] = c
+	return c, nil
+}
+
+// Close closes every connection.
+func (ps *Peers) Close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, c := range ps.clients {
+		c.Close()
+	}
+}
+
 // RunWorker runs worker, and exits with its outcome, when this process is
 // a worker (Worker); otherwise it returns. An app's main and its tests'
 // TestMain call it first, so that Start can start the app's own

@@ -1,8 +1,13 @@
 package liteapp
 
 import (
+	"context"
+	"errors"
+	"net"
+	"net/rpc"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -78,5 +83,53 @@ func TestMedianSlowestImpls(t *testing.T) {
 	}
 	if Impls("both") == nil || Impls("lite")[0] != "lite" || Impls("tcp") != nil {
 		t.Fatal("Impls")
+	}
+}
+
+// countingListener counts the connections it accepted.
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestPeers: a Peers dials a process on its first Call and keeps that
+// connection for the next; a Call whose context ends while the reply is
+// outstanding returns the context's error.
+func TestPeers(t *testing.T) {
+	srv := rpc.NewServer()
+	if err := srv.Register(NewBarriers()); err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &countingListener{Listener: tcp}
+	defer ln.Close()
+	go ServeRPC(srv, ln)
+	ps := &Peers{Addrs: []string{ln.Addr().String()}}
+	defer ps.Close()
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := ps.Arrive(short, "x", 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Arrive alone at a barrier of 2: %v, want DeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The second of 2 arrivals: it returns once the server took it, over
+	// whichever connection it came.
+	if err := ps.Arrive(ctx, "x", 2); err != nil {
+		t.Fatalf("second Arrive: %v", err)
+	}
+	if n := ln.n.Load(); n != 1 {
+		t.Errorf("the process accepted %d connections for two calls, want 1", n)
 	}
 }
