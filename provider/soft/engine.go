@@ -150,7 +150,7 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 				continue
 			}
 		}
-		if q.holdOff(lk) {
+		if q.holdOff(lk, w) {
 			// The transport timer starts when the request goes out, as
 			// on an RNIC; until then it bounds how long the link's
 			// queue may go without draining (each drain pumps q again,
@@ -197,11 +197,17 @@ func (q *qp) next(out *frame) (link, uint64, bool) {
 	return nil, 0, false
 }
 
-// holdOff reports whether the pump stops before its next request because
-// lk's queue is draining (write.go, shmring.go); the drain pumps q again.
-// Only RC QPs and DCIs hold off: their pump writes batches.
-func (q *qp) holdOff(lk link) bool {
-	if q.typ != verbs.RC && q.typ != verbs.DCI {
+// holdOff reports whether the pump stops before w because lk's queue is
+// draining (write.go, shmring.go); the drain pumps q again once the queue
+// is empty. Only RC QPs and DCIs hold off: their pump writes batches. A
+// request without payload (a READ, an atomic) never holds off: holding
+// off saves copying a payload into the queue, and it has none, only a
+// header; held, it could wait as long as the link's reader kept queueing
+// responses to the peer's READs, the queue emptying only when the peer
+// paused (both nodes READing each other 128 deep: a READ held for the
+// whole 10 s retry timeout, TestTCPManyLargeReads at nice 19).
+func (q *qp) holdOff(lk link, w *wqe) bool {
+	if q.typ != verbs.RC && q.typ != verbs.DCI || w.wr.Op == verbs.OpRead || w.wr.Op.IsAtomic() {
 		return false
 	}
 	switch l := lk.(type) {

@@ -168,3 +168,65 @@ func (n *Node) waitLink(t *testing.T, peer string, q verbs.QP, wr func(int) verb
 		}
 	}
 }
+
+// TestReadNotHeldOff: on a link whose queue drains into a socket nobody
+// reads, a READ goes out at once, queued behind what is there, where a
+// WRITE holds off until the queue is empty (TestHeldOffRequestsTimeOut). A
+// READ is a header: holding off saves copying no payload, and a READ
+// held could wait as long as the link's reader kept queueing responses to
+// the peer's own READs (both nodes READing each other 128 deep: held for
+// the whole 10 s retry timeout, TestTCPManyLargeReads at nice 19).
+func TestReadNotHeldOff(t *testing.T) {
+	peer := stalledPeer(t, 0)
+	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: time.Minute, TCPOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	pd, _ := n.AllocPD()
+	cq, _ := n.CreateCQ(1024)
+	const size, msg = 32 << 20, 64 << 10
+	blk, err := offheap.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blk.Close()
+	mr, err := pd.RegMR(blk.Bytes(), verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	var qps [3]verbs.QP
+	for i := range qps {
+		qps[i], err = pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: size / msg, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer qps[i].Close()
+		if err := verbs.Connect(qps[i], verbs.Endpoint{Addr: peer, QPN: uint32(100 + i)}, verbs.Path{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wr := func(op verbs.Opcode) func(int) verbs.SendWR {
+		return func(i int) verbs.SendWR {
+			return verbs.SendWR{ID: uint64(i), Op: op, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(mr, (i%(size/msg))*msg, msg)}, RemoteAddr: 1 << 20, RKey: 1}
+		}
+	}
+	l := n.waitLink(t, peer, qps[0], wr(verbs.OpWrite)) // the queue backs up
+	if !l.draining {
+		t.Fatal("the link's queue never backed up")
+	}
+	l.wmu.Unlock()
+	for i, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead} {
+		q := qps[1+i]
+		if _, err := q.PostSend([]verbs.SendWR{wr(op)(0)}); err != nil {
+			t.Fatal(err)
+		}
+		q.(*qp).mu.Lock()
+		sent := q.(*qp).sent
+		q.(*qp).mu.Unlock()
+		if want := uint64(i); sent != want {
+			t.Errorf("%v on a backlogged link: %d sent, want %d", op, sent, want)
+		}
+	}
+}
