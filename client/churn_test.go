@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -381,17 +380,7 @@ func TestChurn(t *testing.T) {
 	t0 := time.Now()
 	for time.Since(t0) < dur && !t.Failed() {
 		slot := checkers + kills%(churnSlots-checkers)
-		child := startChild(t, e.sock, modeEnv+"=churnvictim", slotEnv+"="+strconv.Itoa(slot))
-		waitFor(t, "victim traffic", func() bool {
-			for _, cs := range e.srv.Status().Clients {
-				if int(cs.PID) == child.Process.Pid && cs.Pushes > 20 {
-					return true
-				}
-			}
-			return false
-		})
-		child.Process.Signal(syscall.SIGKILL)
-		child.Wait()
+		killMidTraffic(t, e, startChild(t, e.sock, modeEnv+"=churnvictim", slotEnv+"="+strconv.Itoa(slot)), "victim")
 		kills++
 	}
 	close(stopSlow)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,6 +206,23 @@ func startChild(t *testing.T, sock string, env ...string) *exec.Cmd {
 		t.Fatalf("child did not start: %q %v; stderr: %s", line, err, cmd.Stderr)
 	}
 	return cmd
+}
+
+// killMidTraffic SIGKILLs the client process child (named what in a
+// timeout) once the daemon has taken more than 20 of its pushes, and
+// reaps it: a client that dies with requests in flight.
+func killMidTraffic(t *testing.T, e *env, child *exec.Cmd, what string) {
+	t.Helper()
+	waitFor(t, what+" traffic", func() bool {
+		for _, cs := range e.srv.Status().Clients {
+			if int(cs.PID) == child.Process.Pid && cs.Pushes > 20 {
+				return true
+			}
+		}
+		return false
+	})
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
 }
 
 // launch prepares a client process (this test binary, see TestMain) and

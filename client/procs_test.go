@@ -243,17 +243,7 @@ func TestKillLoop(t *testing.T) {
 	}
 	t0 := time.Now()
 	for range kills {
-		child := startChild(t, e.sock)
-		waitFor(t, "child traffic", func() bool {
-			for _, cs := range e.srv.Status().Clients {
-				if int(cs.PID) == child.Process.Pid && cs.Pushes > 20 {
-					return true
-				}
-			}
-			return false
-		})
-		child.Process.Signal(syscall.SIGKILL)
-		child.Wait()
+		killMidTraffic(t, e, startChild(t, e.sock), "child")
 	}
 	waitFor(t, "reclaim", func() bool {
 		st := e.srv.Status()
