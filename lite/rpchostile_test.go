@@ -144,3 +144,38 @@ func TestRPCCancelRacesReply(t *testing.T) {
 		})
 	}
 }
+
+// TestRPCCalleeRestarts: a callee Node that closes and opens again on the
+// same port, again and again, between rounds of calls from goroutines at
+// once: each round's calls all get their own replies (the caller's
+// session, its spare queue among it, set up again), none a wrong one.
+func TestRPCCalleeRestarts(t *testing.T) {
+	serverAPI, callers := apis(t)
+	for name, api := range callers {
+		t.Run(name, func(t *testing.T) {
+			caller := open(t, api)
+			for round := range 4 {
+				server := open(t, serverAPI)
+				echo(t, server, 6)
+				var wg sync.WaitGroup
+				for g := range 4 {
+					wg.Go(func() {
+						resp := make([]byte, 64)
+						for i := range 5 {
+							req := fmt.Appendf(nil, "round %d goroutine %d call %d", round, g, i)
+							k, err := caller.Call(ctxT(t), 2, 6, req, resp)
+							if err != nil || !bytes.Equal(resp[:k], reversed(req)) {
+								t.Errorf("%q: reply %q, %v", req, resp[:k], err)
+								return
+							}
+						}
+					})
+				}
+				bounded.Within(t, 15*time.Second, "a round of calls", func() error { wg.Wait(); return nil })
+				if err := server.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
