@@ -68,6 +68,8 @@ func (q *qp) pump() {
 				size += q.more[n].payloadLen()
 			}
 		}
+		_, mem := lk.(*memLink)
+		q.carrying = mem
 		q.mu.Unlock()
 		if n > 0 {
 			tl.sendBatch(&q.out, q.more[:n])
@@ -91,6 +93,7 @@ func (q *qp) pump() {
 			q.rcq.setShm(sl)
 		}
 		q.mu.Lock()
+		q.carrying = false
 		if q.typ == verbs.UD || q.typ == verbs.UC {
 			// Unreliable: done once it is on the wire.
 			if q.done == idx && q.sent > idx && q.state == verbs.StateRTS {

@@ -112,3 +112,81 @@ func TestTimerRestartsOnProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestMemWireOwnTime: over the in-memory wire a request is served, and its
+// response landed, inside its pump's send, so the time that takes is the
+// requester's own: a 64 MiB READ, a copy of several milliseconds, on a QP
+// whose timeout is 2 ms completes SUCCESS. The sweep failed it
+// RETRY_EXC_ERR mid-copy, as it did a READ whose goroutine was descheduled
+// there (krbench demo's mesh under -race at load 35). A READ from a node
+// that has gone still fails RETRY_EXC_ERR.
+func TestMemWireOwnTime(t *testing.T) {
+	const size = 64 << 20
+	fab := NewFabric()
+	var sides [2]struct {
+		n  *Node
+		q  verbs.QP
+		cq verbs.CQ
+		mr verbs.MR
+	}
+	for i := range sides {
+		s := &sides[i]
+		var err error
+		if s.n, err = fab.NewNode(Config{RetryTimeout: 8 * time.Millisecond}); err != nil { // the sweep looks every 1 ms
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.n.Close() })
+		pd, _ := s.n.AllocPD()
+		s.cq, _ = s.n.CreateCQ(16)
+		blk, err := offheap.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { blk.Close() })
+		if s.mr, err = pd.RegMR(blk.Bytes(), verbs.AccessAll); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.mr.Close() })
+		if s.q, err = pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.q.Close() })
+	}
+	x, y := &sides[0], &sides[1]
+	path := verbs.Path{Timeout: time.Millisecond, RetryCount: 1}
+	if err := verbs.Connect(x.q, y.q.Endpoint(), path); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbs.Connect(y.q, x.q.Endpoint(), path); err != nil {
+		t.Fatal(err)
+	}
+	read := func(id uint64) verbs.WC {
+		wr := verbs.SendWR{ID: id, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(x.mr, 0, size)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+		if _, err := x.q.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wc [1]verbs.WC
+		for {
+			if k, err := x.cq.Poll(wc[:]); err != nil || k == 1 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return wc[0]
+			}
+			if err := x.cq.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range uint64(3) {
+		if wc := read(i); wc.Status != verbs.Success {
+			t.Fatalf("64 MiB READ %d over the in-memory wire: %+v, want SUCCESS", i, wc)
+		}
+	}
+	y.n.Close()
+	if wc := read(3); wc.Status != verbs.RetryExcErr {
+		t.Fatalf("READ from a closed node: %+v, want RETRY_EXC_ERR", wc)
+	}
+}

@@ -87,6 +87,7 @@ type qp struct {
 	sq                 []wqe
 	done, sent, posted uint64   // completed <= transmitted <= posted
 	pumping            bool     // a goroutine is transmitting the send queue
+	carrying           bool     // the pump is carrying a request over the in-memory wire (see expire)
 	windowHeld         bool     // the pump stopped at its window (windowFull)
 	win                sqWindow // bytes in flight, for windowFull
 	out                frame    // the request being transmitted (pump only)
@@ -645,9 +646,16 @@ func (q *qp) flushRecvs() {
 // did not come up by then is lost (as one to an unreachable port is, see
 // next) and the datagrams behind it go on; a UD QP never goes to ERR for
 // its destinations, or a control QP that only answers would stop hearing.
+//
+// Nothing expires while the pump carries a request over the in-memory
+// wire: the peer serves it, and its response lands, inside that send, so
+// the time is the requesting goroutine's own, not the peer's (a dead peer
+// drops it at once). Expired then, a READ was failed RETRY_EXC_ERR while
+// its own goroutine, descheduled, still carried it out (krbench demo's
+// mesh under -race at load 35, a 1 s timeout).
 func (q *qp) expire(now int64) {
 	q.mu.Lock()
-	if d := q.deadline.Load(); d == 0 || d >= now || q.done == q.posted {
+	if d := q.deadline.Load(); d == 0 || d >= now || q.done == q.posted || q.carrying {
 		q.mu.Unlock()
 		return
 	}
