@@ -367,7 +367,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g krcore.Region, v, n int) error {
 			}
 			k, err := q.PopWait(ctx(t), out) // a full queue: make room
 			if err != nil {
-				return fmt.Errorf("VQ %d: %w %s", v, err, core.DebugState(q))
+				return fmt.Errorf("VQ %d: %w %s; %s", v, err, core.DebugState(q), core.DebugPQP(rt))
 			}
 			if err := check(k); err != nil {
 				return err
@@ -377,7 +377,7 @@ func runVQ(t *testing.T, rt *core.Runtime, g krcore.Region, v, n int) error {
 	for len(want) > 0 {
 		k, err := q.PopWait(ctx(t), out)
 		if err != nil {
-			return fmt.Errorf("VQ %d: %w (%d completions missing) %s", v, err, len(want), core.DebugState(q))
+			return fmt.Errorf("VQ %d: %w (%d completions missing) %s; %s", v, err, len(want), core.DebugState(q), core.DebugPQP(rt))
 		}
 		if err := check(k); err != nil {
 			return err
@@ -592,8 +592,15 @@ func TestPeerKilled(t *testing.T) {
 // TestChurnDCtoRC: traffic hot enough to build RC QPs while the budget
 // forces evictions back to DC; under -race, no request is lost or
 // reordered.
+//
+// patientPath: the test is of routing, not of timeouts. Twelve VQs keep
+// 128 atomics each in flight to the same three nodes of one process; with
+// the default 200 ms without progress, a stall of that process's soft RNIC
+// goroutines under -race at load 20 timed a request out (RETRY_EXC_ERR,
+// 1 run in 5), and a DC timeout marks its peer dead at once, failing
+// every VQ's requests to it. Every completion must still be SUCCESS.
 func TestChurnDCtoRC(t *testing.T) {
-	c := start(t, 4, core.Config{DCIs: 2, RCPeers: 1, HotOps: 50, HotWindow: 2 * time.Millisecond, ColdWindows: 3})
+	c := start(t, 4, core.Config{DCIs: 2, RCPeers: 1, HotOps: 50, HotWindow: 2 * time.Millisecond, ColdWindows: 3, Path: patientPath})
 	a := c.Node(1)
 	var gs []krcore.Region
 	for n := krcore.NodeID(2); n <= 4; n++ {

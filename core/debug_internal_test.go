@@ -21,11 +21,12 @@ func (q *Queue) debugState() string {
 // DebugState exposes a queue's internals to tests.
 func DebugState(q *Queue) string { return q.debugState() }
 
+// DebugPQP describes rt's DCIs (their addresses are DebugState's routes).
 func DebugPQP(rt *Runtime) string {
 	s := ""
 	for _, p := range rt.dcis {
 		p.mu.Lock()
-		s += fmt.Sprintf("dci n=%d backlog=%d broken=%v dead=%v base=%d next=%d; ", p.n, len(p.backlog), p.broken, p.dead, p.base, p.next)
+		s += fmt.Sprintf("dci %p n=%d backlog=%d broken=%v dead=%v base=%d next=%d; ", p, p.n, len(p.backlog), p.broken, p.dead, p.base, p.next)
 		p.mu.Unlock()
 	}
 	return s
