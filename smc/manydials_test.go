@@ -43,7 +43,7 @@ func TestManyDialsAtOnce(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range dials {
 				wg.Go(func() {
-					errs <- dialEcho(t, ln.Addr().String(), &smc.Options{Node: cliNode, HandshakeTimeout: 20 * time.Second}, i)
+					errs <- dialManyEcho(t, ln.Addr().String(), &smc.Options{Node: cliNode, HandshakeTimeout: 20 * time.Second}, i)
 				})
 			}
 			bounded.Within(t, 30*time.Second, "the dials", func() error { wg.Wait(); return nil })
@@ -63,9 +63,9 @@ func TestManyDialsAtOnce(t *testing.T) {
 	}
 }
 
-// dialEcho dials addr, writes a payload of its own, closes its writing
+// dialManyEcho dials addr, writes a payload of its own, closes its writing
 // side and checks that the echo is the payload, whole.
-func dialEcho(t *testing.T, addr string, opts *smc.Options, i int) error {
+func dialManyEcho(t *testing.T, addr string, opts *smc.Options, i int) error {
 	c, err := smc.DialContext(ctxT(t), "tcp", addr, opts)
 	if err != nil {
 		return fmt.Errorf("dial %d: %w", i, err)
