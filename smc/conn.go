@@ -394,9 +394,9 @@ func (c *Conn) CloseWrite() error {
 // Close closes the connection: the peer reads every byte written before,
 // then EOF; what waits here fails with net.ErrClosed.
 func (c *Conn) Close() error {
-	err := c.opErr("close", net.ErrClosed)
+	closed := true
 	c.closeOnce.Do(func() {
-		err = nil
+		closed = false
 		close(c.done)
 		c.interrupt()
 		if c.node != nil {
@@ -414,7 +414,10 @@ func (c *Conn) Close() error {
 		}
 		c.tcp.Close()
 	})
-	return err
+	if closed {
+		return c.opErr("close", net.ErrClosed)
+	}
+	return nil
 }
 
 // LocalAddr is the TCP connection's local address.

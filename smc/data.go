@@ -97,8 +97,11 @@ type link struct {
 	peerBlocked, blockedSent           bool
 	peerDoneWriting, peerClosed        bool
 	wrShut, localClosed, tcpGone, live bool
-	lent                               bool  // WriteTo hands ring bytes to a writer: keep the buffer
-	err                                error // fatal: reads drain, then fail with it
+	lent                               bool // WriteTo hands ring bytes to a writer: keep the buffer
+	// lateStage is the staging buffer of a released connection whose
+	// last requests are in flight: their completion gives it back.
+	lateStage buffer
+	err       error // fatal: reads drain, then fail with it
 
 	rxSig, txSig, kick chan struct{} // capacity 1: wake the reader, writer, keeper
 
@@ -878,17 +881,22 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 }
 
 // release gives the connection's buffers, token and queue back, once no
-// peer WRITE can land in its buffer any more.
+// peer WRITE can land in its buffer any more. It does not wait for its
+// last requests (the close's CDC, often): the staging buffer they read
+// goes back when the last of them is credited (completed), by whoever
+// pops it, so that the keeper ends at once instead of waiting for a
+// round trip on the link and waking again. A completion that never comes
+// (its queue closed) leaves the staging buffer out, held by its slab
+// until the Node closes, so that no other connection's bytes reach this
+// one's peer.
 func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	// The staging buffer goes back to the pool only once no request may
-	// still read it; after a failed wait (a WRITE may still be in flight)
-	// it stays out, held by its slab until the Node closes, so that no
-	// other connection's bytes reach this one's peer.
-	if err := c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }); err != nil {
-		c.stage = buffer{}
+	c.mu.Lock()
+	if c.sent != c.freed || c.cdcSent != c.cdcDone {
+		c.lateStage, c.stage = c.stage, buffer{}
 	}
+	c.mu.Unlock()
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
 	c.releaseLocal()

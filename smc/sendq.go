@@ -257,8 +257,9 @@ func (s *sharedQueue) creditFrom(outs []krcore.Completion) {
 	}
 }
 
-// completed frees what a request of c held; a failure aborts c: the peer
-// is gone, or its buffer.
+// completed frees what a request of c held, and gives a released
+// connection's staging buffer back once nothing reads it; a failure
+// aborts c: the peer is gone, or its buffer.
 func (c *Conn) completed(o owed, err error) {
 	c.mu.Lock()
 	if o.cdc {
@@ -267,7 +268,14 @@ func (c *Conn) completed(o owed, err error) {
 		c.freed += uint64(o.n)
 	}
 	node := c.peerNode
+	var back buffer
+	if c.lateStage.s != nil && c.sent == c.freed && c.cdcSent == c.cdcDone {
+		back, c.lateStage = c.lateStage, buffer{}
+	}
 	c.mu.Unlock()
+	if back.s != nil {
+		back.s.pool.put(back) // the released connection's last request: no request reads it now
+	}
 	if err != nil {
 		c.fail(fmt.Errorf("smc: RDMA to node %d: %w: %w", node, errAborted, err))
 	}
