@@ -221,9 +221,19 @@ func (c *Conn) startSMC() {
 	go c.keep(tcpGone)
 }
 
-// releaseLocal gives back what setupQueue and setupRMB took, for a connection that
-// never ran SMC or has ended.
-func (c *Conn) releaseLocal() {
+// releaseLocal gives back what setupQueue and setupRMB took, for a
+// connection that never ran SMC or has ended and whose peer WRITEs no
+// more into its receive buffer.
+func (c *Conn) releaseLocal() { c.releaseAs(false) }
+
+// releaseFenced is releaseLocal for a connection whose peer may still
+// WRITE into its receive buffer (it never said it writes no more): the
+// buffer is fenced (bufPool.fence) instead of handed to a later
+// connection.
+func (c *Conn) releaseFenced() { c.releaseAs(true) }
+
+// releaseAs is releaseLocal, fencing the receive buffers if fence.
+func (c *Conn) releaseAs(fence bool) {
 	n := c.node
 	if c.token != 0 {
 		n.unregister(c.token)
@@ -238,7 +248,11 @@ func (c *Conn) releaseLocal() {
 		c.stage.s.pool.put(c.stage)
 	}
 	for _, b := range []buffer{c.rmb, c.next} {
-		if b.s != nil {
+		switch {
+		case b.s == nil:
+		case fence:
+			b.s.pool.fence(b)
+		default:
 			b.s.pool.put(b)
 		}
 	}
@@ -880,8 +894,9 @@ func (c *Conn) keep(tcpGone chan struct{}) {
 	}
 }
 
-// release gives the connection's buffers, token and queue back, once no
-// peer WRITE can land in its buffer any more. It does not wait for its
+// release gives the connection's buffers, token and queue back, once the
+// peer said it writes no more (its close flag comes after its last
+// WRITE, on the same queue), or fenced when it did not. It does not wait for its
 // last requests (the close's CDC, often): the staging buffer they read
 // goes back when the last of them is credited (completed), by whoever
 // pops it, so that the keeper ends at once instead of waiting for a
@@ -896,10 +911,11 @@ func (c *Conn) release() {
 	if c.sent != c.freed || c.cdcSent != c.cdcDone {
 		c.lateStage, c.stage = c.stage, buffer{}
 	}
+	fence := !c.peerDoneWriting // aborted, or lingered past linger
 	c.mu.Unlock()
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()
-	c.releaseLocal()
+	c.releaseAs(fence)
 }
 
 // wantGrow is the size the receive buffer should grow to, or 0: it

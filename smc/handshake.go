@@ -381,7 +381,7 @@ func (c *Conn) confirmation(ctx context.Context, sent error) Mode {
 	}
 	switch {
 	case err != nil:
-		c.releaseLocal()
+		c.releaseFenced() // a confirm may come late, and WRITEs after it
 		c.hsErr = fmt.Errorf("smc: handshake: no confirm from the client (%v): %w", err, errAborted)
 		return Mode{Reason: ReasonSync, Err: err}
 	case m.typ == clcDecline:
@@ -389,7 +389,7 @@ func (c *Conn) confirmation(ctx context.Context, sent error) Mode {
 		return Mode{Reason: ReasonPeerDeclined, Peer: m.reason}
 	}
 	if r, err := c.learnBuffer(ctx, m); err != nil {
-		c.releaseLocal()
+		c.releaseFenced() // the client confirmed: it may be WRITEing
 		c.tcp.Close()
 		c.hsErr = fmt.Errorf("smc: handshake: the client's buffer (%v): %w", err, errAborted)
 		return Mode{Reason: r, Err: err}

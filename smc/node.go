@@ -677,10 +677,11 @@ type bufPool struct {
 }
 
 type slab struct {
-	pool *bufPool
-	mr   krcore.MR
-	name string // export name, "" if not exported
-	used int    // buffers handed out; under pool.mu
+	pool   *bufPool
+	mr     krcore.MR
+	name   string // export name, "" if not exported
+	used   int    // buffers handed out, fenced ones too; under pool.mu
+	fenced int    // buffers fenced (bufPool.fence); under pool.mu
 }
 
 // buffer is one element of a slab.
@@ -745,9 +746,16 @@ func (p *bufPool) grow() error {
 	return nil
 }
 
+// put gives b back for a later connection: its peer WRITEs into it no
+// more.
 func (p *bufPool) put(b buffer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if b.s.fenced > 0 {
+		b.s.used--
+		p.dropFenced(b.s)
+		return
+	}
 	p.free = append(p.free, b)
 	if b.s.used--; b.s.used > 0 || !p.grown {
 		return
@@ -757,6 +765,30 @@ func (p *bufPool) put(b buffer) {
 			p.drop(b.s)
 			return
 		}
+	}
+}
+
+// fence retires b, a receive buffer whose peer may still WRITE into it
+// (it never said it writes no more): neither b nor any other buffer of
+// its slab is handed out again, and the slab is withdrawn and
+// deregistered once its other buffers come back, so that a late WRITE
+// fails at the peer instead of landing in a later connection's ring.
+// Only abnormal ends fence: a peer's close flag follows its last WRITE
+// on the same queue.
+func (p *bufPool) fence(b buffer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := b.s
+	s.fenced++
+	p.free = slices.DeleteFunc(p.free, func(x buffer) bool { return x.s == s })
+	p.dropFenced(s)
+}
+
+// dropFenced releases slab s, which has fenced buffers, once no other
+// buffer of it is handed out; p.mu held.
+func (p *bufPool) dropFenced(s *slab) {
+	if s.used == s.fenced && slices.Contains(p.slabs, s) {
+		p.drop(s)
 	}
 }
 
