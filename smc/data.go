@@ -94,10 +94,14 @@ type link struct {
 	urgValid, urgSkip bool
 	urgMark           uint64
 
-	peerBlocked, blockedSent           bool
-	peerDoneWriting, peerClosed        bool
-	wrShut, localClosed, tcpGone, live bool
-	lent                               bool // WriteTo hands ring bytes to a writer: keep the buffer
+	peerBlocked, blockedSent    bool
+	peerDoneWriting, peerClosed bool
+	wrShut, localClosed, live   bool
+	lent                        bool // WriteTo hands ring bytes to a writer: keep the buffer
+	// grace is closeGrace's timer once the TCP connection ended (watchTCP);
+	// gone says the connection was released: no timer is needed then.
+	grace *time.Timer
+	gone  bool
 	// lateStage is the staging buffer of a released connection whose
 	// last requests are in flight: their completion gives it back.
 	lateStage buffer
@@ -212,13 +216,19 @@ func (c *Conn) offer(typ byte) *clcMsg {
 // startSMC begins the connection's SMC life: the keeper and the watcher
 // of the TCP connection.
 func (c *Conn) startSMC() {
+	c.beginSMC()
+	go c.watchTCP()
+}
+
+// beginSMC begins the connection's SMC life with its keeper; the caller
+// runs the watcher of the TCP connection (watchTCP, counted in the Node's
+// wait group already).
+func (c *Conn) beginSMC() {
 	c.mu.Lock()
 	c.live = true
 	c.mu.Unlock()
-	tcpGone := make(chan struct{})
 	c.node.wg.Add(2)
-	go c.watchTCP(tcpGone)
-	go c.keep(tcpGone)
+	go c.keep()
 }
 
 // releaseLocal gives back what setupQueue and setupRMB took, for a
@@ -819,39 +829,47 @@ func (c *Conn) closeSMC() {
 }
 
 // watchTCP reads the TCP connection, which carries nothing once SMC runs:
-// its end (or a stray byte) means the peer closed or died.
-func (c *Conn) watchTCP(gone chan struct{}) {
+// its end (or a stray byte) means the peer closed or died. A peer whose
+// close flag has not come by then (it travels over krcore and may come
+// after the FIN) gets closeGrace for it, on a timer that takes it for
+// dead (graceOver) unless the release stops it first: the keeper is not
+// woken for it.
+func (c *Conn) watchTCP() {
 	defer c.node.wg.Done()
 	var b [1]byte
 	c.tcp.Read(b[:])
-	close(gone)
+	c.mu.Lock()
+	if !c.peerClosed && !c.gone {
+		c.grace = time.AfterFunc(closeGrace, c.graceOver)
+	}
+	c.mu.Unlock()
+}
+
+// graceOver ends closeGrace after the TCP connection ended: a peer that
+// has not closed by then is taken for dead.
+func (c *Conn) graceOver() {
+	c.mu.Lock()
+	dead := !c.peerClosed && !c.gone
+	c.mu.Unlock()
+	if dead {
+		c.fail(fmt.Errorf("smc: the peer's TCP connection ended without a close: %w", errAborted))
+	}
 }
 
 // keep is the connection's housekeeper until its buffers are released:
 // it answers a peer blocked on window, tells a peer that closed that this
-// side writes no more, takes a peer whose TCP connection ended without a
-// close for dead after closeGrace, and releases the buffers once the
-// connection is closed and the peer writes no more (or linger passed).
-func (c *Conn) keep(tcpGone chan struct{}) {
+// side writes no more, and releases the buffers once the connection is
+// closed and the peer writes no more (or linger passed, or the peer was
+// taken for dead: graceOver).
+func (c *Conn) keep() {
 	defer c.node.wg.Done()
-	var grace, lingerC <-chan time.Time
+	var lingerC <-chan time.Time
 	var sz sizer
 	for {
 		select {
 		case <-sz.idle:
 			sz.idle, sz.fired = nil, true
 		case <-c.kick:
-		case <-tcpGone:
-			tcpGone = nil
-			grace = time.After(closeGrace)
-		case <-grace:
-			grace = nil
-			c.mu.Lock()
-			dead := !c.peerClosed
-			c.mu.Unlock()
-			if dead {
-				c.fail(fmt.Errorf("smc: the peer's TCP connection ended without a close: %w", errAborted))
-			}
 		case <-lingerC:
 			c.release()
 			return
@@ -912,6 +930,10 @@ func (c *Conn) release() {
 		c.lateStage, c.stage = c.stage, buffer{}
 	}
 	fence := !c.peerDoneWriting // aborted, or lingered past linger
+	c.gone = true
+	if c.grace != nil {
+		c.grace.Stop()
+	}
 	c.mu.Unlock()
 	c.released = true // no request uses the queue or the staging buffer after
 	c.tcp.Close()

@@ -321,13 +321,18 @@ func (c *Conn) settleProposal(p *clcMsg) {
 	c.settleServer(c.serverHandshake(p))
 }
 
-// settleServer starts the SMC side of an accepted connection whose handshake
-// ended in mode m, and records m.
+// settleServer starts the SMC side of an accepted connection whose
+// handshake ended in mode m, and records m; over SMC this goroutine (the
+// handshake's own, never Accept's) then watches the TCP connection until
+// it ends, instead of starting a goroutine for that.
 func (c *Conn) settleServer(m Mode) {
 	if m.SMC {
-		c.startSMC()
+		c.beginSMC()
 	}
 	c.decide(m, true)
+	if m.SMC {
+		c.watchTCP()
+	}
 }
 
 // serverHandshake answers a proposal: an accept offering a buffer
