@@ -67,6 +67,9 @@ type poller struct {
 	spinScore atomic.Int32  // see spins
 	spinWaits atomic.Uint32 // waits that did not spin, for probing
 	noSpin    bool          // the device progresses in CQ.Wait: never spin
+	// quiet is the CQ if it tells when a poll would find nothing to do
+	// (quietCQ): a poll then takes no lock.
+	quiet quietCQ
 	// own stands for the runtime's own waiter (see serveRecvs): it never
 	// displaces another waiter, and any waiter displaces it.
 	own *Queue
@@ -85,6 +88,7 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 	}
 	pl := &poller{rt: rt, cq: cq, wcs: make([]verbs.WC, 64), wake: make(chan struct{}, 1),
 		noSpin: rt.dev.Attr().ProgressInWait}
+	pl.quiet, _ = cq.(quietCQ)
 	pl.onDone = pl.cancelSleep
 	return pl, nil
 }
@@ -127,13 +131,20 @@ type ownMsgs struct {
 	n   int
 }
 
+// quietCQ is a CQ that can tell, with loads only, that a Poll now would
+// return nothing and do nothing (the soft RNIC's in-memory wire). A poll
+// of such a CQ takes no lock then: a goroutine spinning on an empty CQ
+// (a ping-pong's reader) took and dropped the poller's lock every turn,
+// two locked instructions a raw QP's spin does not run.
+type quietCQ interface{ Quiet() bool }
+
 // pollFor is poll that hands back, in mine (if not nil), up to
 // len(mine.fs) outcomes of self's requests instead of finishing them: a
 // caller that pops self's completions next finishes them under the same
 // lock of self's mutex. Likewise msgs (if not nil) takes messages to
 // self's port.
 func (pl *poller) pollFor(self *Queue, mine *ownRun, msgs *ownMsgs) int {
-	if !pl.mu.TryLock() {
+	if pl.quiet != nil && pl.quiet.Quiet() || !pl.mu.TryLock() {
 		return 0
 	}
 	n := pl.pollLocked(self, mine, msgs)

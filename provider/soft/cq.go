@@ -172,6 +172,17 @@ func (c *cq) setShm(l *shmLink) {
 // leaves the CQ to the application goroutines polling it.
 func (c *cq) ProgressesAlone() bool { return c.link.Load() == nil && c.shm.Load() == nil }
 
+// Quiet reports that a Poll now would return nothing and do nothing: no
+// completion is ready, none of the CQ's QPs has used a link a poller reads
+// (ProgressesAlone), no link is lent to pollers (idlePoll) and the CQ has
+// not failed (idleErr). core's runtime asks it before it takes the lock
+// its polls of a shared CQ hold, so that a goroutine spinning on an empty
+// CQ in one process runs loads only, as a raw QP's poller does.
+func (c *cq) Quiet() bool {
+	return c.ready.Load() == 0 && c.link.Load() == nil && c.shm.Load() == nil &&
+		c.node.lent.Load() == 0 && c.flags.Load() == 0 && !c.node.closed.Load()
+}
+
 // shmOnly returns the shared-memory link all of c's completions come on,
 // or nil if they may come on other links too.
 func (c *cq) shmOnly() *shmLink {
