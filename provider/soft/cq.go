@@ -175,12 +175,11 @@ func (c *cq) ProgressesAlone() bool { return c.link.Load() == nil && c.shm.Load(
 // Quiet reports that a Poll now would return nothing and do nothing: no
 // completion is ready, none of the CQ's QPs has used a link a poller reads
 // (ProgressesAlone), no link is lent to pollers (idlePoll) and the CQ has
-// not failed (idleErr). core's runtime asks it before it takes the lock
+// not failed (stopped). core's runtime asks it before it takes the lock
 // its polls of a shared CQ hold, so that a goroutine spinning on an empty
 // CQ in one process runs loads only, as a raw QP's poller does.
 func (c *cq) Quiet() bool {
-	return c.ready.Load() == 0 && c.link.Load() == nil && c.shm.Load() == nil &&
-		c.node.lent.Load() == 0 && c.flags.Load() == 0 && !c.node.closed.Load()
+	return c.ready.Load() == 0 && c.ProgressesAlone() && c.node.lent.Load() == 0 && !c.stopped()
 }
 
 // shmOnly returns the shared-memory link all of c's completions come on,
