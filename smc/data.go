@@ -572,6 +572,10 @@ func (c *Conn) postLocked(p []byte, notify bool) (int, error) {
 // aborts the connection.
 func (c *Conn) settle(ok func() bool) error { return c.settleCtx(context.Background(), ok) }
 
+// stageIdle reports that no request reads the staging buffer: every WRITE
+// and CDC sent has completed; c.mu held.
+func (c *Conn) stageIdle() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }
+
 // settleWrite is settle for a Write, which also ends at the write
 // deadline (os.ErrDeadlineExceeded) or Close (net.ErrClosed): those leave
 // the connection as it was, nothing staged; qmu held.
@@ -926,7 +930,7 @@ func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	c.mu.Lock()
-	if c.sent != c.freed || c.cdcSent != c.cdcDone {
+	if !c.stageIdle() {
 		c.lateStage, c.stage = c.stage, buffer{}
 	}
 	fence := !c.peerDoneWriting // aborted, or lingered past linger
@@ -1076,7 +1080,7 @@ func (c *Conn) fitStage(size int) {
 	if c.stageRing() == size {
 		return
 	}
-	if err := c.settle(func() bool { return c.sent == c.freed && c.cdcSent == c.cdcDone }); err != nil {
+	if err := c.settle(c.stageIdle); err != nil {
 		return
 	}
 	b, err := c.node.stagePool(size).get()

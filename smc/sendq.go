@@ -269,7 +269,7 @@ func (c *Conn) completed(o owed, err error) {
 	}
 	node := c.peerNode
 	var back buffer
-	if c.lateStage.s != nil && c.sent == c.freed && c.cdcSent == c.cdcDone {
+	if c.lateStage.s != nil && c.stageIdle() {
 		back, c.lateStage = c.lateStage, buffer{}
 	}
 	c.mu.Unlock()
