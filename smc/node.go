@@ -218,7 +218,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctx, n.cancel = ctx, cancel
-	n.pop.Role = poprole.New()
+	n.pop.Role = poprole.NewPatient()
 	go n.serve(ctx)
 	n.wg.Add(1)
 	go n.reaper(ctx)

@@ -17,13 +17,23 @@ import (
 // nobody pops and waits in the port's PopMsgsWait itself, dispatching
 // whatever comes, its own message included; the serving goroutine pops
 // while the role is free of readers, and leaves it free after each batch.
-// A waiter that finds the role taken waits for its signal as before, and
-// needs the serving goroutine to pop (TakeOrNeed): a popping reader that
-// leaves with others waiting so hands the role to the serving goroutine at
-// once, not after LendFor.
+// A waiter that finds the role taken waits for its signal, counted in the
+// role's need (TakeOrNeed). The role is patient (poprole.NewPatient): a
+// Node has a reader waiting on every connection, most of them idle, so
+// the serving goroutine taking the role back whenever one waits kept it
+// for good, and each message to a busy reader was a hand-off (a wake-up,
+// often of a thread: over the soft TCP link the largest cost left in a
+// round trip, MEASUREMENTS.md session 22). Instead a popper whose batch
+// woke other waiters and not itself leaves the role to them and waits
+// for its signal; a message for a waiter while the role is lent waits
+// for the next waiter to take the role, or LendFor at most.
 type popRole struct {
 	*poprole.Role
 	msgs [64]krcore.Message // the holder's
+	// woken counts the waiters counted in the role's need that a
+	// signal woke (signalSig): a popper's batch that woke one leaves
+	// the role to it.
+	woken atomic.Uint64
 }
 
 // serve dispatches the port's notifications and messages to connections
@@ -61,16 +71,7 @@ func (n *Node) dispatchAll(msgs []krcore.Message) {
 func (c *Conn) await(sig, dl <-chan struct{}) {
 	r := &c.node.pop
 	if !r.TakeOrNeed() {
-		needs := c.needs(sig)
-		needs.Store(true)
-		select {
-		case <-sig:
-		case <-dl:
-		case <-c.done:
-		}
-		if needs.Swap(false) {
-			r.Unneed()
-		}
+		c.waitSig(sig, dl)
 		return
 	}
 	// Published before the last look at sig: whoever signals sig after
@@ -79,6 +80,7 @@ func (c *Conn) await(sig, dl <-chan struct{}) {
 	ctx := c.waitCtx()
 	var k int
 	var err error
+	woken := r.woken.Load()
 	select {
 	case <-sig:
 	case <-dl:
@@ -90,6 +92,14 @@ func (c *Conn) await(sig, dl <-chan struct{}) {
 	c.popping.Add(-1)
 	if err == nil || ctx.Err() != nil {
 		r.Lend()
+		if err == nil && len(sig) == 0 && r.woken.Load() != woken {
+			// What came woke others, not this waiter: leave the role
+			// to them, and wait for sig as they did. Taking it back
+			// had an idle reader keep it for good, and each of a busy
+			// reader's messages be a hand-off.
+			r.Need()
+			c.waitSig(sig, dl)
+		}
 		return
 	}
 	// The port failed: the serving goroutine finds why (abortAll) and
@@ -101,6 +111,21 @@ func (c *Conn) await(sig, dl <-chan struct{}) {
 	case <-sig:
 	case <-dl:
 	case <-c.done:
+	}
+}
+
+// waitSig waits until sig is signalled, dl or done closes, counted in the
+// port role's need (TakeOrNeed or Need) until then.
+func (c *Conn) waitSig(sig, dl <-chan struct{}) {
+	needs := c.needs(sig)
+	needs.Store(true)
+	select {
+	case <-sig:
+	case <-dl:
+	case <-c.done:
+	}
+	if needs.Swap(false) {
+		c.node.pop.Unneed()
 	}
 }
 
@@ -134,6 +159,7 @@ func (c *Conn) signalSig(ch chan struct{}) {
 	signal(ch)
 	if needs := c.needs(ch); needs.Load() && needs.Swap(false) {
 		c.node.pop.Unneed()
+		c.node.pop.woken.Add(1)
 	}
 }
 

@@ -22,7 +22,7 @@
 // it), or when a waiter's pop failed (Fail: the serving goroutine pops
 // next, and meets the failure itself). After a batch that woke a waiter,
 // the serving goroutine leaves the role free for it, unless goroutines
-// need it to pop.
+// need it to pop. In a patient role (NewPatient) need hurries nothing.
 package poprole
 
 import (
@@ -57,6 +57,7 @@ type Role struct {
 	// failing: a waiter's pop failed (the port, not its wait): the
 	// serving goroutine pops next.
 	failing bool
+	patient bool          // need does not hurry the serving goroutine (NewPatient)
 	wake    chan struct{} // the serving goroutine's: the role may be its now
 	left    chan struct{} // a popping waiter left: Stop waits for it
 }
@@ -65,6 +66,26 @@ type Role struct {
 func New() *Role {
 	return &Role{by: Serving, wake: make(chan struct{}, 1), left: make(chan struct{}, 1)}
 }
+
+// NewPatient is a role the serving goroutine holds, in which goroutines
+// that need it to pop do not hurry it: it leaves the role free after a
+// batch that woke a waiter, and takes a lent role back after LendFor, as
+// if nobody needed it. A goroutine waiting for what only a popper brings
+// so waits for the next waiter to take the role, or LendFor at most, as a
+// message nobody waits for does. It is for ports with many goroutines
+// waiting at once, most of them idle (smc's readers, one a connection),
+// where a role taken back at once for them stays with the serving
+// goroutine for good, and every message to a busy waiter is a hand-off
+// (a wake-up) instead of its own pop.
+func NewPatient() *Role {
+	r := New()
+	r.patient = true
+	return r
+}
+
+// hurried reports whether goroutines need the serving goroutine to pop at
+// once; r.mu held.
+func (r *Role) hurried() bool { return r.need > 0 && !r.patient }
 
 // State is who holds the role now.
 func (r *Role) State() State {
@@ -108,7 +129,7 @@ func (r *Role) take() bool {
 func (r *Role) Need() {
 	r.mu.Lock()
 	r.need++
-	free := r.by == Free
+	free := r.by == Free && !r.patient
 	r.mu.Unlock()
 	if free {
 		signal(r.wake)
@@ -156,7 +177,7 @@ func (r *Role) leave(since time.Time, failed bool) {
 	r.mu.Lock()
 	r.by, r.since = Free, since
 	r.failing = r.failing || failed
-	wake := since.IsZero() || r.need > 0
+	wake := since.IsZero() || r.hurried()
 	r.mu.Unlock()
 	signal(r.left)
 	if wake {
@@ -231,7 +252,7 @@ func (r *Role) takeForServe() (bool, time.Duration) {
 	case Popping:
 		return false, LendFor
 	}
-	if left := LendFor - time.Since(r.since); left > 0 && r.need == 0 && !r.failing {
+	if left := LendFor - time.Since(r.since); left > 0 && !r.hurried() && !r.failing {
 		return false, left
 	}
 	r.by = Serving
@@ -244,7 +265,7 @@ func (r *Role) leaveServe(leave bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failing = false
-	if leave && r.need == 0 {
+	if leave && !r.hurried() {
 		r.by, r.since = Free, time.Now()
 	}
 }

@@ -84,6 +84,59 @@ func TestLendAndNeed(t *testing.T) {
 	}
 }
 
+// TestPatient: in a patient role, goroutines in need do not hurry the
+// serving goroutine: it leaves the role free after a batch that woke a
+// waiter, a waiter lending the role does not wake it, and it takes a lent
+// role back only after LendFor; a returned or failing role it still takes
+// at once.
+func TestPatient(t *testing.T) {
+	r := NewPatient()
+	if r.TakeOrNeed() {
+		t.Fatal("a waiter took the role the serving goroutine holds")
+	}
+	r.leaveServe(true)
+	if r.State() != Free {
+		t.Fatal("the serving goroutine kept the role after a batch that woke a waiter, with a waiter in need")
+	}
+	if !r.TakeOrNeed() {
+		t.Fatal("a waiter did not take the role the serving goroutine left")
+	}
+	r.Lend()
+	if woken(r) {
+		t.Fatal("a waiter lending the role with another in need woke the serving goroutine")
+	}
+	r.Need()
+	if woken(r) {
+		t.Fatal("Need on a lent role woke the serving goroutine")
+	}
+	r.since = r.since.AddDate(1, 0, 0) // as if just lent, however late this runs
+	if ok, _ := r.takeForServe(); ok {
+		t.Fatal("the serving goroutine took a role just lent, with goroutines in need")
+	}
+	r.since = time.Now().Add(-LendFor)
+	if ok, _ := r.takeForServe(); !ok {
+		t.Fatal("the serving goroutine did not take a role lent for LendFor")
+	}
+	r.Unneed()
+	r.Unneed()
+	if got := r.Needing(); got != 0 {
+		t.Fatalf("need %d after every Unneed, want 0", got)
+	}
+	r.leaveServe(true)
+	if !r.TryTake() {
+		t.Fatal("a waiter did not take the role the serving goroutine left")
+	}
+	r.Need()
+	r.Return()
+	if !woken(r) {
+		t.Fatal("a waiter returning the role did not wake the serving goroutine")
+	}
+	if ok, _ := r.takeForServe(); !ok {
+		t.Fatal("the serving goroutine did not take a returned role at once")
+	}
+	r.Unneed()
+}
+
 // TestNeedWhilePopping: a goroutine that starts to need the serving
 // goroutine while a waiter pops does not wake it (the waiter pops what
 // comes); the waiter lending the role then does, so that what comes after
