@@ -340,6 +340,16 @@ func (p *pqp) oneWR(r *rec, seq uint64) {
 	p.fillWR(&p.wrs[0], r, seq, verbs.Signaled)
 }
 
+// notifyWRs builds in p.wrs the two work requests of record r at physical
+// sequence seq, a notifying WRITE alone in its posting (see appendWRs);
+// p.mu held. Not inlined: pushDirect's cold path.
+//
+//go:noinline
+func (p *pqp) notifyWRs(r *rec, seq uint64) {
+	p.wrs, p.sges = p.wrs[:0], p.sges[:0]
+	p.wrs = p.appendWRs(p.wrs, r, seq, true)
+}
+
 // fillWR writes wr, a used slot of the scratch work requests, as the work
 // request of record r at physical sequence seq, a record that is not a
 // notifying WRITE. It writes every field in place instead of zeroing the

@@ -255,8 +255,7 @@ func (q *Queue) pushDirect(r *krcore.Request) bool {
 	}
 	q.admit(p, x, q.peer.target())
 	if x.notify {
-		p.wrs, p.sges = p.wrs[:0], p.sges[:0]
-		p.wrs = p.appendWRs(p.wrs, x, seq, true)
+		p.notifyWRs(x, seq)
 	} else {
 		p.oneWR(x, seq)
 	}
@@ -442,11 +441,12 @@ func (q *Queue) waitCredit(ctx context.Context) error {
 // so are Push's scratch records once reset: accept writes only the fields
 // the request sets.
 func (q *Queue) accept(r *krcore.Request, x *rec) bool {
+	// The rare cases (the first request, a refusal, an MR not the queue's
+	// hold) are calls: inline, their code sat between the common case's
+	// and took a third more of its cache lines (MEASUREMENTS.md, "Runtime
+	// cost", session 22).
 	if q.ents == nil {
-		// Made by the first request, not with the queue: a queue that is
-		// only connected, or only receives messages, costs no ring
-		// (16 KiB at the default credits, zeroed and scanned by the GC).
-		q.ents = make([]entry, q.depth())
+		q.makeEnts()
 	}
 	seq := q.seq + uint64(q.n)
 	// Resolved once: every check and the post use these records.
@@ -465,30 +465,27 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 			q.holdRefs++
 			held = true
 		} else {
-			var ok bool
-			if held, ok = q.holdMR(m); !ok {
-				ref = &refusal{verbs.LocProtErr, "local MR deregistered"}
-			}
+			held, ref = q.holdFor(m)
 		}
 	}
 	// The entry is written once, what it holds decided.
 	e := &q.ents[q.slot(q.n)]
 	q.n++
 	if ref != nil {
-		*e = entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
-		q.rt.count(&q.rt.stats.refusals)
-		q.finishLocked(seq, ref.status, 0)
+		q.refuse(e, r, seq, ref)
 		return false
 	}
 	q.credits--
 	x.q, x.seq, x.op, x.signaled = q, seq, r.Op, !r.Unsignaled
 	x.imm, x.cmp, x.swap = r.Imm, r.Compare, r.Swap
-	*e = entry{id: r.ID, op: r.Op, signaled: x.signaled}
+	var em *MR
+	var en uint32
 	if r.Local.Len > 0 {
 		x.local, x.hasLocal = sge(m, r.Local), true
 		// Released as it finishes; a success's length (see retireRange).
-		e.mr, e.held, e.n = m, held, x.local.Length
+		em, en = m, x.local.Length
 	}
+	*e = entry{id: r.ID, op: r.Op, signaled: x.signaled, mr: em, held: held, n: en}
 	if r.Op.IsSend() {
 		x.dstPort, x.msgImm = q.dstPort, r.Op == verbs.OpSendImm
 		if r.Local.Len > 0 && r.Local.Len <= hdrPayload {
@@ -501,6 +498,32 @@ func (q *Queue) accept(r *krcore.Request, x *rec) bool {
 		x.dstPort, x.notify = q.dstPort, true
 	}
 	return true
+}
+
+// makeEnts makes the completion ring at the queue's first request, not
+// with the queue: a queue that is only connected, or only receives
+// messages, costs no ring (16 KiB at the default credits, zeroed and
+// scanned by the GC); q.mu held. Not inlined: accept's cold path.
+//
+//go:noinline
+func (q *Queue) makeEnts() { q.ents = make([]entry, q.depth()) }
+
+// holdFor is accept's holdMR for an MR other than the queue's live hold:
+// whether the queue's hold serves the request, or why it is refused.
+func (q *Queue) holdFor(m *MR) (bool, *refusal) {
+	held, ok := q.holdMR(m)
+	if !ok {
+		return false, &refusal{verbs.LocProtErr, "local MR deregistered"}
+	}
+	return held, nil
+}
+
+// refuse records request r, refused for ref, in entry e at sequence seq
+// and completes it in its place; q.mu held.
+func (q *Queue) refuse(e *entry, r *krcore.Request, seq uint64, ref *refusal) {
+	*e = entry{id: r.ID, op: r.Op, signaled: !r.Unsignaled}
+	q.rt.count(&q.rt.stats.refusals)
+	q.finishLocked(seq, ref.status, 0)
 }
 
 // vet resolves r's handles to the runtime's records and checks r, a
