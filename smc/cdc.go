@@ -73,10 +73,14 @@ func fromCursor(c cursor, size int, near uint64) uint64 {
 	return v
 }
 
-// cdcMsg is a CDC message's content.
+// cdcMsg is a CDC message's content. key (in RFC 7609's reserved bytes)
+// is the receiver's connection's secret, from its CLC message: the token
+// alone is 32 bits a third process on the peer's node could guess, one
+// SEND a guess, to move the connection's cursors or close it.
 type cdcMsg struct {
 	seq        uint16
 	token      uint32
+	key        uint64
 	prod, cons cursor
 	prodFlags  byte
 	connFlags  byte
@@ -94,8 +98,13 @@ func (m *cdcMsg) encode(b []byte) []byte {
 	be.PutUint16(b[18:], m.cons.wrap)
 	be.PutUint32(b[20:], m.cons.count)
 	b[24], b[25] = m.prodFlags, m.connFlags
+	be.PutUint64(b[cdcKeyAt:], m.key)
 	return b
 }
+
+// cdcKeyAt is where a CDC message's key lies, in RFC 7609's reserved
+// bytes after the flags.
+const cdcKeyAt = 28
 
 // moveMsg tells a sender that its receiver offers a buffer of its own
 // (an RMB element, named as in an accept) to move to: the receiver's
@@ -103,13 +112,14 @@ func (m *cdcMsg) encode(b []byte) []byte {
 // its choosing, telling the receiver with flagMoved.
 type moveMsg struct {
 	token     uint32 // the sender's token, which the message goes to
+	key       uint64 // and its key (cdcMsg)
 	off, size uint32
 	name      string
 }
 
 const (
 	moveType = 0xfd
-	moveHdr  = 15 // type, length, token, offset, size, name length
+	moveHdr  = 23 // type, length, token, offset, size, key, name length
 	moveMax  = moveHdr + maxName
 )
 
@@ -120,17 +130,19 @@ func (m *moveMsg) encode(b []byte) []byte {
 	be.PutUint32(b[2:], m.token)
 	be.PutUint32(b[6:], m.off)
 	be.PutUint32(b[10:], m.size)
-	b[14] = byte(len(m.name))
+	be.PutUint64(b[14:], m.key)
+	b[moveHdr-1] = byte(len(m.name))
 	copy(b[moveHdr:], m.name)
 	return b
 }
 
 func decodeMove(b []byte) (moveMsg, error) {
-	if len(b) < moveHdr || len(b) > moveMax || b[0] != moveType || int(b[1]) != len(b) || len(b) != moveHdr+int(b[14]) {
+	if len(b) < moveHdr || len(b) > moveMax || b[0] != moveType || int(b[1]) != len(b) || len(b) != moveHdr+int(b[moveHdr-1]) {
 		return moveMsg{}, fmt.Errorf("smc: a malformed buffer move message of %d bytes", len(b))
 	}
 	be := binary.BigEndian
-	return moveMsg{token: be.Uint32(b[2:]), off: be.Uint32(b[6:]), size: be.Uint32(b[10:]), name: string(b[moveHdr:])}, nil
+	return moveMsg{token: be.Uint32(b[2:]), off: be.Uint32(b[6:]), size: be.Uint32(b[10:]), key: be.Uint64(b[14:]),
+		name: string(b[moveHdr:])}, nil
 }
 
 func decodeCDC(b []byte) (cdcMsg, bool) {
@@ -139,7 +151,7 @@ func decodeCDC(b []byte) (cdcMsg, bool) {
 	}
 	be := binary.BigEndian
 	return cdcMsg{
-		seq: be.Uint16(b[2:]), token: be.Uint32(b[4:]),
+		seq: be.Uint16(b[2:]), token: be.Uint32(b[4:]), key: be.Uint64(b[cdcKeyAt:]),
 		prod:      cursor{wrap: be.Uint16(b[10:]), count: be.Uint32(b[12:])},
 		cons:      cursor{wrap: be.Uint16(b[18:]), count: be.Uint32(b[20:])},
 		prodFlags: b[24], connFlags: b[25],

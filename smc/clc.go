@@ -23,7 +23,10 @@ const (
 	maxName    = 64 // an RMB's export name
 	// clcMaxLen bounds a CLC message: a peer announcing more is not
 	// speaking CLC.
-	clcMaxLen = clcHdrLen + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 1 + maxName + clcTrlLen
+	clcMaxLen = clcHdrLen + 8 + 8 + 4 + 4 + 4 + 4 + 8 + 1 + maxName + clcTrlLen
+	// clcNameAt is where a proposal's, accept's or confirm's name length
+	// byte lies, the name following it.
+	clcNameAt = 48
 	// declineLen is RFC 7609's fixed decline length: header, peer ID,
 	// diagnosis, reserved, trailer.
 	declineLen = clcHdrLen + 8 + 4 + 4 + clcTrlLen
@@ -100,13 +103,17 @@ var errNotCLC = errors.New("smc: not a CLC message")
 // token that names the connection there (the RMBE alert token), and its
 // receive buffer (the RMB's export name, the element's offset and
 // length, which RFC 7609 carries as rkey, address and compressed size).
-// A decline carries the reason.
+// A decline carries the reason. key (not in RFC 7609, whose CLC has no
+// room for it: it follows the buffer's size, before the name) is the
+// sender's connection's secret, which the peer's CDC and move messages to
+// it carry beside the token (cdcMsg).
 type clcMsg struct {
 	typ    byte
 	peerID uint64 // the sender's instance, RFC 7609's Peer ID
 	node   uint64
 	port   uint32
 	token  uint32
+	key    uint64
 	off    uint32
 	size   uint32
 	name   string
@@ -122,15 +129,16 @@ func (m *clcMsg) encode() []byte {
 		be.PutUint64(b[8:], m.peerID)
 		be.PutUint32(b[16:], uint32(m.reason))
 	} else {
-		b = make([]byte, clcHdrLen+8+8+4+4+4+4+1+len(m.name)+clcTrlLen)
+		b = make([]byte, clcNameAt+1+len(m.name)+clcTrlLen)
 		be.PutUint64(b[8:], m.peerID)
 		be.PutUint64(b[16:], m.node)
 		be.PutUint32(b[24:], m.port)
 		be.PutUint32(b[28:], m.token)
 		be.PutUint32(b[32:], m.off)
 		be.PutUint32(b[36:], m.size)
-		b[40] = byte(len(m.name))
-		copy(b[41:], m.name)
+		be.PutUint64(b[40:], m.key)
+		b[clcNameAt] = byte(len(m.name))
+		copy(b[clcNameAt+1:], m.name)
 	}
 	copy(b, eyecatcher[:])
 	b[4] = m.typ
@@ -204,12 +212,13 @@ func decodeCLC(b []byte) (*clcMsg, error) {
 		m.reason = Reason(be.Uint32(b[16:]))
 		return m, nil
 	}
-	if len(b) < 41+clcTrlLen || len(b) != 41+int(b[40])+clcTrlLen {
+	const at = clcNameAt
+	if len(b) < at+1+clcTrlLen || len(b) != at+1+int(b[at])+clcTrlLen {
 		return nil, errNotCLC
 	}
 	m.node, m.port, m.token = be.Uint64(b[16:]), be.Uint32(b[24:]), be.Uint32(b[28:])
-	m.off, m.size = be.Uint32(b[32:]), be.Uint32(b[36:])
-	m.name = string(b[41 : 41+int(b[40])])
+	m.off, m.size, m.key = be.Uint32(b[32:]), be.Uint32(b[36:]), be.Uint64(b[40:])
+	m.name = string(b[at+1 : at+1+int(b[at])])
 	return m, nil
 }
 

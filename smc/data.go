@@ -59,6 +59,11 @@ type link struct {
 	peerNode krcore.NodeID
 	peerAt   krcore.Principal // the peer's endpoint, q's destination
 
+	// key is this side's secret for the connection, named in its CLC
+	// message; pKey the peer's: each CDC and move message carries its
+	// receiver's (cdcMsg). Drawn from crypto/rand per connection.
+	key, pKey uint64
+
 	// mu guards the cursors and flags below; the staging buffer and q are
 	// used under qmu (held by whoever posts), and released says, under
 	// qmu, that they are gone.
@@ -135,6 +140,9 @@ func (c *Conn) setupQueue(wait bool) (Reason, error) {
 	if c.stage, err = n.stagePool(c.start).take(wait); err != nil {
 		return ReasonMem, err
 	}
+	c.mu.Lock() // onCDC reads the key under mu
+	c.key = randUint64()
+	c.mu.Unlock()
 	tok, err := n.register(c)
 	if err != nil {
 		return ReasonInternal, err
@@ -172,7 +180,7 @@ func (c *Conn) connectPeer(ctx context.Context, m *clcMsg, wait bool) (Reason, e
 		return ReasonConfig, fmt.Errorf("smc: the peer's token %d, port %d: %w", m.token, m.port, krcore.ErrInvalid)
 	}
 	c.mu.Lock()
-	c.peerNode, c.pToken = m.node, m.token
+	c.peerNode, c.pToken, c.pKey = m.node, m.token, m.key
 	c.mu.Unlock()
 	c.peerAt = krcore.Principal{Node: m.node, Port: m.port}
 	q, err := c.node.queue(ctx, c.peerAt, wait)
@@ -197,16 +205,30 @@ func (c *Conn) learnBuffer(ctx context.Context, m *clcMsg) (Reason, error) {
 		c.node.putRegion(m.node, m.name)
 		return ReasonConfig, fmt.Errorf("smc: the peer's buffer at %d+%d is outside its region of %d bytes: %w", m.off, m.size, r.Len(), krcore.ErrInvalid)
 	}
+	k := regionKey{m.node, m.name}
+	if err := c.node.claimPeer(c, k, uint64(m.off), uint64(m.size)); err != nil {
+		c.node.putRegion(m.node, m.name)
+		return ReasonConfig, err
+	}
 	c.mu.Lock()
-	c.peer, c.peerKey, c.psize, c.peerOff = r, regionKey{m.node, m.name}, int(m.size), uint64(m.off)
+	c.peer, c.peerKey, c.psize, c.peerOff = r, k, int(m.size), uint64(m.off)
 	c.mu.Unlock()
 	return ReasonNone, nil
+}
+
+// mayWrite reports whether the connection may still WRITE into its
+// peer's buffer: it has not said it writes no more (wrShut is set before
+// the flag goes out) nor failed.
+func (c *Conn) mayWrite() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.wrShut && c.err == nil
 }
 
 // offer describes this side's buffer in a CLC message of type typ.
 func (c *Conn) offer(typ byte) *clcMsg {
 	n := c.node
-	m := &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token}
+	m := &clcMsg{typ: typ, peerID: n.id, node: n.api.Node(), port: n.port, token: c.token, key: c.key}
 	if c.rmb.s != nil { // a proposal offers none yet
 		m.off, m.size, m.name = uint32(c.rmb.off), uint32(len(c.ring)), c.rmb.s.name
 	}
@@ -267,10 +289,11 @@ func (c *Conn) releaseAs(fence bool) {
 		}
 	}
 	c.mu.Lock() // Node.Conns reads the token under mu
-	peer, key := c.peer, c.peerKey
+	peer, key, off := c.peer, c.peerKey, c.peerOff
 	c.token, c.q, c.stage, c.rmb, c.next, c.peer = 0, nil, buffer{}, buffer{}, buffer{}, nil
 	c.mu.Unlock()
 	if peer != nil {
+		n.unclaimPeer(c, key, off)
 		n.putRegion(key.node, key.name)
 	}
 }
@@ -643,7 +666,7 @@ func (c *Conn) sendCDC(prodFlags, connFlags byte) error {
 func (c *Conn) pushCDC(prodFlags, connFlags byte) error {
 	return c.pushCtl(func(slot []byte) []byte {
 		c.seq++
-		m := cdcMsg{seq: c.seq, token: c.pToken, prod: toCursor(c.sent, cursorSpan), cons: toCursor(c.cons, cursorSpan),
+		m := cdcMsg{seq: c.seq, token: c.pToken, key: c.pKey, prod: toCursor(c.sent, cursorSpan), cons: toCursor(c.cons, cursorSpan),
 			prodFlags: prodFlags, connFlags: connFlags}
 		c.confirmed = c.cons
 		c.peerBlocked = false
@@ -704,10 +727,11 @@ func (c *Conn) onData(from krcore.NodeID, n int) bool {
 
 // onCDC applies the peer's CDC message: its consumer cursor opens the
 // window, its flags say it is blocked, done writing, closed or aborted.
-// It reports false for a message from another node than the peer's.
+// It reports false for a message from another node than the peer's or
+// without the connection's key.
 func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	c.mu.Lock()
-	if from != c.peerNode {
+	if from != c.peerNode || m.key != c.key {
 		c.mu.Unlock()
 		return false
 	}
@@ -777,10 +801,10 @@ func (c *Conn) onMoved(at uint64) {
 
 // onMove is the peer's offer of a buffer to move to (moveMsg), applied
 // by the keeper. It reports false for a message from another node than
-// the peer's.
+// the peer's or without the connection's key.
 func (c *Conn) onMove(from krcore.NodeID, m moveMsg) bool {
 	c.mu.Lock()
-	if from != c.peerNode {
+	if from != c.peerNode || m.key != c.key {
 		c.mu.Unlock()
 		return false
 	}
@@ -1029,7 +1053,7 @@ func (c *Conn) offerBuffer(size int) {
 	}
 	c.mu.Unlock()
 	counter.Add(1)
-	m := moveMsg{token: c.pToken, off: uint32(b.off), size: uint32(size), name: b.s.name}
+	m := moveMsg{token: c.pToken, key: c.pKey, off: uint32(b.off), size: uint32(size), name: b.s.name}
 	c.qmu.Lock()
 	c.pushCtl(func(slot []byte) []byte { return m.encode(slot) }) // a failure aborted the connection
 	c.qmu.Unlock()
@@ -1058,14 +1082,26 @@ func (c *Conn) applyMove(m moveMsg) {
 		c.node.putRegion(c.peerNode, m.name)
 		return
 	}
+	k := regionKey{c.peerNode, m.name}
+	if err := c.node.claimPeer(c, k, uint64(m.off), uint64(m.size)); err != nil {
+		c.node.putRegion(c.peerNode, m.name)
+		c.fail(fmt.Errorf("smc: the peer's new buffer: %w: %w", errAborted, err))
+		return
+	}
 	c.fitStage(int(m.size))
+	// No WRITE into the old buffer follows (qmu is held): its claim ends
+	// before the peer, told below, can hand it to another connection.
+	c.mu.Lock()
+	old, oldOff := c.peerKey, c.peerOff
+	c.mu.Unlock()
+	c.node.unclaimPeer(c, old, oldOff)
 	if err := c.pushCDC(0, flagMoved); err != nil {
+		c.node.unclaimPeer(c, k, uint64(m.off))
 		c.node.putRegion(c.peerNode, m.name)
 		return
 	}
 	c.mu.Lock()
-	old := c.peerKey
-	c.peer, c.peerKey, c.peerOff, c.psize, c.pbase = r, regionKey{c.peerNode, m.name}, uint64(m.off), int(m.size), c.sent
+	c.peer, c.peerKey, c.peerOff, c.psize, c.pbase = r, k, uint64(m.off), int(m.size), c.sent
 	c.mu.Unlock()
 	c.node.putRegion(old.node, old.name)
 	c.wake(c.txSig)

@@ -2,6 +2,8 @@ package smc
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -101,18 +103,23 @@ type Node struct {
 
 	lookMu sync.Mutex // srv's Connect and Region: lookups ask as srv's port
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[uint32]*Conn // SMC connections by token
-	all       map[*Conn]uint64 // every open connection: its serial (track)
-	serial    uint64
-	rmbs      map[rmbKey]*bufPool                 // receive buffers, per peer endpoint and size
-	queues    map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
-	nextToken uint32
-	regions   map[regionKey]*learned
-	idle      []idleRegion // moved regions unused, oldest first; some stale
-	idleSeq   uint64
-	idleN     int // regions in idle that are idle still
+	mu      sync.Mutex
+	closed  bool
+	conns   map[uint32]*Conn // SMC connections by token
+	all     map[*Conn]uint64 // every open connection: its serial (track)
+	serial  uint64
+	rmbs    map[rmbKey]*bufPool                 // receive buffers, per peer endpoint and size
+	queues  map[krcore.Principal][]*sharedQueue // connected to a peer endpoint; nil once closed
+	regions map[regionKey]*learned
+	idle    []idleRegion // moved regions unused, oldest first; some stale
+	idleSeq uint64
+	idleN   int // regions in idle that are idle still
+
+	// claimMu guards claims: per peer region, the parts of it the
+	// Node's connections WRITE into (claimPeer). Taken without c.mu held;
+	// it takes the mu of the connections it checks.
+	claimMu sync.Mutex
+	claims  map[regionKey][]peerSpan
 
 	reapKick chan struct{} // a request was pushed: wakes reaper
 
@@ -202,7 +209,7 @@ func Open(api krcore.API, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("smc: open: nil API: %w", krcore.ErrInvalid)
 	}
 	n := &Node{api: api, id: rand.Uint64(), done: make(chan struct{}), reapKick: make(chan struct{}, 1),
-		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, nextToken: rand.Uint32(), regions: map[regionKey]*learned{},
+		conns: map[uint32]*Conn{}, all: map[*Conn]uint64{}, claims: map[regionKey][]peerSpan{}, regions: map[regionKey]*learned{},
 		rmbs: map[rmbKey]*bufPool{}, stages: map[int]*bufPool{}, queues: map[krcore.Principal][]*sharedQueue{}}
 	if err := n.sizes(opts); err != nil {
 		return nil, fmt.Errorf("smc: open: %w", err)
@@ -387,6 +394,11 @@ func (n *Node) conn(token uint32) *Conn {
 }
 
 // register gives c a token, so that its peer's notifications reach it.
+// A token is drawn from crypto/rand for each connection: it is all a
+// WRITE_WITH_IMM's notification names (the immediate's 32 bits), so a
+// process that could guess it (as it could a counter another connection
+// showed it) could move the connection's producer cursor by having the
+// peer, or another process on the peer's node, WRITE with it.
 func (n *Node) register(c *Conn) (uint32, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -394,12 +406,70 @@ func (n *Node) register(c *Conn) (uint32, error) {
 		return 0, fmt.Errorf("smc: node closed: %w", krcore.ErrClosed)
 	}
 	for {
-		n.nextToken++
-		if t := n.nextToken; t != 0 && n.conns[t] == nil {
+		if t := randUint32(); t != 0 && n.conns[t] == nil {
 			n.conns[t] = c
 			return t, nil
 		}
 	}
+}
+
+// randUint32 is 32 bits from crypto/rand.
+func randUint32() uint32 {
+	var b [4]byte
+	crand.Read(b[:]) // never fails (crypto/rand.Read's contract)
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// randUint64 is 64 bits from crypto/rand.
+func randUint64() uint64 {
+	var b [8]byte
+	crand.Read(b[:]) // never fails (crypto/rand.Read's contract)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// peerSpan is the part of a peer's region (off, size) a connection
+// WRITEs into.
+type peerSpan struct {
+	c         *Conn
+	off, size uint64
+}
+
+// errPeerSpanTaken: a CLC message or a move offer named a part of the
+// peer's region that another connection of this Node may still WRITE
+// into.
+var errPeerSpanTaken = errors.New("smc: another connection writes into that part of the peer's buffer")
+
+// claimPeer records that c WRITEs into size bytes at off of the peer's
+// region k, unless another connection of the Node may still WRITE into a
+// part of them. A peer's slab is exported to this Node's port alone, so
+// every WRITE into it comes from one of these connections, and the peer
+// hands an element to one connection at a time, after the last one said
+// it writes no more. Two connections naming the same bytes is so a
+// forgery: a TCP client that names another's buffer in its confirm, or a
+// server in its accept, to have this Node WRITE its connection's bytes
+// into the other's stream.
+func (n *Node) claimPeer(c *Conn, k regionKey, off, size uint64) error {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	for _, s := range n.claims[k] {
+		if s.c != c && s.off < off+size && off < s.off+s.size && s.c.mayWrite() {
+			return fmt.Errorf("%w: %d bytes at %d of %s", errPeerSpanTaken, size, off, k.name)
+		}
+	}
+	n.claims[k] = append(n.claims[k], peerSpan{c: c, off: off, size: size})
+	return nil
+}
+
+// unclaimPeer ends c's claim of the part at off of the peer's region k.
+func (n *Node) unclaimPeer(c *Conn, k regionKey, off uint64) {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	spans := slices.DeleteFunc(n.claims[k], func(s peerSpan) bool { return s.c == c && s.off == off })
+	if len(spans) == 0 {
+		delete(n.claims, k)
+		return
+	}
+	n.claims[k] = spans
 }
 
 func (n *Node) unregister(token uint32) {
