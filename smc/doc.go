@@ -37,6 +37,44 @@
 // reads and writes on it fail, and the client sees its TCP connection end
 // (ECONNRESET).
 //
+// # Trust
+//
+// RFC 7609 believes the CLC: the node, port, token and buffer a message
+// names. Here any local process can open a TCP connection and name
+// another's, so what a peer may have this side WRITE, and what moves a
+// connection's cursors, rests on what only the connection's own peer
+// holds:
+//
+//   - A Node never lets two of its connections WRITE into the same bytes
+//     of a peer's region at once. A peer's slab is exported to this
+//     Node's port alone, so every WRITE into it comes from this Node, and
+//     the peer hands an element to one connection at a time, after the
+//     last one said it writes no more: a confirm (or a rogue server's
+//     accept, or a move offer) naming bytes another connection still
+//     WRITEs into is a forgery. The server breaks such a connection; the
+//     client declines and falls back to TCP (ReasonConfig).
+//   - Tokens are drawn from crypto/rand per connection, not counted: a
+//     forgery naming a free element and a guessed token writes into
+//     memory no connection reads, and its notifications name no
+//     connection (Stats.Dropped).
+//   - Each connection draws a 64-bit key, named in its CLC messages
+//     (after the buffer size: this package's CLC carries an export name
+//     where RFC 7609 has an rkey and address, so its body is its own) and
+//     carried by the peer's CDC messages (in RFC 7609's reserved bytes)
+//     and buffer move offers: without it they are dropped, so a process
+//     that knows a token cannot move the connection's cursors, end or
+//     abort it.
+//
+// What is left: a WRITE_WITH_IMM's notification names its connection by
+// the 32-bit token alone (the immediate), so a process on the peer's node
+// able to WRITE into some region of this node could move a connection's
+// producer cursor by guessing, one in 2^32 per live connection a guess;
+// and a forgery may take a free element of a slab whose name it learned
+// (by proposing to the slab owner's listener as the peer), after which the
+// owner's connection given that element is refused while the forgery's
+// TCP connection stays: a denial of service, not an injection. The
+// kernel wire mode speaks the kernel's own messages (Options.RDMA).
+//
 // # Detection, and what it cannot do
 //
 // Linux detects an SMC peer with a TCP option in the SYN, before any
