@@ -44,6 +44,7 @@ const (
 // positions from its base on, as a ring.
 type link struct {
 	token    uint32
+	pToken   uint32
 	start    int // the size of the buffers it started with
 	rmb      buffer
 	stage    buffer
@@ -55,7 +56,6 @@ type link struct {
 	peerOff  uint64        // the peer's element in peer
 	psize    int           // the peer's element's size
 	pbase    uint64        // the stream position at the start of the peer's element
-	pToken   uint32
 	peerNode krcore.NodeID
 	peerAt   krcore.Principal // the peer's endpoint, q's destination
 
