@@ -107,7 +107,9 @@ func (c *Conn) writeToSMC(w io.Writer) (int64, error) {
 				// Only a Close meanwhile waits for lent: waking the
 				// keeper after every chunk cost a wake-up per echoed
 				// message, often of a thread.
-				signal(c.kick)
+				if c.endNow() != ended {
+					c.nudge()
+				}
 			}
 			total += int64(k)
 			if update {

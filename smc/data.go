@@ -103,10 +103,14 @@ type link struct {
 	peerDoneWriting, peerClosed bool
 	wrShut, localClosed, live   bool
 	lent                        bool // WriteTo hands ring bytes to a writer: keep the buffer
-	// grace is closeGrace's timer once the TCP connection ended (watchTCP);
-	// gone says the connection was released: no timer is needed then.
-	grace *time.Timer
-	gone  bool
+	// grace is closeGrace's timer once the TCP connection ended
+	// (watchTCP), lingerT linger's once closed here, ackT ackDelay's
+	// once the peer closed first (onCDC); gone says the connection was
+	// released: no timer is needed then. keeping: the keeper runs, or
+	// the release ran without it (endNow); lingered: linger passed.
+	grace, lingerT, ackT *time.Timer
+	gone, keeping        bool
+	lingered             bool
 	// lateStage is the staging buffer of a released connection whose
 	// last requests are in flight: their completion gives it back.
 	lateStage buffer
@@ -242,15 +246,74 @@ func (c *Conn) startSMC() {
 	go c.watchTCP()
 }
 
-// beginSMC begins the connection's SMC life with its keeper; the caller
-// runs the watcher of the TCP connection (watchTCP, counted in the Node's
-// wait group already).
+// beginSMC begins the connection's SMC life; the caller runs the watcher
+// of the TCP connection (watchTCP). The Node's wait group counts the
+// watcher and the keeper, which starts at its first task (nudge) or
+// never (endNow).
 func (c *Conn) beginSMC() {
 	c.mu.Lock()
 	c.live = true
 	c.mu.Unlock()
 	c.node.wg.Add(2)
-	go c.keep()
+	if len(c.kick) > 0 { // a task came before the connection went live
+		c.nudge()
+	}
+}
+
+// nudge wakes the keeper, starting it if it does not run yet. A
+// connection's keeper starts at its first task (a peer blocked on
+// window, a move, a resize, an ack, a failure), so that a short
+// connection whose ends close in turn starts none: its release runs
+// where the last close is seen (endNow).
+func (c *Conn) nudge() {
+	c.mu.Lock()
+	start := c.live && !c.keeping && !c.gone
+	if start {
+		c.keeping = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.keep()
+	}
+	signal(c.kick)
+}
+
+// endResult is what endNow did.
+type endResult int
+
+const (
+	ended    endResult = iota // released here
+	waitPeer                  // closed here, the peer not done: its close or linger ends it
+	keeper                    // for the keeper (it runs, or something is held): nudge it
+)
+
+// endNow releases a connection closed here whose peer writes no more,
+// in the calling goroutine, when no keeper runs and nothing is held (a
+// lent ring, qmu, a failure's cleanup): release does not wait, so the
+// goroutine that sees the last close (Close, or the dispatch of the
+// peer's close flag) ends the connection without a keeper's wake-up.
+func (c *Conn) endNow() endResult {
+	if !c.qmu.TryLock() {
+		return keeper
+	}
+	c.mu.Lock()
+	r := keeper
+	switch {
+	case c.keeping || c.gone || !c.localClosed || c.lent || c.err != nil || c.lingered:
+	case !c.peerDoneWriting:
+		r = waitPeer
+	default:
+		r, c.keeping = ended, true // no keeper starts from here on
+	}
+	c.mu.Unlock()
+	if r != ended {
+		c.qmu.Unlock()
+		return r
+	}
+	c.releaseLocked()
+	c.qmu.Unlock()
+	c.node.wg.Done() // the keeper's count: it never ran
+	return ended
 }
 
 // releaseLocal gives back what setupQueue and setupRMB took, for a
@@ -773,6 +836,12 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	if m.connFlags&flagAbnormal != 0 && c.err == nil {
 		c.err = fmt.Errorf("smc: the peer aborted: %w", errAborted)
 	}
+	closing := m.connFlags&(flagDoneWriting|flagConnClosed|flagAbnormal) != 0
+	local, running := c.localClosed, c.keeping
+	deferAck := closing && !local && !running && !keep && m.connFlags&flagMoved == 0
+	if deferAck && c.ackT == nil && c.peerClosed && !c.wrShut && c.err == nil {
+		c.ackT = time.AfterFunc(ackDelay, c.nudge)
+	}
 	c.mu.Unlock()
 	if state || urgent {
 		c.signalSig(c.rxSig)
@@ -780,11 +849,25 @@ func (c *Conn) onCDC(from krcore.NodeID, m cdcMsg) bool {
 	if window || state {
 		c.signalSig(c.txSig)
 	}
-	if keep || state {
-		signal(c.kick)
+	switch {
+	case closing && local:
+		if c.endNow() != ended {
+			c.nudge()
+		}
+	case deferAck:
+	case keep || state:
+		c.nudge()
 	}
 	return true
 }
+
+// ackDelay is how long a connection whose peer closed first waits for its
+// application's Close (which tells the peer in its close message) before
+// the keeper tells the peer that this side writes no more, so that the
+// peer can release its buffers: the common application closes at the
+// EOF its read returns, and the ack would be one CDC message and a
+// wake-up more.
+const ackDelay = 10 * time.Millisecond
 
 // onMoved is the peer's word that it WRITEs into the buffer offered
 // (next) from stream position at on: every byte before it arrived in
@@ -810,7 +893,7 @@ func (c *Conn) onMove(from krcore.NodeID, m moveMsg) bool {
 	}
 	c.moveTo = &m
 	c.mu.Unlock()
-	signal(c.kick)
+	c.nudge()
 	return true
 }
 
@@ -824,7 +907,7 @@ func (c *Conn) fail(err error) {
 	c.mu.Unlock()
 	c.signalSig(c.rxSig)
 	c.signalSig(c.txSig)
-	signal(c.kick)
+	c.nudge()
 	c.interrupt()
 }
 
@@ -852,8 +935,26 @@ func (c *Conn) closeSMC() {
 	c.mu.Lock()
 	c.localClosed = true
 	c.mu.Unlock()
-	signal(c.kick)
+	switch c.endNow() {
+	case waitPeer:
+		c.mu.Lock()
+		if !c.gone && c.lingerT == nil {
+			c.lingerT = time.AfterFunc(linger, c.lingerOver)
+		}
+		c.mu.Unlock()
+	case keeper:
+		c.nudge()
+	}
 	c.tcp.Close()
+}
+
+// lingerOver ends linger after Close: the peer never said it writes no
+// more; the keeper releases (and fences) the buffers.
+func (c *Conn) lingerOver() {
+	c.mu.Lock()
+	c.lingered = true
+	c.mu.Unlock()
+	c.nudge()
 }
 
 // watchTCP reads the TCP connection, which carries nothing once SMC runs:
@@ -891,18 +992,19 @@ func (c *Conn) graceOver() {
 // taken for dead: graceOver).
 func (c *Conn) keep() {
 	defer c.node.wg.Done()
-	var lingerC <-chan time.Time
 	var sz sizer
 	for {
 		select {
 		case <-sz.idle:
 			sz.idle, sz.fired = nil, true
 		case <-c.kick:
-		case <-lingerC:
+		}
+		c.mu.Lock()
+		if c.lingered {
+			c.mu.Unlock()
 			c.release()
 			return
 		}
-		c.mu.Lock()
 		old := c.switchRing() // an idle reader's: the peer moved after its last byte
 		ack := c.peerClosed && !c.wrShut && c.err == nil
 		update := c.peerBlocked && c.err == nil && c.wantUpdate()
@@ -915,8 +1017,8 @@ func (c *Conn) keep() {
 			move = nil // no WRITE follows: the peer gives the buffer back at its end
 		}
 		done := c.localClosed && (c.peerDoneWriting || c.err != nil) && !c.lent
-		if c.localClosed && lingerC == nil {
-			lingerC = time.After(linger)
+		if c.localClosed && c.lingerT == nil {
+			c.lingerT = time.AfterFunc(linger, c.lingerOver)
 		}
 		c.mu.Unlock()
 		giveBack(old)
@@ -953,14 +1055,21 @@ func (c *Conn) keep() {
 func (c *Conn) release() {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	c.releaseLocked()
+}
+
+// releaseLocked is release with qmu held.
+func (c *Conn) releaseLocked() {
 	c.mu.Lock()
 	if !c.stageIdle() {
 		c.lateStage, c.stage = c.stage, buffer{}
 	}
 	fence := !c.peerDoneWriting // aborted, or lingered past linger
 	c.gone = true
-	if c.grace != nil {
-		c.grace.Stop()
+	for _, t := range []*time.Timer{c.grace, c.lingerT, c.ackT} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	c.mu.Unlock()
 	c.released = true // no request uses the queue or the staging buffer after

@@ -191,3 +191,33 @@ func (r *acceptRig) rawWriter(t *testing.T, ctx context.Context) func(krcore.Reg
 		return out[0].Err()
 	}
 }
+
+// TestPeerClosedFirstAcked: a connection whose peer closed while its
+// application keeps it open tells the peer, after ackDelay, that it
+// writes no more, so that the peer releases its buffers long before
+// linger; its own Close later releases it.
+func TestPeerClosedFirstAcked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := newAcceptRig(t, ctx)
+	cA, sA := r.connect(t, ctx)
+	echoBoth(t, cA, sA)
+	cA.Close()
+	sA.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if k, err := sA.Read(make([]byte, 1)); k != 0 || err != io.EOF {
+		t.Fatalf("read after the peer's close: %d, %v; want EOF", k, err)
+	}
+	// The peer's buffers go back once this side said it writes no more
+	// (ackDelay), not at linger's end.
+	actx, acancel := context.WithTimeout(ctx, linger/2)
+	defer acancel()
+	await(t, actx, "the closing client released before linger", func() bool {
+		b, _ := cA.rx()
+		return b.s == nil
+	})
+	sA.Close()
+	await(t, ctx, "the server released at its Close", func() bool {
+		b, _ := sA.rx()
+		return b.s == nil
+	})
+}
