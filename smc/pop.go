@@ -18,15 +18,17 @@ import (
 // whatever comes, its own message included; the serving goroutine pops
 // while the role is free of readers, and leaves it free after each batch.
 // A waiter that finds the role taken waits for its signal, counted in the
-// role's need (TakeOrNeed). The role is patient (poprole.NewPatient): a
+// role's need (TakeOrWait). The role is patient (poprole.NewPatient): a
 // Node has a reader waiting on every connection, most of them idle, so
 // the serving goroutine taking the role back whenever one waits kept it
 // for good, and each message to a busy reader was a hand-off (a wake-up,
 // often of a thread: over the soft TCP link the largest cost left in a
-// round trip, MEASUREMENTS.md session 22). Instead a popper whose batch
-// woke other waiters and not itself leaves the role to them and waits
-// for its signal; a message for a waiter while the role is lent waits
-// for the next waiter to take the role, or LendFor at most.
+// round trip, MEASUREMENTS.md session 22). Only waiters that began to
+// wait within LendFor to 2*LendFor hurry it. A popper whose batch woke
+// other waiters and not itself leaves the role to them and waits for its
+// signal, patiently (Need); a message for an idle or patient waiter while
+// the role is lent waits for the next waiter to take the role, or
+// LendFor at most.
 type popRole struct {
 	*poprole.Role
 	msgs [64]krcore.Message // the holder's
@@ -70,8 +72,8 @@ func (n *Node) dispatchAll(msgs []krcore.Message) {
 // else for sig. The caller looks at its state again either way.
 func (c *Conn) await(sig, dl <-chan struct{}) {
 	r := &c.node.pop
-	if !r.TakeOrNeed() {
-		c.waitSig(sig, dl)
+	if taken, ticket := r.TakeOrWait(); !taken {
+		c.waitSig(sig, dl, ticket)
 		return
 	}
 	// Published before the last look at sig: whoever signals sig after
@@ -98,7 +100,7 @@ func (c *Conn) await(sig, dl <-chan struct{}) {
 			// had an idle reader keep it for good, and each of a busy
 			// reader's messages be a hand-off.
 			r.Need()
-			c.waitSig(sig, dl)
+			c.waitSig(sig, dl, 0)
 		}
 		return
 	}
@@ -115,9 +117,10 @@ func (c *Conn) await(sig, dl <-chan struct{}) {
 }
 
 // waitSig waits until sig is signalled, dl or done closes, counted in the
-// port role's need (TakeOrNeed or Need) until then.
-func (c *Conn) waitSig(sig, dl <-chan struct{}) {
-	needs := c.needs(sig)
+// port role's need (TakeOrWait's ticket, or Need's 0) until then.
+func (c *Conn) waitSig(sig, dl <-chan struct{}, ticket int64) {
+	needs, t := c.needs(sig)
+	t.Store(ticket)
 	needs.Store(true)
 	select {
 	case <-sig:
@@ -125,7 +128,7 @@ func (c *Conn) waitSig(sig, dl <-chan struct{}) {
 	case <-c.done:
 	}
 	if needs.Swap(false) {
-		c.node.pop.Unneed()
+		c.node.pop.Unwait(ticket)
 	}
 }
 
@@ -157,19 +160,19 @@ func (c *Conn) wake(ch chan struct{}) {
 // MEASUREMENTS.md, session 21).
 func (c *Conn) signalSig(ch chan struct{}) {
 	signal(ch)
-	if needs := c.needs(ch); needs.Load() && needs.Swap(false) {
-		c.node.pop.Unneed()
+	if needs, t := c.needs(ch); needs.Load() && needs.Swap(false) {
+		c.node.pop.Unwait(t.Load()) // a later wait's ticket, rarely: fresh counts age out
 		c.node.pop.woken.Add(1)
 	}
 }
 
 // needs is the mark of a waiter for sig (rxSig or txSig) counted in the
-// port role's need.
-func (c *Conn) needs(sig <-chan struct{}) *atomic.Bool {
+// port role's need, and its ticket.
+func (c *Conn) needs(sig <-chan struct{}) (*atomic.Bool, *atomic.Int64) {
 	if sig == c.rxSig {
-		return &c.needRx
+		return &c.needRx, &c.ticketRx
 	}
-	return &c.needTx
+	return &c.needTx, &c.ticketTx
 }
 
 // interrupt ends the wait of a waiter of c popping the port.
@@ -190,8 +193,9 @@ type popWait struct {
 	popping atomic.Int32 // waiters of the connection in the port's PopMsgsWait
 	// needRx, needTx: the reader, the writer, waits for its signal and
 	// counts in the role's need; whoever clears the mark uncounts it.
-	needRx, needTx atomic.Bool
-	wmu            sync.Mutex
-	wctx           context.Context
-	wcancel        context.CancelFunc
+	needRx, needTx     atomic.Bool
+	ticketRx, ticketTx atomic.Int64 // their TakeOrWait tickets
+	wmu                sync.Mutex
+	wctx               context.Context
+	wcancel            context.CancelFunc
 }

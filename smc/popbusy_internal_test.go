@@ -10,15 +10,17 @@ import (
 	"github.com/krcore/krcore"
 	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
+	"github.com/krcore/krcore/internal/poprole"
 )
 
 // TestBusyReaderPopsItself: a Node's echo of a ping-pong pops its own
-// messages while another connection's reader waits idle on the same Node:
-// the idle reader, counted as needing a popper, neither keeps the serving
-// goroutine popping nor keeps the role itself, either of which makes
-// every message to the echo a hand-off (a waiter woken by a signal). The
-// bound is loose: a hand-off happens when the echo is away for LendFor (a
-// starved process) or the idle reader took the free role first.
+// messages while another connection's reader waits idle on the same Node
+// (for 3*LendFor and more): the idle reader, counted as needing a popper,
+// neither keeps the serving goroutine popping nor keeps the role itself,
+// either of which makes every message to the echo a hand-off (a waiter
+// woken by a signal). The bound is loose: a hand-off happens when the
+// echo is away for LendFor (a starved process) or the idle reader took
+// the free role first.
 func TestBusyReaderPopsItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -82,8 +84,10 @@ func TestBusyReaderPopsItself(t *testing.T) {
 	echoC.SetDeadline(time.Now().Add(time.Minute))
 	buf := make([]byte, 8)
 	var woken uint64
-	for i := range rounds + 50 {
-		if i == 50 { // the roles settled
+	warm := time.Now()
+	for i := 0; i < rounds || !warm.IsZero(); i++ {
+		if !warm.IsZero() && time.Since(warm) > 3*poprole.LendFor { // the idle reader is idle
+			warm, i = time.Time{}, 0
 			woken = srv.pop.woken.Load()
 		}
 		if _, err := echoC.Write(buf); err != nil {

@@ -57,9 +57,15 @@ type Role struct {
 	// failing: a waiter's pop failed (the port, not its wait): the
 	// serving goroutine pops next.
 	failing bool
-	patient bool          // need does not hurry the serving goroutine (NewPatient)
-	wake    chan struct{} // the serving goroutine's: the role may be its now
-	left    chan struct{} // a popping waiter left: Stop waits for it
+	patient bool // only fresh waiters hurry the serving goroutine (NewPatient)
+	// In a patient role, the waiters TakeOrWait counted and Unwait did
+	// not uncount yet, by when they began: in period (of LendFor since
+	// start) and the one before.
+	start     time.Time
+	period    int64
+	cur, prev int
+	wake      chan struct{} // the serving goroutine's: the role may be its now
+	left      chan struct{} // a popping waiter left: Stop waits for it
 }
 
 // New is a role the serving goroutine holds.
@@ -67,25 +73,48 @@ func New() *Role {
 	return &Role{by: Serving, wake: make(chan struct{}, 1), left: make(chan struct{}, 1)}
 }
 
-// NewPatient is a role the serving goroutine holds, in which goroutines
-// that need it to pop do not hurry it: it leaves the role free after a
-// batch that woke a waiter, and takes a lent role back after LendFor, as
-// if nobody needed it. A goroutine waiting for what only a popper brings
-// so waits for the next waiter to take the role, or LendFor at most, as a
-// message nobody waits for does. It is for ports with many goroutines
-// waiting at once, most of them idle (smc's readers, one a connection),
-// where a role taken back at once for them stays with the serving
-// goroutine for good, and every message to a busy waiter is a hand-off
-// (a wake-up) instead of its own pop.
+// NewPatient is a role the serving goroutine holds, in which only fresh
+// waiters hurry it: those TakeOrWait counted less than LendFor to
+// 2*LendFor ago. Goroutines waiting longer (idle), or counted by Need, do
+// not: the serving goroutine leaves the role free after a batch that
+// woke a waiter and takes a lent role back after LendFor, as if they did
+// not wait; a message for one of them so waits for the next waiter to
+// take the role, or LendFor at most, as a message nobody waits for does.
+// It is for ports with many goroutines waiting at once, most of them idle
+// (smc's readers, one a connection), where a role taken back at once for
+// any of them stays with the serving goroutine for good, and every
+// message to a busy waiter is a hand-off (a wake-up) instead of its own
+// pop.
 func NewPatient() *Role {
 	r := New()
-	r.patient = true
+	r.patient, r.start = true, time.Now()
 	return r
 }
 
 // hurried reports whether goroutines need the serving goroutine to pop at
 // once; r.mu held.
-func (r *Role) hurried() bool { return r.need > 0 && !r.patient }
+func (r *Role) hurried() bool {
+	if !r.patient {
+		return r.need > 0
+	}
+	r.rotate()
+	return r.cur+r.prev > 0
+}
+
+// rotate moves the fresh waiters' counts to the current period; r.mu
+// held, r.patient.
+func (r *Role) rotate() {
+	p := int64(time.Since(r.start) / LendFor)
+	switch {
+	case p == r.period:
+		return
+	case p == r.period+1:
+		r.prev = r.cur
+	default:
+		r.prev = 0
+	}
+	r.cur, r.period = 0, p
+}
 
 // State is who holds the role now.
 func (r *Role) State() State {
@@ -105,13 +134,43 @@ func (r *Role) TryTake() bool {
 // waiter as needing the serving goroutine to pop (Need); it reports
 // which. Unneed undoes the count.
 func (r *Role) TakeOrNeed() bool {
+	taken, _ := r.TakeOrWait()
+	return taken
+}
+
+// TakeOrWait is TakeOrNeed; in a patient role the waiter counted is a
+// fresh one until it has waited LendFor or more, and Unwait with its
+// ticket undoes the count.
+func (r *Role) TakeOrWait() (taken bool, ticket int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.take() {
-		return true
+		return true, 0
 	}
 	r.need++
-	return false
+	if !r.patient {
+		return false, 0
+	}
+	r.rotate()
+	r.cur++
+	return false, r.period + 1
+}
+
+// Unwait undoes TakeOrWait's count of a waiter with its ticket.
+func (r *Role) Unwait(ticket int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.need--
+	if ticket == 0 {
+		return
+	}
+	r.rotate()
+	switch p := ticket - 1; {
+	case p == r.period && r.cur > 0:
+		r.cur--
+	case p == r.period-1 && r.prev > 0:
+		r.prev--
+	}
 }
 
 // take gives the role to a waiter if it is free; r.mu held.
@@ -125,7 +184,8 @@ func (r *Role) take() bool {
 
 // Need counts a goroutine waiting for something only a popper brings:
 // the serving goroutine takes a role free or lent at once, and keeps it
-// after its batches, until Unneed.
+// after its batches, until Unneed. In a patient role it does not hurry
+// the serving goroutine: a goroutine counted so waits patiently.
 func (r *Role) Need() {
 	r.mu.Lock()
 	r.need++
@@ -145,11 +205,7 @@ func (r *Role) Needing() int {
 }
 
 // Unneed undoes Need's count, or TakeOrNeed's.
-func (r *Role) Unneed() {
-	r.mu.Lock()
-	r.need--
-	r.mu.Unlock()
-}
+func (r *Role) Unneed() { r.Unwait(0) }
 
 // Lend is a popping waiter leaving with what it waited for: the role is
 // free, for the serving goroutine after LendFor, at once if goroutines

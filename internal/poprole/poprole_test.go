@@ -84,49 +84,68 @@ func TestLendAndNeed(t *testing.T) {
 	}
 }
 
-// TestPatient: in a patient role, goroutines in need do not hurry the
-// serving goroutine: it leaves the role free after a batch that woke a
-// waiter, a waiter lending the role does not wake it, and it takes a lent
-// role back only after LendFor; a returned or failing role it still takes
-// at once.
+// TestPatient: in a patient role, only fresh waiters hurry the serving
+// goroutine. One that waited 2*LendFor or more, or one Need counted, does
+// not: the serving goroutine leaves the role free after a batch that woke
+// a waiter, a waiter lending the role does not wake it, and it takes a
+// lent role back only after LendFor. A fresh waiter hurries it as in a
+// role that is not patient; a returned role it takes at once.
 func TestPatient(t *testing.T) {
 	r := NewPatient()
-	if r.TakeOrNeed() {
-		t.Fatal("a waiter took the role the serving goroutine holds")
+	taken, ticket := r.TakeOrWait()
+	if taken || ticket == 0 {
+		t.Fatalf("a waiter took the role the serving goroutine holds (%v), or has no ticket", taken)
 	}
 	r.leaveServe(true)
-	if r.State() != Free {
-		t.Fatal("the serving goroutine kept the role after a batch that woke a waiter, with a waiter in need")
+	if r.State() != Serving {
+		t.Fatal("the serving goroutine left the role with a fresh waiter in need")
 	}
-	if !r.TakeOrNeed() {
+	r.start = r.start.Add(-2 * LendFor) // the waiter has waited 2*LendFor
+	r.leaveServe(true)
+	if r.State() != Free {
+		t.Fatal("the serving goroutine kept the role after a batch that woke a waiter, with only an idle waiter in need")
+	}
+	if !r.TryTake() {
 		t.Fatal("a waiter did not take the role the serving goroutine left")
 	}
+	r.Need()
 	r.Lend()
 	if woken(r) {
-		t.Fatal("a waiter lending the role with another in need woke the serving goroutine")
-	}
-	r.Need()
-	if woken(r) {
-		t.Fatal("Need on a lent role woke the serving goroutine")
+		t.Fatal("a waiter lending the role with idle waiters in need woke the serving goroutine")
 	}
 	r.since = r.since.AddDate(1, 0, 0) // as if just lent, however late this runs
 	if ok, _ := r.takeForServe(); ok {
-		t.Fatal("the serving goroutine took a role just lent, with goroutines in need")
+		t.Fatal("the serving goroutine took a role just lent, with idle waiters in need")
 	}
 	r.since = time.Now().Add(-LendFor)
 	if ok, _ := r.takeForServe(); !ok {
 		t.Fatal("the serving goroutine did not take a role lent for LendFor")
 	}
-	r.Unneed()
+	r.Unwait(ticket)
 	r.Unneed()
 	if got := r.Needing(); got != 0 {
-		t.Fatalf("need %d after every Unneed, want 0", got)
+		t.Fatalf("need %d after every Unwait, want 0", got)
 	}
 	r.leaveServe(true)
 	if !r.TryTake() {
 		t.Fatal("a waiter did not take the role the serving goroutine left")
 	}
-	r.Need()
+	taken, ticket = r.TakeOrWait()
+	if taken {
+		t.Fatal("a waiter took the role a waiter holds")
+	}
+	r.Lend()
+	if !woken(r) {
+		t.Fatal("a waiter lending the role with a fresh waiter in need did not wake the serving goroutine")
+	}
+	if ok, _ := r.takeForServe(); !ok {
+		t.Fatal("the serving goroutine did not take the role a fresh waiter needs")
+	}
+	r.Unwait(ticket)
+	r.leaveServe(true)
+	if !r.TryTake() {
+		t.Fatal("a waiter did not take the role once the fresh waiter was uncounted")
+	}
 	r.Return()
 	if !woken(r) {
 		t.Fatal("a waiter returning the role did not wake the serving goroutine")
@@ -134,7 +153,6 @@ func TestPatient(t *testing.T) {
 	if ok, _ := r.takeForServe(); !ok {
 		t.Fatal("the serving goroutine did not take a returned role at once")
 	}
-	r.Unneed()
 }
 
 // TestNeedWhilePopping: a goroutine that starts to need the serving
