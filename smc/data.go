@@ -160,7 +160,7 @@ func (c *Conn) setupQueue(wait bool) (Reason, error) {
 // setupRMB takes a receive buffer from the slabs exported to the peer
 // endpoint alone (with wait false, from the slabs there are).
 func (c *Conn) setupRMB(peer krcore.Principal, wait bool) (Reason, error) {
-	b, err := c.node.rmbPool(peer, c.start).take(wait)
+	b, err := c.node.rmbPool(peer, c.start, !c.server).take(wait)
 	if errors.Is(err, errNoMemory) {
 		return ReasonMem, err
 	}
@@ -1148,7 +1148,7 @@ func (s *sizer) due(c *Conn) bool {
 // (moveMsg), which it does when it likes. Without memory under the
 // Node's bound the buffer stays as it is.
 func (c *Conn) offerBuffer(size int) {
-	b, err := c.node.rmbPool(c.peerAt, size).get()
+	b, err := c.node.rmbPool(c.peerAt, size, !c.server).get()
 	c.mu.Lock()
 	c.blocks, c.lags = 0, 0
 	if err != nil {

@@ -193,8 +193,9 @@ func (n *Node) settled(m Mode) {
 }
 
 type rmbKey struct {
-	peer krcore.Principal
-	size int
+	peer    krcore.Principal
+	size    int
+	dialled bool
 }
 
 type regionKey struct {
@@ -661,18 +662,27 @@ func (n *Node) putQueue(peer krcore.Principal, s *sharedQueue, healthy bool) {
 }
 
 // rmbPool is the pool of receive buffers of size bytes for connections
-// with peer: its slabs are exported to that endpoint alone, as SMC-R
-// keeps an RMB per link group, so that no other process can find them,
-// let alone write. (The name stays within a CLC message's 64 bytes.)
-func (n *Node) rmbPool(peer krcore.Principal, size int) *bufPool {
+// with peer, those this Node dialled apart from those it accepted: its
+// slabs are exported to that endpoint alone, as SMC-R keeps an RMB per
+// link group, so that no other process can find them, let alone write.
+// Dialled connections' slabs are apart because an accept names its slab
+// to whoever proposed, which may be a process claiming to be peer: it
+// learns the name of a slab of accepted connections only, never one that
+// the Node's connections dialled to peer use ("rmc" in the name, "rmb"
+// for accepted ones; the name stays within a CLC message's 64 bytes).
+func (n *Node) rmbPool(peer krcore.Principal, size int, dialled bool) *bufPool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	k := rmbKey{peer, size}
+	k := rmbKey{peer, size, dialled}
 	p := n.rmbs[k]
 	if p == nil {
+		role := "rmb"
+		if dialled {
+			role = "rmc"
+		}
 		p = &bufPool{api: n.api, size: size, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite, mem: n.mem,
 			grown:  size > n.startSize,
-			export: fmt.Sprintf("smc/%x/rmb/%x-%x/%x", n.id, peer.Node, peer.Port, size), to: []krcore.Principal{peer}}
+			export: fmt.Sprintf("smc/%x/%s/%x-%x/%x", n.id, role, peer.Node, peer.Port, size), to: []krcore.Principal{peer}}
 		n.rmbs[k] = p
 	}
 	return p

@@ -23,9 +23,10 @@ import (
 // the victim's node, port, a token and the name of the slab the victim
 // exports to the server; from the server's accepts, the server's side.
 // It then proposes to the server as the victim (the victim's node and
-// port, the token next to the one it saw, as tokens were handed out) and
-// confirms naming the victim's slab: once at the element the victim's
-// connection uses, once at a free one. The server's application greets
+// port, the tokens next to the one it saw, as tokens were handed out) and
+// confirms naming that slab, and then the one the victim's connection's
+// buffer is in (as if its name leaked): each at the element the victim's
+// connection uses and at a free one. The server's application greets
 // every connection. The victim's connection, which its server
 // connection wrote to before the forgeries and has not read yet, must
 // read what that connection wrote and nothing else: neither a greeting
@@ -70,18 +71,20 @@ func TestForgedConfirmInjects(t *testing.T) {
 	(<-lnV.conns).Close()
 	t.Logf("the victim showed node %d port %#x token %#x buffer %q at %d", vicAcc.node, vicAcc.port, vicAcc.token, vicAcc.name, vicAcc.off)
 
-	for _, off := range []uint32{0, 2 * vicAcc.size} {
-		for back := uint32(1); back <= 3; back++ { // the tokens handed out just before
-			forged := &clcMsg{typ: clcProposal, peerID: vicAcc.peerID, node: vicAcc.node, port: vicAcc.port, token: vicAcc.token - back}
-			raw, _ := rawPropose(t, lnS.addr, forged)
-			defer raw.Close()
-			forged.typ, forged.name, forged.off, forged.size = clcConfirm, vicAcc.name, off, vicAcc.size
-			if _, err := raw.Write(forged.encode()); err != nil {
-				t.Fatal(err)
+	for _, name := range []string{vicAcc.name, SlabName(x)} {
+		for _, off := range []uint32{0, 2 * vicAcc.size} {
+			for back := uint32(1); back <= 3; back++ { // the tokens handed out just before
+				forged := &clcMsg{typ: clcProposal, peerID: vicAcc.peerID, node: vicAcc.node, port: vicAcc.port, token: vicAcc.token - back}
+				raw, _ := rawPropose(t, lnS.addr, forged)
+				defer raw.Close()
+				forged.typ, forged.name, forged.off, forged.size = clcConfirm, name, off, vicAcc.size
+				if _, err := raw.Write(forged.encode()); err != nil {
+					t.Fatal(err)
+				}
+				sa := <-lnS.conns
+				defer sa.Close()
+				greetAndSettle(t, ctx, sa)
 			}
-			sa := <-lnS.conns
-			defer sa.Close()
-			greetAndSettle(t, ctx, sa)
 		}
 	}
 	t.Logf("the victim's connection: %s", State(x))
