@@ -64,16 +64,22 @@
 //     and buffer move offers: without it they are dropped, so a process
 //     that knows a token cannot move the connection's cursors, end or
 //     abort it.
+//   - A Node's dialled connections take their receive buffers from slabs
+//     apart from those of the connections it accepted: an accept names
+//     its slab to whoever proposed, which may be a process claiming to be
+//     the peer, and so never names one the Node's dialled connections use.
 //
 // What is left: a WRITE_WITH_IMM's notification names its connection by
 // the 32-bit token alone (the immediate), so a process on the peer's node
 // able to WRITE into some region of this node could move a connection's
-// producer cursor by guessing, one in 2^32 per live connection a guess;
-// and a forgery may take a free element of a slab whose name it learned
-// (by proposing to the slab owner's listener as the peer), after which the
-// owner's connection given that element is refused while the forgery's
-// TCP connection stays: a denial of service, not an injection. The
-// kernel wire mode speaks the kernel's own messages (Options.RDMA).
+// producer cursor by guessing, one in 2^32 per live connection a guess.
+// A rogue server that proposed to a real one as a client learns the real
+// server's slab for that client's accepted connections, and can accept
+// the client's dial naming a free element of it: the client WRITEs into
+// memory no connection reads, and while that connection lasts a later
+// connection of the client to the real server given that element falls
+// back to TCP (a denial of SMC, not an injection). The kernel wire mode
+// speaks the kernel's own messages (Options.RDMA).
 //
 // # Detection, and what it cannot do
 //
