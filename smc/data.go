@@ -926,8 +926,9 @@ func (c *Conn) shutWrite(flags byte) error {
 
 // closeSMC is Close over SMC: once a write in progress ends, the peer is
 // told (after every byte written, on the same queue), the TCP connection
-// closes, and the keeper releases the buffers once the peer writes no
-// more.
+// closes, and the buffers are released once the peer writes no more: here
+// if it said so already, else where its close flag is dispatched, or by
+// the keeper (endNow).
 func (c *Conn) closeSMC() {
 	c.wrMu.Lock()
 	c.shutWrite(flagDoneWriting | flagConnClosed)
@@ -985,11 +986,12 @@ func (c *Conn) graceOver() {
 	}
 }
 
-// keep is the connection's housekeeper until its buffers are released:
-// it answers a peer blocked on window, tells a peer that closed that this
-// side writes no more, and releases the buffers once the connection is
-// closed and the peer writes no more (or linger passed, or the peer was
-// taken for dead: graceOver).
+// keep is the connection's housekeeper from its first task (nudge) until
+// its buffers are released: it answers a peer blocked on window, tells a
+// peer that closed that this side writes no more, and releases the
+// buffers once the connection is closed and the peer writes no more (or
+// linger passed, or the peer was taken for dead: graceOver) unless
+// endNow did.
 func (c *Conn) keep() {
 	defer c.node.wg.Done()
 	var sz sizer
