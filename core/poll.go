@@ -79,6 +79,13 @@ type poller struct {
 	// poller's) says serveRecvs waits aside lazily (ownAside).
 	asleep  atomic.Int32
 	ownLazy atomic.Bool
+	// asideTok counts waiters asleep aside that take the hand-over
+	// token (sleepAside); lent says the last sleeper on the completion
+	// queue left with what it waited for and lends the role (lend), which
+	// lendTimer ends after lendFor.
+	asideTok  atomic.Int32
+	lent      atomic.Bool
+	lendTimer *time.Timer
 }
 
 func newPoller(rt *Runtime, entries int) (*poller, error) {
@@ -90,6 +97,8 @@ func newPoller(rt *Runtime, entries int) (*poller, error) {
 		noSpin: rt.dev.Attr().ProgressInWait}
 	pl.quiet, _ = cq.(quietCQ)
 	pl.onDone = pl.cancelSleep
+	pl.lendTimer = time.AfterFunc(time.Hour, pl.endLend)
+	pl.lendTimer.Stop()
 	return pl, nil
 }
 
@@ -385,6 +394,9 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, ready func() bool, token 
 	}
 	if pl.waitMu.TryLock() {
 		*token = false
+		if pl.lent.Load() {
+			pl.lent.Store(false) // taken back (see lend)
+		}
 		gen := q.waker.gen.Load()
 		done, err := pl.sleepOnCQ(ctx, q, ready)
 		var woken <-chan struct{}
@@ -393,8 +405,14 @@ func (pl *poller) sleep(ctx context.Context, q *Queue, ready func() bool, token 
 			// leaves, which may be as soon as it has the role.
 			woken = q.waker.watch()
 		}
+		lend := err == nil && pl.asideTok.Load() > 0 && !pl.rt.stopped()
+		if lend {
+			pl.lend()
+		}
 		pl.waitMu.Unlock()
-		pl.passRole()
+		if !lend {
+			pl.passRole()
+		}
 		switch {
 		case woken == nil:
 			return done, err
@@ -423,6 +441,8 @@ func (pl *poller) sleepAside(ctx context.Context, woken <-chan struct{}, ready f
 	var wake chan struct{} // nil: not taking the token
 	if token != nil {
 		wake = pl.wake
+		pl.asideTok.Add(1)
+		defer pl.asideTok.Add(-1)
 	}
 	select {
 	case <-woken:
@@ -498,6 +518,41 @@ func (pl *poller) displace(q *Queue) *Queue {
 	}
 	r.cancel()
 	return r.q
+}
+
+// lendFor bounds a lend of the completion-queue role (see lend): how much
+// later than a hand-over a waiter asleep aside takes the role when the
+// waiter that lent it is not back.
+const lendFor = 100 * time.Microsecond
+
+// lend is a sleeper on the completion queue whose sleep ended well (it
+// leaves with what it waited for, or looks again and sleeps again) while
+// waiters sleep aside for the hand-over token: instead of passing the role
+// on (passRole) it lends it, so that its next sleep, a ping-pong's within
+// microseconds, takes it back without waking anyone. Passed on, the role
+// went to a waiter aside (lite's serving goroutine), which the next wait
+// then found holding the queue, slept aside and was woken by: in lite's
+// in-process RPC 0.29-0.66 wake-ups of the waiter aside a call
+// (MEASUREMENTS.md, "Runtime cost", session 22). Whoever takes the role
+// next ends the lend (sleep). If nobody does within lendFor, endLend
+// passes the role on: a waiter aside still gets it, and the messages it
+// waits for get dispatched, when the lender does not come back, at most
+// lendFor later than a hand-over (as for a sleeper on the send queue that
+// counts on the receive queue's dispatch: PopAnyWait, a Group). The soft
+// RNIC lends the reading of a TCP or shared-memory link the same way
+// (provider/soft/read.go), so a lent role leaves its link read. waitMu
+// held.
+func (pl *poller) lend() {
+	pl.lent.Store(true)
+	pl.lendTimer.Reset(lendFor)
+}
+
+// endLend ends a lend nobody took back within lendFor: the role passes on.
+// It runs on its own goroutine (the lend timer's).
+func (pl *poller) endLend() {
+	if pl.lent.CompareAndSwap(true, false) {
+		pl.passRole()
+	}
 }
 
 // passRole lets one sleeping waiter take the completion-queue role.
@@ -635,6 +690,7 @@ func (pl *poller) wakeAll() {
 	if r := pl.role.Load(); r != nil {
 		r.cancel()
 	}
+	pl.lendTimer.Stop()
 }
 
 // kick wakes q's waiters, wherever they sleep, and its group's. A queue

@@ -82,11 +82,17 @@ func TestWaiterBlocksOnBusyPoller(t *testing.T) {
 // and a queue of tx connected to it.
 func boundPair(ctx context.Context, t *testing.T, rx, tx *Runtime) (recv, send *Queue) {
 	t.Helper()
+	return boundPortPair(ctx, t, rx, tx, 7)
+}
+
+// boundPortPair is boundPair with the queue at rx bound to port.
+func boundPortPair(ctx context.Context, t *testing.T, rx, tx *Runtime, port uint32) (recv, send *Queue) {
+	t.Helper()
 	recv, err := rx.Queue()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := recv.Bind(7); err != nil {
+	if err := recv.Bind(port); err != nil {
 		t.Fatal(err)
 	}
 	in, err := rx.RegMR(4*64, verbs.AccessLocalWrite)
@@ -101,7 +107,7 @@ func boundPair(ctx context.Context, t *testing.T, rx, tx *Runtime) (recv, send *
 	if send, err = tx.Queue(); err != nil {
 		t.Fatal(err)
 	}
-	if err := send.Connect(ctx, rx.cfg.Node, &krcore.ConnectOptions{Port: 7}); err != nil {
+	if err := send.Connect(ctx, rx.cfg.Node, &krcore.ConnectOptions{Port: port}); err != nil {
 		t.Fatal(err)
 	}
 	return recv, send
