@@ -889,8 +889,11 @@ func (q *Queue) popReady(out []krcore.Completion) int {
 	return q.popLocked(out)
 }
 
-// popLocked is popReady with q.mu held.
+// popLocked is popReady with q.mu held. A pop that makes room in a full
+// ring wakes q's waiters: a Push may wait for that room (see full), with
+// nothing in flight whose completion would wake it.
 func (q *Queue) popLocked(out []krcore.Completion) int {
+	full := q.n > 0 && q.n == len(q.ents)
 	k := 0
 	for k < len(out) && q.n > 0 {
 		e := &q.ents[q.head] // read in place: pop's copy costs more than the rest
@@ -902,6 +905,9 @@ func (q *Queue) popLocked(out []krcore.Completion) int {
 			k++
 		}
 		q.pop()
+	}
+	if full && q.n < len(q.ents) {
+		q.rt.kick(q)
 	}
 	return k
 }
