@@ -43,6 +43,67 @@ func stalledPeer(t *testing.T, helloAfter time.Duration) string {
 	return ln.Addr().String()
 }
 
+// backedUp is a node whose TCP link to a stalled peer has backed up: its
+// queue drains into a socket nobody reads. qps are RC QPs connected to
+// the peer over the link (qps[0] filled it with 64 KiB WRITEs) and mr a
+// 32 MiB region for their requests; all are closed when the test ends.
+type backedUp struct {
+	cq  verbs.CQ
+	mr  verbs.MR
+	qps []verbs.QP
+}
+
+// backUpLink makes nqp QPs (QP i on path(i)) on a node of retry timeout
+// timeout and backs its link up with the first.
+func backUpLink(t *testing.T, timeout time.Duration, nqp int, path func(i int) verbs.Path) *backedUp {
+	t.Helper()
+	peer := stalledPeer(t, 0)
+	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: timeout, TCPOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	pd, _ := n.AllocPD()
+	b := &backedUp{qps: make([]verbs.QP, nqp)}
+	b.cq, _ = n.CreateCQ(1024)
+	blk, err := offheap.Alloc(linkFill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blk.Close() })
+	if b.mr, err = pd.RegMR(blk.Bytes(), verbs.AccessAll); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.mr.Close() }) // an error if the test closed it
+	for i := range b.qps {
+		q, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: b.cq, RecvCQ: b.cq, Cap: verbs.QPCap{MaxSendWR: linkFill / linkMsg, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close() })
+		if err := verbs.Connect(q, verbs.Endpoint{Addr: peer, QPN: uint32(100 + i)}, path(i)); err != nil {
+			t.Fatal(err)
+		}
+		b.qps[i] = q
+	}
+	l := n.waitLink(t, peer, b.qps[0], b.wr(verbs.OpWrite))
+	if !l.draining {
+		t.Fatal("the link's queue never backed up")
+	}
+	l.wmu.Unlock()
+	return b
+}
+
+// The bytes that fill a backed-up link, in requests of linkMsg.
+const linkFill, linkMsg = 32 << 20, 64 << 10
+
+// wr makes the i-th op of linkMsg bytes, from its slot of b.mr.
+func (b *backedUp) wr(op verbs.Opcode) func(int) verbs.SendWR {
+	return func(i int) verbs.SendWR {
+		return verbs.SendWR{ID: uint64(i), Op: op, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(b.mr, (i%(linkFill/linkMsg))*linkMsg, linkMsg)}, RemoteAddr: 1 << 20, RKey: 1}
+	}
+}
+
 // TestHeldOffRequestsTimeOut: a QP whose pump holds off because the link's
 // queue cannot drain (the peer stopped reading) still times out with
 // RETRY_EXC_ERR, though none of its requests reached the wire; the MR
@@ -50,50 +111,16 @@ func stalledPeer(t *testing.T, helloAfter time.Duration) string {
 // registered memory), and nothing hangs.
 func TestHeldOffRequestsTimeOut(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	peer := stalledPeer(t, 0)
-	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: timeout, TCPOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	pd, _ := n.AllocPD()
-	cq, _ := n.CreateCQ(1024)
-	const size, msg = 32 << 20, 64 << 10
-	blk, err := offheap.Alloc(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blk.Close()
-	mr, err := pd.RegMR(blk.Bytes(), verbs.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var qps [2]verbs.QP
-	for i := range qps {
-		qps[i], err = pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: size / msg, MaxSendSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The QP filling the link must not time out before it has:
-		// a shared machine may take long to dial and write 32 MiB.
-		path := verbs.Path{}
+	// The QP filling the link must not time out before it has: a shared
+	// machine may take long to dial and write 32 MiB.
+	b := backUpLink(t, timeout, 2, func(i int) verbs.Path {
 		if i == 0 {
-			path = verbs.Path{Timeout: 5 * time.Second, RetryCount: 1}
+			return verbs.Path{Timeout: 5 * time.Second, RetryCount: 1}
 		}
-		if err := verbs.Connect(qps[i], verbs.Endpoint{Addr: peer, QPN: uint32(100 + i)}, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write := func(i int) verbs.SendWR {
-		return verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(mr, (i%(size/msg))*msg, msg)}, RemoteAddr: 1 << 20, RKey: 1}
-	}
-	// Fill the link until its queue drains into a socket nobody reads.
-	l := n.waitLink(t, peer, qps[0], write)
-	if !l.draining {
-		t.Fatal("the link's queue never backed up")
-	}
-	l.wmu.Unlock()
-	if _, err := qps[1].PostSend([]verbs.SendWR{write(0)}); err != nil {
+		return verbs.Path{}
+	})
+	qps, cq, mr := b.qps, b.cq, b.mr
+	if _, err := qps[1].PostSend([]verbs.SendWR{b.wr(verbs.OpWrite)(0)}); err != nil {
 		t.Fatal(err)
 	}
 	q1 := qps[1].(*qp)
@@ -177,49 +204,11 @@ func (n *Node) waitLink(t *testing.T, peer string, q verbs.QP, wr func(int) verb
 // the peer's own READs (both nodes READing each other 128 deep: held for
 // the whole 10 s retry timeout, TestTCPManyLargeReads at nice 19).
 func TestReadNotHeldOff(t *testing.T) {
-	peer := stalledPeer(t, 0)
-	n, err := NewNode(Config{Listen: "127.0.0.1:0", RetryTimeout: time.Minute, TCPOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	pd, _ := n.AllocPD()
-	cq, _ := n.CreateCQ(1024)
-	const size, msg = 32 << 20, 64 << 10
-	blk, err := offheap.Alloc(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blk.Close()
-	mr, err := pd.RegMR(blk.Bytes(), verbs.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Close()
-	var qps [3]verbs.QP
-	for i := range qps {
-		qps[i], err = pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: size / msg, MaxSendSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer qps[i].Close()
-		if err := verbs.Connect(qps[i], verbs.Endpoint{Addr: peer, QPN: uint32(100 + i)}, verbs.Path{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wr := func(op verbs.Opcode) func(int) verbs.SendWR {
-		return func(i int) verbs.SendWR {
-			return verbs.SendWR{ID: uint64(i), Op: op, Flags: verbs.Signaled, SGL: []verbs.SGE{verbs.SGEOf(mr, (i%(size/msg))*msg, msg)}, RemoteAddr: 1 << 20, RKey: 1}
-		}
-	}
-	l := n.waitLink(t, peer, qps[0], wr(verbs.OpWrite)) // the queue backs up
-	if !l.draining {
-		t.Fatal("the link's queue never backed up")
-	}
-	l.wmu.Unlock()
+	b := backUpLink(t, time.Minute, 3, func(int) verbs.Path { return verbs.Path{} })
+	qps := b.qps
 	for i, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead} {
 		q := qps[1+i]
-		if _, err := q.PostSend([]verbs.SendWR{wr(op)(0)}); err != nil {
+		if _, err := q.PostSend([]verbs.SendWR{b.wr(op)(0)}); err != nil {
 			t.Fatal(err)
 		}
 		q.(*qp).mu.Lock()
