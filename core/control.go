@@ -56,6 +56,7 @@ type control struct {
 	ep     *udrpc.Endpoint
 	qkey   uint32
 	self   []byte // our control endpoint, length-prefixed, as every message carries it
+	selfEP verbs.Endpoint
 	nextID atomic.Uint64
 
 	mu   sync.Mutex
@@ -75,7 +76,8 @@ func newControl(rt *Runtime) (*control, error) {
 	}
 	c.ep = ep
 	port := rt.dev.Port()
-	self, _ := verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID, QPN: ep.QPN()}.MarshalBinary()
+	c.selfEP = verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID, QPN: ep.QPN()}
+	self, _ := c.selfEP.MarshalBinary()
 	c.self = binary.LittleEndian.AppendUint32(nil, c.qkey)
 	c.self = append(append(c.self, byte(len(self))), self...)
 	rt.wg.Add(1)
@@ -232,6 +234,23 @@ func (c *control) call(ctx context.Context, node krcore.NodeID, typ byte, body [
 		return nil, fmt.Errorf("core: control call to node %d: %w", node, err)
 	}
 	return resp, nil
+}
+
+// pingSelf asks this runtime's own control QP for an answer: one shows
+// that the runtime ran its control path (sent, served and received) while
+// the call lasted.
+func (c *control) pingSelf(ctx context.Context) error {
+	ah, err := c.rt.addressHandle(c.selfEP)
+	if err != nil {
+		return err
+	}
+	id := c.nextID.Add(1)
+	b, err := c.encode(ctlPing, id, nil)
+	if err != nil {
+		return err
+	}
+	_, err = c.ep.Call(ctx, udrpc.Dest{AH: ah, QPN: c.selfEP.QPN, QKey: c.qkey}, id, b)
+	return err
 }
 
 func (c *control) callPeer(ctx context.Context, p *peer, typ byte, body []byte) ([]byte, error) {

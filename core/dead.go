@@ -54,18 +54,93 @@ func (rt *Runtime) markDead(p *peer, cause error) {
 }
 
 // confirmDead marks p dead after a control call to it went unanswered
-// (cause) only if a ping, on a context of its own, goes unanswered too: a
-// call bounded by a short deadline, on a loaded node, may merely have been
+// (cause) only if judge, on a context of its own, finds it dead: a call
+// bounded by a short deadline, on a loaded node, may merely have been
 // slow, and a dead peer's requests are refused.
 func (rt *Runtime) confirmDead(p *peer, cause error) {
 	if p.dead.Load() != nil {
 		return
 	}
-	ctx, cancel := rt.untilStop()
-	defer cancel()
-	if err := rt.ping(ctx, p); peerSilent(err) {
+	if err := rt.judge(p); err != nil {
 		rt.markDead(p, fmt.Errorf("%w, then %w", cause, err))
 	}
+}
+
+// Judging a peer dead. A request to it timed out or a control call went
+// unanswered; on a loaded node that may only mean that this runtime did
+// not run meanwhile (its timers and receive path run in its own process,
+// where an RNIC's run on the card). judge pings the peer's control QP and
+// this runtime's own at once, in rounds of up to probeTimeout: a round in
+// which the runtime answered itself and the peer did not counts against
+// the peer, and deathRounds of them make it dead; a round without the
+// runtime's own answer shows only that the runtime did not run, and
+// counts for nothing. After judgeRounds rounds a peer silent in every one
+// is dead all the same. So a dead peer is known dead within
+// deathRounds*probeTimeout (480 ms) of the judgement's start on a runtime
+// that runs, and after judgeRounds*probeTimeout (1.6 s) by its own timers
+// on one that hardly does; a live one is taken for dead only if it left deathRounds
+// pings unanswered while this runtime answered its own, or this runtime
+// could not answer itself for judgeRounds rounds in a row. The pings go to
+// the control QP the runtime knows, its record not refetched (the callers
+// have just done so): a refetch is a MetaServer READ that the peer's own
+// answer does not need, and that this runtime's own, which it is compared
+// with, does without.
+const (
+	deathRounds = 3
+	judgeRounds = 10
+)
+
+// judge decides whether p is dead (see deathRounds): it returns why, or
+// nil if p answered or the runtime stops first. A peer that another
+// judgement found dead meanwhile is dead at once.
+func (rt *Runtime) judge(p *peer) error {
+	ctx, cancel := rt.untilStop()
+	defer cancel()
+	counted := 0
+	for round := 1; ; round++ {
+		if d := p.dead.Load(); d != nil {
+			return d.cause // another judgement found it first
+		}
+		err, selfErr := rt.pingBoth(ctx, p)
+		switch {
+		case !peerSilent(err):
+			if round > 1 && err == nil {
+				rt.log.Info("peer slow, not dead: it answered a ping", "peer", p.node, "rounds", round, "counted", counted)
+			}
+			return nil
+		case selfErr == nil:
+			counted++
+		}
+		if counted == deathRounds || round == judgeRounds {
+			return &silence{rounds: round, counted: counted, last: err}
+		}
+	}
+}
+
+// silence is judge's finding that a peer is dead: it left rounds pings
+// unanswered, counted of them while this runtime answered its own.
+type silence struct {
+	rounds, counted int
+	last            error
+}
+
+func (s *silence) Error() string {
+	return fmt.Sprintf("%v (%d rounds, %d of them while this node answered its own ping)", s.last, s.rounds, s.counted)
+}
+
+func (s *silence) Unwrap() error { return s.last }
+
+// pingBoth pings p and this runtime's own control QP at the same time,
+// each for up to probeTimeout, and returns both outcomes.
+func (rt *Runtime) pingBoth(ctx context.Context, p *peer) (peerErr, selfErr error) {
+	self := make(chan error, 1)
+	go func() { // owned here: waited for below
+		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		self <- rt.ctrl.pingSelf(sctx)
+	}()
+	peerErr = rt.pingTarget(ctx, p)
+	return peerErr, <-self
 }
 
 // probe pings a dead peer, backing off, until it answers (the peer is
@@ -99,12 +174,30 @@ func (rt *Runtime) probe(p *peer, d *deathNote) {
 // (the node may have restarted with a new control QP and DC target).
 // An answer that does not come within probeTimeout is ErrNoReply.
 func (rt *Runtime) ping(ctx context.Context, p *peer) error {
+	return rt.pingWithin(ctx, p, func(pctx context.Context) error {
+		_, err := p.refresh(pctx)
+		if err == nil {
+			_, err = rt.ctrl.callPeer(pctx, p, ctlPing, nil)
+		}
+		return err
+	})
+}
+
+// pingTarget is ping without the refetch: it asks the control QP the
+// runtime knows for p.
+func (rt *Runtime) pingTarget(ctx context.Context, p *peer) error {
+	return rt.pingWithin(ctx, p, func(pctx context.Context) error {
+		_, err := rt.ctrl.callPeer(pctx, p, ctlPing, nil)
+		return err
+	})
+}
+
+// pingWithin runs ping, a ping of p, for up to probeTimeout; an answer
+// that does not come by then is ErrNoReply.
+func (rt *Runtime) pingWithin(ctx context.Context, p *peer, ping func(context.Context) error) error {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := p.refresh(pctx)
-	if err == nil {
-		_, err = rt.ctrl.callPeer(pctx, p, ctlPing, nil)
-	}
+	err := ping(pctx)
 	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
 		err = fmt.Errorf("ping node %d: %w within %v", p.node, udrpc.ErrNoReply, probeTimeout)
 	}

@@ -32,13 +32,20 @@
 //
 // # Dead peers
 //
-// A peer whose requests time out (RETRY_EXC_ERR) or whose control QP stops
-// answering is known dead: until it answers again, Connect and control
-// calls to it fail at once with an error wrapping ErrPeerDead, and
-// requests to it complete at once with RETRY_EXC_ERR, instead of each
-// waiting out a timeout. A probe owned by the runtime refetches its record
-// and pings it, backing off to once a second; a restarted node is found
-// by the next probe.
+// A peer whose requests time out (RETRY_EXC_ERR) or whose control call
+// goes unanswered is judged: the runtime pings its control QP and its own
+// at once, 160 ms a round, and the peer is dead once it has left three
+// pings unanswered while the runtime answered its own (a runtime starved
+// of CPU times out requests to live peers; what it learns then is that it
+// did not run). A dead peer is so known within 480 ms of the judgement's
+// start on a runtime that runs, and after ten rounds (1.6 s by its own
+// timers) on one that hardly runs, the peer silent in each; a peer whose
+// request timed out and whose record the MetaServer no longer has, at
+// once. Until it answers again, Connect and control calls to it fail at
+// once with an error wrapping ErrPeerDead, and requests to it complete at
+// once with RETRY_EXC_ERR, instead of each waiting out a timeout. A probe
+// owned by the runtime refetches its record and pings it, backing off to
+// once a second; a restarted node is found by the next probe.
 //
 // # RC-only mode
 //

@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -38,7 +40,8 @@ func (rt *Runtime) goRecover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 // is gone, so the request timed out) is reposted to the refetched target;
 // and a peer that stopped answering fails every request to it at once
 // rather than one retry timeout at a time. The strategy's triage and
-// sentence decide; recover does the refetch, ping and repair they call for.
+// sentence decide; recover does the refetch, judgement and repair they
+// call for.
 func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	ctx, cancel := context.WithTimeout(context.Background(), rt.retryTimeout())
 	defer cancel()
@@ -56,14 +59,8 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	var deadPeer *peer
 	if v.timedOut() && blamed {
 		rt.meta.Invalidate(pr.node)
-		cause := fmt.Errorf("request %s on QP %d", st, p.qp.Num())
-		if v.dead {
+		if rt.deadAfterTimeout(pr, fmt.Errorf("request %s on QP %d", st, p.qp.Num()), err) && v.dead {
 			deadPeer = pr
-			rt.markDead(deadPeer, cause)
-		} else if err := rt.ping(ctx, pr); peerSilent(err) {
-			// One ping tells, within probeTimeout, what building the
-			// new RC QP would tell only after a control call's retries.
-			rt.markDead(pr, fmt.Errorf("%w, then %w", cause, err))
 		}
 	}
 	fin, repost := sentence(culprit, rest, st, blamed, deadPeer)
@@ -74,6 +71,27 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 	for _, f := range fin {
 		f.q.finish(f.seq, f.status, 0)
 	}
+}
+
+// deadAfterTimeout reports whether pr, whose request timed out (cause)
+// and whose record was refetched then (refetchErr), is dead: known so
+// already, gone from the MetaServer (it left, or its lease lapsed), or
+// found so by judge. A timeout alone does not make it dead, as this
+// runtime may not have run for the transport's timeout; judge tells,
+// within a few probeTimeouts, what building a new RC QP would tell only
+// after a control call's retries.
+func (rt *Runtime) deadAfterTimeout(pr *peer, cause, refetchErr error) bool {
+	if pr.dead.Load() != nil {
+		return true
+	}
+	err := refetchErr
+	if !errors.Is(err, meta.ErrNotFound) {
+		err = rt.judge(pr)
+	}
+	if err != nil {
+		rt.markDead(pr, fmt.Errorf("%w, then %w", cause, err))
+	}
+	return err != nil
 }
 
 // repair brings a DCI back (RESET, then ready again: DC needs no peer for

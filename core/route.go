@@ -212,10 +212,11 @@ type verdict struct {
 	// DCT); refetch it, and blame the culprit only if it did not change.
 	refetch bool
 	// dead: the request timed out on a route that only a dead peer
-	// leaves unanswered; every request to the peer fails at once.
+	// leaves unanswered; if judge finds the peer dead (this runtime may
+	// merely not have run), every request to it fails at once.
 	dead bool
 	// ping: the request timed out on an RC QP whose other end may be gone
-	// while the peer lives; a ping tells which, and the peer's requests
+	// while the peer lives; judge tells which, and the peer's requests
 	// are reposted on the QP repair builds.
 	ping bool
 	// flushed: the failure was WR_FLUSH_ERR at the head of the QP, so no

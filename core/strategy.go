@@ -76,7 +76,7 @@ func (dcRC) lost(q *Queue, rs []rec) { q.flushLocked(rs) }
 func (dcRC) admit(*peer) error { return nil }
 
 // triage: a DC request the remote refused may have met a stale target; a
-// request that timed out, on a DCI or an RC QP, found its peer dead; a QP
+// request that timed out, on a DCI or an RC QP, has its peer judged; a QP
 // flushed with no failure of its own (its RC peer erred) blames no one.
 func (dcRC) triage(st verbs.Status, onRC bool) verdict {
 	return verdict{refetch: staleSuspect(st, onRC), dead: st == verbs.RetryExcErr, flushed: st == verbs.WRFlushErr}
@@ -133,7 +133,7 @@ func (rcAlone) lost(q *Queue, rs []rec) {
 func (s rcAlone) admit(p *peer) error { return s.rt.reserve(p) }
 
 // triage: an RC QP whose other end is gone times out while its peer
-// lives; a ping tells which, and a live peer's requests move to the new
+// lives; judge tells which, and a live peer's requests move to the new
 // RC QP repair builds.
 func (rcAlone) triage(st verbs.Status, onRC bool) verdict {
 	timeout := st == verbs.RetryExcErr
