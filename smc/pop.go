@@ -24,11 +24,11 @@ import (
 // for good, and each message to a busy reader was a hand-off (a wake-up,
 // often of a thread: over the soft TCP link the largest cost left in a
 // round trip, MEASUREMENTS.md session 22). Only waiters that began to
-// wait within LendFor to 2*LendFor hurry it. A popper whose batch woke
-// other waiters and not itself leaves the role to them and waits for its
-// signal, patiently (Need); a message for an idle or patient waiter while
-// the role is lent waits for the next waiter to take the role, or
-// LendFor at most.
+// wait within poprole.FreshFor (50 ms) to twice that hurry it. A popper
+// whose batch woke other waiters and not itself leaves the role to them
+// and waits for its signal, patiently (Need); a message for an idle or
+// patient waiter while the role is lent waits for the next waiter to
+// take the role, or LendFor at most.
 type popRole struct {
 	*poprole.Role
 	msgs [64]krcore.Message // the holder's

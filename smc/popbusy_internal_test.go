@@ -15,7 +15,7 @@ import (
 
 // TestBusyReaderPopsItself: a Node's echo of a ping-pong pops its own
 // messages while another connection's reader waits idle on the same Node
-// (for 3*LendFor and more): the idle reader, counted as needing a popper,
+// (for 2*FreshFor and more): the idle reader, counted as needing a popper,
 // neither keeps the serving goroutine popping nor keeps the role itself,
 // either of which makes every message to the echo a hand-off (a waiter
 // woken by a signal). The bound is loose: a hand-off happens when the
@@ -86,7 +86,7 @@ func TestBusyReaderPopsItself(t *testing.T) {
 	var woken uint64
 	warm := time.Now()
 	for i := 0; i < rounds || !warm.IsZero(); i++ {
-		if !warm.IsZero() && time.Since(warm) > 3*poprole.LendFor { // the idle reader is idle
+		if !warm.IsZero() && time.Since(warm) > 2*poprole.FreshFor { // the idle reader is idle
 			warm, i = time.Time{}, 0
 			woken = srv.pop.woken.Load()
 		}

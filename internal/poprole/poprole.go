@@ -48,6 +48,13 @@ const (
 // handled.
 const LendFor = time.Millisecond
 
+// FreshFor is how long a waiter of a patient role counts as fresh, at
+// least (twice as long at most): one that waited longer is idle, and a
+// message for it may wait LendFor more, 2% of what it waited. A waiter
+// for a reply that takes less (a ping-pong on a hundred connections at
+// once on a loaded machine: a few milliseconds) stays fresh.
+const FreshFor = 50 * time.Millisecond
+
 // Role is the role of popping one port. Make it with New.
 type Role struct {
 	mu    sync.Mutex
@@ -59,7 +66,7 @@ type Role struct {
 	failing bool
 	patient bool // only fresh waiters hurry the serving goroutine (NewPatient)
 	// In a patient role, the waiters TakeOrWait counted and Unwait did
-	// not uncount yet, by when they began: in period (of LendFor since
+	// not uncount yet, by when they began: in period (of FreshFor since
 	// start) and the one before.
 	start     time.Time
 	period    int64
@@ -74,8 +81,8 @@ func New() *Role {
 }
 
 // NewPatient is a role the serving goroutine holds, in which only fresh
-// waiters hurry it: those TakeOrWait counted less than LendFor to
-// 2*LendFor ago. Goroutines waiting longer (idle), or counted by Need, do
+// waiters hurry it: those TakeOrWait counted less than FreshFor to
+// 2*FreshFor ago. Goroutines waiting longer (idle), or counted by Need, do
 // not: the serving goroutine leaves the role free after a batch that
 // woke a waiter and takes a lent role back after LendFor, as if they did
 // not wait; a message for one of them so waits for the next waiter to
@@ -104,7 +111,7 @@ func (r *Role) hurried() bool {
 // rotate moves the fresh waiters' counts to the current period; r.mu
 // held, r.patient.
 func (r *Role) rotate() {
-	p := int64(time.Since(r.start) / LendFor)
+	p := int64(time.Since(r.start) / FreshFor)
 	switch {
 	case p == r.period:
 		return
@@ -139,7 +146,7 @@ func (r *Role) TakeOrNeed() bool {
 }
 
 // TakeOrWait is TakeOrNeed; in a patient role the waiter counted is a
-// fresh one until it has waited LendFor or more, and Unwait with its
+// fresh one until it has waited FreshFor or more, and Unwait with its
 // ticket undoes the count.
 func (r *Role) TakeOrWait() (taken bool, ticket int64) {
 	r.mu.Lock()

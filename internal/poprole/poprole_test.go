@@ -85,7 +85,7 @@ func TestLendAndNeed(t *testing.T) {
 }
 
 // TestPatient: in a patient role, only fresh waiters hurry the serving
-// goroutine. One that waited 2*LendFor or more, or one Need counted, does
+// goroutine. One that waited 2*FreshFor or more, or one Need counted, does
 // not: the serving goroutine leaves the role free after a batch that woke
 // a waiter, a waiter lending the role does not wake it, and it takes a
 // lent role back only after LendFor. A fresh waiter hurries it as in a
@@ -100,7 +100,7 @@ func TestPatient(t *testing.T) {
 	if r.State() != Serving {
 		t.Fatal("the serving goroutine left the role with a fresh waiter in need")
 	}
-	r.start = r.start.Add(-2 * LendFor) // the waiter has waited 2*LendFor
+	r.start = r.start.Add(-2 * FreshFor) // the waiter has waited 2*FreshFor
 	r.leaveServe(true)
 	if r.State() != Free {
 		t.Fatal("the serving goroutine kept the role after a batch that woke a waiter, with only an idle waiter in need")
