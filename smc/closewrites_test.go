@@ -2,12 +2,16 @@ package smc_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/bounded"
 	"github.com/krcore/krcore/smc"
 )
 
@@ -209,4 +213,123 @@ func (mb *middlebox) cut() {
 	for _, c := range cs {
 		c.Close()
 	}
+}
+
+// TestShortConnsAnyCloseOrder: many short connections at once, each
+// ended another way (the client reads its whole echo and closes first;
+// closes right after writing, the server's echo still coming; closes
+// mid-read; or half-closes and the server closes first), round after round so that
+// buffers are taken again while others end: every echo read whole is
+// right, no connection stays open, and both Nodes close within a bound
+// (a connection whose end no goroutine saw would hold the Node's Close).
+func TestShortConnsAnyCloseOrder(t *testing.T) {
+	srvAPI, clients := apis(t)
+	for name, api := range clients {
+		t.Run(name, func(t *testing.T) { shortConnsAnyCloseOrder(t, srvAPI, api) })
+	}
+}
+
+func shortConnsAnyCloseOrder(t *testing.T, srvAPI, cliAPI krcore.API) {
+	srvNode := open(t, srvAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
+	cliNode := open(t, cliAPI, smc.NodeOptions{BufferSize: smc.MinBufferSize})
+	ln := listen(t, &smc.Options{Node: srvNode, HandshakeTimeout: 20 * time.Second})
+	const workers, rounds = 8, 6
+	var served sync.WaitGroup
+	// accepted: one a connection, sent once served counts it.
+	accepted := make(chan struct{}, workers*rounds)
+	go func() { // ends when the listener closes (its Cleanup)
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			served.Go(func() {
+				defer s.Close()
+				s.SetDeadline(time.Now().Add(20 * time.Second))
+				io.Copy(s, s)
+			})
+			accepted <- struct{}{}
+		}
+	}()
+	errs := make(chan error, workers*rounds)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				errs <- shortEcho(ctxT(t), ln.Addr().String(), cliNode, (w+r)%4, w*rounds+r)
+			}
+		})
+	}
+	bounded.Within(t, 60*time.Second, "the connections", func() error { wg.Wait(); return nil })
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	bounded.Within(t, 30*time.Second, "the server's echoes", func() error {
+		for range workers * rounds {
+			<-accepted // each counted in served before Wait
+		}
+		served.Wait()
+		return nil
+	})
+	for side, n := range map[string]*smc.Node{"server": srvNode, "client": cliNode} {
+		if open := len(n.Conns()); open != 0 {
+			t.Errorf("%s: %d connections open after every one closed", side, open)
+		}
+		bounded.Within(t, 30*time.Second, side+" Node's Close", n.Close)
+	}
+}
+
+// shortEcho dials addr with node, writes a payload of its own and ends
+// the connection the way how says (see TestShortConnsAnyCloseOrder).
+func shortEcho(ctx context.Context, addr string, node *smc.Node, how, i int) error {
+	c, err := smc.DialContext(ctx, "tcp", addr, &smc.Options{Node: node, HandshakeTimeout: 20 * time.Second})
+	if err != nil {
+		return fmt.Errorf("dial %d: %w", i, err)
+	}
+	defer c.Close()
+	if m := smc.ModeOf(c); !m.SMC {
+		return fmt.Errorf("dial %d: mode %v", i, m)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	want := bytes.Repeat(fmt.Appendf(nil, "conn %d;", i), 200+i*37)
+	werr := make(chan error, 1)
+	go func() { // ends with the write, the deadline or the Close
+		_, err := c.Write(want)
+		werr <- err
+	}()
+	switch how {
+	case 1: // close at once, the echo coming
+		return nil
+	case 2: // close mid-read
+		got := make([]byte, len(want)/2)
+		if _, err := io.ReadFull(c, got); err != nil {
+			return fmt.Errorf("conn %d: read: %w", i, err)
+		}
+		if !bytes.Equal(got, want[:len(got)]) {
+			return fmt.Errorf("conn %d: the echo's first half differs", i)
+		}
+		return nil
+	}
+	if err := <-werr; err != nil {
+		return fmt.Errorf("conn %d: write: %w", i, err)
+	}
+	if how == 0 { // read the whole echo and close first
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+			return fmt.Errorf("conn %d: echo (%v), equal %v", i, err, bytes.Equal(got, want))
+		}
+		return nil
+	}
+	// Half-close: the server closes first, its close read as EOF.
+	if err := c.(*smc.Conn).CloseWrite(); err != nil {
+		return fmt.Errorf("conn %d: close write: %w", i, err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, want) {
+		return fmt.Errorf("conn %d: echo of %d bytes (%v), want %d, equal %v", i, len(got), err, len(want), bytes.Equal(got, want))
+	}
+	return nil
 }
