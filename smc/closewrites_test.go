@@ -35,21 +35,7 @@ func TestCloseWhilePeerWrites(t *testing.T) {
 		if round%2 == 1 {
 			closer, writer = c, s
 		}
-		werr := make(chan error, 1)
-		go func() { // the old writer: until its writes fail
-			for {
-				writer.SetWriteDeadline(time.Now().Add(15 * time.Second))
-				if _, err := writer.Write(old); err != nil {
-					werr <- err
-					return
-				}
-			}
-		}()
-		got := make([]byte, 100)
-		closer.SetReadDeadline(time.Now().Add(15 * time.Second))
-		if _, err := closer.Read(got); err != nil {
-			t.Fatalf("round %d: read of the writer's bytes: %v", round, err)
-		}
+		werr := writeFlowing(t, writer, closer, old)
 		if err := closer.Close(); err != nil {
 			t.Fatalf("round %d: close: %v", round, err)
 		}
@@ -97,21 +83,8 @@ func TestTCPCutWhileWriting(t *testing.T) {
 		if round == 1 {
 			reader, writer = c, s
 		}
-		werr := make(chan error, 1)
-		go func() { // the old writer: until its writes fail
-			for {
-				writer.SetWriteDeadline(time.Now().Add(15 * time.Second))
-				if _, err := writer.Write(old); err != nil {
-					werr <- err
-					return
-				}
-			}
-		}()
+		werr := writeFlowing(t, writer, reader, old)
 		got := make([]byte, 100)
-		reader.SetReadDeadline(time.Now().Add(15 * time.Second))
-		if _, err := reader.Read(got); err != nil {
-			t.Fatalf("round %d: read of the writer's bytes: %v", round, err)
-		}
 		mb.cut()
 		for {
 			reader.SetReadDeadline(time.Now().Add(15 * time.Second))
@@ -136,6 +109,29 @@ func TestTCPCutWhileWriting(t *testing.T) {
 		}
 	}
 	t.Logf("srv %+v cli %+v", srvNode.Stats(), cliNode.Stats())
+}
+
+// writeFlowing starts writing b on w again and again until a write fails
+// (its error comes on the channel returned), and returns once r has read
+// some of it.
+func writeFlowing(t *testing.T, w, r net.Conn, b []byte) <-chan error {
+	t.Helper()
+	werr := make(chan error, 1)
+	go func() { // until its writes fail
+		for {
+			w.SetWriteDeadline(time.Now().Add(15 * time.Second))
+			if _, err := w.Write(b); err != nil {
+				werr <- err
+				return
+			}
+		}
+	}()
+	got := make([]byte, 100)
+	r.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := r.Read(got); err != nil {
+		t.Fatalf("read of the writer's bytes: %v", err)
+	}
+	return werr
 }
 
 // viaAddr is a listener whose clients dial addr (a middlebox in front of
