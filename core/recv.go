@@ -24,18 +24,20 @@ type receiver struct {
 	mr   *MR
 	base int // offset of slot 0 in mr: huge-page aligned
 	slot int
-	// spent are the slots whose messages were dispatched, waiting to be
-	// posted again together once there are batch of them (see release);
+	// spent[:nspent] are the slots whose messages were dispatched,
+	// waiting to be posted again together once there are batch of them
+	// (see release);
 	// wrs is that post's scratch (a provider copies what it is posted)
 	// and sgl every slot's scatter-gather entry, made once. spent, wrs
 	// and the last* fields are guarded by the receive poller's lock,
 	// under which every receive completion is dispatched (onWC).
-	spent []int
-	batch int
-	wrs   []verbs.RecvWR
-	sgl   []verbs.SGE
+	spent  []int
+	nspent int
+	batch  int
+	wrs    []verbs.RecvWR
+	sgl    []verbs.SGE
 	// lastView, lastPort and lastQ remember the queue the last message
-	// went to (see queueOf).
+	// went to (see lookup).
 	lastView *map[uint32]*Queue
 	lastPort uint32
 	lastQ    *Queue
@@ -70,15 +72,16 @@ func newReceiver(rt *Runtime) (*receiver, error) {
 	// Small SRQs (a test's few slots) keep most of their slots posted.
 	r := &receiver{rt: rt, mr: mr, base: base, slot: slot, batch: max(1, min(repostBatch, rt.cfg.RecvSlots/16))}
 	r.sgl = make([]verbs.SGE, rt.cfg.RecvSlots)
+	r.spent, r.nspent = make([]int, rt.cfg.RecvSlots), rt.cfg.RecvSlots
 	for i := range r.sgl {
 		r.sgl[i] = sge(mr, mr.Range(base+i*slot, slot))
-		r.spent = append(r.spent, i)
+		r.spent[i] = i
 	}
 	if err := r.repost(); err != nil {
 		rt.Deregister(mr)
 		return nil, err
 	}
-	r.spent, r.wrs = make([]int, 0, r.batch), make([]verbs.RecvWR, 0, r.batch) // the scratch of one batch from now on
+	r.spent, r.wrs = make([]int, r.batch), make([]verbs.RecvWR, 0, r.batch) // the scratch of one batch from now on
 	return r, nil
 }
 
@@ -91,8 +94,11 @@ func (r *receiver) slotBytes(i, n int) []byte {
 // release returns slot i, whose message was dispatched, to the SRQ: with
 // the next ones, once batch of them wait.
 func (r *receiver) release(i int) {
-	r.spent = append(r.spent, i)
-	if len(r.spent) >= r.batch {
+	// Not append: spent never outgrows batch, and append's growing
+	// path sat among the lines every message runs.
+	r.spent[r.nspent] = i
+	r.nspent++
+	if r.nspent >= r.batch {
 		r.repost() // fails only when the SRQ is gone: the runtime is closing
 	}
 }
@@ -100,10 +106,10 @@ func (r *receiver) release(i int) {
 // repost posts the spent slots to the SRQ.
 func (r *receiver) repost() error {
 	r.wrs = r.wrs[:0]
-	for _, i := range r.spent {
+	for _, i := range r.spent[:r.nspent] {
 		r.wrs = append(r.wrs, verbs.RecvWR{ID: recvBit | uint64(i), SGL: r.sgl[i : i+1 : i+1]})
 	}
-	r.spent = r.spent[:0]
+	r.nspent = 0
 	_, err := r.rt.srq.PostRecv(r.wrs)
 	return err
 }
@@ -120,22 +126,25 @@ func (r *receiver) repost() error {
 // released, never read.
 func (r *receiver) onWC(wc *verbs.WC, self *Queue, msgs *ownMsgs) {
 	i := int(wc.ID &^ recvBit)
-	r.dispatch(wc, i, self, msgs)
+	if c := r.dispatch(wc, i, self, msgs); c != nil {
+		r.rt.count(c)
+	}
 	r.release(i)
 }
 
 // dispatch is onWC's work for the completion wc of slot i, but the slot's
-// release.
-func (r *receiver) dispatch(wc *verbs.WC, i int, self *Queue, msgs *ownMsgs) {
+// release and the count: it returns the counter of what it did with a
+// completion that delivered no message (a raw WRITE_WITH_IMM, a message
+// dropped), or nil. Counted by the caller, once, so that the counts'
+// code is not among the lines every delivered message runs.
+func (r *receiver) dispatch(wc *verbs.WC, i int, self *Queue, msgs *ownMsgs) *atomic.Uint64 {
 	switch {
 	case wc.Status != verbs.Success:
-		return
+		return nil
 	case wc.Op == verbs.WCRecvWriteImm:
-		r.rt.count(&r.rt.stats.writeImms)
-		return
+		return &r.rt.stats.writeImms
 	case wc.Op != verbs.WCRecv || !wc.HasImm || wc.ByteLen < hdrLen:
-		r.rt.count(&r.rt.stats.dropped)
-		return
+		return &r.rt.stats.dropped
 	}
 	b := r.slotBytes(i, int(wc.ByteLen))
 	le := binary.LittleEndian
@@ -147,34 +156,37 @@ func (r *receiver) dispatch(wc *verbs.WC, i int, self *Queue, msgs *ownMsgs) {
 	data := b[hdrLen:]
 	if from&hdrWrite != 0 {
 		if len(data) != notifyLen-hdrLen {
-			r.rt.count(&r.rt.stats.dropped)
-			return
+			return &r.rt.stats.dropped
 		}
 		m.Write, m.Len, data = true, int(le.Uint32(data)), nil
 	}
-	q := r.queueOf(wc.Imm &^ portHasImm)
+	port := wc.Imm &^ portHasImm
+	if view := r.rt.portView.Load(); view != r.lastView || port != r.lastPort {
+		r.lookup(view, port)
+	}
+	q := r.lastQ
 	if q != self {
 		msgs = nil // for self's PopMsgs only
 	}
 	if q == nil || !q.deliverTo(&m, data, msgs) {
-		r.rt.count(&r.rt.stats.dropped)
+		return &r.rt.stats.dropped
 	}
+	return nil
 }
 
-// queueOf is the queue bound to port, or nil. It remembers the last one
-// found with the port table it was found in: a port's messages come in
-// runs, and a map lookup was a third of a message's dispatch; a table
-// replaced (Bind, Unbind) is looked up again. The receive poller's lock
-// held.
-func (r *receiver) queueOf(port uint32) *Queue {
-	view := r.rt.portView.Load()
-	if view == nil {
-		return nil
+// lookup finds the queue bound to port in table view (nil before the
+// first Bind) for dispatch, which remembers the last one found with the
+// table it was found in: a port's messages come in runs, and a map lookup
+// was a third of a message's dispatch; a table replaced (Bind, Unbind) is
+// looked up again. Apart, so that the map access's call is not among the
+// lines a run of one port's messages runs. The receive poller's lock held.
+//
+//go:noinline
+func (r *receiver) lookup(view *map[uint32]*Queue, port uint32) {
+	r.lastView, r.lastPort, r.lastQ = view, port, nil
+	if view != nil {
+		r.lastQ = (*view)[port]
 	}
-	if view != r.lastView || port != r.lastPort {
-		r.lastView, r.lastPort, r.lastQ = view, port, (*view)[port]
-	}
-	return r.lastQ
 }
 
 func (r *receiver) close() { r.rt.Deregister(r.mr) }
