@@ -180,11 +180,7 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 	rt := pl.rt
 	n, err := pl.cq.Poll(pl.wcs)
 	if err != nil {
-		// A closed runtime's CQ is gone by design: a Pop after Close
-		// meets it, which is no failure to report.
-		if !rt.stopped() && !pl.failed.Swap(true) {
-			rt.log.Error("completion queue failed", "err", err)
-		}
+		pl.pollFailed(err)
 		return 0
 	}
 	pl.dispatched += uint64(n)
@@ -205,6 +201,18 @@ func (pl *poller) pollLocked(self *Queue, mine *ownRun, msgs *ownMsgs) int {
 		pl.finishAll(fin, self, mine)
 	}
 	return n
+}
+
+// pollFailed logs the CQ's failure err, once: apart from pollLocked, so
+// that the logging's code is not among the lines every poll runs. A
+// closed runtime's CQ is gone by design: a Pop after Close meets it, which
+// is no failure to report.
+//
+//go:noinline
+func (pl *poller) pollFailed(err error) {
+	if !pl.rt.stopped() && !pl.failed.Swap(true) {
+		pl.rt.log.Error("completion queue failed", "err", err)
+	}
 }
 
 // finishAll finishes the outcomes fin that pollLocked's completions gave,
@@ -247,9 +255,18 @@ func (pl *poller) dispatchedSoFar() uint64 {
 // is a good part of dispatching one. pl.mu held.
 func (pl *poller) pqpOf(m *map[uint32]*pqp, qpn uint32) *pqp {
 	if m != pl.lastMap || qpn != pl.lastQPN {
-		pl.lastMap, pl.lastQPN, pl.lastPQP = m, qpn, (*m)[qpn]
+		pl.lookup(m, qpn)
 	}
 	return pl.lastPQP
+}
+
+// lookup is pqpOf's look at m for a QP other than the last: apart, so
+// that the map access's call is not among the lines a run of one QP's
+// completions runs; pl.mu held.
+//
+//go:noinline
+func (pl *poller) lookup(m *map[uint32]*pqp, qpn uint32) {
+	pl.lastMap, pl.lastQPN, pl.lastPQP = m, qpn, (*m)[qpn]
 }
 
 // failRecs finishes records that never reached a QP.
