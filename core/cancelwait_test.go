@@ -33,9 +33,9 @@ func TestHostileCancellingWaiters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		long, cancel := context.WithTimeout(context.Background(), time.Minute)
+		long, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		const msgs, reads, each = 1500, 1500, 6
+		const msgs, reads, each = 400, 600, 6
 		var mu sync.Mutex
 		gotMsg, gotWC := make(map[uint32]int), make(map[uint64]int)
 		res := make(map[string]chan error)
