@@ -735,7 +735,12 @@ func TestHostileCloseMidTraffic(t *testing.T) {
 func TestHostilePeerKilledMidTraffic(t *testing.T) {
 	inModes(t, func(t *testing.T, m mode) {
 		// The live node's READs must not time out while the machine is
-		// starved: the dead node's fail after patientPath's 2 s all the same.
+		// starved: the dead node's fail after patientPath's 2 s all the same,
+		// and the judgement of its death (core/dead.go: 480 ms on a runtime
+		// that runs, up to 1.6 s by its timers on a starved one). Each
+		// operation has 10 s: with 5 s, at nice 19 at load 13-20, an RC-only
+		// READ to the dead node, pushed before the kill, ran out its context
+		// as the judgement ended (the peer dead 3.6 s after the kill).
 		c := m.start(t, 3, core.Config{Path: patientPath})
 		a := c.Node(1)
 		for _, id := range []krcore.NodeID{2, 3} {
@@ -768,7 +773,7 @@ func TestHostilePeerKilledMidTraffic(t *testing.T) {
 				out := make([]krcore.Completion, 1)
 				for k := 0; ; k++ {
 					clear(buf)
-					c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					_, err := v.q.Push(c, true, krcore.Request{ID: uint64(k), Op: verbs.OpRead, Local: local.Range(i*4096, 4096), Remote: v.g.At(0)})
 					if err == nil {
 						_, err = v.q.PopWait(c, out)
