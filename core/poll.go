@@ -578,8 +578,12 @@ func (pl *poller) lends() bool {
 	if pl.asideTok.Load() == 0 || pl.rt.stopped() {
 		return false
 	}
-	return !pl.noSpin || pl.alone != nil && pl.alone.ProgressesAlone()
+	return !pl.noSpin || pl.progressesAlone()
 }
+
+// progressesAlone reports whether the completion queue's completions
+// come without a waiter now (see the progressesAlone interface).
+func (pl *poller) progressesAlone() bool { return pl.alone != nil && pl.alone.ProgressesAlone() }
 
 // endLend ends a lend nobody took back within lendFor: the role passes on.
 // It runs on its own goroutine (the lend timer's).

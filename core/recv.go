@@ -233,7 +233,7 @@ func (rt *Runtime) serveRecvs() {
 			woken = false
 			continue
 		}
-		if woken && rt.rest.may(pl.cq) {
+		if woken && rt.rest.may(pl) {
 			if err := rt.rest.rest(ctx, pl, polled); err != nil {
 				return
 			}
@@ -276,10 +276,9 @@ var restRound = time.Millisecond
 // shared-memory links, whose frames a waiter reads).
 type progressesAlone interface{ ProgressesAlone() bool }
 
-// may reports whether serveRecvs may rest off cq now.
-func (r *rester) may(cq verbs.CQ) bool {
-	pa, ok := cq.(progressesAlone)
-	return ok && pa.ProgressesAlone() && r.sleepers.Load() == 0
+// may reports whether serveRecvs may rest off pl's completion queue now.
+func (r *rester) may(pl *poller) bool {
+	return pl.progressesAlone() && r.sleepers.Load() == 0
 }
 
 // sleeping counts a goroutine going to sleep in a wait, ending a rest;
@@ -325,7 +324,7 @@ func (r *rester) rest(ctx context.Context, pl *poller, polled func() bool) error
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case polled(), pl.dispatchedSoFar() == mark, !r.may(pl.cq):
+		case polled(), pl.dispatchedSoFar() == mark, !r.may(pl):
 			return nil
 		}
 	}
