@@ -13,6 +13,24 @@ import (
 	"github.com/krcore/krcore/core"
 )
 
+// twoNodes starts a two-node cluster and opens a Node on each, embedded:
+// srv on node 2, cli on node 1; the test's end closes them all.
+func twoNodes(t *testing.T, ctx context.Context) (c *cluster.Cluster, srv, cli *Node) {
+	t.Helper()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for i, n := range []**Node{&srv, &cli} {
+		if *n, err = Open(core.Embed(c.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*n).Close() })
+	}
+	return c, srv, cli
+}
+
 // acceptRig is a listener on node 2's Node and a Node on node 1 that
 // connected to it once (its queue and slabs exist on both sides; the
 // connection is closed and released).
@@ -23,18 +41,9 @@ type acceptRig struct {
 
 func newAcceptRig(t *testing.T, ctx context.Context) *acceptRig {
 	t.Helper()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
 	r := &acceptRig{}
-	for i, n := range []**Node{&r.srv, &r.cli} {
-		if *n, err = Open(core.Embed(c.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	_, r.srv, r.cli = twoNodes(t, ctx)
+	var err error
 	if r.ln, err = Listen("tcp", "127.0.0.1:0", &Options{Node: r.srv}); err != nil {
 		t.Fatal(err)
 	}

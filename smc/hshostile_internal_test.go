@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/bounded"
 )
 
@@ -183,17 +180,8 @@ func rawClientRig(t *testing.T, hs time.Duration) (srv, cli *Node, ln *Listener)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	for i, n := range []**Node{&srv, &cli} {
-		if *n, err = Open(core.Embed(c.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	_, srv, cli = twoNodes(t, ctx)
+	var err error
 	if ln, err = Listen("tcp", "127.0.0.1:0", &Options{Node: srv, HandshakeTimeout: hs}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
-	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/internal/poprole"
 )
 
@@ -24,18 +21,7 @@ import (
 func TestBusyReaderPopsItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	var srv, cli *Node
-	for i, n := range []**Node{&srv, &cli} {
-		if *n, err = Open(core.Embed(c.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	_, srv, cli := twoNodes(t, ctx)
 	ln, err := Listen("tcp", "127.0.0.1:0", &Options{Node: srv})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
-	"github.com/krcore/krcore/cluster"
 	"github.com/krcore/krcore/core"
 	"github.com/krcore/krcore/verbs"
 )
@@ -34,18 +33,7 @@ import (
 func TestForgedConfirmInjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	var srv, vic *Node
-	for i, n := range []**Node{&srv, &vic} {
-		if *n, err = Open(core.Embed(cl.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	_, srv, vic := twoNodes(t, ctx)
 	lnS := listenAccepting(t, srv)
 	lnV := listenAccepting(t, vic)
 
@@ -192,18 +180,7 @@ func awaitWrites(t *testing.T, ctx context.Context, sa net.Conn) {
 func TestThirdPartyCDC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	var srv, vic *Node
-	for i, n := range []**Node{&srv, &vic} {
-		if *n, err = Open(core.Embed(cl.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	cl, srv, vic := twoNodes(t, ctx)
 	lnS := listenAccepting(t, srv)
 	x, err := DialContext(ctx, "tcp", lnS.addr, &Options{Node: vic})
 	if err != nil {
@@ -280,18 +257,7 @@ func TestThirdPartyCDC(t *testing.T) {
 func TestRogueAccept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Config{Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	var srv, vic *Node
-	for i, n := range []**Node{&srv, &vic} {
-		if *n, err = Open(core.Embed(cl.Node(krcore.NodeID(2-i))), NodeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*n).Close() })
-	}
+	_, srv, vic := twoNodes(t, ctx)
 	lnS := listenAccepting(t, srv)
 	x, err := DialContext(ctx, "tcp", lnS.addr, &Options{Node: vic})
 	if err != nil {
