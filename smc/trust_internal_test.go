@@ -37,16 +37,7 @@ func TestForgedConfirmInjects(t *testing.T) {
 	lnS := listenAccepting(t, srv)
 	lnV := listenAccepting(t, vic)
 
-	x, err := DialContext(ctx, "tcp", lnS.addr, &Options{Node: vic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	sx := <-lnS.conns
-	defer sx.Close()
-	if !ModeOf(x).SMC {
-		t.Fatalf("the victim's connection: %v", ModeOf(x))
-	}
+	x, sx := victimConn(t, ctx, lnS, vic)
 	if _, err := sx.Write([]byte("legit")); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +145,23 @@ func greetAndSettle(t *testing.T, ctx context.Context, sa net.Conn) {
 }
 
 // awaitWrites waits until the WRITEs of c, an SMC connection, completed: the
+// victimConn dials l from vic and returns both ends of the connection,
+// which must be SMC; the test's end closes them.
+func victimConn(t *testing.T, ctx context.Context, l *acceptingListener, vic *Node) (x, sx net.Conn) {
+	t.Helper()
+	x, err := DialContext(ctx, "tcp", l.addr, &Options{Node: vic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	sx = <-l.conns
+	t.Cleanup(func() { sx.Close() })
+	if !ModeOf(x).SMC {
+		t.Fatalf("the victim's connection: %v", ModeOf(x))
+	}
+	return x, sx
+}
+
 // peer's port has their notifications before anything sent later.
 func awaitWrites(t *testing.T, ctx context.Context, sa net.Conn) {
 	t.Helper()
@@ -182,16 +190,7 @@ func TestThirdPartyCDC(t *testing.T) {
 	defer cancel()
 	cl, srv, vic := twoNodes(t, ctx)
 	lnS := listenAccepting(t, srv)
-	x, err := DialContext(ctx, "tcp", lnS.addr, &Options{Node: vic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	sx := <-lnS.conns
-	defer sx.Close()
-	if !ModeOf(x).SMC {
-		t.Fatalf("the victim's connection: %v", ModeOf(x))
-	}
+	x, sx := victimConn(t, ctx, lnS, vic)
 	xc := x.(*Conn)
 	xc.mu.Lock()
 	token := xc.token
@@ -259,16 +258,7 @@ func TestRogueAccept(t *testing.T) {
 	defer cancel()
 	_, srv, vic := twoNodes(t, ctx)
 	lnS := listenAccepting(t, srv)
-	x, err := DialContext(ctx, "tcp", lnS.addr, &Options{Node: vic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	sx := <-lnS.conns
-	defer sx.Close()
-	if !ModeOf(x).SMC {
-		t.Fatalf("the victim's connection: %v", ModeOf(x))
-	}
+	x, sx := victimConn(t, ctx, lnS, vic)
 	if _, err := x.Write([]byte("legit")); err != nil {
 		t.Fatal(err)
 	}
