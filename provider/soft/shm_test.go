@@ -211,11 +211,12 @@ func TestShmPeerKilled(t *testing.T) {
 	for i := range guard {
 		guard[i] = 0xa5
 	}
-	// Timeout*RetryCount. Before the kill no request may time out: at
-	// nice 19 at load 26-30 a budget of 1 s failed a READ before the kill
-	// in 1 of 5 -race runs, the child (or this process) not having run.
-	const budget = 4 * time.Second
-	if err := verbs.Connect(x.qp, childEP, verbs.Path{Timeout: budget / 2, RetryCount: 2}); err != nil {
+	// Timeout*(RetryCount+1): the first try and two retries. Before the
+	// kill no request may time out: at nice 19 at load 26-30 a budget of
+	// 1.5 s failed a READ before the kill in 1 of 5 -race runs, the child
+	// (or this process) not having run.
+	const budget = 6 * time.Second
+	if err := verbs.Connect(x.qp, childEP, verbs.Path{Timeout: budget / 3, RetryCount: 2}); err != nil {
 		t.Fatal(err)
 	}
 	recv := verbs.RecvWR{ID: recvID, SGL: []verbs.SGE{verbs.SGEOf(x.mr, recvZone, sendSize)}}
