@@ -26,19 +26,7 @@ func TestManyDialsAtOnce(t *testing.T) {
 			// run over SMC however loaded the machine.
 			ln := listen(t, &smc.Options{Node: srvNode, HandshakeTimeout: 20 * time.Second})
 			const dials = 24
-			var served sync.WaitGroup
-			go func() { // ends when the listener closes (its Cleanup)
-				for {
-					s, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					served.Go(func() {
-						defer s.Close()
-						io.Copy(s, s)
-					})
-				}
-			}()
+			echoes := serveEchoes(ln, dials)
 			errs := make(chan error, dials)
 			var wg sync.WaitGroup
 			for i := range dials {
@@ -53,7 +41,7 @@ func TestManyDialsAtOnce(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			bounded.Within(t, 10*time.Second, "the server's echoes", func() error { served.Wait(); return nil })
+			bounded.Within(t, 10*time.Second, "the server's echoes", echoes)
 			for side, n := range map[string]*smc.Node{"server": srvNode, "client": cliNode} {
 				if open := len(n.Conns()); open != 0 {
 					t.Errorf("%s: %d connections open after every one closed", side, open)
