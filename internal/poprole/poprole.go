@@ -137,17 +137,10 @@ func (r *Role) TryTake() bool {
 	return r.take()
 }
 
-// TakeOrNeed gives the role to a waiter if it is free, or else counts the
+// TakeOrWait gives the role to a waiter if it is free, or else counts the
 // waiter as needing the serving goroutine to pop (Need); it reports
-// which. Unneed undoes the count.
-func (r *Role) TakeOrNeed() bool {
-	taken, _ := r.TakeOrWait()
-	return taken
-}
-
-// TakeOrWait is TakeOrNeed; in a patient role the waiter counted is a
-// fresh one until it has waited FreshFor or more, and Unwait with its
-// ticket undoes the count.
+// which. Unwait with the ticket undoes the count. In a patient role the
+// waiter counted is a fresh one until it has waited FreshFor or more.
 func (r *Role) TakeOrWait() (taken bool, ticket int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -204,14 +197,14 @@ func (r *Role) Need() {
 }
 
 // Needing is how many goroutines count as needing the serving goroutine
-// to pop (Need, TakeOrNeed).
+// to pop (Need, TakeOrWait).
 func (r *Role) Needing() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.need
 }
 
-// Unneed undoes Need's count, or TakeOrNeed's.
+// Unneed undoes Need's count.
 func (r *Role) Unneed() { r.Unwait(0) }
 
 // Lend is a popping waiter leaving with what it waited for: the role is

@@ -7,6 +7,13 @@ import (
 	"time"
 )
 
+// takeOrNeed is TakeOrWait for a role that is not patient (its ticket is
+// 0, and Unneed undoes its count).
+func takeOrNeed(r *Role) bool {
+	taken, _ := r.TakeOrWait()
+	return taken
+}
+
 // free is a role nobody holds, left long ago.
 func free() *Role {
 	r := New()
@@ -32,10 +39,10 @@ func woken(r *Role) bool {
 // LendFor and keeps it while a waiter needs it.
 func TestLendAndNeed(t *testing.T) {
 	r := free()
-	if !r.TakeOrNeed() {
+	if !takeOrNeed(r) {
 		t.Fatal("a waiter did not take the free role")
 	}
-	if r.TakeOrNeed() {
+	if takeOrNeed(r) {
 		t.Fatal("a second waiter took the role a waiter holds")
 	}
 	if ok, _ := r.takeForServe(); ok {
@@ -56,7 +63,7 @@ func TestLendAndNeed(t *testing.T) {
 	if ok, wait := r.takeForServe(); ok || wait <= 0 || wait > LendFor {
 		t.Fatalf("the serving goroutine took the role it just left (%v) or waits %v", ok, wait)
 	}
-	if !r.TakeOrNeed() {
+	if !takeOrNeed(r) {
 		t.Fatal("a waiter did not take the role the serving goroutine left")
 	}
 	r.Lend()
@@ -70,7 +77,7 @@ func TestLendAndNeed(t *testing.T) {
 	if ok, _ := r.takeForServe(); !ok {
 		t.Fatal("the serving goroutine did not take a role lent for LendFor")
 	}
-	if r.TakeOrNeed() {
+	if takeOrNeed(r) {
 		t.Fatal("a waiter took the role the serving goroutine holds")
 	}
 	r.leaveServe(true)
@@ -214,7 +221,7 @@ func TestReturnAndFail(t *testing.T) {
 	if !woken(r) {
 		t.Fatal("a waiter whose pop failed did not wake the serving goroutine")
 	}
-	if r.TryTake() || r.TakeOrNeed() {
+	if r.TryTake() || takeOrNeed(r) {
 		t.Fatal("a waiter took a failing role")
 	}
 	r.Unneed()
@@ -288,7 +295,7 @@ func TestStopWaitsForPopping(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Stop did not return after the popping waiter left")
 	}
-	if r.TryTake() || r.TakeOrNeed() || r.State() != Stopped {
+	if r.TryTake() || takeOrNeed(r) || r.State() != Stopped {
 		t.Fatalf("a waiter took the role after Stop, or it is %d", r.State())
 	}
 }
