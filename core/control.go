@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/internal/udrpc"
 	"github.com/krcore/krcore/verbs"
 )
@@ -65,8 +66,8 @@ type control struct {
 }
 
 func newControl(rt *Runtime) (*control, error) {
-	c := &control{rt: rt, qkey: uint32(randUint64()) & 0x7fffffff, work: make(chan struct{}, 1)}
-	c.nextID.Store(randUint64())
+	c := &control{rt: rt, qkey: uint32(nonce.Uint64()) & 0x7fffffff, work: make(chan struct{}, 1)}
+	c.nextID.Store(nonce.Uint64())
 	ep, err := udrpc.New(rt.dev, rt.pd, udrpc.Config{
 		QKey: c.qkey, MaxMsg: ctlMax, Timeout: ctlTimeout, Attempts: ctlAttempts,
 		ReplyID: ctlReplyID, OnRequest: c.enqueue, Closed: krcore.ErrClosed,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/verbs"
 )
@@ -169,7 +170,7 @@ func (p *pqp) destroy() {
 // newPSN picks a random 24-bit starting PSN other than old.
 func newPSN(old uint32) uint32 {
 	for {
-		if psn := uint32(randUint64()) & (1<<24 - 1); psn != old {
+		if psn := uint32(nonce.Uint64()) & (1<<24 - 1); psn != old {
 			return psn
 		}
 	}

@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/meta"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
@@ -284,7 +283,7 @@ func (rt *Runtime) setup(ctx context.Context) error {
 // pool.
 func (rt *Runtime) setupDC() error {
 	var err error
-	rt.dcKey = randUint64() | 1
+	rt.dcKey = nonce.Uint64() | 1
 	if rt.dct, err = rt.pd.CreateQP(verbs.QPInit{Type: verbs.DCT, SendCQ: rt.sends.cq, RecvCQ: rt.recvs.cq, SRQ: rt.srq, DCKey: rt.dcKey}); err != nil {
 		return err
 	}
@@ -299,12 +298,6 @@ func (rt *Runtime) setupDC() error {
 		rt.dcis = append(rt.dcis, p)
 	}
 	return nil
-}
-
-func randUint64() uint64 {
-	var b [8]byte
-	rand.Read(b[:]) // never fails on Linux
-	return binary.LittleEndian.Uint64(b[:])
 }
 
 func (rt *Runtime) newDCI() (*pqp, error) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -57,11 +58,7 @@ func replyTag(token uint64, gen uint16) uint64 { return token ^ uint64(gen) | 1<
 // callee's port alone (opRPCOpen), so only the caller and the callee know
 // it. It is not derived from the reply area's export name: names are not
 // secret (krcored's status lists every client's exports to any client).
-func newReplyToken() uint64 {
-	var b [8]byte
-	rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:])
-}
+func newReplyToken() uint64 { return nonce.Uint64() }
 
 // openBody is opRPCOpen's name field: the session's reply token (8 bytes)
 // and then its reply area's export name; parseOpen reads it back (ok false

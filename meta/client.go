@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -138,8 +139,8 @@ func NewClient(dev verbs.Device, servers []Info, cfg ClientConfig) (*Client, err
 		cfg: cfg.withDefaults(), dev: dev, cache: make(map[uint64]cached), regs: make(map[uint64]*registration),
 		reply: verbs.Endpoint{Addr: port.Addr, GID: port.GID, LID: port.LID}, stop: make(chan struct{}),
 	}
-	c.ids.Store(randUint64())
-	c.dc, c.id = dev.Attr().DCSupported && !c.cfg.RCReads, randUint64()|1
+	c.ids.Store(nonce.Uint64())
+	c.dc, c.id = dev.Attr().DCSupported && !c.cfg.RCReads, nonce.Uint64()|1
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {

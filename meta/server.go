@@ -3,14 +3,13 @@ package meta
 import (
 	"container/heap"
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/offheap"
 	"github.com/krcore/krcore/verbs"
 )
@@ -101,22 +100,16 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	def(&c.ReplyTimeout, 100*time.Millisecond)
 	def(&c.DedupWindow, 30*time.Second)
 	for c.QKey == 0 {
-		c.QKey = uint32(randUint64()) & 0x7fffffff // the high bit marks controlled QKeys on IB
+		c.QKey = uint32(nonce.Uint64()) & 0x7fffffff // the high bit marks controlled QKeys on IB
 	}
 	for c.DCKey == 0 {
-		c.DCKey = randUint64()
+		c.DCKey = nonce.Uint64()
 	}
 	if c.MinLease > c.MaxLease || c.Lease < c.MinLease || c.Lease > c.MaxLease {
 		return c, fmt.Errorf("meta: server config: leases min %v default %v max %v: %w",
 			c.MinLease, c.Lease, c.MaxLease, ErrBadGeometry)
 	}
 	return c, nil
-}
-
-func randUint64() uint64 {
-	var b [8]byte
-	crand.Read(b[:]) // never fails on Linux
-	return binary.LittleEndian.Uint64(b[:])
 }
 
 // Server buffer layout and work request ids.
@@ -238,7 +231,7 @@ func (s *Server) setup(dev verbs.Device) error {
 	s.info = Info{Addr: port.Addr, GID: port.GID, LID: port.LID, QPN: s.ud.Num(), QKey: s.cfg.QKey}
 	s.geo = geometry{
 		addr: s.tblMR.Addr(), rkey: s.tblMR.RKey(), buckets: uint32(s.cfg.Buckets), slots: uint32(s.cfg.Slots),
-		slotSize: SlotSize, dcKey: s.cfg.DCKey, epoch: randUint64(), maxLease: s.cfg.MaxLease,
+		slotSize: SlotSize, dcKey: s.cfg.DCKey, epoch: nonce.Uint64(), maxLease: s.cfg.MaxLease,
 	}
 	if s.dct != nil {
 		s.geo.dct = s.dct.Num()

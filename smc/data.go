@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/verbs"
 )
 
@@ -145,7 +146,7 @@ func (c *Conn) setupQueue(wait bool) (Reason, error) {
 		return ReasonMem, err
 	}
 	c.mu.Lock() // onCDC reads the key under mu
-	c.key = randUint64()
+	c.key = nonce.Uint64()
 	c.mu.Unlock()
 	tok, err := n.register(c)
 	if err != nil {

@@ -2,8 +2,6 @@ package smc
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/krcore/krcore"
+	"github.com/krcore/krcore/internal/nonce"
 	"github.com/krcore/krcore/internal/poprole"
 	"github.com/krcore/krcore/verbs"
 )
@@ -407,25 +406,11 @@ func (n *Node) register(c *Conn) (uint32, error) {
 		return 0, fmt.Errorf("smc: node closed: %w", krcore.ErrClosed)
 	}
 	for {
-		if t := randUint32(); t != 0 && n.conns[t] == nil {
+		if t := nonce.Uint32(); t != 0 && n.conns[t] == nil {
 			n.conns[t] = c
 			return t, nil
 		}
 	}
-}
-
-// randUint32 is 32 bits from crypto/rand.
-func randUint32() uint32 {
-	var b [4]byte
-	crand.Read(b[:]) // never fails (crypto/rand.Read's contract)
-	return binary.BigEndian.Uint32(b[:])
-}
-
-// randUint64 is 64 bits from crypto/rand.
-func randUint64() uint64 {
-	var b [8]byte
-	crand.Read(b[:]) // never fails (crypto/rand.Read's contract)
-	return binary.BigEndian.Uint64(b[:])
 }
 
 // peerSpan is the part of a peer's region (off, size) a connection
