@@ -53,17 +53,20 @@ func (rt *Runtime) markDead(p *peer, cause error) {
 	rt.background(func() { rt.probe(p, d) })
 }
 
-// confirmDead marks p dead after a control call to it went unanswered
-// (cause) only if judge, on a context of its own, finds it dead: a call
-// bounded by a short deadline, on a loaded node, may merely have been
-// slow, and a dead peer's requests are refused.
-func (rt *Runtime) confirmDead(p *peer, cause error) {
+// confirmDead marks p dead after a control call to it went unanswered or
+// a request to it timed out (cause) only if judge, on a context of its
+// own, finds it dead: a call bounded by a short deadline, on a loaded
+// node, may merely have been slow, and a dead peer's requests are
+// refused. It reports whether p is dead.
+func (rt *Runtime) confirmDead(p *peer, cause error) bool {
 	if p.dead.Load() != nil {
-		return
+		return true
 	}
 	if err := rt.judge(p); err != nil {
 		rt.markDead(p, fmt.Errorf("%w, then %w", cause, err))
+		return true
 	}
+	return false
 }
 
 // Judging a peer dead. A request to it timed out or a control call went

@@ -82,17 +82,11 @@ func (rt *Runtime) recover(p *pqp, culprit rec, st verbs.Status, rest []rec) {
 // within a few probeTimeouts, what building a new RC QP would tell only
 // after a control call's retries.
 func (rt *Runtime) deadAfterTimeout(pr *peer, cause, refetchErr error) bool {
-	if pr.dead.Load() != nil {
+	if errors.Is(refetchErr, meta.ErrNotFound) {
+		rt.markDead(pr, fmt.Errorf("%w, then %w", cause, refetchErr))
 		return true
 	}
-	err := refetchErr
-	if !errors.Is(err, meta.ErrNotFound) {
-		err = rt.judge(pr)
-	}
-	if err != nil {
-		rt.markDead(pr, fmt.Errorf("%w, then %w", cause, err))
-	}
-	return err != nil
+	return rt.confirmDead(pr, cause)
 }
 
 // repair brings a DCI back (RESET, then ready again: DC needs no peer for
